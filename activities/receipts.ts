@@ -1,0 +1,73 @@
+/**
+ * Audit receipts. Each receipt names its workflow and run; receipts written by activities
+ * carry a key so a retried activity writes its receipt once.
+ */
+import type { Db } from './db.js';
+import { isUniqueViolation } from './prisma-errors.js';
+
+export type ReceiptKind =
+  | 'ingress'
+  | 'command'
+  | 'turn.start'
+  | 'turn.end'
+  | 'model.call'
+  | 'delivery';
+
+export interface ReceiptInput {
+  key?: string;
+  kind: ReceiptKind;
+  workflowId?: string;
+  runId?: string;
+  sessionId?: string;
+  actor?: string;
+  data: Record<string, unknown>;
+}
+
+export async function writeReceipt(db: Db, r: ReceiptInput): Promise<void> {
+  try {
+    await db.receipt.create({
+      data: {
+        ...(r.key ? { key: r.key } : {}),
+        kind: r.kind,
+        workflowId: r.workflowId ?? null,
+        runId: r.runId ?? null,
+        sessionId: r.sessionId ?? null,
+        actor: r.actor ?? null,
+        data: JSON.stringify(r.data),
+      },
+    });
+  } catch (err) {
+    if (r.key && isUniqueViolation(err)) return; // already written by an earlier attempt
+    throw err;
+  }
+}
+
+export interface ReceiptRecord {
+  id: number;
+  kind: string;
+  workflowId: string | null;
+  runId: string | null;
+  sessionId: string | null;
+  actor: string | null;
+  data: unknown;
+  at: string;
+}
+
+/** Receipts in order, for export as JSONL. */
+export async function listReceipts(db: Db, opts: { sessionId?: string; afterId?: number; limit?: number } = {}): Promise<ReceiptRecord[]> {
+  const rows = await db.receipt.findMany({
+    where: { ...(opts.sessionId ? { sessionId: opts.sessionId } : {}), ...(opts.afterId ? { id: { gt: opts.afterId } } : {}) },
+    orderBy: { id: 'asc' },
+    take: Math.min(opts.limit ?? 1000, 10_000),
+  });
+  return rows.map((r) => ({
+    id: r.id,
+    kind: r.kind,
+    workflowId: r.workflowId,
+    runId: r.runId,
+    sessionId: r.sessionId,
+    actor: r.actor,
+    data: JSON.parse(r.data) as unknown,
+    at: r.createdAt.toISOString(),
+  }));
+}

@@ -1,0 +1,45 @@
+/** The conversation transcript: what users sent and what was delivered to them. */
+import type { Db } from './db.js';
+
+export type TranscriptRole = 'user' | 'assistant' | 'system';
+
+export interface TranscriptRow {
+  seq: number;
+  key: string;
+  role: TranscriptRole;
+  text: string;
+  user: string | null;
+  turnId: string | null;
+  at: string;
+}
+
+function toRow(r: { seq: number; key: string; role: string; text: string; user: string | null; turnId: string | null; createdAt: Date }): TranscriptRow {
+  const role: TranscriptRole = r.role === 'assistant' || r.role === 'system' ? r.role : 'user';
+  return { seq: r.seq, key: r.key, role, text: r.text, user: r.user, turnId: r.turnId, at: r.createdAt.toISOString() };
+}
+
+export async function readTranscript(db: Db, sessionId: string, opts: { afterSeq?: number; limit?: number } = {}): Promise<TranscriptRow[]> {
+  const limit = Math.min(Math.max(opts.limit ?? 200, 1), 1000);
+  if (opts.afterSeq !== undefined) {
+    const rows = await db.message.findMany({
+      where: { sessionId, seq: { gt: opts.afterSeq } },
+      orderBy: { seq: 'asc' },
+      take: limit,
+    });
+    return rows.map(toRow);
+  }
+  // The newest `limit` messages, oldest first.
+  const rows = await db.message.findMany({ where: { sessionId }, orderBy: { seq: 'desc' }, take: limit });
+  return rows.reverse().map(toRow);
+}
+
+/** Messages by transcript key, in the order of `keys` (missing keys are skipped). */
+export async function messagesByKeys(db: Db, keys: string[]): Promise<TranscriptRow[]> {
+  if (keys.length === 0) return [];
+  const rows = await db.message.findMany({ where: { key: { in: keys } } });
+  const byKey = new Map(rows.map((r) => [r.key, toRow(r)]));
+  return keys.flatMap((k) => {
+    const row = byKey.get(k);
+    return row ? [row] : [];
+  });
+}

@@ -1,0 +1,60 @@
+/**
+ * Zod schemas shared by adapters, activities and workflows. Pure: no I/O, safe for the
+ * workflow bundle.
+ */
+import { z } from 'zod';
+
+export const PROVIDERS = ['openai', 'anthropic', 'openai-compatible'] as const;
+export const ProviderSchema = z.enum(PROVIDERS);
+export type Provider = z.infer<typeof ProviderSchema>;
+
+/** `provider:model`, e.g. `openai:gpt-4.1` or `openai-compatible:llama3.1`. */
+export const ModelRefSchema = z
+  .string()
+  .trim()
+  .regex(
+    /^(openai|anthropic|openai-compatible):[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$/,
+    'expected provider:model with provider one of openai, anthropic, openai-compatible (e.g. openai:gpt-4.1)',
+  );
+export type ModelRef = z.infer<typeof ModelRefSchema>;
+
+export function parseModelRef(ref: string): { provider: Provider; model: string } {
+  const parsed = ModelRefSchema.parse(ref);
+  const idx = parsed.indexOf(':');
+  return { provider: ProviderSchema.parse(parsed.slice(0, idx)), model: parsed.slice(idx + 1) };
+}
+
+export const THINK_LEVELS = ['off', 'low', 'medium', 'high'] as const;
+export const ThinkLevelSchema = z.enum(THINK_LEVELS);
+export type ThinkLevel = z.infer<typeof ThinkLevelSchema>;
+
+export const PLATFORMS = ['http', 'cli', 'telegram', 'discord', 'openharness'] as const;
+export const PlatformSchema = z.enum(PLATFORMS);
+export type Platform = z.infer<typeof PlatformSchema>;
+
+/** Limits that bound what one inbound message may carry. */
+export const MAX_MESSAGE_CHARS = 32_000;
+export const MAX_STEER_CHARS = 4_000;
+
+const idPart = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9._@+=-]+$/, 'only letters, digits and . _ @ + = - are allowed');
+
+export const ChatIdSchema = idPart;
+
+/** The one inbound message type every adapter normalises into. */
+export const InboundMessageSchema = z.object({
+  /** Adapter-unique id of this message; a redelivered message with the same id is ignored. */
+  id: z.string().min(1).max(200),
+  platform: PlatformSchema,
+  /** The bot/account the message reached (one deployment may serve several). */
+  account: idPart,
+  chatId: idPart,
+  user: z.string().min(1).max(200),
+  text: z.string().min(1, 'text must not be empty').max(MAX_MESSAGE_CHARS, `text is longer than ${MAX_MESSAGE_CHARS} characters`),
+  /** ISO-8601 receive time. */
+  at: z.string(),
+});
+export type InboundMessage = z.infer<typeof InboundMessageSchema>;

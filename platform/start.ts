@@ -1,0 +1,172 @@
+/**
+ * The all-in-one start: Temporal (embedded dev server unless TEMPORAL_ADDRESS is set), the
+ * database (migrated at start), the worker, the HTTP API. Returns a handle that shuts all of
+ * it down in order.
+ */
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import type { NativeConnection } from '@temporalio/worker';
+import type { Logger } from 'pino';
+import { createDb, migrateDatabase, type Db } from '../activities/db.js';
+import { createModelRegistry } from '../activities/model.js';
+import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
+import { createIngress } from '../adapters/ingress.js';
+import type { StewardConfig } from '../config/index.js';
+import { createStewardWorker } from '../workers/main.js';
+import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
+
+export interface RunningSteward {
+  apiUrl: string;
+  apiToken: string;
+  apiTokenGenerated: boolean;
+  temporalAddress: string;
+  temporalUiUrl?: string;
+  namespace: string;
+  dataDir: string;
+  databaseUrl: string;
+  model: string;
+  modelConfigured: boolean;
+  db: Db;
+  client: Client;
+  stop(): Promise<void>;
+}
+
+/** The API token: STEWARD_API_TOKEN, else the one saved in the data directory, else a new one. */
+export async function resolveApiToken(config: StewardConfig): Promise<{ token: string; generated: boolean }> {
+  if (config.http.apiToken) return { token: config.http.apiToken, generated: false };
+  const file = path.join(config.dataDir, 'api-token');
+  try {
+    const saved = (await readFile(file, 'utf8')).trim();
+    if (saved.length >= 16) return { token: saved, generated: false };
+  } catch {
+    // none saved yet
+  }
+  const token = randomBytes(24).toString('base64url');
+  await writeFile(file, `${token}\n`, { mode: 0o600 });
+  await chmod(file, 0o600);
+  return { token, generated: true };
+}
+
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:/@]+):([^@]+)@/, '//$1:***@');
+}
+
+export async function startSteward(config: StewardConfig, log: Logger): Promise<RunningSteward> {
+  const cleanups: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const fn of cleanups.reverse().splice(0)) {
+      try {
+        await fn();
+      } catch (err) {
+        log.warn({ err }, 'shutdown step failed');
+      }
+    }
+  };
+  try {
+    await mkdir(config.dataDir, { recursive: true });
+    const { token, generated } = await resolveApiToken(config);
+
+    // Temporal
+    let address: string;
+    let uiUrl: string | undefined;
+    if (config.temporal.address) {
+      address = config.temporal.address;
+    } else {
+      const server = await startEmbeddedTemporal({
+        dataDir: config.dataDir,
+        port: config.temporal.embedded.port,
+        uiPort: config.temporal.embedded.uiPort,
+        ui: config.temporal.embedded.ui,
+        namespace: config.temporal.namespace,
+        ...(config.temporal.embedded.cliPath ? { cliPath: config.temporal.embedded.cliPath } : {}),
+        log,
+      });
+      cleanups.push(() => server.stop());
+      address = server.address;
+      uiUrl = server.uiUrl;
+    }
+    const { connection, nativeConnection } = await connectTemporal(config.temporal, address);
+    cleanups.push(() => connection.close());
+    cleanups.push(() => nativeConnection.close());
+    if (config.temporal.address) await ensureSearchAttributes(connection, config.temporal.namespace);
+    const client = new Client({ connection, namespace: config.temporal.namespace });
+
+    // Database
+    await migrateDatabase(config.databaseUrl);
+    const db = createDb(config.databaseUrl);
+    cleanups.push(() => db.$disconnect());
+
+    // Worker
+    const models = createModelRegistry(config.model.providers);
+    const worker = await createStewardWorker({
+      connection: nativeConnection,
+      namespace: config.temporal.namespace,
+      taskQueue: config.temporal.taskQueue,
+      deps: { db, models, systemPrompt: config.model.systemPrompt, log },
+    });
+    const workerRun = worker.run();
+    cleanups.push(async () => {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await workerRun;
+    });
+    workerRun.catch((err: unknown) => log.error({ err }, 'worker stopped with an error'));
+
+    // HTTP API
+    const ingress = createIngress({
+      client,
+      db,
+      taskQueue: config.temporal.taskQueue,
+      defaultModel: config.model.default,
+      configuredProviders: () => models.configuredProviders(),
+      limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun },
+      log,
+    });
+    const app = createHttpApp({
+      ingress,
+      apiToken: token,
+      log,
+      health: async () => {
+        const checks: Record<string, string> = {};
+        checks.worker = worker.getState();
+        try {
+          await connection.healthService.check({});
+          checks.temporal = 'ok';
+        } catch (err) {
+          checks.temporal = `unreachable: ${(err as Error).message}`;
+        }
+        try {
+          await db.session.count();
+          checks.database = 'ok';
+        } catch (err) {
+          checks.database = `error: ${(err as Error).message}`;
+        }
+        return { ok: checks.worker === 'RUNNING' && checks.temporal === 'ok' && checks.database === 'ok', checks };
+      },
+    });
+    const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
+    cleanups.push(() => http.close());
+
+    return {
+      apiUrl: http.url,
+      apiToken: token,
+      apiTokenGenerated: generated,
+      temporalAddress: address,
+      ...(uiUrl ? { temporalUiUrl: uiUrl } : {}),
+      namespace: config.temporal.namespace,
+      dataDir: config.dataDir,
+      databaseUrl: config.databaseUrl,
+      model: config.model.default,
+      modelConfigured: models.isConfigured(config.model.default),
+      db,
+      client,
+      stop: stopAll,
+    };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}
+
+export type { NativeConnection, Connection };

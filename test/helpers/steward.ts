@@ -1,0 +1,121 @@
+/**
+ * A Steward test harness: real Temporal (dev server), a real database, the real worker and
+ * ingress, and the scripted OpenAI-compatible model server. One bundle per suite; a fresh
+ * task queue per harness.
+ */
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import type { Db } from '../../activities/db.js';
+import { createModelRegistry, type ModelProvidersConfig } from '../../activities/model.js';
+import { createIngress, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import { sessionWorkflowId } from '../../common/ids.js';
+import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
+import { workflowsPath } from '../../workers/bundle.js';
+import { createStewardWorker } from '../../workers/main.js';
+
+let bundlePromise: Promise<WorkflowBundleWithSourceMap> | undefined;
+/** The workflow bundle, built once per test process. */
+export function testBundle(): Promise<WorkflowBundleWithSourceMap> {
+  bundlePromise ??= bundleWorkflowCode({ workflowsPath, logger: quietLogger });
+  return bundlePromise;
+}
+
+const quietLogger = {
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: () => undefined,
+  error: (message: string) => console.error(message),
+  log: () => undefined,
+};
+
+export interface HarnessOptions {
+  env: TestWorkflowEnvironment;
+  db: Db;
+  providers: ModelProvidersConfig;
+  model?: string;
+  maxSteps?: number;
+  maxTurnsPerRun?: number;
+  maxCachedWorkflows?: number;
+}
+
+export interface Harness {
+  taskQueue: string;
+  chatId: string;
+  sessionId: string;
+  ingress: Ingress;
+  worker: Worker;
+  send(text: string, opts?: { chatId?: string; user?: string; id?: string }): Promise<IngressResult>;
+  /** Wait until the transcript holds a message matching the predicate. */
+  waitForMessage(pred: (m: { role: string; text: string }) => boolean, opts?: { chatId?: string; timeoutMs?: number }): Promise<{ role: string; text: string }>;
+  sessionIdOf(chatId: string): string;
+}
+
+/** Run `fn` with a worker on a fresh task queue; the worker stops when `fn` settles. */
+export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => Promise<T>): Promise<T> {
+  const taskQueue = `test-${randomUUID()}`;
+  const account = `acct-${randomUUID().slice(0, 8)}`;
+  const models = createModelRegistry(opts.providers);
+  const worker = await createStewardWorker({
+    connection: opts.env.nativeConnection,
+    namespace: opts.env.namespace ?? 'default',
+    taskQueue,
+    workflowBundle: await testBundle(),
+    deps: { db: opts.db, models, systemPrompt: DEFAULT_SYSTEM_PROMPT, heartbeatEveryMs: 100 },
+    ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
+  });
+  const ingress = createIngress({
+    client: opts.env.client,
+    db: opts.db,
+    taskQueue,
+    defaultModel: opts.model ?? 'openai-compatible:test-model',
+    configuredProviders: () => models.configuredProviders(),
+    limits: { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 },
+  });
+  const chatId = `chat-${randomUUID().slice(0, 8)}`;
+  const sessionIdOf = (c: string) => sessionWorkflowId({ platform: 'http', account, chatId: c });
+  const h: Harness = {
+    taskQueue,
+    chatId,
+    sessionId: sessionIdOf(chatId),
+    ingress,
+    worker,
+    sessionIdOf,
+    send: (text, o = {}) =>
+      ingress.handle({
+        id: o.id ?? randomUUID(),
+        platform: 'http',
+        account,
+        chatId: o.chatId ?? chatId,
+        user: o.user ?? 'tester',
+        text,
+        at: new Date().toISOString(),
+      }),
+    async waitForMessage(pred, o = {}) {
+      const deadline = Date.now() + (o.timeoutMs ?? 20_000);
+      const sid = sessionIdOf(o.chatId ?? chatId);
+      for (;;) {
+        const rows = await ingress.transcript(sid, { limit: 1000 });
+        const found = rows.find(pred);
+        if (found) return found;
+        if (Date.now() > deadline) {
+          throw new Error(`timed out waiting for a message; transcript: ${JSON.stringify(rows.map((r) => [r.role, r.text.slice(0, 80)]))}`);
+        }
+        await sleep(50);
+      }
+    },
+  };
+  return worker.runUntil(fn(h));
+}
+
+export async function waitFor<T>(probe: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}

@@ -1,0 +1,62 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { ConfigError, loadConfig } from '../../config/index.js';
+
+const dir = () => mkdtempSync(path.join(tmpdir(), 'steward-config-'));
+
+describe('configuration', () => {
+  it('has embedded defaults', () => {
+    const cwd = dir();
+    const c = loadConfig({}, cwd);
+    assert.equal(c.dataDir, path.join(cwd, '.data'));
+    assert.equal(c.http.port, 8787);
+    assert.equal(c.temporal.address, undefined);
+    assert.equal(c.temporal.embedded.port, 7233);
+    assert.equal(c.temporal.embedded.uiPort, 8233);
+    assert.equal(c.databaseUrl, `file:${path.join(cwd, '.data', 'steward.db')}`);
+    assert.deepEqual(c.model.configuredProviders, []);
+    assert.equal(c.model.default, 'openai:gpt-4.1');
+  });
+
+  it('reads providers and the model', () => {
+    const c = loadConfig(
+      { STEWARD_MODEL: 'openai-compatible:llama3.1', STEWARD_MODEL_BASE_URL: 'http://127.0.0.1:11434/v1', ANTHROPIC_API_KEY: 'sk-ant' },
+      dir(),
+    );
+    assert.equal(c.model.default, 'openai-compatible:llama3.1');
+    assert.deepEqual(c.model.configuredProviders, ['anthropic', 'openai-compatible']);
+    assert.equal(c.model.providers.openaiCompatible?.baseURL, 'http://127.0.0.1:11434/v1');
+  });
+
+  it('names the variable and what it expects when a value is bad', () => {
+    const cases: Array<[Record<string, string>, RegExp]> = [
+      [{ STEWARD_HTTP_PORT: 'eighty' }, /STEWARD_HTTP_PORT: expected a TCP port number \(1-65535\); got "eighty"/],
+      [{ STEWARD_HTTP_PORT: '70000' }, /STEWARD_HTTP_PORT: expected a TCP port/],
+      [{ STEWARD_MODEL: 'gpt-4.1' }, /STEWARD_MODEL: expected provider:model/],
+      [{ STEWARD_MODEL: 'openai-compatible:llama' }, /STEWARD_MODEL_BASE_URL: expected the OpenAI-compatible endpoint URL/],
+      [{ DATABASE_URL: 'mysql://x' }, /DATABASE_URL: expected a SQLite URL/],
+      [{ TEMPORAL_ADDRESS: 'http://temporal' }, /TEMPORAL_ADDRESS: expected host:port/],
+      [{ STEWARD_API_TOKEN: 'short' }, /STEWARD_API_TOKEN: expected at least 16 characters[^\n]*got \(hidden\)/],
+      [{ STEWARD_LOG_LEVEL: 'loud' }, /STEWARD_LOG_LEVEL/],
+    ];
+    for (const [env, re] of cases) {
+      assert.throws(() => loadConfig(env, dir()), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+    }
+  });
+
+  it('reads a config file; the environment wins', () => {
+    const cwd = dir();
+    const file = path.join(cwd, 'steward.json');
+    writeFileSync(file, JSON.stringify({ STEWARD_HTTP_PORT: 9000, TEMPORAL_NAMESPACE: 'agents', OPENAI_API_KEY: 'sk-file' }));
+    const c = loadConfig({ STEWARD_CONFIG: file, TEMPORAL_NAMESPACE: 'prod' }, cwd);
+    assert.equal(c.http.port, 9000);
+    assert.equal(c.temporal.namespace, 'prod');
+    assert.deepEqual(c.model.configuredProviders, ['openai']);
+    writeFileSync(file, JSON.stringify({ STEWARD_HTTP_PROT: 1 }));
+    assert.throws(() => loadConfig({ STEWARD_CONFIG: file }, cwd), /STEWARD_HTTP_PROT \(in .*\): not a Steward setting/);
+    assert.throws(() => loadConfig({ STEWARD_CONFIG: path.join(cwd, 'missing.json') }, cwd), /STEWARD_CONFIG: no such file/);
+  });
+});

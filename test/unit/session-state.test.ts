@@ -1,0 +1,66 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { SessionState } from '../../workflows/core/session-state.js';
+import { MAX_QUEUE, MAX_RECENT_TURNS, type SessionInput } from '../../workflows/types.js';
+
+const input = (): SessionInput => ({
+  conversation: { platform: 'http', account: 'a', chatId: 'c' },
+  settings: { model: 'openai:gpt-4.1', think: 'off' },
+  limits: { maxSteps: 4, maxTurnsPerRun: 3 },
+});
+const ref = (key: string) => ({ key, user: 'u', at: '2026-01-01T00:00:00Z' });
+
+describe('session state', () => {
+  it('queues, ignores redelivered signals and bounds the queue', () => {
+    const s = new SessionState(input());
+    s.enqueue(ref('a'));
+    s.enqueue(ref('a'));
+    assert.equal(s.queue.length, 1);
+    for (let i = 0; i < MAX_QUEUE + 5; i++) s.enqueue(ref(`k${i}`));
+    assert.equal(s.queue.length, MAX_QUEUE);
+    assert.equal(s.dropped, 6);
+  });
+
+  it('takes a batch and remembers the goal of the task', () => {
+    const s = new SessionState(input());
+    s.enqueue(ref('a'));
+    s.enqueue(ref('b'));
+    assert.deepEqual(s.takeBatch().map((r) => r.key), ['a', 'b']);
+    assert.equal(s.workingSet.goalKey, 'a');
+    s.enqueue(ref('c'));
+    s.takeBatch();
+    assert.equal(s.workingSet.goalKey, 'a');
+  });
+
+  it('keeps the working set bounded and carries it across continue-as-new', () => {
+    const s = new SessionState(input());
+    for (let i = 0; i < 50; i++) s.recordTurn({ inbound: [`in${i}`], reply: `out${i}` }, { input: 1, output: 2, total: 3 });
+    assert.equal(s.workingSet.recentTurns.length, MAX_RECENT_TURNS);
+    assert.equal(s.workingSet.recentTurns.at(-1)?.reply, 'out49');
+    assert.equal(s.tokens.total, 150);
+    const carried = s.carry();
+    assert.equal(carried.generation, 1);
+    const next = new SessionState({ ...input(), carried });
+    assert.deepEqual(next.workingSet, s.workingSet);
+    assert.equal(next.tokens.total, 150);
+    const fresh = s.carryForNewTask();
+    assert.deepEqual(fresh.workingSet, { notes: [], recentTurns: [] });
+  });
+
+  it('decides when to continue as new', () => {
+    const s = new SessionState(input());
+    assert.equal(s.shouldContinueAsNew(3, false), false);
+    assert.equal(s.shouldContinueAsNew(3, true), true);
+    s.turnsThisRun = 3;
+    assert.equal(s.shouldContinueAsNew(3, false), true);
+  });
+
+  it('validates steering and settings', () => {
+    assert.throws(() => SessionState.validateSteer({ text: '  ', by: 'u' }, 0), /empty/);
+    assert.throws(() => SessionState.validateSteer({ text: 'ok', by: 'u' }, 20), /too many/);
+    SessionState.validateSteer({ text: 'ok', by: 'u' }, 0);
+    assert.throws(() => SessionState.validateSettings({ by: 'u' }), /nothing to change/);
+    assert.throws(() => SessionState.validateSettings({ model: 'bad', by: 'u' }), /provider:model/);
+    SessionState.validateSettings({ model: 'anthropic:claude-sonnet-4-5', think: 'low', by: 'u' });
+  });
+});

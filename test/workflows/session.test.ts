@@ -1,0 +1,223 @@
+/**
+ * Session and turn workflows against the real Temporal dev server, a real database and the
+ * scripted OpenAI-compatible model server, through the real provider code.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { statusQuery } from '../../workflows/messages.js';
+import { testDatabases } from '../helpers/db.js';
+import { startModelServer, type ModelServer } from '../helpers/model-server.js';
+import { waitFor, withHarness } from '../helpers/steward.js';
+import { createTestEnvironment } from '../helpers/temporal.js';
+
+for (const database of testDatabases()) {
+  describe(`session workflow (${database.name})`, () => {
+    let env: TestWorkflowEnvironment;
+    let model: ModelServer;
+    let dbh: Awaited<ReturnType<typeof database.create>>;
+
+    before(async () => {
+      env = await createTestEnvironment();
+      model = await startModelServer();
+      dbh = await database.create();
+    });
+    after(async () => {
+      await model?.close();
+      await dbh?.cleanup();
+      await env?.teardown();
+    });
+
+    const providers = () => ({ openaiCompatible: { baseURL: model.baseURL } });
+    const lastUserContent = (body: unknown): string => {
+      const msgs = (body as { messages: Array<{ role: string; content: unknown }> }).messages;
+      return JSON.stringify(msgs);
+    };
+
+    it('runs a turn and delivers the reply exactly once', async () => {
+      await withHarness({ env: env, db: dbh.db, providers: providers() }, async (h) => {
+        model.enqueue({ chunks: ['Hello ', 'from ', 'the model.'] });
+        const r = await h.send('hi there');
+        assert.equal(r.workflowId, h.sessionId);
+        assert.equal(r.kind, 'message');
+        const reply = await h.waitForMessage((m) => m.role === 'assistant');
+        assert.equal(reply.text, 'Hello from the model.');
+
+        const deliveries = await dbh.db.delivery.findMany({ where: { sessionId: h.sessionId } });
+        assert.equal(deliveries.length, 1);
+        assert.equal(deliveries[0]?.status, 'sent');
+        const assistantRows = await dbh.db.message.count({ where: { sessionId: h.sessionId, role: 'assistant' } });
+        assert.equal(assistantRows, 1);
+
+        const kinds = (await dbh.db.receipt.findMany({ where: { sessionId: h.sessionId }, orderBy: { id: 'asc' } })).map((r) => r.kind);
+        for (const k of ['ingress', 'turn.start', 'model.call', 'delivery', 'turn.end']) assert.ok(kinds.includes(k), `receipt ${k} in ${kinds.join(',')}`);
+        const modelCall = await dbh.db.receipt.findFirstOrThrow({ where: { sessionId: h.sessionId, kind: 'model.call' } });
+        assert.match(modelCall.workflowId ?? '', /:turn:1:/);
+        assert.ok(modelCall.runId);
+
+        // The same message id again is a duplicate: nothing new is started.
+        const again = await h.send('hi there', { id: 'fixed-id' });
+        assert.equal(again.duplicate, false);
+        const dup = await h.send('hi there', { id: 'fixed-id' });
+        assert.equal(dup.duplicate, true);
+      });
+    });
+
+    it('/stop cancels a slow model step within a second and keeps the queue', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        const before = model.requests.length;
+        model.enqueue({ text: 'too late', firstTokenDelayMs: 30_000 });
+        model.enqueue({ text: 'answer to the queued message' });
+        await h.send('please think slowly');
+        await model.waitForRequest(before + 1, 15_000);
+        await h.send('a queued follow-up');
+        const status = await h.ingress.status(h.sessionId);
+        assert.equal(status.queueLength, 1);
+        const abortedBefore = model.aborted;
+        const t0 = Date.now();
+        await h.send('/stop');
+        await h.waitForMessage((m) => m.role === 'system' && m.text.startsWith('Stopped the running turn'));
+        const elapsed = Date.now() - t0;
+        assert.ok(elapsed < 1000, `stop took ${elapsed} ms`);
+        await waitFor(() => model.aborted > abortedBefore || undefined, 'the model request to be aborted', 5000);
+        const stopped = await h.waitForMessage((m) => m.text.startsWith('Stopped the running turn'));
+        assert.match(stopped.text, /1 queued message kept/);
+        // The queued message is answered next; the stopped turn never replies.
+        const reply = await h.waitForMessage((m) => m.role === 'assistant');
+        assert.equal(reply.text, 'answer to the queued message');
+        const rows = await h.ingress.transcript(h.sessionId);
+        assert.ok(!rows.some((m) => m.text === 'too late'));
+      });
+    });
+
+    it('/steer during a turn changes the next model request', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        const before = model.requests.length;
+        model.enqueue({ text: 'draft answer', firstTokenDelayMs: 1500 });
+        model.enqueue({ text: 'Réponse en français' });
+        await h.send('explain durable execution');
+        await model.waitForRequest(before + 1, 15_000);
+        const r = await h.send('/steer answer in French');
+        assert.match(r.reply ?? '', /running turn/);
+        const reply = await h.waitForMessage((m) => m.role === 'assistant');
+        assert.equal(reply.text, 'Réponse en français');
+        const first = model.requests[before];
+        const second = model.requests[before + 1];
+        assert.ok(first && second);
+        assert.doesNotMatch(lastUserContent(first.body), /answer in French/);
+        assert.match(lastUserContent(second.body), /answer in French/);
+        assert.match(lastUserContent(second.body), /draft answer/);
+      });
+    });
+
+    it('/steer with no running turn guides the next turn; an empty /steer is rejected', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        const bad = await h.send('/steer');
+        assert.match(bad.reply ?? '', /usage: \/steer/);
+        const r = await h.send('/steer be brief');
+        assert.match(r.reply ?? '', /next turn/);
+        const before = model.requests.length;
+        await h.send('what is Temporal?');
+        await h.waitForMessage((m) => m.role === 'assistant');
+        assert.match(lastUserContent(model.requests[before]?.body), /be brief/);
+      });
+    });
+
+    it('/status reports the running turn and step; /model and /think change settings', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        const idle = await h.send('/status');
+        assert.match(idle.reply ?? '', /No session yet/);
+        const before = model.requests.length;
+        model.enqueue({ text: 'slow', firstTokenDelayMs: 1500 });
+        await h.send('take your time');
+        await model.waitForRequest(before + 1, 15_000);
+        const s = await h.ingress.status(h.sessionId);
+        assert.ok(s.running, 'a turn is running');
+        assert.equal(s.running.step, 1);
+        assert.equal(s.running.phase, 'model');
+        assert.equal(s.queueLength, 0);
+        assert.equal(s.model, 'openai-compatible:test-model');
+        const text = await h.send('/status');
+        assert.match(text.reply ?? '', /step 1 \(model\)/);
+        await h.waitForMessage((m) => m.role === 'assistant');
+        const done = await h.ingress.status(h.sessionId);
+        assert.equal(done.running, null);
+        assert.ok(done.tokens.total > 0, 'token use is counted');
+
+        const m = await h.send('/model openai-compatible:other-model');
+        assert.match(m.reply ?? '', /model is now openai-compatible:other-model/);
+        const unconfigured = await h.send('/model anthropic:claude-sonnet-4-5');
+        assert.match(unconfigured.reply ?? '', /ANTHROPIC_API_KEY/);
+        const bad = await h.send('/model nonsense');
+        assert.match(bad.reply ?? '', /usage: \/model/);
+        const t = await h.send('/think high');
+        assert.match(t.reply ?? '', /thinking is now high/);
+        const n = model.requests.length;
+        await h.send('next');
+        await h.waitForMessage((x) => x.role === 'assistant' && x.text.includes('next'));
+        const body = model.requests[n]?.body as { model: string; reasoning_effort?: string };
+        assert.equal(body.model, 'other-model');
+        assert.equal(body.reasoning_effort, 'high');
+        const unknown = await h.send('/frobnicate');
+        assert.match(unknown.reply ?? '', /Unknown command \/frobnicate[\s\S]*\/stop/);
+      });
+    });
+
+    it('/new starts fresh: continue-as-new with no context carried', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        model.enqueue({ text: 'The secret word is noted.' });
+        await h.send('remember the word PINEAPPLE');
+        await h.waitForMessage((m) => m.role === 'assistant');
+        const handle = env.client.workflow.getHandle(h.sessionId);
+        const firstRun = (await handle.describe()).runId;
+        await h.send('/new');
+        await h.waitForMessage((m) => m.role === 'system' && m.text.startsWith('New task started'));
+        const fresh = env.client.workflow.getHandle(h.sessionId);
+        await waitFor(async () => ((await fresh.describe()).runId !== firstRun ? true : undefined), 'a new run');
+        const st = await fresh.query(statusQuery);
+        assert.equal(st.generation, 1);
+        const before = model.requests.length;
+        await h.send('what was the word?');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('what was the word'));
+        assert.doesNotMatch(lastUserContent(model.requests[before]?.body), /PINEAPPLE/);
+      });
+    });
+
+    it('continues as new after the configured number of turns, keeping a bounded working set', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers(), maxTurnsPerRun: 2 }, async (h) => {
+        for (const word of ['one', 'two', 'three']) {
+          await h.send(`message ${word}`);
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes(`message ${word}`));
+        }
+        const st = await env.client.workflow.getHandle(h.sessionId).query(statusQuery);
+        assert.ok(st.generation >= 1, `generation ${st.generation}`);
+        assert.equal(st.turnsStarted, 3);
+        // The third turn still saw the first two (carried as references).
+        const third = model.requests.at(-1);
+        assert.match(lastUserContent(third?.body), /message one/);
+        assert.match(lastUserContent(third?.body), /message two/);
+      });
+    });
+
+    it('answers with setup help when no model provider is configured', async () => {
+      await withHarness({ env, db: dbh.db, providers: {}, model: 'openai:gpt-4.1' }, async (h) => {
+        await h.send('hello?');
+        const reply = await h.waitForMessage((m) => m.role === 'system');
+        assert.match(reply.text, /OPENAI_API_KEY/);
+      });
+    });
+
+    it('marks sessions and turns with search attributes for the Temporal UI', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        await h.send('index me');
+        await h.waitForMessage((m) => m.role === 'assistant');
+        const found = await waitFor(async () => {
+          const ids: string[] = [];
+          for await (const wf of env.client.workflow.list({ query: `StewardChat = "${h.chatId}" AND StewardKind = "turn"` })) ids.push(wf.workflowId);
+          return ids.length > 0 ? ids : undefined;
+        }, 'the turn to be visible by search attribute', 15_000);
+        assert.match(found[0] ?? '', /:turn:1:/);
+      });
+    });
+  });
+}

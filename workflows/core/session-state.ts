@@ -1,0 +1,144 @@
+/**
+ * The session's state as a small pure class: queue, settings, working set, counters.
+ * The workflow hosts it; unit tests drive it directly.
+ */
+import { MAX_STEER_CHARS, ModelRefSchema, ThinkLevelSchema } from '../../common/schemas.js';
+import {
+  MAX_NOTES,
+  MAX_QUEUE,
+  MAX_RECENT_TURNS,
+  type CarriedState,
+  type InboundRef,
+  type SessionInput,
+  type SessionSettings,
+  type SettingsChange,
+  type SteerNote,
+  type TokenUsage,
+  type TurnRecord,
+  type WorkingSet,
+} from '../types.js';
+
+export const MAX_PENDING_STEERS = 20;
+
+export function emptyWorkingSet(): WorkingSet {
+  return { notes: [], recentTurns: [] };
+}
+
+export class SessionState {
+  queue: InboundRef[];
+  pendingSteers: SteerNote[];
+  turnsStarted: number;
+  turnsThisRun = 0;
+  tokens: TokenUsage;
+  workingSet: WorkingSet;
+  settings: SessionSettings;
+  generation: number;
+  /** Queue entries dropped because the queue was full (reported to the user). */
+  dropped = 0;
+
+  constructor(input: SessionInput) {
+    const c = input.carried;
+    this.settings = { ...input.settings };
+    this.queue = c ? [...c.queue] : [];
+    this.pendingSteers = c ? [...c.pendingSteers] : [];
+    this.turnsStarted = c?.turnsStarted ?? 0;
+    this.tokens = c ? { ...c.tokens } : { input: 0, output: 0, total: 0 };
+    this.workingSet = c ? structuredCloneWorkingSet(c.workingSet) : emptyWorkingSet();
+    this.generation = c?.generation ?? 0;
+  }
+
+  enqueue(ref: InboundRef): void {
+    if (this.queue.some((q) => q.key === ref.key)) return; // a redelivered signal
+    if (this.queue.length >= MAX_QUEUE) {
+      this.queue.shift();
+      this.dropped++;
+    }
+    this.queue.push(ref);
+  }
+
+  /** Take every queued message for the next turn (they are answered together). */
+  takeBatch(): InboundRef[] {
+    const batch = this.queue.splice(0);
+    if (!this.workingSet.goalKey && batch[0]) this.workingSet.goalKey = batch[0].key;
+    return batch;
+  }
+
+  takeSteers(): SteerNote[] {
+    return this.pendingSteers.splice(0);
+  }
+
+  /** Validate steering; throws with a message chat can show. */
+  static validateSteer(note: SteerNote, pending: number): void {
+    const text = note.text.trim();
+    if (!text) throw new Error('steering text is empty: use /steer <text>');
+    if (text.length > MAX_STEER_CHARS) throw new Error(`steering text is longer than ${MAX_STEER_CHARS} characters`);
+    if (pending >= MAX_PENDING_STEERS) throw new Error(`too many steering notes are waiting (${MAX_PENDING_STEERS})`);
+  }
+
+  static validateSettings(change: SettingsChange): void {
+    if (change.model === undefined && change.think === undefined) throw new Error('nothing to change');
+    if (change.model !== undefined) {
+      const r = ModelRefSchema.safeParse(change.model);
+      if (!r.success) throw new Error(r.error.issues[0]?.message ?? 'invalid model');
+    }
+    if (change.think !== undefined && !ThinkLevelSchema.safeParse(change.think).success) {
+      throw new Error('think must be one of off, low, medium, high');
+    }
+  }
+
+  applySettings(change: SettingsChange): SessionSettings {
+    if (change.model !== undefined) this.settings.model = change.model;
+    if (change.think !== undefined) this.settings.think = change.think;
+    return { ...this.settings };
+  }
+
+  recordTurn(record: TurnRecord, usage: TokenUsage): void {
+    this.tokens = {
+      input: this.tokens.input + usage.input,
+      output: this.tokens.output + usage.output,
+      total: this.tokens.total + usage.total,
+    };
+    this.workingSet.recentTurns.push(record);
+    if (this.workingSet.recentTurns.length > MAX_RECENT_TURNS) {
+      this.workingSet.recentTurns.splice(0, this.workingSet.recentTurns.length - MAX_RECENT_TURNS);
+    }
+    if (this.workingSet.notes.length > MAX_NOTES) this.workingSet.notes.splice(0, this.workingSet.notes.length - MAX_NOTES);
+  }
+
+  shouldContinueAsNew(maxTurnsPerRun: number, suggested: boolean): boolean {
+    return suggested || this.turnsThisRun >= maxTurnsPerRun;
+  }
+
+  /** What the next run carries: bounded, whatever this run's age. */
+  carry(): CarriedState {
+    return {
+      queue: [...this.queue],
+      pendingSteers: [...this.pendingSteers],
+      turnsStarted: this.turnsStarted,
+      tokens: { ...this.tokens },
+      workingSet: structuredCloneWorkingSet(this.workingSet),
+      generation: this.generation + 1,
+    };
+  }
+
+  /** /new: a hard task boundary. Context, steering and the working set are dropped; the
+   * unanswered queue (user input that has not had a turn yet), counters and settings stay. */
+  carryForNewTask(): CarriedState {
+    return {
+      queue: [...this.queue],
+      pendingSteers: [],
+      turnsStarted: this.turnsStarted,
+      tokens: { ...this.tokens },
+      workingSet: emptyWorkingSet(),
+      generation: this.generation + 1,
+    };
+  }
+}
+
+function structuredCloneWorkingSet(ws: WorkingSet): WorkingSet {
+  return {
+    ...(ws.goalKey ? { goalKey: ws.goalKey } : {}),
+    notes: [...ws.notes],
+    recentTurns: ws.recentTurns.map((t) => ({ inbound: [...t.inbound], ...(t.reply ? { reply: t.reply } : {}) })),
+  };
+}

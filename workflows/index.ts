@@ -1,0 +1,3 @@
+/** The workflow bundle's entry: every workflow type the workers run. */
+export { sessionWorkflow } from './session.js';
+export { turnWorkflow } from './turn.js';

@@ -1,0 +1,31 @@
+/**
+ * Signals, updates and queries of the session and turn workflows, declared once for both
+ * clients and workflows.
+ */
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type {
+  InboundRef,
+  SessionStatus,
+  SettingsChange,
+  SettingsResult,
+  SteerNote,
+  SteerResult,
+  TurnStatus,
+} from './types.js';
+
+/** A chat message for the session's queue (signal-with-start). */
+export const inboundSignal = defineSignal<[InboundRef]>('inbound');
+/** /stop: cancel the running turn at once; the queue stays. */
+export const stopSignal = defineSignal<[{ by: string }]>('stop');
+/** /new: a hard task boundary. */
+export const newTaskSignal = defineSignal<[{ by: string }]>('newTask');
+/** /steer: validated at once; taken in before the running turn's next model step. */
+export const steerUpdate = defineUpdate<SteerResult, [SteerNote]>('steer');
+/** /model and /think. */
+export const settingsUpdate = defineUpdate<SettingsResult, [SettingsChange]>('settings');
+/** /status. */
+export const statusQuery = defineQuery<SessionStatus>('status');
+
+/** Session -> running turn: steering to take in before the next model step. */
+export const turnSteerSignal = defineSignal<[SteerNote]>('turnSteer');
+export const turnStatusQuery = defineQuery<TurnStatus>('turnStatus');

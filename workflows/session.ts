@@ -1,0 +1,217 @@
+/**
+ * The conversation session: one long-running workflow per conversation (platform + account
+ * + chat), reached with signal-with-start. It queues inbound messages and runs turns one at
+ * a time as child workflows; /stop, /steer, /new, /model, /think and /status reach it as
+ * signals, updates and a query. It continues as new with a bounded working set.
+ */
+import {
+  allHandlersFinished,
+  CancellationScope,
+  ChildWorkflowCancellationType,
+  condition,
+  continueAsNew,
+  isCancellation,
+  ParentClosePolicy,
+  proxyActivities,
+  setHandler,
+  startChild,
+  workflowInfo,
+  type ChildWorkflowHandle,
+} from '@temporalio/workflow';
+import type { createActivities } from '../activities/index.js';
+import { turnWorkflowId } from '../common/ids.js';
+import { SessionState } from './core/session-state.js';
+import {
+  inboundSignal,
+  newTaskSignal,
+  settingsUpdate,
+  statusQuery,
+  steerUpdate,
+  stopSignal,
+  turnSteerSignal,
+} from './messages.js';
+import { ChatAttr, KindAttr, PlatformAttr } from './search-attributes.js';
+import { turnWorkflow } from './turn.js';
+import type { SessionInput, SessionStatus, SteerNote } from './types.js';
+
+type Activities = ReturnType<typeof createActivities>;
+
+const outbox = proxyActivities<Activities>({
+  startToCloseTimeout: '1 minute',
+  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
+});
+
+interface RunningTurn {
+  turnId: string;
+  startedAt: string;
+  scope: CancellationScope;
+  handle?: ChildWorkflowHandle<typeof turnWorkflow>;
+  /** Steering that arrived before the child started; forwarded once it has. */
+  buffered: SteerNote[];
+  stoppedBy?: string;
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+export async function sessionWorkflow(input: SessionInput): Promise<void> {
+  const info = workflowInfo();
+  const sessionId = info.workflowId;
+  const epoch = info.firstExecutionRunId;
+  const state = new SessionState(input);
+  let running: RunningTurn | null = null;
+  let newTaskBy: string | undefined;
+  let noticeSeq = 0;
+
+  const notify = async (text: string, keyHint?: string): Promise<void> => {
+    const key = keyHint ?? `${sessionId}:${info.runId}:notice:${++noticeSeq}`;
+    await outbox.deliver({ key, sessionId, conversation: input.conversation, kind: 'notice', text });
+  };
+
+  setHandler(inboundSignal, (ref) => {
+    state.enqueue(ref);
+  });
+
+  setHandler(stopSignal, async ({ by }) => {
+    if (running) {
+      running.stoppedBy = by;
+      running.scope.cancel();
+      return;
+    }
+    await notify(`Nothing is running to stop. ${plural(state.queue.length, 'message')} queued.`);
+  });
+
+  setHandler(newTaskSignal, ({ by }) => {
+    newTaskBy = by;
+    if (running) {
+      running.stoppedBy = by;
+      running.scope.cancel();
+    }
+  });
+
+  setHandler(
+    steerUpdate,
+    async (note) => {
+      const clean = { text: note.text.trim(), by: note.by };
+      if (running) {
+        if (running.handle) await running.handle.signal(turnSteerSignal, clean);
+        else running.buffered.push(clean);
+        return {
+          appliedTo: 'running-turn' as const,
+          message: 'Steering received: the running turn takes it in before its next model step.',
+        };
+      }
+      state.pendingSteers.push(clean);
+      return { appliedTo: 'next-turn' as const, message: 'No turn is running: the steering will guide the next turn.' };
+    },
+    { validator: (note) => SessionState.validateSteer(note, state.pendingSteers.length) },
+  );
+
+  setHandler(
+    settingsUpdate,
+    (change) => {
+      const settings = state.applySettings(change);
+      const parts = [
+        ...(change.model !== undefined ? [`model is now ${settings.model}`] : []),
+        ...(change.think !== undefined ? [`thinking is now ${settings.think}`] : []),
+      ];
+      const tail = running ? ' (from the next turn on)' : '';
+      return { settings, message: `OK: ${parts.join(', ')}${tail}.` };
+    },
+    { validator: (change) => SessionState.validateSettings(change) },
+  );
+
+  setHandler(statusQuery, (): SessionStatus => ({
+    sessionId,
+    running: running ? { turnId: running.turnId, startedAt: running.startedAt } : null,
+    queueLength: state.queue.length,
+    settings: { ...state.settings },
+    tokens: { ...state.tokens },
+    turnsStarted: state.turnsStarted,
+    generation: state.generation,
+    pendingSteers: state.pendingSteers.length,
+  }));
+
+  const timeToContinue = () =>
+    state.shouldContinueAsNew(input.limits.maxTurnsPerRun, workflowInfo().continueAsNewSuggested);
+
+  for (;;) {
+    await condition(() => state.queue.length > 0 || newTaskBy !== undefined || timeToContinue());
+    if (newTaskBy !== undefined || timeToContinue()) break;
+
+    if (state.dropped > 0) {
+      const n = state.dropped;
+      state.dropped = 0;
+      await notify(`The queue was full: ${plural(n, 'older message')} were dropped.`);
+    }
+    const batch = state.takeBatch();
+    const turnNumber = ++state.turnsStarted;
+    state.turnsThisRun++;
+    const turnId = turnWorkflowId(sessionId, epoch, turnNumber);
+    const steers = state.takeSteers();
+    const turn: RunningTurn = {
+      turnId,
+      startedAt: new Date(Date.now()).toISOString(),
+      scope: new CancellationScope(),
+      buffered: [],
+    };
+    running = turn;
+    try {
+      const result = await turn.scope.run(async () => {
+        const handle = await startChild(turnWorkflow, {
+          workflowId: turnId,
+          args: [
+            {
+              sessionId,
+              turnId,
+              conversation: input.conversation,
+              inbound: batch,
+              workingSet: state.workingSet,
+              settings: { ...state.settings },
+              steers,
+              maxSteps: input.limits.maxSteps,
+            },
+          ],
+          cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+          parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+          typedSearchAttributes: [
+            { key: PlatformAttr, value: input.conversation.platform },
+            { key: ChatAttr, value: input.conversation.chatId },
+            { key: KindAttr, value: 'turn' },
+          ],
+          staticSummary: `Turn ${turnNumber} of ${input.conversation.platform} chat ${input.conversation.chatId} (${plural(batch.length, 'message')}, ${state.settings.model})`,
+        });
+        turn.handle = handle;
+        for (const note of turn.buffered.splice(0)) await handle.signal(turnSteerSignal, note);
+        return await handle.result();
+      });
+      state.recordTurn({ inbound: batch.map((m) => m.key), ...(result.replyKey ? { reply: result.replyKey } : {}) }, result.usage);
+      state.pendingSteers.unshift(...result.unappliedSteers);
+    } catch (err) {
+      state.recordTurn({ inbound: batch.map((m) => m.key) }, { input: 0, output: 0, total: 0 });
+      if (isCancellation(err)) {
+        if (newTaskBy === undefined) {
+          await notify(
+            `Stopped the running turn. ${plural(state.queue.length, 'queued message')} kept.`,
+            `${turnId}:stopped`,
+          );
+        }
+      } else {
+        await notify(`The turn failed unexpectedly and was abandoned: ${(err as Error).message}`, `${turnId}:failed`);
+      }
+    } finally {
+      running = null;
+    }
+  }
+
+  await condition(allHandlersFinished);
+  if (newTaskBy !== undefined) {
+    const carried = state.carryForNewTask();
+    await notify(
+      `New task started: the earlier context is cleared.${carried.queue.length ? ` ${plural(carried.queue.length, 'queued message')} will be answered in the new task.` : ''}`,
+    );
+    await continueAsNew<typeof sessionWorkflow>({ ...input, settings: state.settings, carried });
+  }
+  await continueAsNew<typeof sessionWorkflow>({ ...input, settings: state.settings, carried: state.carry() });
+}
