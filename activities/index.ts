@@ -21,7 +21,7 @@ export interface ActivityDeps {
   senders?: Senders;
   log?: Logger;
   /** Called after a message lands in a transcript (live updates for adapters). */
-  onTranscript?: (sessionId: string) => void;
+  onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void;
   /** How often the model activity heartbeats while it waits and streams. */
   heartbeatEveryMs?: number;
 }
@@ -178,7 +178,7 @@ export function createActivities(deps: ActivityDeps) {
           data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 },
         });
       }
-      if (outcome.sent) deps.onTranscript?.(input.sessionId);
+      if (outcome.sent) deps.onTranscript?.(input.sessionId, input.kind === 'reply' ? 'assistant' : 'system');
       return outcome;
     },
   };

@@ -71,7 +71,7 @@ export interface IngressDeps {
   limits: SessionLimits;
   log?: Logger;
   /** Called after a message lands in a transcript (live updates for adapters). */
-  onTranscript?: (sessionId: string) => void;
+  onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void;
 }
 
 const PROVIDER_SETUP: Record<Provider, string> = {
@@ -125,7 +125,7 @@ export function createIngress(deps: IngressDeps): Ingress {
   async function recordSystem(sessionId: string, key: string, text: string): Promise<void> {
     try {
       await db.message.create({ data: { key, sessionId, role: 'system', text } });
-      deps.onTranscript?.(sessionId);
+      deps.onTranscript?.(sessionId, 'system');
     } catch (err) {
       if (!isUniqueViolation(err)) throw err;
     }
@@ -254,7 +254,7 @@ export function createIngress(deps: IngressDeps): Ingress {
         if (isUniqueViolation(err)) return { workflowId, kind, duplicate: true };
         throw err;
       }
-      deps.onTranscript?.(workflowId);
+      deps.onTranscript?.(workflowId, 'user');
       await db.session.upsert({
         where: { id: workflowId },
         create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },

@@ -5,18 +5,20 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDb, migrateDatabase } from '../activities/db.js';
+import { createDb } from '../activities/db.js';
+import { migrateDatabase } from './migrate.js';
 import { listReceipts } from '../activities/receipts.js';
 import { runChat } from '../adapters/cli/chat.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
 import { createLogger } from './logger.js';
-import { redactUrl, startSteward } from './start.js';
+import { redactUrl, startSteward, startWorkerOnly } from './start.js';
 
 const USAGE = `Usage: steward <command> [options]
 
 Commands:
   start                 Start Steward: Temporal (embedded unless TEMPORAL_ADDRESS is set),
                         the database, the worker and the HTTP API.
+  worker                Run a worker only, polling TEMPORAL_ADDRESS.
   chat [--chat ID] [--user NAME] [--url URL] [--token TOKEN]
                         Chat with the agent of a running Steward.
   migrate               Apply database migrations (DATABASE_URL).
@@ -80,6 +82,20 @@ async function start(): Promise<void> {
   process.on('SIGTERM', () => shutdown('SIGTERM'));
 }
 
+async function worker(): Promise<void> {
+  const cfg = config();
+  const log = createLogger(cfg.logLevel);
+  const w = await startWorkerOnly(cfg, log);
+  process.stdout.write(`Steward worker polling ${cfg.temporal.taskQueue} on ${cfg.temporal.address} (namespace ${cfg.temporal.namespace}).\n`);
+  const stop = () => {
+    w.stop().catch((err: unknown) => log.error({ err }, 'worker shutdown failed'));
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+  await w.done;
+  process.stdout.write('Steward worker stopped.\n');
+}
+
 async function chat(args: string[]): Promise<void> {
   const { values } = parseArgs({
     args,
@@ -131,6 +147,9 @@ try {
   switch (command) {
     case 'start':
       await start();
+      break;
+    case 'worker':
+      await worker();
       break;
     case 'chat':
       await chat(rest);

@@ -4,12 +4,14 @@
  * it down in order.
  */
 import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import type { Logger } from 'pino';
-import { createDb, migrateDatabase, type Db } from '../activities/db.js';
+import { createDb, type Db } from '../activities/db.js';
+import { migrateDatabase } from './migrate.js';
 import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
 import { createIngress } from '../adapters/ingress.js';
@@ -30,6 +32,8 @@ export interface RunningSteward {
   modelConfigured: boolean;
   db: Db;
   client: Client;
+  /** Emits `transcript` (session id, role) whenever a message lands in a session's transcript. */
+  events: EventEmitter<{ transcript: [sessionId: string, role: 'user' | 'assistant' | 'system'] }>;
   stop(): Promise<void>;
 }
 
@@ -64,6 +68,9 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       }
     }
   };
+  const events = new EventEmitter<{ transcript: [sessionId: string, role: 'user' | 'assistant' | 'system'] }>();
+  events.setMaxListeners(0);
+  const onTranscript = (sessionId: string, role: 'user' | 'assistant' | 'system') => events.emit('transcript', sessionId, role);
   try {
     await mkdir(config.dataDir, { recursive: true });
     const { token, generated } = await resolveApiToken(config);
@@ -104,7 +111,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       connection: nativeConnection,
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
-      deps: { db, models, systemPrompt: config.model.systemPrompt, log },
+      deps: { db, models, systemPrompt: config.model.systemPrompt, log, onTranscript },
     });
     const workerRun = worker.run();
     cleanups.push(async () => {
@@ -122,6 +129,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       configuredProviders: () => models.configuredProviders(),
       limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun },
       log,
+      onTranscript,
     });
     const app = createHttpApp({
       ingress,
@@ -161,12 +169,43 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       modelConfigured: models.isConfigured(config.model.default),
       db,
       client,
+      events,
       stop: stopAll,
     };
   } catch (err) {
     await stopAll();
     throw err;
   }
+}
+
+/**
+ * A worker process alone (`steward worker`): connects to TEMPORAL_ADDRESS, migrates the
+ * database and polls the interactive task queue until stopped.
+ */
+export async function startWorkerOnly(config: StewardConfig, log: Logger): Promise<{ stop(): Promise<void>; done: Promise<void> }> {
+  if (!config.temporal.address) throw new Error('TEMPORAL_ADDRESS: expected host:port of the Temporal frontend the worker should poll');
+  const { connection, nativeConnection } = await connectTemporal(config.temporal, config.temporal.address);
+  await migrateDatabase(config.databaseUrl);
+  const db = createDb(config.databaseUrl);
+  const models = createModelRegistry(config.model.providers);
+  const worker = await createStewardWorker({
+    connection: nativeConnection,
+    namespace: config.temporal.namespace,
+    taskQueue: config.temporal.taskQueue,
+    deps: { db, models, systemPrompt: config.model.systemPrompt, log },
+  });
+  const done = worker.run().finally(async () => {
+    await db.$disconnect();
+    await nativeConnection.close();
+    await connection.close();
+  });
+  return {
+    done,
+    async stop() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await done;
+    },
+  };
 }
 
 export type { NativeConnection, Connection };

@@ -60,3 +60,12 @@ describe('configuration', () => {
     assert.throws(() => loadConfig({ STEWARD_CONFIG: path.join(cwd, 'missing.json') }, cwd), /STEWARD_CONFIG: no such file/);
   });
 });
+
+describe('.env.example', () => {
+  it('documents every setting', async () => {
+    const { readFileSync } = await import('node:fs');
+    const { ConfigEnvSchema } = await import('../../config/index.js');
+    const text = readFileSync(new URL('../../.env.example', import.meta.url), 'utf8');
+    for (const key of Object.keys(ConfigEnvSchema.shape)) assert.match(text, new RegExp(`^#? ?${key}=`, 'm'), key);
+  });
+});

@@ -1,0 +1,30 @@
+/**
+ * Temporal test environments on the installed binaries (existing-path executables), with the
+ * SDK's own download as the fallback on machines that have internet.
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli, freePort } from '../../platform/temporal-server.js';
+import { ChatAttr, KindAttr, PlatformAttr } from '../../workflows/search-attributes.js';
+
+export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> {
+  const cli = findTemporalCli();
+  return TestWorkflowEnvironment.createLocal({
+    server: {
+      ...(cli ? { executable: { type: 'existing-path' as const, path: cli } } : {}),
+      ip: '127.0.0.1',
+      searchAttributes: [PlatformAttr, ChatAttr, KindAttr],
+      extraArgs: [
+        ...DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),
+        '--http-port',
+        String(await freePort()),
+        '--metrics-port',
+        String(await freePort()),
+      ],
+    },
+  });
+}
+
+export async function createTimeSkippingEnvironment(): Promise<TestWorkflowEnvironment> {
+  const bin = findProgram('temporal-test-server');
+  return TestWorkflowEnvironment.createTimeSkipping(bin ? { server: { executable: { type: 'existing-path', path: bin } } } : {});
+}

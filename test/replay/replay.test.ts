@@ -1,0 +1,36 @@
+/**
+ * Replays recorded histories of real runs (test/replay/histories/*.json, written by
+ * scripts/record-histories.ts) against the current workflow code. A change that would break
+ * running histories fails here before it ships. JSON histories also guard the protobufjs 8
+ * dedupe that `historyFromJSON` needs (see TOOLCHAIN.md).
+ */
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { describe, it } from 'node:test';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
+import { Worker } from '@temporalio/worker';
+import { testBundle } from '../helpers/steward.js';
+
+const dir = new URL('./histories/', import.meta.url);
+const files = readdirSync(dir).filter((f) => f.endsWith('.json')).sort();
+
+describe('replay of recorded histories', () => {
+  it('has recorded histories of sessions and turns', () => {
+    assert.ok(files.some((f) => f.startsWith('session-')), 'a session history');
+    assert.ok(files.some((f) => f.startsWith('turn-')), 'a turn history');
+  });
+
+  it('replays every history without nondeterminism', async () => {
+    const bundle = await testBundle();
+    const histories = files.map((f) => ({
+      workflowId: f,
+      history: historyFromJSON(JSON.parse(readFileSync(new URL(f, dir), 'utf8'))),
+    }));
+    let replayed = 0;
+    for await (const result of Worker.runReplayHistories({ workflowBundle: bundle, replayName: 'steward-replay' }, histories)) {
+      assert.equal(result.error, undefined, `${result.workflowId}: ${String(result.error)}`);
+      replayed++;
+    }
+    assert.equal(replayed, files.length);
+  });
+});
