@@ -1,0 +1,257 @@
+/**
+ * The HTTP API (a contract other tools rely on): messages in, transcript and status out,
+ * health, and an OpenAPI description generated from the same zod schemas that validate
+ * requests. Every rejected request is answered before anything reaches ingress.
+ */
+import { randomUUID, timingSafeEqual } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { serve } from '@hono/node-server';
+import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { bodyLimit } from 'hono/body-limit';
+import { HTTPException } from 'hono/http-exception';
+import type { Logger } from 'pino';
+import { sessionWorkflowId } from '../../common/ids.js';
+import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
+import type { Ingress } from '../ingress.js';
+
+/** Largest request body accepted (bytes); larger bodies are refused while being read. */
+export const MAX_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 4096;
+
+const ErrorSchema = z
+  .object({
+    error: z.string(),
+    issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .openapi('Error');
+
+const ChatIdParam = z.object({
+  chatId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[A-Za-z0-9._@+=-]+$/, 'chat ids use letters, digits and . _ @ + = -')
+    .openapi({ param: { name: 'chatId', in: 'path' }, example: 'support-room' }),
+});
+
+const PostMessageBody = z
+  .object({
+    text: z.string().min(1, 'text must not be empty').max(MAX_MESSAGE_CHARS, `text is longer than ${MAX_MESSAGE_CHARS} characters`),
+    user: z.string().min(1).max(200).optional(),
+  })
+  .strict()
+  .openapi('PostMessage');
+
+const PostMessageResult = z
+  .object({
+    workflowId: z.string(),
+    kind: z.enum(['message', 'command']),
+    duplicate: z.boolean(),
+    reply: z.string().optional(),
+  })
+  .openapi('PostMessageResult');
+
+const TranscriptQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(1000).optional().openapi({ param: { name: 'limit', in: 'query' } }),
+  after: z.coerce.number().int().min(0).optional().openapi({ param: { name: 'after', in: 'query' }, description: 'only entries after this seq' }),
+});
+
+const Transcript = z
+  .object({
+    messages: z.array(
+      z.object({
+        seq: z.number().int().optional(),
+        role: z.enum(['user', 'assistant', 'system']),
+        text: z.string(),
+        at: z.string(),
+        user: z.string().optional(),
+      }),
+    ),
+  })
+  .openapi('Transcript');
+
+const Status = z
+  .object({
+    workflowId: z.string(),
+    exists: z.boolean(),
+    running: z.object({ turnId: z.string(), step: z.number(), phase: z.string(), startedAt: z.string() }).nullable(),
+    queueLength: z.number(),
+    model: z.string(),
+    think: z.string(),
+    tokens: z.object({ input: z.number(), output: z.number(), total: z.number() }),
+    turns: z.number(),
+  })
+  .openapi('SessionStatus');
+
+const Health = z.object({ ok: z.boolean(), checks: z.record(z.string(), z.string()) }).openapi('Health');
+
+const errors = {
+  400: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Malformed or invalid request' },
+  401: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Missing or wrong bearer token' },
+};
+
+const postMessage = createRoute({
+  method: 'post',
+  path: '/api/v1/chats/{chatId}/messages',
+  summary: 'Send a message (or a /command) to the chat session',
+  security: [{ bearer: [] }],
+  request: {
+    params: ChatIdParam,
+    headers: z.object({ 'idempotency-key': z.string().min(1).max(200).optional() }),
+    body: { content: { 'application/json': { schema: PostMessageBody } }, required: true },
+  },
+  responses: {
+    202: { content: { 'application/json': { schema: PostMessageResult } }, description: 'Accepted: queued for the session, or the command was handled' },
+    ...errors,
+    413: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Body too large' },
+    415: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Not JSON' },
+  },
+});
+
+const getMessages = createRoute({
+  method: 'get',
+  path: '/api/v1/chats/{chatId}/messages',
+  summary: "The chat's transcript",
+  security: [{ bearer: [] }],
+  request: { params: ChatIdParam, query: TranscriptQuery },
+  responses: { 200: { content: { 'application/json': { schema: Transcript } }, description: 'Transcript, oldest first' }, ...errors },
+});
+
+const getStatus = createRoute({
+  method: 'get',
+  path: '/api/v1/chats/{chatId}/status',
+  summary: "The session's status (running turn and step, queue, model, tokens)",
+  security: [{ bearer: [] }],
+  request: { params: ChatIdParam },
+  responses: { 200: { content: { 'application/json': { schema: Status } }, description: 'Status' }, ...errors },
+});
+
+const health = createRoute({
+  method: 'get',
+  path: '/healthz',
+  summary: 'Health: ok once the worker polls and Temporal and the database answer',
+  responses: {
+    200: { content: { 'application/json': { schema: Health } }, description: 'Healthy' },
+    503: { content: { 'application/json': { schema: Health } }, description: 'Not (yet) healthy' },
+  },
+});
+
+export interface HttpDeps {
+  ingress: Ingress;
+  apiToken: string;
+  health: () => Promise<{ ok: boolean; checks: Record<string, string> }>;
+  log?: Logger;
+  /** The account name HTTP chats belong to. */
+  account?: string;
+}
+
+function tokenMatches(header: string | undefined, token: string): boolean {
+  const m = /^Bearer\s+(.+)$/i.exec(header ?? '');
+  if (!m?.[1]) return false;
+  const a = Buffer.from(m[1].trim());
+  const b = Buffer.from(token);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+export function createHttpApp(deps: HttpDeps) {
+  const account = deps.account ?? 'default';
+  const app = new OpenAPIHono({
+    defaultHook: (result, c) => {
+      if (!result.success) {
+        const issues = result.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+        return c.json({ error: `invalid request: ${issues.map((i) => `${i.path || '(body)'}: ${i.message}`).join('; ')}`, issues }, 400);
+      }
+      return undefined;
+    },
+  });
+
+  app.onError((err, c) => {
+    if (err instanceof HTTPException) {
+      const status = err.status;
+      const message = /malformed json/i.test(err.message) ? 'malformed JSON in the request body' : err.message;
+      return c.json({ error: message }, status);
+    }
+    deps.log?.error({ err }, 'request failed');
+    return c.json({ error: 'internal error' }, 500);
+  });
+  app.notFound((c) => c.json({ error: `no route for ${c.req.method} ${new URL(c.req.url).pathname}` }, 404));
+
+  app.use('/api/v1/*', async (c, next) => {
+    if (!tokenMatches(c.req.header('authorization'), deps.apiToken)) {
+      return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });
+    }
+    await next();
+    return undefined;
+  });
+  app.post(
+    '/api/v1/chats/:chatId/messages',
+    bodyLimit({ maxSize: MAX_BODY_BYTES, onError: (c) => c.json({ error: `request body is larger than ${MAX_BODY_BYTES} bytes` }, 413) }),
+    async (c, next) => {
+      const type = c.req.header('content-type') ?? '';
+      if (!/^application\/json\b/i.test(type)) return c.json({ error: 'expected Content-Type: application/json' }, 415);
+      await next();
+      return undefined;
+    },
+  );
+
+  app.openapi(postMessage, async (c) => {
+    const { chatId } = c.req.valid('param');
+    const body = c.req.valid('json');
+    const idem = c.req.valid('header')['idempotency-key'];
+    const result = await deps.ingress.handle({
+      id: idem ?? randomUUID(),
+      platform: 'http',
+      account,
+      chatId,
+      user: body.user ?? 'api',
+      text: body.text,
+      at: new Date().toISOString(),
+    });
+    return c.json(result, 202);
+  });
+
+  app.openapi(getMessages, async (c) => {
+    const { chatId } = c.req.valid('param');
+    const q = c.req.valid('query');
+    const sessionId = sessionWorkflowId({ platform: 'http', account, chatId });
+    const messages = await deps.ingress.transcript(sessionId, {
+      ...(q.limit !== undefined ? { limit: q.limit } : {}),
+      ...(q.after !== undefined ? { afterSeq: q.after } : {}),
+    });
+    return c.json({ messages }, 200);
+  });
+
+  app.openapi(getStatus, async (c) => {
+    const { chatId } = c.req.valid('param');
+    return c.json(await deps.ingress.status(sessionWorkflowId({ platform: 'http', account, chatId })), 200);
+  });
+
+  app.openapi(health, async (c) => {
+    const h = await deps.health();
+    return c.json(h, h.ok ? 200 : 503);
+  });
+
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearer', { type: 'http', scheme: 'bearer' });
+  app.doc31('/api/openapi.json', {
+    openapi: '3.1.0',
+    info: { title: 'Steward API', version: '1.0.0', description: 'Send messages to agent sessions and read their transcripts.' },
+  });
+  return app;
+}
+
+export async function startHttpServer(app: { fetch: (req: Request) => Response | Promise<Response> }, opts: { host: string; port: number }): Promise<{ url: string; close(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const server = serve({ fetch: app.fetch, hostname: opts.host, port: opts.port }, (info: AddressInfo) => {
+      const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+      resolve({
+        url: `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${info.port}`,
+        close: () =>
+          new Promise<void>((res) => {
+            const s = server as unknown as { closeAllConnections?: () => void; close(cb: () => void): void };
+            s.close(() => res());
+            s.closeAllConnections?.();
+          }),
+      });
+    });
+    server.once('error', reject);
+  });
+}
