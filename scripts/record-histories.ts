@@ -59,6 +59,7 @@ try {
       runs.push({ workflowId: wf.workflowId, runId: wf.runId });
     }
     let i = 0;
+    const index: Record<string, string> = {};
     for (const run of runs.reverse()) {
       const handle = env.client.workflow.getHandle(run.workflowId, run.runId);
       const desc = await handle.describe();
@@ -67,8 +68,11 @@ try {
       const kind = run.workflowId.includes(':turn:') ? 'turn' : 'session';
       const file = new URL(`${kind}-${String(++i).padStart(2, '0')}.json`, outDir);
       await writeFile(file, `${historyToJSON(history)}\n`);
+      index[`${kind}-${String(i).padStart(2, '0')}.json`] = run.workflowId;
       console.log(`wrote ${file.pathname} (${history.events?.length ?? 0} events, ${desc.type})`);
     }
+    // Replay needs each history's workflow id (child ids are derived from it).
+    await writeFile(new URL('workflow-ids.json', outDir), `${JSON.stringify(index, null, 2)}\n`);
   });
 } finally {
   await model.close();
