@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import type { NativeConnection } from '@temporalio/worker';
+import { DefaultLogger, Runtime, type LogLevel, type NativeConnection } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import { createDb, type Db } from '../activities/db.js';
 import { migrateDatabase } from './migrate.js';
@@ -57,7 +57,22 @@ export function redactUrl(url: string): string {
   return url.replace(/\/\/([^:/@]+):([^@]+)@/, '//$1:***@');
 }
 
+/** Route the Temporal SDK's logs into Steward's structured log. */
+export function installTemporalRuntime(log: Logger): void {
+  const levels: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = { TRACE: 'trace', DEBUG: 'debug', INFO: 'info', WARN: 'warn', ERROR: 'error' };
+  try {
+    Runtime.install({
+      logger: new DefaultLogger('WARN', (entry) => {
+        log[levels[entry.level]]({ sdk: entry.meta }, entry.message);
+      }),
+    });
+  } catch {
+    // a runtime is already installed in this process
+  }
+}
+
 export async function startSteward(config: StewardConfig, log: Logger): Promise<RunningSteward> {
+  installTemporalRuntime(log);
   const cleanups: Array<() => Promise<void>> = [];
   const stopAll = async () => {
     for (const fn of cleanups.reverse().splice(0)) {
@@ -183,6 +198,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
  * database and polls the interactive task queue until stopped.
  */
 export async function startWorkerOnly(config: StewardConfig, log: Logger): Promise<{ stop(): Promise<void>; done: Promise<void> }> {
+  installTemporalRuntime(log);
   if (!config.temporal.address) throw new Error('TEMPORAL_ADDRESS: expected host:port of the Temporal frontend the worker should poll');
   const { connection, nativeConnection } = await connectTemporal(config.temporal, config.temporal.address);
   await migrateDatabase(config.databaseUrl);

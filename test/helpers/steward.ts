@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Db } from '../../activities/db.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../activities/model.js';
 import { createIngress, type Ingress, type IngressResult } from '../../adapters/ingress.js';
@@ -14,6 +14,13 @@ import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
 import { workflowsPath } from '../../workers/bundle.js';
 import { createStewardWorker } from '../../workers/main.js';
+
+// Keep test output readable: the SDK's own logs at WARN and above only.
+try {
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+} catch {
+  // already installed in this process
+}
 
 let bundlePromise: Promise<WorkflowBundleWithSourceMap> | undefined;
 /** The workflow bundle, built once per test process. */

@@ -12,6 +12,7 @@ export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> 
     server: {
       ...(cli ? { executable: { type: 'existing-path' as const, path: cli } } : {}),
       ip: '127.0.0.1',
+      log: { format: 'pretty', level: 'error' },
       searchAttributes: [PlatformAttr, ChatAttr, KindAttr],
       extraArgs: [
         ...DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),

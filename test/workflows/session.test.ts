@@ -140,8 +140,11 @@ for (const database of testDatabases()) {
         const text = await h.send('/status');
         assert.match(text.reply ?? '', /step 1 \(model\)/);
         await h.waitForMessage((m) => m.role === 'assistant');
-        const done = await h.ingress.status(h.sessionId);
-        assert.equal(done.running, null);
+        // The reply lands just before the turn workflow completes; then the session is idle.
+        const done = await waitFor(async () => {
+          const st = await h.ingress.status(h.sessionId);
+          return st.running === null ? st : undefined;
+        }, 'the session to be idle');
         assert.ok(done.tokens.total > 0, 'token use is counted');
 
         const m = await h.send('/model openai-compatible:other-model');
