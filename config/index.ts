@@ -75,6 +75,11 @@ export const ConfigEnvSchema = z.object({
   TEMPORAL_TLS_CA: optionalString,
   TEMPORAL_TLS_SERVER_NAME: optionalString,
   STEWARD_TASK_QUEUE: z.string().trim().min(1).default('steward-interactive'),
+  STEWARD_WORKER_MAX_CACHED_WORKFLOWS: z.coerce
+    .number({ error: 'expected a whole number of workflows (0 or more)' })
+    .int('expected a whole number of workflows (0 or more)')
+    .min(0, 'expected a whole number of workflows (0 or more)')
+    .default(200),
   DATABASE_URL: optionalString.refine((v) => v === undefined || /^(file:|postgres(ql)?:\/\/)/.test(v), {
     message: 'expected a SQLite URL (file:/path/steward.db) or a PostgreSQL URL (postgresql://user:pass@host:5432/db)',
   }),
@@ -106,6 +111,8 @@ export interface StewardConfig {
     tls?: { certPath?: string; keyPath?: string; caPath?: string; serverName?: string };
     embedded: { port: number; uiPort: number; ui: boolean; cliPath?: string };
     taskQueue: string;
+    /** Workflows a worker keeps in memory; idle sessions beyond it are evicted and replayed when they wake. */
+    maxCachedWorkflows: number;
   };
   databaseUrl: string;
   logLevel: ConfigEnv['STEWARD_LOG_LEVEL'];
@@ -236,6 +243,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
         ...(e.TEMPORAL_CLI_PATH ? { cliPath: e.TEMPORAL_CLI_PATH } : {}),
       },
       taskQueue: e.STEWARD_TASK_QUEUE,
+      maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
     },
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,

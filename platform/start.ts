@@ -126,6 +126,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       connection: nativeConnection,
       namespace: config.temporal.namespace,
       taskQueue: config.temporal.taskQueue,
+      maxCachedWorkflows: config.temporal.maxCachedWorkflows,
       deps: { db, models, systemPrompt: config.model.systemPrompt, log, onTranscript },
     });
     const workerRun = worker.run();
@@ -208,6 +209,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
     connection: nativeConnection,
     namespace: config.temporal.namespace,
     taskQueue: config.temporal.taskQueue,
+    maxCachedWorkflows: config.temporal.maxCachedWorkflows,
     deps: { db, models, systemPrompt: config.model.systemPrompt, log },
   });
   const done = worker.run().finally(async () => {

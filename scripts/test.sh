@@ -7,6 +7,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 started_pg=""
 if [ "${STEWARD_TEST_PG:-1}" != "0" ] && [ -z "${STEWARD_TEST_PG_URL:-}" ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ -z "${STEWARD_PG_PORT:-}" ]; then
+    # a port of its own, so a PostgreSQL already running on this machine never collides
+    STEWARD_PG_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 55432)"
+    export STEWARD_PG_PORT
+  fi
   if scripts/pg.sh start; then
     started_pg=1
     STEWARD_TEST_PG_URL="$(scripts/pg.sh url)"
