@@ -19,12 +19,13 @@ describe('the started stack', () => {
   let steward: Spawned;
   let api: string;
   let dataDir: string;
+  let stewardEnv: NodeJS.ProcessEnv;
 
   before(async () => {
     model = await startModelServer();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-e2e-'));
     const [httpPort, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
-    steward = spawnProcess('./steward', ['start'], {
+    stewardEnv = {
       ...process.env,
       STEWARD_DATA_DIR: dataDir,
       STEWARD_HTTP_PORT: String(httpPort),
@@ -36,7 +37,8 @@ describe('the started stack', () => {
       STEWARD_LOG_LEVEL: 'warn',
       DATABASE_URL: '',
       TEMPORAL_ADDRESS: '',
-    });
+    };
+    steward = spawnProcess('./steward', ['start'], stewardEnv);
     const m = await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 120_000);
     api = m[1] ?? '';
     await steward.waitForOutput(/Temporal UI:\s+http:\/\/127\.0\.0\.1:\d+/);
@@ -66,6 +68,13 @@ describe('the started stack', () => {
     assert.equal(r.status, 200);
     const body = (await r.json()) as { ok: boolean };
     assert.equal(body.ok, true);
+  });
+
+  it('serves the Temporal Web UI', async () => {
+    const ui = /Temporal UI:\s+(http:\/\/\S+)/.exec(steward.output())?.[1] ?? '';
+    const r = await fetch(ui);
+    assert.equal(r.status, 200);
+    assert.match(await r.text(), /<html/i);
   });
 
   it('prints where everything is', () => {
@@ -141,5 +150,26 @@ describe('the started stack', () => {
     const { code } = await steward.exited;
     assert.equal(code, 0);
     assert.match(steward.output(), /Steward stopped\./);
+  });
+
+  it('keeps sessions and transcripts across a restart on the same data directory', async () => {
+    steward = spawnProcess('./steward', ['start'], stewardEnv);
+    await steward.waitForOutput(/Steward is running/, 120_000);
+    const before = await transcript('e2e-chat');
+    assert.equal(before.length, 2);
+    const st = (await (await fetch(`${api}/api/v1/chats/e2e-chat/status`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as { exists: boolean; turns: number };
+    assert.equal(st.exists, true, 'the session workflow survived the restart');
+    assert.equal(st.turns, 1);
+    model.enqueue({ text: 'still here' });
+    assert.equal((await post('e2e-chat', JSON.stringify({ text: 'are you still there?' }))).status, 202);
+    let messages: Array<{ role: string; text: string }> = [];
+    for (let i = 0; i < 200; i++) {
+      messages = await transcript('e2e-chat');
+      if (messages.filter((m) => m.role === 'assistant').length === 2) break;
+      await sleep(100);
+    }
+    assert.equal(messages.at(-1)?.text, 'still here');
+    const history = model.requests.at(-1)?.body as { messages: Array<{ content: unknown }> };
+    assert.match(JSON.stringify(history.messages), /hello steward/, 'the new turn still sees the earlier one');
   });
 });
