@@ -1,9 +1,25 @@
 /**
  * Ingress: the one path from any adapter into the session workflows. Adapters normalise
  * into InboundMessage and call `Ingress.handle`; they never call a model.
- * (Interface first; implementation follows in this file.)
  */
 import type { InboundMessage } from '../common/schemas.js';
+import {
+  WithStartWorkflowOperation,
+  WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
+  type Client,
+} from '@temporalio/client';
+import type { Logger } from 'pino';
+import { helpText, parseText, type ParsedCommand } from '../common/commands.js';
+import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import { parseModelRef, type Provider } from '../common/schemas.js';
+import type { Db } from '../activities/db.js';
+import { isUniqueViolation } from '../activities/prisma-errors.js';
+import { writeReceipt } from '../activities/receipts.js';
+import { readTranscript } from '../activities/transcript.js';
+import { inboundSignal, newTaskSignal, settingsUpdate, statusQuery, steerUpdate, stopSignal, turnStatusQuery } from '../workflows/messages.js';
+import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 
 export interface IngressResult {
   /** The conversation's session workflow id. */
@@ -41,26 +57,6 @@ export interface Ingress {
   status(sessionId: string): Promise<SessionStatusView>;
 }
 
-// ---------------------------------------------------------------------------------------
-// Implementation
-
-import {
-  WithStartWorkflowOperation,
-  WorkflowNotFoundError,
-  WorkflowUpdateFailedError,
-  type Client,
-} from '@temporalio/client';
-import type { Logger } from 'pino';
-import { helpText, parseText, type ParsedCommand } from '../common/commands.js';
-import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { parseModelRef, type Provider } from '../common/schemas.js';
-import type { Db } from '../activities/db.js';
-import { isUniqueViolation } from '../activities/prisma-errors.js';
-import { writeReceipt } from '../activities/receipts.js';
-import { readTranscript } from '../activities/transcript.js';
-import { inboundSignal, newTaskSignal, settingsUpdate, statusQuery, steerUpdate, stopSignal, turnStatusQuery } from '../workflows/messages.js';
-import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
-import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 
 export interface IngressDeps {
   client: Client;

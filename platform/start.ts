@@ -7,10 +7,11 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
 import { DefaultLogger, Runtime, type LogLevel, type NativeConnection } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import { createDb, type Db } from '../activities/db.js';
+import type { ActivityDeps } from '../activities/index.js';
 import { migrateDatabase } from './migrate.js';
 import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
@@ -71,6 +72,16 @@ export function installTemporalRuntime(log: Logger): void {
   }
 }
 
+function workerFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps) {
+  return createStewardWorker({
+    connection,
+    namespace: config.temporal.namespace,
+    taskQueue: config.temporal.taskQueue,
+    maxCachedWorkflows: config.temporal.maxCachedWorkflows,
+    deps,
+  });
+}
+
 export async function startSteward(config: StewardConfig, log: Logger): Promise<RunningSteward> {
   installTemporalRuntime(log);
   const cleanups: Array<() => Promise<void>> = [];
@@ -122,13 +133,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
 
     // Worker
     const models = createModelRegistry(config.model.providers);
-    const worker = await createStewardWorker({
-      connection: nativeConnection,
-      namespace: config.temporal.namespace,
-      taskQueue: config.temporal.taskQueue,
-      maxCachedWorkflows: config.temporal.maxCachedWorkflows,
-      deps: { db, models, systemPrompt: config.model.systemPrompt, log, onTranscript },
-    });
+    const worker = await workerFor(config, nativeConnection, { db, models, systemPrompt: config.model.systemPrompt, log, onTranscript });
     const workerRun = worker.run();
     cleanups.push(async () => {
       if (worker.getState() === 'RUNNING') worker.shutdown();
@@ -205,13 +210,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
   const models = createModelRegistry(config.model.providers);
-  const worker = await createStewardWorker({
-    connection: nativeConnection,
-    namespace: config.temporal.namespace,
-    taskQueue: config.temporal.taskQueue,
-    maxCachedWorkflows: config.temporal.maxCachedWorkflows,
-    deps: { db, models, systemPrompt: config.model.systemPrompt, log },
-  });
+  const worker = await workerFor(config, nativeConnection, { db, models, systemPrompt: config.model.systemPrompt, log });
   const done = worker.run().finally(async () => {
     await db.$disconnect();
     await nativeConnection.close();
@@ -226,4 +225,3 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   };
 }
 
-export type { NativeConnection, Connection };
