@@ -101,6 +101,13 @@ export function driverAdapter(url: string): SqlMigrationAwareDriverAdapterFactor
     : new PrismaBetterSqlite3({ url: sqlitePath(url), timeout: 10_000 });
 }
 
+/** Connection settings worth applying once per process: WAL for SQLite (readers never wait on the writer). */
+export async function tuneDb(db: Db, url: string): Promise<void> {
+  if (databaseKind(url) !== 'sqlite') return;
+  await db.$queryRawUnsafe('PRAGMA journal_mode = WAL');
+  await db.$queryRawUnsafe('PRAGMA synchronous = NORMAL');
+}
+
 export function createDb(url: string): Db {
   if (databaseKind(url) === 'postgres') {
     return new PostgresClient({ adapter: driverAdapter(url) }) as unknown as Db;

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { DefaultLogger, Runtime, type LogLevel, type NativeConnection } from '@temporalio/worker';
 import type { Logger } from 'pino';
-import { createDb, type Db } from '../activities/db.js';
+import { createDb, tuneDb, type Db } from '../activities/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 import { migrateDatabase } from './migrate.js';
 import { createModelRegistry } from '../activities/model.js';
@@ -130,6 +130,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     await migrateDatabase(config.databaseUrl);
     const db = createDb(config.databaseUrl);
     cleanups.push(() => db.$disconnect());
+    await tuneDb(db, config.databaseUrl);
 
     // Worker
     const models = createModelRegistry(config.model.providers);
@@ -209,6 +210,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   const { connection, nativeConnection } = await connectTemporal(config.temporal, config.temporal.address);
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
+  await tuneDb(db, config.databaseUrl);
   const models = createModelRegistry(config.model.providers);
   const worker = await workerFor(config, nativeConnection, { db, models, systemPrompt: config.model.systemPrompt, log });
   const done = worker.run().finally(async () => {
