@@ -2,12 +2,39 @@
  * The model layer on the AI SDK: OpenAI, Anthropic and any OpenAI-compatible endpoint by
  * configuration. One call streams one model step; the abort signal cancels the HTTP call.
  * No Temporal imports: the activity in activities/index.ts wraps it.
+ *
+ * AI SDK behaviour this file relies on (ai v7):
+ * - `streamText` never throws for provider errors: they arrive as `error` parts on the stream
+ *   (and via `onError`); iterating `fullStream` ends normally. `await result.text` would then
+ *   reject with a generic NoOutputGeneratedError, not the provider error, so we read the
+ *   `error` part ourselves and rethrow it.
+ * - An abort ends the stream with an `abort` part (and fetch is aborted, closing the HTTP
+ *   connection); iteration again ends normally, so we turn it into an AbortError ourselves.
+ * - `maxRetries: 0`: retries belong to Temporal, not to the SDK.
  */
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { APICallError, streamText, type LanguageModel } from 'ai';
-import { parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
+import {
+  APICallError,
+  InvalidArgumentError,
+  InvalidMessageRoleError,
+  InvalidPromptError,
+  InvalidResponseDataError,
+  JSONParseError,
+  LoadAPIKeyError,
+  MessageConversionError,
+  NoOutputGeneratedError,
+  NoSuchModelError,
+  RetryError,
+  StreamProviderError,
+  TypeValidationError,
+  UnsupportedFunctionalityError,
+  streamText,
+  type LanguageModel,
+  type ModelMessage,
+} from 'ai';
+import { ModelRefSchema, parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
 
 export interface ModelProvidersConfig {
   openai?: { apiKey: string; baseURL?: string };
@@ -17,29 +44,91 @@ export interface ModelProvidersConfig {
 
 export type ChatMessage = { role: 'system' | 'user' | 'assistant'; content: string };
 
+/** The model reference names a provider that has no credentials / endpoint configured. */
 export class ModelNotConfiguredError extends Error {
-  constructor(message: string) {
+  override readonly name = 'ModelNotConfiguredError';
+  constructor(
+    message: string,
+    readonly provider?: Provider,
+    /** The env var to set, e.g. OPENAI_API_KEY. */
+    readonly envVar?: string,
+  ) {
     super(message);
-    this.name = 'ModelNotConfiguredError';
   }
 }
+
+/** The model reference is not of the form `provider:model`. */
+export class InvalidModelRefError extends Error {
+  override readonly name = 'InvalidModelRefError';
+}
+
+/** A model call ended by its abort signal. `name` is 'AbortError'; `cause` is the signal's reason. */
+export class ModelCallAbortedError extends Error {
+  override readonly name = 'AbortError';
+  constructor(reason?: unknown) {
+    super('The model call was aborted', reason === undefined ? undefined : { cause: reason });
+  }
+}
+
+/** The env var(s) that configure each provider, for error messages. */
+export const PROVIDER_ENV: Record<Provider, string> = {
+  openai: 'OPENAI_API_KEY',
+  anthropic: 'ANTHROPIC_API_KEY',
+  'openai-compatible': 'STEWARD_MODEL_BASE_URL',
+};
 
 const SETUP: Record<Provider, string> = {
   openai: 'set OPENAI_API_KEY',
   anthropic: 'set ANTHROPIC_API_KEY',
-  'openai-compatible': 'set STEWARD_MODEL_BASE_URL (and STEWARD_MODEL_API_KEY if the endpoint needs one)',
+  'openai-compatible': 'set STEWARD_MODEL_BASE_URL (and STEWARD_MODEL_API_KEY if the endpoint needs a key)',
 };
 
-export function createModelRegistry(cfg: ModelProvidersConfig) {
-  const openai = cfg.openai ? createOpenAI({ apiKey: cfg.openai.apiKey, ...(cfg.openai.baseURL ? { baseURL: cfg.openai.baseURL } : {}) }) : undefined;
-  const anthropic = cfg.anthropic
-    ? createAnthropic({ apiKey: cfg.anthropic.apiKey, ...(cfg.anthropic.baseURL ? { baseURL: cfg.anthropic.baseURL } : {}) })
+/** Every API key a registry was given: scrubbed from error messages verbatim. */
+const knownSecrets = new Set<string>();
+
+function rememberSecret(s: string | undefined) {
+  if (s && s.trim().length >= 4) knownSecrets.add(s.trim());
+}
+
+function parseRef(ref: string): { provider: Provider; model: string } {
+  if (!ModelRefSchema.safeParse(ref).success) {
+    throw new InvalidModelRefError(
+      `Invalid model reference ${JSON.stringify(String(ref).slice(0, 80))}: expected provider:model with provider one of openai, anthropic, openai-compatible (e.g. openai:gpt-4.1).`,
+    );
+  }
+  return parseModelRef(ref);
+}
+
+export interface ModelRegistry {
+  /** Providers with credentials / an endpoint, in a fixed order. */
+  configuredProviders(): Provider[];
+  /** True when `ref` is a valid `provider:model` whose provider is configured. */
+  isConfigured(ref: string): boolean;
+  /** The AI SDK model for `ref`; throws ModelNotConfiguredError or InvalidModelRefError. */
+  languageModel(ref: string): LanguageModel;
+}
+
+export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
+  const openaiKey = cfg.openai?.apiKey?.trim();
+  const anthropicKey = cfg.anthropic?.apiKey?.trim();
+  const compatibleURL = cfg.openaiCompatible?.baseURL?.trim();
+  const compatibleKey = cfg.openaiCompatible?.apiKey?.trim();
+  rememberSecret(openaiKey);
+  rememberSecret(anthropicKey);
+  rememberSecret(compatibleKey);
+
+  const openai = openaiKey
+    ? createOpenAI({ apiKey: openaiKey, ...(cfg.openai?.baseURL ? { baseURL: cfg.openai.baseURL } : {}) })
     : undefined;
-  const compatible = cfg.openaiCompatible
+  const anthropic = anthropicKey
+    ? createAnthropic({ apiKey: anthropicKey, ...(cfg.anthropic?.baseURL ? { baseURL: cfg.anthropic.baseURL } : {}) })
+    : undefined;
+  const compatible = compatibleURL
     ? createOpenAICompatible({
         name: 'openaiCompatible',
-        baseURL: cfg.openaiCompatible.baseURL,
-        ...(cfg.openaiCompatible.apiKey ? { apiKey: cfg.openaiCompatible.apiKey } : {}),
+        baseURL: compatibleURL,
+        ...(compatibleKey ? { apiKey: compatibleKey } : {}),
+        // Ask for `usage` in the final SSE chunk (stream_options.include_usage).
         includeUsage: true,
       })
     : undefined;
@@ -48,25 +137,29 @@ export function createModelRegistry(cfg: ModelProvidersConfig) {
     ...(anthropic ? (['anthropic'] as const) : []),
     ...(compatible ? (['openai-compatible'] as const) : []),
   ];
+
   return {
-    configuredProviders: (): Provider[] => [...configured],
-    isConfigured(ref: string): boolean {
+    configuredProviders: () => [...configured],
+    isConfigured(ref) {
       try {
-        return configured.includes(parseModelRef(ref).provider);
+        return configured.includes(parseRef(ref).provider);
       } catch {
         return false;
       }
     },
-    languageModel(ref: string): LanguageModel {
-      const { provider, model } = parseModelRef(ref);
+    languageModel(ref) {
+      const { provider, model } = parseRef(ref);
       const notConfigured = () =>
         new ModelNotConfiguredError(
           `No model provider is configured for ${ref}: ${SETUP[provider]} and restart Steward ` +
-            '(or pick a configured model with /model provider:model).',
+            `(or pick a configured model with /model provider:model${configured.length ? `; configured: ${configured.join(', ')}` : ''}).`,
+          provider,
+          PROVIDER_ENV[provider],
         );
       switch (provider) {
         case 'openai':
           if (!openai) throw notConfigured();
+          // Chat Completions, not the Responses API: it is what OpenAI-compatible proxies speak.
           return openai.chat(model);
         case 'anthropic':
           if (!anthropic) throw notConfigured();
@@ -79,16 +172,30 @@ export function createModelRegistry(cfg: ModelProvidersConfig) {
   };
 }
 
-export type ModelRegistry = ReturnType<typeof createModelRegistry>;
-
 const ANTHROPIC_BUDGET: Record<Exclude<ThinkLevel, 'off'>, number> = { low: 2048, medium: 8192, high: 24576 };
 
-/** Provider options for a reasoning effort; 'off' sends nothing. */
-export function thinkOptions(provider: Provider, think: ThinkLevel): Record<string, Record<string, string | number | boolean | Record<string, string | number>>> {
+/**
+ * OpenAI model families that reject `reasoning_effort` with a 400 (gpt-4*, gpt-3.5*,
+ * chatgpt-*, gpt-5*-chat*). Other ids (o-series, gpt-5+, unknown) get the effort.
+ */
+function openaiRejectsReasoningEffort(modelId: string): boolean {
+  return /^(gpt-4|gpt-3\.5|chatgpt-)/i.test(modelId) || /^gpt-\d+(\.\d+)?-chat/i.test(modelId);
+}
+
+export type ThinkProviderOptions = Record<string, Record<string, string | number | boolean | Record<string, string | number>>>;
+
+/**
+ * AI SDK provider options for a think level; 'off' sends nothing.
+ * - openai: `reasoningEffort` (→ `reasoning_effort`), unless the model family rejects it.
+ * - openai-compatible: `reasoningEffort` (→ `reasoning_effort`).
+ * - anthropic: extended thinking with a token budget (the provider adds the budget to
+ *   `max_tokens`, and switches to adaptive thinking on models that require it).
+ */
+export function thinkOptions(provider: Provider, think: ThinkLevel, modelId = ''): ThinkProviderOptions {
   if (think === 'off') return {};
   switch (provider) {
     case 'openai':
-      return { openai: { reasoningEffort: think } };
+      return openaiRejectsReasoningEffort(modelId) ? {} : { openai: { reasoningEffort: think } };
     case 'openai-compatible':
       return { openaiCompatible: { reasoningEffort: think } };
     case 'anthropic':
@@ -97,6 +204,7 @@ export function thinkOptions(provider: Provider, think: ThinkLevel): Record<stri
 }
 
 export interface ModelStepRequest {
+  /** `provider:model`. */
   model: string;
   think: ThinkLevel;
   messages: ChatMessage[];
@@ -105,85 +213,264 @@ export interface ModelStepRequest {
 
 export interface ModelStepOutput {
   text: string;
+  /** The AI SDK finish reason: 'stop', 'length', 'content-filter', 'tool-calls', 'error', 'other'. */
   finishReason: string;
   usage: { inputTokens: number; outputTokens: number; totalTokens: number };
+  /** The model reference the step ran on. */
   model: string;
 }
 
-/** Run one streamed model step. Rejects on errors and promptly on abort. */
-export async function runModelStep(
-  registry: ModelRegistry,
-  req: ModelStepRequest,
-  opts: { signal?: AbortSignal; onDelta?: (textSoFar: string, chunk: string) => void } = {},
-): Promise<ModelStepOutput> {
+export interface ModelStepOptions {
+  /** Aborting cancels the HTTP request; the promise rejects with an AbortError-like error. */
+  signal?: AbortSignal;
+  /** Called for each streamed text chunk, with the text so far. */
+  onDelta?: (textSoFar: string, chunk: string) => void;
+}
+
+/** Which model ref a thrown error came from (for classifyModelError's messages). */
+const errorModel = new WeakMap<object, string>();
+
+function abortError(signal: AbortSignal): Error {
+  const reason: unknown = signal.reason;
+  if (reason instanceof Error && (reason.name === 'AbortError' || reason.name === 'TimeoutError')) return reason;
+  return new ModelCallAbortedError(reason);
+}
+
+function asError(e: unknown): Error {
+  if (e instanceof Error) return e;
+  const msg =
+    e && typeof e === 'object' && 'message' in e && typeof (e as { message: unknown }).message === 'string'
+      ? (e as { message: string }).message
+      : typeof e === 'string'
+        ? e
+        : JSON.stringify(e);
+  return new Error(`model stream error: ${msg}`, { cause: e });
+}
+
+/**
+ * Run one streamed model step. Resolves with the full text; rejects with the provider's
+ * error (APICallError, StreamProviderError, ...) when the call fails, and promptly with an
+ * AbortError-like error when `opts.signal` aborts (the HTTP request is aborted too).
+ */
+export async function runModelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions = {}): Promise<ModelStepOutput> {
+  if (opts.signal?.aborted) throw abortError(opts.signal);
   const languageModel = registry.languageModel(req.model);
-  const { provider } = parseModelRef(req.model);
-  const system = req.messages.filter((m) => m.role === 'system').map((m) => m.content).join('\n\n');
-  const messages = req.messages.filter((m) => m.role !== 'system') as Array<{ role: 'user' | 'assistant'; content: string }>;
-  opts.signal?.throwIfAborted();
+  const { provider, model: modelId } = parseRef(req.model);
+  const instructions = req.messages
+    .filter((m) => m.role === 'system')
+    .map((m) => m.content)
+    .join('\n\n');
+  const messages: ModelMessage[] = req.messages.flatMap((m): ModelMessage[] =>
+    m.role === 'user' ? [{ role: 'user', content: m.content }] : m.role === 'assistant' ? [{ role: 'assistant', content: m.content }] : [],
+  );
+
+  // Our own controller too, so that every way out of the loop (a throwing onDelta, an error
+  // part) tears the HTTP request down, not only the caller's signal.
+  const local = new AbortController();
+  const signal = opts.signal ? AbortSignal.any([opts.signal, local.signal]) : local.signal;
   let streamError: unknown;
-  const result = streamText({
-    model: languageModel,
-    ...(system ? { system } : {}),
-    messages,
-    maxRetries: 0, // Temporal retries the activity
-    ...(opts.signal ? { abortSignal: opts.signal } : {}),
-    ...(req.maxOutputTokens ? { maxOutputTokens: req.maxOutputTokens } : {}),
-    providerOptions: thinkOptions(provider, req.think),
-    onError: ({ error }: { error: unknown }) => {
-      streamError ??= error;
-    },
-  });
-  let text = '';
-  let finishReason = 'unknown';
-  let usage = { inputTokens: 0, outputTokens: 0, totalTokens: 0 };
-  for await (const part of result.fullStream) {
-    if (part.type === 'text-delta') {
-      text += part.text;
-      opts.onDelta?.(text, part.text);
-    } else if (part.type === 'error') {
-      streamError ??= part.error;
-    } else if (part.type === 'finish') {
-      finishReason = part.finishReason;
-      const u = part.totalUsage;
-      usage = { inputTokens: u.inputTokens ?? 0, outputTokens: u.outputTokens ?? 0, totalTokens: u.totalTokens ?? (u.inputTokens ?? 0) + (u.outputTokens ?? 0) };
-    } else if (part.type === 'abort') {
-      streamError ??= opts.signal?.reason ?? new DOMException('The model call was aborted', 'AbortError');
+  let completed = false;
+  try {
+    const result = streamText({
+      model: languageModel,
+      ...(instructions ? { instructions } : {}),
+      messages,
+      maxRetries: 0, // Temporal retries the activity
+      abortSignal: signal,
+      ...(req.maxOutputTokens ? { maxOutputTokens: req.maxOutputTokens } : {}),
+      providerOptions: thinkOptions(provider, req.think, modelId),
+      onError: ({ error }) => {
+        streamError ??= error;
+      },
+    });
+    let text = '';
+    let finishReason = 'unknown';
+    let usage = { inputTokens: 0, outputTokens: 0, totalTokens: 0 };
+    for await (const part of result.fullStream) {
+      if (opts.signal?.aborted) break;
+      if (part.type === 'text-delta') {
+        if (!part.text) continue;
+        text += part.text;
+        opts.onDelta?.(text, part.text);
+      } else if (part.type === 'error') {
+        streamError ??= part.error;
+        break;
+      } else if (part.type === 'abort') {
+        break;
+      } else if (part.type === 'finish') {
+        finishReason = part.finishReason;
+        const u = part.totalUsage;
+        const input = u.inputTokens ?? 0;
+        const output = u.outputTokens ?? 0;
+        usage = { inputTokens: input, outputTokens: output, totalTokens: u.totalTokens ?? input + output };
+      }
     }
+    if (opts.signal?.aborted) throw abortError(opts.signal);
+    if (streamError !== undefined) throw asError(streamError);
+    completed = true;
+    return { text, finishReason, usage, model: req.model };
+  } catch (err) {
+    if (opts.signal?.aborted && !(err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError'))) {
+      throw abortError(opts.signal);
+    }
+    if (err && typeof err === 'object') errorModel.set(err, req.model);
+    throw err;
+  } finally {
+    if (!completed) local.abort();
   }
-  if (opts.signal?.aborted) throw opts.signal.reason ?? new DOMException('The model call was aborted', 'AbortError');
-  if (streamError !== undefined) throw streamError;
-  return { text, finishReason, usage, model: req.model };
 }
 
 export interface ClassifiedModelError {
   retryable: boolean;
+  /** A short machine-readable kind, e.g. ModelAuth, ModelRateLimited, ModelUnavailable. */
   type: string;
+  /** One line for people; never holds API keys. */
   message: string;
   status?: number;
 }
 
-function redact(message: string): string {
-  return message.replace(/(sk-[A-Za-z0-9_-]{6})[A-Za-z0-9_-]+/g, '$1***').replace(/(Bearer\s+)\S+/gi, '$1***');
+const MAX_DETAIL = 300;
+
+/** Scrub API keys and bearer tokens out of a message, and bound its length. */
+export function redactSecrets(message: string): string {
+  let out = message;
+  for (const s of knownSecrets) out = out.split(s).join('***');
+  out = out
+    .replace(/\b(sk-(?:ant-|proj-|or-)?)[A-Za-z0-9_-]{6,}/g, '$1***')
+    .replace(/(Bearer\s+)[^\s"',;]+/gi, '$1***')
+    .replace(/((?:api[-_ ]?key|x-api-key|authorization|access[-_]?token)["']?\s*[:=]\s*["']?)[^\s"',;&}]+/gi, '$1***');
+  out = out.replace(/\s+/g, ' ').trim();
+  return out.length > MAX_DETAIL ? `${out.slice(0, MAX_DETAIL)}…` : out;
 }
 
-/** Which model errors are worth retrying. Messages never carry API keys. */
-export function classifyModelError(err: unknown): ClassifiedModelError {
-  if (err instanceof ModelNotConfiguredError) return { retryable: false, type: 'ModelNotConfigured', message: err.message };
-  const e = (err && typeof err === 'object' && 'cause' in err && !APICallError.isInstance(err) && APICallError.isInstance((err as { cause: unknown }).cause))
-    ? (err as { cause: unknown }).cause
-    : err;
-  if (APICallError.isInstance(e)) {
-    const status = e.statusCode;
-    const detail = redact(e.message || 'model API error');
-    if (status === undefined) return { retryable: true, type: 'ModelUnavailable', message: `model API unreachable: ${detail}` };
-    if ([400, 404, 413, 422].includes(status)) return { retryable: false, type: status === 404 ? 'ModelNotFound' : 'ModelBadRequest', message: `model API rejected the request (${status}): ${detail}`, status };
-    if (status === 401 || status === 403) return { retryable: false, type: 'ModelAuth', message: `model API refused the credentials (${status}): check the API key`, status };
-    if (status === 408 || status === 409 || status === 429 || status >= 500) {
-      return { retryable: true, type: status === 429 ? 'ModelRateLimited' : 'ModelUnavailable', message: `model API is unavailable (${status}): ${detail}`, status };
-    }
-    return { retryable: false, type: 'ModelBadRequest', message: `model API error (${status}): ${detail}`, status };
+function unwrap(err: unknown): unknown {
+  let e = err;
+  for (let i = 0; i < 5; i++) {
+    if (RetryError.isInstance(e)) e = e.lastError;
+    else if (NoOutputGeneratedError.isInstance(e) && e.cause !== undefined) e = e.cause;
+    else break;
   }
-  const message = redact(err instanceof Error ? err.message : String(err));
-  return { retryable: true, type: 'ModelUnavailable', message: `model call failed: ${message}` };
+  return e;
+}
+
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'UND_ERR_CLOSED',
+]);
+
+/** A network-level cause (code or name) anywhere down the `cause` chain. */
+function networkCause(err: unknown): { code?: string; timeout: boolean } | undefined {
+  let e: unknown = err;
+  for (let i = 0; i < 6 && e && typeof e === 'object'; i++) {
+    const code = (e as { code?: unknown }).code;
+    const name = (e as { name?: unknown }).name;
+    if (name === 'TimeoutError' || (typeof code === 'string' && /TIMEOUT|ETIMEDOUT/.test(code))) return { timeout: true, ...(typeof code === 'string' ? { code } : {}) };
+    if (typeof code === 'string' && NETWORK_CODES.has(code)) return { code, timeout: false };
+    e = (e as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+function errorMessage(e: unknown): string {
+  if (e instanceof Error) return e.message;
+  if (e && typeof e === 'object' && typeof (e as { message?: unknown }).message === 'string') return (e as { message: string }).message;
+  return String(e);
+}
+
+function isQuotaExhausted(e: APICallError | StreamProviderError): boolean {
+  const hay = `${APICallError.isInstance(e) ? (e.responseBody ?? '') : ''} ${JSON.stringify(e.data ?? null)} ${StreamProviderError.isInstance(e) ? `${e.type ?? ''} ${e.code ?? ''}` : ''}`;
+  return /insufficient_quota|billing_hard_limit|credit balance is too low/i.test(hay);
+}
+
+function byStatus(status: number, detail: string, who: string, setup: string | undefined): ClassifiedModelError {
+  const at = `${who}(${status})`;
+  if (status === 401 || status === 403) {
+    return { retryable: false, type: 'ModelAuth', status, message: `${at} refused the credentials: ${detail}. Check ${setup ?? 'the API key'}.` };
+  }
+  if (status === 404) return { retryable: false, type: 'ModelNotFound', status, message: `${at} does not know this model or endpoint: ${detail}` };
+  if (status === 413) return { retryable: false, type: 'ModelRequestTooLarge', status, message: `${at} rejected the request as too large: ${detail}` };
+  if (status === 429) return { retryable: true, type: 'ModelRateLimited', status, message: `${at} is rate limiting: ${detail}` };
+  if (status === 408) return { retryable: true, type: 'ModelTimeout', status, message: `${at} timed out: ${detail}` };
+  if (status === 409 || status >= 500) return { retryable: true, type: 'ModelUnavailable', status, message: `${at} is unavailable: ${detail}` };
+  return { retryable: false, type: 'ModelBadRequest', status, message: `${at} rejected the request: ${detail}` };
+}
+
+/**
+ * Which model errors are worth retrying, with a clear message that never carries API keys.
+ * Not retryable: 400/401/403/404/413/422 (and other 4xx), quota exhaustion, ModelNotConfiguredError,
+ * invalid model refs and prompts. Retryable: 408/409/429/5xx, timeouts, network errors,
+ * malformed responses, aborts, and anything unknown.
+ */
+export function classifyModelError(err: unknown): ClassifiedModelError {
+  const ref = err && typeof err === 'object' ? errorModel.get(err) : undefined;
+  const e = unwrap(err);
+  const who = ref ? `The model API for ${ref} ` : 'The model API ';
+  let setup: string | undefined;
+  if (ref) {
+    try {
+      const p = parseModelRef(ref).provider;
+      setup = p === 'openai-compatible' ? 'STEWARD_MODEL_API_KEY' : PROVIDER_ENV[p];
+    } catch {
+      setup = undefined;
+    }
+  }
+
+  if (e instanceof ModelNotConfiguredError) return { retryable: false, type: 'ModelNotConfigured', message: e.message };
+  if (e instanceof InvalidModelRefError) return { retryable: false, type: 'InvalidModelRef', message: redactSecrets(e.message) };
+  if (e instanceof Error && e.name === 'TimeoutError') {
+    return { retryable: true, type: 'ModelTimeout', message: `The model call${ref ? ` to ${ref}` : ''} timed out.` };
+  }
+  if (e instanceof Error && e.name === 'AbortError') {
+    return { retryable: true, type: 'ModelCallAborted', message: `The model call${ref ? ` to ${ref}` : ''} was aborted.` };
+  }
+
+  if (APICallError.isInstance(e) || StreamProviderError.isInstance(e)) {
+    const detail = redactSecrets(errorMessage(e) || 'no detail');
+    const status = e.statusCode;
+    if (status !== undefined && (status === 429 || status === 403 || status === 402) && isQuotaExhausted(e)) {
+      return { retryable: false, type: 'ModelQuotaExceeded', status, message: `${who}(${status}) reports the account's quota or credit is used up: ${detail}` };
+    }
+    if (status !== undefined) return byStatus(status, detail, who, setup);
+    const net = networkCause(e);
+    if (net?.timeout) return { retryable: true, type: 'ModelTimeout', message: `${who}timed out${net.code ? ` (${net.code})` : ''}: ${detail}` };
+    if (APICallError.isInstance(e)) {
+      return { retryable: true, type: 'ModelUnreachable', message: `${who}could not be reached or dropped the connection${net?.code ? ` (${net.code})` : ''}: ${detail}` };
+    }
+    return { retryable: e.isRetryable, type: e.isRetryable ? 'ModelUnavailable' : 'ModelStreamError', message: `${who}reported an error mid-stream: ${detail}` };
+  }
+
+  const detail = redactSecrets(errorMessage(e) || 'unknown error');
+  if (
+    InvalidPromptError.isInstance(e) ||
+    InvalidArgumentError.isInstance(e) ||
+    InvalidMessageRoleError.isInstance(e) ||
+    MessageConversionError.isInstance(e) ||
+    UnsupportedFunctionalityError.isInstance(e) ||
+    NoSuchModelError.isInstance(e) ||
+    LoadAPIKeyError.isInstance(e)
+  ) {
+    return { retryable: false, type: 'ModelBadRequest', message: `The model request${ref ? ` for ${ref}` : ''} is invalid: ${detail}` };
+  }
+  if (InvalidResponseDataError.isInstance(e) || JSONParseError.isInstance(e) || TypeValidationError.isInstance(e)) {
+    return { retryable: true, type: 'ModelBadResponse', message: `${who}sent a response that could not be read: ${detail}` };
+  }
+  const net = networkCause(e);
+  if (net) {
+    return net.timeout
+      ? { retryable: true, type: 'ModelTimeout', message: `${who}timed out${net.code ? ` (${net.code})` : ''}: ${detail}` }
+      : { retryable: true, type: 'ModelUnreachable', message: `${who}could not be reached${net.code ? ` (${net.code})` : ''}: ${detail}` };
+  }
+  return { retryable: true, type: 'ModelError', message: `The model call${ref ? ` to ${ref}` : ''} failed: ${detail}` };
 }

@@ -77,6 +77,13 @@ function log(level, message, extra = {}) {
   );
 }
 
+/** The Wasm engine's log lines are already JSON in the native format: pass them on. */
+function engineLog(line) {
+  const text = String(line).trim();
+  if (text.startsWith('{')) process.stderr.write(`${text.replace(/\n/g, ' ')}\n`);
+  else if (text) log('INFO', text);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Datasources
 
@@ -256,6 +263,29 @@ async function dropDatabase(url) {
 // ---------------------------------------------------------------------------------------------
 // Driver adapters for the Wasm engine
 
+/**
+ * Read a missing `_prisma_migrations` table as an empty one. The native engine treats "table does
+ * not exist" on that query as "migrations not initialised"; the Wasm engine does not recognise
+ * the adapters' version of that error and fails `migrate dev` and `migrate status` on a fresh
+ * database with P1014. (The CLI does not use the engine's hasMigrationsTable flag.)
+ */
+function missingMigrationsTableIsEmpty(adapter) {
+  const queryRaw = adapter.queryRaw.bind(adapter);
+  adapter.queryRaw = async (query) => {
+    try {
+      return await queryRaw(query);
+    } catch (err) {
+      const kind = err?.cause?.kind;
+      if (kind === 'TableDoesNotExist' && /^\s*SELECT[\s\S]*\bFROM\s+[`"]?(?:[`"]?\w+[`"]?\.)?[`"]?_prisma_migrations[`"]?\s+ORDER BY/i.test(query.sql)) {
+        const columns = /^\s*SELECT([\s\S]*?)\bFROM\b/i.exec(query.sql)[1].split(',').map((c) => c.trim().replace(/^.*\./, '').replace(/[`"]/g, ''));
+        return { columnNames: columns, columnTypes: columns.map(() => 7 /* Text */), rows: [] };
+      }
+      throw err;
+    }
+  };
+  return adapter;
+}
+
 /** Run multi-statement scripts that reach executeRaw (better-sqlite3 prepares one statement). */
 function sqliteScriptsAsScripts(adapter) {
   const executeRaw = adapter.executeRaw.bind(adapter);
@@ -286,10 +316,29 @@ function pgWholeScripts(adapter) {
   return adapter;
 }
 
+/** Log every statement the engine sends (STEWARD_ENGINE_BRIDGE_DEBUG=1). */
+function traceQueries(a) {
+  for (const m of ['queryRaw', 'executeRaw', 'executeScript']) {
+    const f = a[m].bind(a);
+    a[m] = async (q) => {
+      const sql = typeof q === 'string' ? q : q.sql;
+      try {
+        const r = await f(q);
+        log('DEBUG', `${m}: ${sql}`);
+        return r;
+      } catch (err) {
+        log('DEBUG', `${m} failed: ${sql}: ${err?.message} ${JSON.stringify(err?.cause ?? '')}`);
+        throw err;
+      }
+    };
+  }
+}
+
 /** The adapter factory for a datasource, with every connection it opens tracked for closing. */
 async function adapterFactory(datasource, opened) {
   const url = datasource.url;
   const track = (a, extra) => {
+    if (process.env.STEWARD_ENGINE_BRIDGE_DEBUG) traceQueries(a);
     let disposed = false;
     const dispose = a.dispose.bind(a);
     a.dispose = async () => {
@@ -311,7 +360,7 @@ async function adapterFactory(datasource, opened) {
     return {
       provider: factory.provider,
       adapterName: factory.adapterName,
-      connect: async () => track(sqliteScriptsAsScripts(await factory.connect())),
+      connect: async () => track(missingMigrationsTableIsEmpty(sqliteScriptsAsScripts(await factory.connect()))),
       connectToShadowDb: async () => track(sqliteScriptsAsScripts(await factory.connectToShadowDb())),
     };
   }
@@ -323,7 +372,7 @@ async function adapterFactory(datasource, opened) {
     return {
       provider: factory.provider,
       adapterName: factory.adapterName,
-      connect: async () => track(pgWholeScripts(await factory.connect())),
+      connect: async () => track(missingMigrationsTableIsEmpty(pgWholeScripts(await factory.connect()))),
       connectToShadowDb: async () => {
         if (datasource.shadowDatabaseUrl) {
           // a configured shadow database: start it empty, as the native engine does
@@ -428,27 +477,77 @@ class Bridge {
     throw new KnownError('P1012', `The ${provider} datasource needs a URL: set datasource.url in prisma.config.ts.`);
   }
 
-  /** Run `fn` with a fresh engine; every connection it opened is closed afterwards. */
-  async withEngine(fn) {
+  /** The engine of this session, started on first use. */
+  async getEngine() {
+    if (this.engine) return this.engine;
     const wasm = await loadWasm();
     const { bindMigrationAwareSqlAdapterFactory } = await import('@prisma/driver-adapter-utils');
     const datamodels = readDatamodels(this.datamodelPaths);
-    const opened = [];
-    const adapter = bindMigrationAwareSqlAdapterFactory(await adapterFactory(this.engineDatasource(datamodels), opened));
+    this.opened = [];
+    this.adapter = bindMigrationAwareSqlAdapterFactory(await adapterFactory(this.engineDatasource(datamodels), this.opened));
+    this.engine = await wasm.SchemaEngine.new({ datamodels: datamodels.length ? datamodels : undefined }, engineLog, this.adapter);
+    return this.engine;
+  }
+
+  /** Free the engine and close every connection it opened. */
+  async stopEngine() {
+    const { engine, opened = [] } = this;
+    this.engine = undefined;
+    try {
+      engine?.free();
+    } catch {
+      // already freed
+    }
+    for (const a of opened.reverse()) await a.dispose().catch(() => {});
+    this.opened = [];
+  }
+
+  /** Run `fn` with the session's engine; adapter errors it reports are explained from the registry. */
+  async withEngine(fn) {
     let engine;
     try {
-      engine = await wasm.SchemaEngine.new({ datamodels: datamodels.length ? datamodels : undefined }, (line) => log('INFO', String(line)), adapter);
+      engine = await this.getEngine();
       return await fn(engine);
     } catch (err) {
-      err.registry = adapter.errorRegistry;
+      if (err && typeof err === 'object') err.registry = this.adapter?.errorRegistry;
       throw err;
-    } finally {
+    }
+  }
+
+  /**
+   * After applying migrations the SQLite connection stays in EXCLUSIVE locking mode and keeps
+   * the database locked while the engine lives: switch back to NORMAL, which releases the lock
+   * at the next access. (The engine itself is kept: `migrate dev` relies on what it cached from
+   * the shadow database in devDiagnostic for evaluateDataLoss and createMigration.)
+   */
+  releaseSqliteLock() {
+    for (const a of this.opened ?? []) {
+      // the better-sqlite3 adapter keeps its Database in `client`
+      const db = a.provider === 'sqlite' ? a.client : undefined;
+      if (!db || typeof db.pragma !== 'function' || !db.open) continue;
       try {
-        engine?.free();
-      } catch {
-        // already freed
+        db.pragma('main.locking_mode = NORMAL');
+        db.prepare('SELECT count(*) FROM sqlite_master').get();
+      } catch (err) {
+        log('WARN', `could not release the SQLite lock: ${err.message}`);
       }
-      for (const a of opened.reverse()) await a.dispose().catch(() => {});
+    }
+  }
+
+  /**
+   * In `migrate dev`, evaluateDataLoss and createMigration take the schema of the migrations
+   * history from the engine's cache: this Wasm build gives them no shadow database of their
+   * own. devDiagnostic fills the cache for the migrations applied at that time; when the CLI
+   * then applies pending ones, diagnosing again (the database is now up to date) caches the
+   * schema of the whole history.
+   */
+  async warmMigrationSchemaCache(params) {
+    try {
+      await this.withEngine((e) =>
+        e.diagnoseMigrationHistory({ migrationsList: params.migrationsList, optInToShadowDatabase: true, filters: params.filters }),
+      );
+    } catch (err) {
+      log('WARN', `could not diagnose the migration history after applying migrations: ${err?.message ?? err}`);
     }
   }
 
@@ -496,9 +595,16 @@ class Bridge {
         return {};
       case 'debugPanic':
         return this.withEngine((e) => e.debugPanic());
-      case 'applyMigrations':
-      case 'createMigration':
+      case 'applyMigrations': {
+        const result = await this.withEngine((e) => e.applyMigrations(params));
+        this.releaseSqliteLock();
+        if (this.inMigrateDev && result.appliedMigrationNames?.length) await this.warmMigrationSchemaCache(params);
+        return result;
+      }
       case 'devDiagnostic':
+        this.inMigrateDev = true;
+        return this.withEngine((e) => e.devDiagnostic(params));
+      case 'createMigration':
       case 'diagnoseMigrationHistory':
       case 'evaluateDataLoss':
       case 'introspect':
@@ -519,6 +625,8 @@ class Bridge {
   async reset(params) {
     const url = this.datasource?.url;
     if (url && isSqliteUrl(url)) {
+      // on a connection of its own, with the engine's closed (it is started again when needed)
+      await this.stopEngine();
       const file = sqlitePath(url);
       if (file === ':memory:' || !existsSync(file)) return {};
       const external = new Set(params?.filter?.externalTables ?? []);
@@ -542,6 +650,7 @@ class Bridge {
       return {};
     }
     await this.withEngine((e) => e.reset(params));
+    this.releaseSqliteLock();
     return {};
   }
 }
@@ -577,11 +686,16 @@ async function serve(args) {
         if (msg.id === undefined) return;
         const error = err?.rpcCode ? { code: err.rpcCode, message: err.message } : rpcError(err, err?.registry);
         send({ jsonrpc: '2.0', id: msg.id, error });
+        // after a panic the Wasm instance is unusable: exit like the native engine (101)
+        if (error.data?.is_panic) {
+          await bridge.stopEngine().catch(() => {});
+          process.exit(101);
+        }
       }
     });
   });
   rl.on('close', () => {
-    queue.then(() => process.exit(0));
+    queue.then(() => bridge.stopEngine()).finally(() => process.exit(0));
   });
 }
 
