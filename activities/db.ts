@@ -1,7 +1,16 @@
 /**
  * The database client: Prisma 7 with driver adapters, SQLite (better-sqlite3) by default and
  * PostgreSQL (pg) for postgres:// URLs. Prisma lives in activities and the platform only.
+ *
+ * Migrations are applied by the prisma CLI itself (`prisma migrate deploy`, see
+ * migrateDatabase), with prisma.config.ts choosing the schema folder from the URL and, where
+ * no native schema engine is installed, the offline Wasm engine bridge
+ * (prisma/engine-bridge).
  */
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { PrismaBetterSqlite3 } from '@prisma/adapter-better-sqlite3';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { SqlMigrationAwareDriverAdapterFactory } from '@prisma/driver-adapter-utils';
@@ -108,9 +117,61 @@ export async function tuneDb(db: Db, url: string): Promise<void> {
   await db.$queryRawUnsafe('PRAGMA synchronous = NORMAL');
 }
 
-export function createDb(url: string): Db {
-  if (databaseKind(url) === 'postgres') {
-    return new PostgresClient({ adapter: driverAdapter(url) }) as unknown as Db;
+/** A Prisma client for the database at `databaseUrl` (the adapter follows the URL). */
+export function createDb(databaseUrl: string): Db {
+  if (databaseKind(databaseUrl) === 'postgres') {
+    // the generated PostgreSQL client has the same API as the SQLite one
+    return new PostgresClient({ adapter: driverAdapter(databaseUrl) }) as unknown as Db;
   }
-  return new SqliteClient({ adapter: driverAdapter(url) });
+  return new SqliteClient({ adapter: driverAdapter(databaseUrl) });
+}
+
+const projectRoot = fileURLToPath(new URL('../', import.meta.url));
+const MIGRATE_TIMEOUT_MS = 5 * 60_000;
+
+/**
+ * `prisma migrate deploy` on the database at `databaseUrl`: applies every pending migration of
+ * prisma/sqlite or prisma/postgres (prisma.config.ts picks the folder from the URL). Runs the
+ * prisma CLI in a child process with this process's node; fails with the CLI's error output.
+ */
+export async function migrateDatabase(databaseUrl: string): Promise<void> {
+  const kind = databaseKind(databaseUrl);
+  // a relative SQLite path means the same file as for createDb: relative to this process's cwd
+  const url = kind === 'sqlite' ? `file:${path.resolve(sqlitePath(databaseUrl))}` : databaseUrl;
+  const require = createRequire(import.meta.url);
+  const cli = path.join(path.dirname(require.resolve('prisma/package.json')), 'build', 'index.js');
+  const args = [cli, 'migrate', 'deploy', '--config', path.join(projectRoot, 'prisma.config.ts')];
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    DATABASE_URL: url,
+    PRISMA_HIDE_UPDATE_MESSAGE: '1',
+    CHECKPOINT_DISABLE: '1',
+    NO_COLOR: '1',
+    FORCE_COLOR: '0',
+  };
+  const { code, signal, stdout, stderr } = await new Promise<{
+    code: number | null;
+    signal: NodeJS.Signals | null;
+    stdout: string;
+    stderr: string;
+  }>((resolve, reject) => {
+    const child = spawn(process.execPath, args, { cwd: projectRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), MIGRATE_TIMEOUT_MS);
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('close', (c, s) => {
+      clearTimeout(timer);
+      resolve({ code: c, signal: s, stdout: out, stderr: err });
+    });
+  });
+  if (code === 0) return;
+  const detail = (stderr.trim() || stdout.trim() || '(no output)').replaceAll(url, '<DATABASE_URL>');
+  const how = code === null ? `killed by ${signal ?? 'a signal'}` : `exit code ${code}`;
+  throw new Error(`prisma migrate deploy failed (${kind}, ${how}):\n${detail}`);
 }

@@ -448,7 +448,13 @@ export function classifyModelError(err: unknown): ClassifiedModelError {
     if (APICallError.isInstance(e)) {
       return { retryable: true, type: 'ModelUnreachable', message: `${who}could not be reached or dropped the connection${net?.code ? ` (${net.code})` : ''}: ${detail}` };
     }
-    return { retryable: e.isRetryable, type: e.isRetryable ? 'ModelUnavailable' : 'ModelStreamError', message: `${who}reported an error mid-stream: ${detail}` };
+    // An in-stream error with no status: the SDK only marks it retryable for a few exact
+    // messages ("overloaded", ...). Go by the provider's error type/code instead, and treat an
+    // unknown mid-answer failure as transient (Temporal's retry policy still bounds it).
+    const kind = `${e.type ?? ''} ${e.code ?? ''}`.toLowerCase();
+    const permanent = /invalid_request|invalid_api_key|authentication|permission|not_found|context_length|content_filter|insufficient_quota/.test(kind);
+    const retryable = e.isRetryable || !permanent;
+    return { retryable, type: retryable ? 'ModelUnavailable' : 'ModelStreamError', message: `${who}reported an error mid-answer: ${detail}` };
   }
 
   const detail = redactSecrets(errorMessage(e) || 'unknown error');

@@ -471,7 +471,7 @@ class Bridge {
 
   /** The datasource for the engine: the configured one, or an in-memory SQLite database. */
   engineDatasource(datamodels) {
-    if (this.datasource?.url) return this.datasource;
+    if (this.datasource?.url && !this.inMemoryMain) return this.datasource;
     const provider = datamodelProvider(datamodels);
     if (provider === 'sqlite' || provider === undefined) return { url: 'file::memory:' };
     throw new KnownError('P1012', `The ${provider} datasource needs a URL: set datasource.url in prisma.config.ts.`);
@@ -584,6 +584,10 @@ class Bridge {
         return { databaseName: await createDatabase(url) };
       }
       case 'diff': {
+        // a diff that does not read the database must not create a missing SQLite file
+        const url = this.datasource?.url;
+        const readsDatabase = [params?.from, params?.to].some((t) => t?.tag === 'schemaDatasource' || t?.tag === 'url');
+        if (!this.engine && !readsDatabase && url && isSqliteUrl(url) && !existsSync(sqlitePath(url))) this.inMemoryMain = true;
         const result = await this.withEngine((e) => e.diff(params));
         if (result.stdout) await this.print(result.stdout.replace(/\n$/, ''));
         return { exitCode: result.exitCode, stdout: null };

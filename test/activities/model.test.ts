@@ -183,6 +183,15 @@ describe('model layer (AI SDK) against the OpenAI-compatible double', () => {
         assert.match(c.message, /upstream exploded/);
       });
 
+      it('an in-stream invalid-request error is not retryable', async () => {
+        server.enqueue({ chunks: ['x'], streamError: { message: 'too many tokens', type: 'invalid_request_error', code: 'context_length_exceeded' } });
+        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }).then(
+          () => assert.fail('expected a rejection'),
+          (e: unknown) => e,
+        );
+        assert.equal(classifyModelError(err).retryable, false);
+      });
+
       it('a connection dropped mid-answer rejects as a retryable network error', async () => {
         server.enqueue({ chunks: ['one ', 'two ', 'three'], dropAfterChunks: 1 });
         const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }).then(
