@@ -33,7 +33,8 @@ function nativeSchemaEngineInstalled(): boolean {
   } catch {
     // prisma or @prisma/engines not installed
   }
-  return dirs.some((dir) => existsSync(dir) && readdirSync(dir).some((f) => f.startsWith('schema-engine-')));
+  const engineFile = (f: string) => f.startsWith('schema-engine-') && !/\.(gz|sha256|sig|tmp|lock)$/.test(f);
+  return dirs.some((dir) => existsSync(dir) && readdirSync(dir).some(engineFile));
 }
 
 function useEngineBridge(): boolean {

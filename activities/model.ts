@@ -87,7 +87,7 @@ const SETUP: Record<Provider, string> = {
 const knownSecrets = new Set<string>();
 
 function rememberSecret(s: string | undefined) {
-  if (s && s.trim().length >= 4) knownSecrets.add(s.trim());
+  if (s && s.trim().length >= 8) knownSecrets.add(s.trim());
 }
 
 function parseRef(ref: string): { provider: Provider; model: string } {

@@ -5,8 +5,8 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDb } from '../activities/db.js';
-import { migrateDatabase } from './migrate.js';
+import { createDb, migrateDatabase } from '../activities/db.js';
+
 import { listReceipts } from '../activities/receipts.js';
 import { runChat } from '../adapters/cli/chat.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';

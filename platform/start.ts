@@ -10,9 +10,9 @@ import path from 'node:path';
 import { Client } from '@temporalio/client';
 import { DefaultLogger, Runtime, type LogLevel, type NativeConnection } from '@temporalio/worker';
 import type { Logger } from 'pino';
-import { createDb, tuneDb, type Db } from '../activities/db.js';
+import { createDb, migrateDatabase, tuneDb, type Db } from '../activities/db.js';
 import type { ActivityDeps } from '../activities/index.js';
-import { migrateDatabase } from './migrate.js';
+
 import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
 import { createIngress } from '../adapters/ingress.js';

@@ -12,21 +12,32 @@
 // prisma.config.ts points PRISMA_SCHEMA_ENGINE_BINARY at ./schema-engine (a launcher running
 // this file with the CLI's own node) only when no native engine is installed.
 //
-// Every RPC call gets a fresh engine and fresh connections, all closed before the answer is
-// sent: the CLI kills the engine process as soon as it is done with it, and a SQLite
-// connection left open after applying migrations keeps the database locked.
+// The CLI starts one engine process per command (and kills it as soon as it is done: nothing
+// may be left to do after an answer). The bridge starts the Wasm engine at the first call and
+// keeps it for the following ones, as the native engine does: `migrate dev` relies on the
+// schema the engine cached from the shadow database in devDiagnostic.
 //
 // Differences from the native engine that are handled here:
-// - SQLite: better-sqlite3 prepares one statement per call; migration scripts sent through
-//   executeRaw (shadow database) are run as scripts.
-// - SQLite `reset`: the Wasm engine only deletes rows; the bridge drops every object.
-// - PostgreSQL: the pg adapter has no mapping for the catalogs' one-byte "char" type (read
-//   it as text); its executeScript splits scripts on every `;` (run them whole, as the native
-//   engine does); its shadow database is dropped while still in use (close first, then drop
-//   WITH (FORCE)) and built from a copy of the config (pass host, port, user and database
-//   separately so the copy can name another database).
+// - A fresh database has no `_prisma_migrations`: the Wasm engine does not recognise the
+//   adapters' "table does not exist" there (P1014 in `migrate dev`/`status`), so that one
+//   query reads as empty.
+// - `migrate dev`: evaluateDataLoss and createMigration get no shadow database in this Wasm
+//   build, only the engine's cache; after applying pending migrations the bridge diagnoses the
+//   history again so that the cache holds all of it.
+// - SQLite: better-sqlite3 prepares one statement per call, so migration scripts sent through
+//   executeRaw (shadow database) run as scripts; applying migrations leaves the connection in
+//   EXCLUSIVE locking mode (database locked while the engine lives), released right after;
+//   `reset` in the Wasm engine only deletes rows, so the bridge drops every object itself;
+//   create-database and can-connect-to-database are done here.
+// - PostgreSQL: the pg adapter has no mapping for the catalogs' one-byte "char" type (read as
+//   text); its executeScript splits scripts on every `;` (run whole, as the native engine
+//   does); its shadow database is dropped while still in use (close first, then DROP ... WITH
+//   (FORCE)) and derived from a copy of the connection settings (host, port, user and database
+//   passed separately, so that the copy can name another database).
 // - `diff` output reaches the CLI through the engine's `print` request, as with the native
-//   engine; `getDatabaseVersion` maps to the Wasm `version`; `createDatabase` is done here.
+//   engine; `getDatabaseVersion` is the Wasm `version`; `createDatabase` is done here.
+//
+// STEWARD_ENGINE_BRIDGE_DEBUG=1 logs every statement (see with DEBUG='prisma:schemaEngine*').
 import { readFileSync, existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -337,7 +348,8 @@ function traceQueries(a) {
 /** The adapter factory for a datasource, with every connection it opens tracked for closing. */
 async function adapterFactory(datasource, opened) {
   const url = datasource.url;
-  const track = (a, extra) => {
+  const track = (a, extra, main = false) => {
+    a.isMainConnection = main;
     if (process.env.STEWARD_ENGINE_BRIDGE_DEBUG) traceQueries(a);
     let disposed = false;
     const dispose = a.dispose.bind(a);
@@ -360,7 +372,7 @@ async function adapterFactory(datasource, opened) {
     return {
       provider: factory.provider,
       adapterName: factory.adapterName,
-      connect: async () => track(missingMigrationsTableIsEmpty(sqliteScriptsAsScripts(await factory.connect()))),
+      connect: async () => track(missingMigrationsTableIsEmpty(sqliteScriptsAsScripts(await factory.connect())), undefined, true),
       connectToShadowDb: async () => track(sqliteScriptsAsScripts(await factory.connectToShadowDb())),
     };
   }
@@ -372,7 +384,7 @@ async function adapterFactory(datasource, opened) {
     return {
       provider: factory.provider,
       adapterName: factory.adapterName,
-      connect: async () => track(missingMigrationsTableIsEmpty(pgWholeScripts(await factory.connect()))),
+      connect: async () => track(missingMigrationsTableIsEmpty(pgWholeScripts(await factory.connect())), undefined, true),
       connectToShadowDb: async () => {
         if (datasource.shadowDatabaseUrl) {
           // a configured shadow database: start it empty, as the native engine does
@@ -551,6 +563,43 @@ class Bridge {
     }
   }
 
+  /** Create `_prisma_migrations` (the native engine's definition) in the main database if it is missing. */
+  async ensureMigrationsTable() {
+    const main = this.opened.find((a) => a.isMainConnection);
+    if (!main) return;
+    if (main.provider === 'sqlite') {
+      const r = await main.queryRaw({ sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name = '_prisma_migrations'", args: [], argTypes: [] });
+      if (r.rows.length) return;
+      await main.executeScript(`CREATE TABLE "_prisma_migrations" (
+    "id"                    TEXT PRIMARY KEY NOT NULL,
+    "checksum"              TEXT NOT NULL,
+    "finished_at"           DATETIME,
+    "migration_name"        TEXT NOT NULL,
+    "logs"                  TEXT,
+    "rolled_back_at"        DATETIME,
+    "started_at"            DATETIME NOT NULL DEFAULT current_timestamp,
+    "applied_steps_count"   INTEGER UNSIGNED NOT NULL DEFAULT 0
+);`);
+      return;
+    }
+    const r = await main.queryRaw({
+      sql: "SELECT table_name::text AS t FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = '_prisma_migrations'",
+      args: [],
+      argTypes: [],
+    });
+    if (r.rows.length) return;
+    await main.executeScript(`CREATE TABLE "_prisma_migrations" (
+    id                      VARCHAR(36) PRIMARY KEY NOT NULL,
+    checksum                VARCHAR(64) NOT NULL,
+    finished_at             TIMESTAMPTZ,
+    migration_name          VARCHAR(255) NOT NULL,
+    logs                    TEXT,
+    rolled_back_at          TIMESTAMPTZ,
+    started_at              TIMESTAMPTZ NOT NULL DEFAULT now(),
+    applied_steps_count     INTEGER NOT NULL DEFAULT 0
+);`);
+  }
+
   /** Ask the CLI to print to its stdout (how the native engine outputs `migrate diff`). */
   print(content) {
     const id = this.nextOutgoingId++;
@@ -608,12 +657,16 @@ class Bridge {
       case 'devDiagnostic':
         this.inMigrateDev = true;
         return this.withEngine((e) => e.devDiagnostic(params));
+      case 'markMigrationApplied':
+        // the engine would create the migrations table when it finds none, but cannot tell
+        // (see missingMigrationsTableIsEmpty): create it first, as the native engine does
+        await this.withEngine(() => this.ensureMigrationsTable());
+        return this.withEngine(async (e) => (await e.markMigrationApplied(params)) ?? {});
       case 'createMigration':
       case 'diagnoseMigrationHistory':
       case 'evaluateDataLoss':
       case 'introspect':
       case 'introspectSql':
-      case 'markMigrationApplied':
       case 'markMigrationRolledBack':
       case 'schemaPush':
         return this.withEngine(async (e) => (await e[method](params)) ?? {});

@@ -1,63 +1,160 @@
 /**
- * The database layer: migrations apply on fresh SQLite and PostgreSQL databases through
- * Prisma's schema engine, the schema and the migrations do not drift, and the model copies
- * match prisma/models.prisma.
+ * The database layer, through the prisma CLI (with the offline Wasm schema engine bridge where
+ * no native engine is installed): migrations deploy on fresh SQLite and PostgreSQL databases,
+ * each migrations folder matches its schema (a model change without a migration fails here),
+ * and the model copies match prisma/models.prisma.
+ *
+ * PostgreSQL runs when STEWARD_TEST_PG_URL is set (scripts/pg.sh start; scripts/pg.sh url).
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { describe, it } from 'node:test';
-import { isUniqueViolation } from '../../activities/prisma-errors.js';
-import { migrateDatabase, schemaDrift } from '../../platform/migrate.js';
-import { createPgDatabase, testDatabases } from '../helpers/db.js';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { databaseKind, migrateDatabase } from '../../activities/db.js';
+import { prismaErrorCode } from '../../activities/prisma-errors.js';
+import { prismaCli, testDatabases, type TestDatabase } from '../helpers/db.js';
 
 const read = (p: string) => readFileSync(new URL(`../../${p}`, import.meta.url), 'utf8');
+const migrationNames = (kind: 'sqlite' | 'postgres') =>
+  readdirSync(new URL(`../../prisma/${kind}/migrations/`, import.meta.url), { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort();
 
 describe('prisma schema', () => {
   it('keeps the provider copies of the models identical to prisma/models.prisma', () => {
     const models = read('prisma/models.prisma');
-    assert.equal(read('prisma/sqlite/models.prisma'), models, 'run npm run prisma:sync');
-    assert.equal(read('prisma/postgres/models.prisma'), models, 'run npm run prisma:sync');
+    assert.equal(read('prisma/sqlite/models.prisma'), models, 'prisma/sqlite/models.prisma differs: run npm run prisma:sync');
+    assert.equal(read('prisma/postgres/models.prisma'), models, 'prisma/postgres/models.prisma differs: run npm run prisma:sync');
   });
 
-  it('has SQLite migrations that match the schema (no drift)', async () => {
-    assert.equal(await schemaDrift('sqlite'), '');
-  });
-
-  it('has PostgreSQL migrations that match the schema (no drift)', { skip: !process.env.STEWARD_TEST_PG_URL && 'no PostgreSQL (STEWARD_TEST_PG_URL)' }, async () => {
-    const shadow = await createPgDatabase(process.env.STEWARD_TEST_PG_URL ?? '');
-    const prev = process.env.STEWARD_SHADOW_DATABASE_URL;
-    process.env.STEWARD_SHADOW_DATABASE_URL = shadow.url;
-    try {
-      assert.equal(await schemaDrift('postgres'), '');
-    } finally {
-      if (prev === undefined) delete process.env.STEWARD_SHADOW_DATABASE_URL;
-      else process.env.STEWARD_SHADOW_DATABASE_URL = prev;
-      await shadow.drop();
+  it('has one migration history per provider, with its lock file', () => {
+    for (const kind of ['sqlite', 'postgres'] as const) {
+      assert.ok(migrationNames(kind).length > 0, `prisma/${kind}/migrations is empty`);
+      assert.match(read(`prisma/${kind}/migrations/migration_lock.toml`), new RegExp(`provider = "${kind === 'sqlite' ? 'sqlite' : 'postgresql'}"`));
     }
   });
 });
 
+/** The databases the drift checks run against: SQLite always (a scratch file), PostgreSQL when configured. */
+const driftTargets: Array<{ kind: 'sqlite' | 'postgres'; skip: string | false; url: () => string }> = [];
+let scratch = '';
+driftTargets.push({ kind: 'sqlite', skip: false, url: () => `file:${path.join(scratch, 'diff.db')}` });
+driftTargets.push({
+  kind: 'postgres',
+  skip: process.env.STEWARD_TEST_PG_URL ? false : 'no PostgreSQL (set STEWARD_TEST_PG_URL)',
+  // the diff only needs the server (it creates and drops a shadow database there)
+  url: () => process.env.STEWARD_TEST_PG_URL ?? '',
+});
+
+describe('migrations and schema (prisma migrate diff --exit-code)', () => {
+  before(() => {
+    scratch = mkdtempSync(path.join(tmpdir(), 'steward-prisma-diff-'));
+  });
+  after(() => {
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  for (const target of driftTargets) {
+    it(`${target.kind}: the migrations produce exactly the schema (no drift)`, { skip: target.skip }, async () => {
+      const r = await prismaCli(
+        ['migrate', 'diff', '--from-migrations', `prisma/${target.kind}/migrations`, '--to-schema', `prisma/${target.kind}`, '--script', '--exit-code'],
+        { DATABASE_URL: target.url() },
+      );
+      assert.equal(
+        r.code,
+        0,
+        `prisma/${target.kind} differs from its migrations (exit ${r.code}); add a migration (prisma migrate dev --create-only):\n${r.stdout}\n${r.stderr}`,
+      );
+    });
+
+    it(`${target.kind}: the diff check does see differences (exit code 2 from an empty database)`, { skip: target.skip }, async () => {
+      // guards against a schema engine stand-in that does nothing and exits 0
+      const r = await prismaCli(['migrate', 'diff', '--from-empty', '--to-schema', `prisma/${target.kind}`, '--script', '--exit-code'], {
+        DATABASE_URL: target.url(),
+      });
+      assert.equal(r.code, 2, `${r.stdout}\n${r.stderr}`);
+      assert.match(r.stdout, /CREATE TABLE "Message"/);
+    });
+  }
+});
+
 for (const database of testDatabases()) {
   describe(`database (${database.name})`, () => {
-    it('migrates a fresh database, reads and writes every model, and reports unique violations', async () => {
-      const t = await database.create();
-      try {
-        assert.deepEqual(await migrateDatabase(t.url), [], 'a second deploy has nothing to apply');
-        const rows = (await t.db.$queryRawUnsafe('SELECT migration_name FROM _prisma_migrations')) as Array<{ migration_name: string }>;
-        assert.ok(rows.some((r) => r.migration_name.endsWith('_init')));
-        await t.db.session.create({ data: { id: 's1', platform: 'http', account: 'a', chatId: 'c' } });
-        const m = await t.db.message.create({ data: { key: 'k1', sessionId: 's1', role: 'user', text: 'héllo ✓' } });
-        const m2 = await t.db.message.create({ data: { key: 'k2', sessionId: 's1', role: 'assistant', text: 'hi' } });
-        assert.ok(m2.seq > m.seq);
-        await t.db.blob.create({ data: { hash: 'h', mediaType: 'text/plain', size: 3, data: new Uint8Array([1, 2, 3]) } });
-        assert.deepEqual([...((await t.db.blob.findUniqueOrThrow({ where: { hash: 'h' } })).data)], [1, 2, 3]);
-        await t.db.delivery.create({ data: { key: 'k2', sessionId: 's1', platform: 'http', chatId: 'c', kind: 'reply', status: 'pending' } });
-        await t.db.receipt.create({ data: { key: 'r', kind: 'ingress', data: '{}' } });
-        await assert.rejects(t.db.message.create({ data: { key: 'k1', sessionId: 's1', role: 'user', text: 'again' } }), (err: unknown) => isUniqueViolation(err));
-        assert.equal((await t.db.message.findUniqueOrThrow({ where: { key: 'k1' } })).text, 'héllo ✓');
-      } finally {
-        await t.cleanup();
-      }
+    let t: TestDatabase;
+    let deployMs = 0;
+    before(async () => {
+      const start = performance.now();
+      t = await database.create();
+      deployMs = performance.now() - start;
+    });
+    after(async () => {
+      await t?.cleanup();
+    });
+
+    it('applies every migration to a fresh database (prisma migrate deploy), and nothing the second time', async (ctx) => {
+      ctx.diagnostic(`fresh database + migrate deploy: ${Math.round(deployMs)} ms`);
+      assert.equal(databaseKind(t.url), database.name);
+      const rows = await t.db.$queryRawUnsafe<Array<{ migration_name: string; finished_at: unknown }>>(
+        'SELECT migration_name, finished_at FROM _prisma_migrations ORDER BY migration_name',
+      );
+      assert.deepEqual(
+        rows.map((r) => r.migration_name),
+        migrationNames(database.name),
+      );
+      assert.ok(rows.every((r) => r.finished_at !== null));
+      await migrateDatabase(t.url);
+      const again = await t.db.$queryRawUnsafe<Array<{ n: number | bigint }>>('SELECT count(*) AS n FROM _prisma_migrations');
+      assert.equal(Number(again[0]?.n), rows.length, 'a second deploy applies nothing');
+      const status = await prismaCli(['migrate', 'status'], { DATABASE_URL: t.url });
+      assert.equal(status.code, 0, `${status.stdout}\n${status.stderr}`);
+      assert.match(status.stdout, /Database schema is up to date/);
+    });
+
+    it('creates and reads every model', async () => {
+      await t.db.session.create({ data: { id: 's1', platform: 'http', account: 'a', chatId: 'c' } });
+      const m = await t.db.message.create({ data: { key: 'k1', sessionId: 's1', role: 'user', text: 'héllo ✓' } });
+      const m2 = await t.db.message.create({ data: { key: 'k2', sessionId: 's1', role: 'assistant', text: 'hi', turnId: 't1' } });
+      assert.ok(m2.seq > m.seq);
+      assert.deepEqual(
+        (await t.db.message.findMany({ where: { sessionId: 's1' }, orderBy: { seq: 'asc' } })).map((r) => r.text),
+        ['héllo ✓', 'hi'],
+      );
+      await t.db.blob.create({ data: { hash: 'h', mediaType: 'text/plain', size: 3, data: new Uint8Array([1, 2, 3]) } });
+      assert.deepEqual([...(await t.db.blob.findUniqueOrThrow({ where: { hash: 'h' } })).data], [1, 2, 3]);
+      await t.db.delivery.create({ data: { key: 'k2', sessionId: 's1', platform: 'http', chatId: 'c', kind: 'reply', status: 'pending' } });
+      const d = await t.db.delivery.update({ where: { key: 'k2' }, data: { status: 'sent', attempts: { increment: 1 }, sentAt: new Date() } });
+      assert.equal(d.attempts, 1);
+      const r = await t.db.receipt.create({ data: { key: 'r', kind: 'ingress', data: '{}' } });
+      assert.equal((await t.db.receipt.findUniqueOrThrow({ where: { id: r.id } })).kind, 'ingress');
+      const s = await t.db.session.findUniqueOrThrow({ where: { id: 's1' } });
+      assert.ok(s.updatedAt instanceof Date);
+    });
+
+    it('reports a unique-key violation as Prisma error P2002', async () => {
+      await t.db.message.create({ data: { key: 'dup', sessionId: 's1', role: 'user', text: 'first' } });
+      await assert.rejects(t.db.message.create({ data: { key: 'dup', sessionId: 's1', role: 'user', text: 'again' } }), (err: unknown) => {
+        assert.equal(prismaErrorCode(err), 'P2002');
+        return true;
+      });
+      await assert.rejects(t.db.receipt.createMany({ data: [{ key: 'rr', kind: 'x', data: '' }, { key: 'rr', kind: 'x', data: '' }] }), (err: unknown) => {
+        assert.equal(prismaErrorCode(err), 'P2002');
+        return true;
+      });
+      assert.equal((await t.db.message.findUniqueOrThrow({ where: { key: 'dup' } })).text, 'first');
     });
   });
 }
+
+describe('migrateDatabase', () => {
+  it('fails with the CLI error output', async () => {
+    // nothing listens on port 1
+    await assert.rejects(migrateDatabase('postgresql://steward:x@127.0.0.1:1/steward'), (err: Error) => {
+      assert.match(err.message, /prisma migrate deploy failed \(postgres, exit code 1\)/);
+      assert.match(err.message, /P1001/);
+      return true;
+    });
+    assert.throws(() => databaseKind('mysql://x'), /DATABASE_URL/);
+  });
+});
