@@ -90,16 +90,6 @@ export function createActivities(deps: ActivityDeps) {
           data: { turnId: input.turnId, inbound: input.inbound.length, model: input.settings.model },
         });
       }
-      if (!deps.models.isConfigured(input.settings.model)) {
-        let message: string;
-        try {
-          deps.models.languageModel(input.settings.model);
-          message = `The model ${input.settings.model} is not configured.`;
-        } catch (err) {
-          message = err instanceof Error ? err.message : String(err);
-        }
-        return { kind: 'not-configured', message, usage: ZERO };
-      }
       const prompt = await buildPrompt(db, {
         systemPrompt: deps.systemPrompt,
         workingSet: input.workingSet,

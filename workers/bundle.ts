@@ -9,11 +9,8 @@ import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporali
 
 export const workflowsPath = fileURLToPath(new URL('../workflows/index.ts', import.meta.url));
 
-/** Modules that must never reach the workflow bundle (I/O). */
-export const FORBIDDEN_IN_WORKFLOWS = ['@prisma/client', 'better-sqlite3', 'pg', 'ai', 'pino', 'hono', 'grammy', 'discord.js', 'octokit'];
-
 export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  return bundleWorkflowCode({ workflowsPath, ignoreModules: [] });
+  return bundleWorkflowCode({ workflowsPath });
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

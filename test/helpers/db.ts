@@ -24,26 +24,30 @@ export interface TestDatabaseKind {
   create(): Promise<TestDatabase>;
 }
 
+/** Migrate the empty database at `url` and open it; `discard` removes it (also when migrating fails). */
+async function migrated(url: string, discard: () => Promise<void>): Promise<TestDatabase> {
+  try {
+    await migrateDatabase(url);
+  } catch (err) {
+    await discard();
+    throw err;
+  }
+  const db = createDb(url);
+  return {
+    url,
+    db,
+    async cleanup() {
+      await db.$disconnect();
+      await discard();
+    },
+  };
+}
+
 const sqlite: TestDatabaseKind = {
   name: 'sqlite',
   async create() {
     const dir = mkdtempSync(path.join(tmpdir(), 'steward-test-db-'));
-    const url = `file:${path.join(dir, 'test.db')}`;
-    try {
-      await migrateDatabase(url);
-    } catch (err) {
-      rmSync(dir, { recursive: true, force: true });
-      throw err;
-    }
-    const db = createDb(url);
-    return {
-      url,
-      db,
-      async cleanup() {
-        await db.$disconnect();
-        rmSync(dir, { recursive: true, force: true });
-      },
-    };
+    return migrated(`file:${path.join(dir, 'test.db')}`, async () => rmSync(dir, { recursive: true, force: true }));
   },
 };
 
@@ -75,21 +79,7 @@ const postgres = (adminUrl: string): TestDatabaseKind => ({
   name: 'postgres',
   async create() {
     const { url, drop } = await createPgDatabase(adminUrl);
-    try {
-      await migrateDatabase(url);
-    } catch (err) {
-      await drop();
-      throw err;
-    }
-    const db = createDb(url);
-    return {
-      url,
-      db,
-      async cleanup() {
-        await db.$disconnect();
-        await drop();
-      },
-    };
+    return migrated(url, drop);
   },
 });
 

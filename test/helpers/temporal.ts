@@ -1,9 +1,9 @@
 /**
- * Temporal test environments on the installed binaries (existing-path executables), with the
+ * The Temporal test environment on the installed `temporal` CLI (existing-path executable), with the
  * SDK's own download as the fallback on machines that have internet.
  */
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli, freePort } from '../../platform/temporal-server.js';
+import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, freePort } from '../../platform/temporal-server.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../../workflows/search-attributes.js';
 
 export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> {
@@ -23,9 +23,4 @@ export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> 
       ],
     },
   });
-}
-
-export async function createTimeSkippingEnvironment(): Promise<TestWorkflowEnvironment> {
-  const bin = findProgram('temporal-test-server');
-  return TestWorkflowEnvironment.createTimeSkipping(bin ? { server: { executable: { type: 'existing-path', path: bin } } } : {});
 }
