@@ -4,15 +4,36 @@
  */
 import { activityInfo, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { tool, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
-import type { ConversationKey } from '../common/ids.js';
-import type { SessionSettings, TokenUsage, WorkingSet } from '../workflows/types.js';
+import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import type { AttachmentRef } from '../common/schemas.js';
+import { DEFAULT_APPROVAL_TOOLS, TOOLS } from '../common/tools.js';
+import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
 import { getBlobText, putBlob } from './blobs.js';
 import type { Db } from './db.js';
+import { approvalButtons, approvalId, notifyAdmins } from './governance.js';
 import { buildPrompt } from './prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
-import { deliverOnce, type Senders } from './outbox.js';
+import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
 import { writeReceipt } from './receipts.js';
+import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';
+
+export interface ToolPolicy {
+  /** Tools that wait for an admin's approval before they run ("*": every tool). */
+  approvalTools: readonly string[];
+  /** How long an approval waits before it counts as denied. */
+  approvalTimeoutMs: number;
+}
+
+export const DEFAULT_TOOL_POLICY: ToolPolicy = { approvalTools: DEFAULT_APPROVAL_TOOLS, approvalTimeoutMs: 60 * 60_000 };
+
+/** The tools offered to the model: declared only (no execute), Steward runs them as activities. */
+const MODEL_TOOLS: ToolSet = {
+  save_note: tool({ description: TOOLS.save_note.description, inputSchema: TOOLS.save_note.input }),
+  send_file: tool({ description: TOOLS.send_file.description, inputSchema: TOOLS.send_file.input }),
+  post_to_chat: tool({ description: TOOLS.post_to_chat.description, inputSchema: TOOLS.post_to_chat.input }),
+};
 
 export interface ActivityDeps {
   db: Db;
@@ -24,6 +45,9 @@ export interface ActivityDeps {
   onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void;
   /** How often the model activity heartbeats while it waits and streams. */
   heartbeatEveryMs?: number;
+  toolPolicy?: ToolPolicy;
+  /** Link to a run in the Temporal UI, for admin notifications. */
+  runLink?: (workflowId: string) => string | undefined;
 }
 
 export interface ModelStepInput {
@@ -36,11 +60,61 @@ export interface ModelStepInput {
   settings: SessionSettings;
   steers: string[];
   draftHash?: string;
+  /** The turn's tool exchange so far. */
+  scratch?: ScratchRef[];
 }
 
 export type ModelStepResult =
-  | { kind: 'output'; outputHash: string; finishReason: string; usage: TokenUsage; chars: number }
+  | {
+      kind: 'output';
+      outputHash: string;
+      finishReason: string;
+      usage: TokenUsage;
+      chars: number;
+      /** Present when the model called tools: the assistant message (text and calls) as a blob. */
+      messageHash?: string;
+      toolCalls?: ToolCallRef[];
+    }
   | { kind: 'not-configured'; message: string; usage: TokenUsage };
+
+export interface ToolCallInput {
+  sessionId: string;
+  turnId: string;
+  conversation: ConversationKey;
+  messageHash: string;
+  toolCallId: string;
+}
+
+export interface RunToolInput extends ToolCallInput {
+  /** Do not run it: tell the model why (denied, expired, invalid input). */
+  refused?: string;
+}
+
+export interface RunToolResult {
+  resultHash: string;
+  ok: boolean;
+  note?: string;
+  attachment?: AttachmentRef;
+}
+
+export interface RequestApprovalInput extends ToolCallInput {
+  requestedBy?: string;
+}
+
+export interface SettleApprovalInput {
+  approvalId: string;
+  decision: 'approved' | 'denied' | 'expired' | 'cancelled';
+  by: string;
+  byName: string;
+  reason?: string;
+}
+
+export interface ProgressInput {
+  turnId: string;
+  conversation: ConversationKey;
+  text: string;
+  important?: boolean;
+}
 
 export interface DeliverInput {
   key: string;
@@ -50,8 +124,28 @@ export interface DeliverInput {
   turnId?: string;
   blobHash?: string;
   text?: string;
+  attachments?: AttachmentRef[];
   usage?: TokenUsage;
   steps?: number;
+}
+
+/** A platform failure as the Temporal failure the retry policy acts on (a 429 waits as long as asked). */
+function deliveryFailure(err: unknown): unknown {
+  if (!(err instanceof DeliveryError)) return err;
+  return ApplicationFailure.create({
+    type: err.retryAfterMs !== undefined ? 'DeliveryRateLimited' : err.permanent ? 'DeliveryRefused' : 'DeliveryFailed',
+    message: err.message,
+    nonRetryable: err.permanent,
+    ...(err.retryAfterMs !== undefined ? { nextRetryDelay: Math.max(err.retryAfterMs, 100) } : {}),
+  });
+}
+
+async function platformCall<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw deliveryFailure(err);
+  }
 }
 
 function workflowRef(info: ReturnType<typeof activityInfo>, sessionId: string) {
@@ -74,7 +168,16 @@ function failureType(status: number | undefined, retryable: boolean, fallback: s
 
 export function createActivities(deps: ActivityDeps) {
   const { db } = deps;
+  const senders = deps.senders ?? {};
   const beatMs = deps.heartbeatEveryMs ?? 200;
+  const policy = deps.toolPolicy ?? DEFAULT_TOOL_POLICY;
+  const needsApproval = (name: string) => policy.approvalTools.includes('*') || policy.approvalTools.includes(name);
+
+  async function loadScratch(refs: ScratchRef[] | undefined): Promise<ModelMessage[]> {
+    const out: ModelMessage[] = [];
+    for (const r of refs ?? []) out.push(JSON.parse(await getBlobText(db, r.hash)) as ModelMessage);
+    return out;
+  }
 
   return {
     /** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
@@ -96,6 +199,7 @@ export function createActivities(deps: ActivityDeps) {
         inbound: input.inbound,
         steers: input.steers,
         ...(input.draftHash ? { draft: await getBlobText(db, input.draftHash) } : {}),
+        scratch: await loadScratch(input.scratch),
       });
       let chars = 0;
       ctx.heartbeat({ step: input.step, chars });
@@ -104,7 +208,7 @@ export function createActivities(deps: ActivityDeps) {
       try {
         const out = await runModelStep(
           deps.models,
-          { model: input.settings.model, think: input.settings.think, messages: prompt },
+          { model: input.settings.model, think: input.settings.think, messages: prompt, tools: MODEL_TOOLS },
           {
             signal: ctx.cancellationSignal,
             onDelta: (soFar) => {
@@ -114,13 +218,40 @@ export function createActivities(deps: ActivityDeps) {
         );
         const outputHash = await putBlob(db, out.text);
         const usage = { input: out.usage.inputTokens, output: out.usage.outputTokens, total: out.usage.totalTokens };
+        let tools: { messageHash: string; toolCalls: ToolCallRef[] } | undefined;
+        if (out.toolCalls.length > 0) {
+          // The step's message (its text and calls) is stored; history gets the call ids, names,
+          // validation errors and the approval policy's verdict, never the inputs.
+          const message: ModelMessage = {
+            role: 'assistant',
+            content: [
+              ...(out.text ? [{ type: 'text' as const, text: out.text }] : []),
+              ...out.toolCalls.map((c) => ({ type: 'tool-call' as const, toolCallId: c.toolCallId, toolName: c.toolName, input: c.input ?? {} })),
+            ],
+          };
+          const messageHash = await putBlob(db, JSON.stringify(message), 'application/json');
+          const toolCalls = out.toolCalls.map((c): ToolCallRef => {
+            const v = c.invalid ? { ok: false as const, error: `The call could not be read: ${c.error ?? 'invalid'}` } : validateToolCall(c.toolName, c.input);
+            return { id: c.toolCallId, name: c.toolName, needsApproval: v.ok && needsApproval(c.toolName), ...(v.ok ? {} : { error: v.error }) };
+          });
+          tools = { messageHash, toolCalls };
+        }
         await writeReceipt(db, {
           key: `${input.turnId}:model:${input.step}:${info.attempt}`,
           kind: 'model.call',
           ...wf,
-          data: { step: input.step, attempt: info.attempt, model: out.model, finishReason: out.finishReason, usage, ms: Date.now() - started, outputHash },
+          data: {
+            step: input.step,
+            attempt: info.attempt,
+            model: out.model,
+            finishReason: out.finishReason,
+            usage,
+            ms: Date.now() - started,
+            outputHash,
+            ...(tools ? { toolCalls: tools.toolCalls.map((c) => c.name) } : {}),
+          },
         });
-        return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length };
+        return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}) };
       } catch (err) {
         if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
         if (err instanceof ModelNotConfiguredError) return { kind: 'not-configured', message: err.message, usage: ZERO };
@@ -146,19 +277,32 @@ export function createActivities(deps: ActivityDeps) {
       const info = activityInfo();
       const wf = workflowRef(info, input.sessionId);
       const text = input.blobHash ? await getBlobText(db, input.blobHash) : (input.text ?? '');
-      const outcome = await deliverOnce(db, deps.senders ?? {}, {
-        key: input.key,
-        sessionId: input.sessionId,
-        conversation: input.conversation,
-        kind: input.kind,
-        text,
-        ...(input.turnId ? { turnId: input.turnId } : {}),
-      });
+      const outcome = await platformCall(() =>
+        deliverOnce(db, senders, {
+          key: input.key,
+          sessionId: input.sessionId,
+          conversation: input.conversation,
+          kind: input.kind,
+          text,
+          ...(input.turnId ? { turnId: input.turnId } : {}),
+          ...(input.attachments?.length ? { attachments: input.attachments } : {}),
+        }),
+      );
       await writeReceipt(db, {
         key: `${input.key}:delivery`,
         kind: 'delivery',
         ...wf,
-        data: { key: input.key, kind: input.kind, platform: input.conversation.platform, chatId: input.conversation.chatId, sent: outcome.sent, chars: text.length },
+        data: {
+          key: input.key,
+          kind: input.kind,
+          platform: input.conversation.platform,
+          chatId: input.conversation.chatId,
+          sent: outcome.sent,
+          chars: text.length,
+          parts: outcome.externalIds.length,
+          ...(input.attachments?.length ? { attachments: input.attachments.length } : {}),
+          ...(outcome.failed ? { failed: outcome.failed } : {}),
+        },
       });
       if (input.turnId) {
         await writeReceipt(db, {
@@ -169,7 +313,165 @@ export function createActivities(deps: ActivityDeps) {
         });
       }
       if (outcome.sent) deps.onTranscript?.(input.sessionId, input.kind === 'reply' ? 'assistant' : 'system');
-      return outcome;
+      return { sent: outcome.sent, messageSeq: outcome.messageSeq };
+    },
+
+    /** Run one tool call (or tell the model why it was not run). */
+    async runTool(input: RunToolInput): Promise<RunToolResult> {
+      const info = activityInfo();
+      const wf = workflowRef(info, input.sessionId);
+      const call = await loadToolCall(db, input.messageHash, input.toolCallId);
+      let outcome: { text: string; ok: boolean; note?: string; attachment?: AttachmentRef; detail: Record<string, unknown> };
+      const v = validateToolCall(call.toolName, call.input);
+      if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
+      else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
+      else outcome = await runValidatedTool({ db, senders, turnId: input.turnId, sessionId: input.sessionId, conversation: input.conversation }, call, v.tool);
+      const resultHash = await putBlob(db, JSON.stringify(toolResultMessage(call, outcome.text)), 'application/json');
+      await writeReceipt(db, {
+        key: `${input.turnId}:tool:${input.toolCallId}`,
+        kind: 'tool.call',
+        ...wf,
+        data: { tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...outcome.detail },
+      });
+      return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };
+    },
+
+    /**
+     * Record a proposed action as a pending approval and ask the admins (admin channel, else
+     * their DMs) with Approve/Deny buttons. Idempotent: the id follows from the turn and call.
+     */
+    async requestApproval(input: RequestApprovalInput): Promise<{ approvalId: string; timeoutMs: number; summary: string }> {
+      const info = activityInfo();
+      const wf = workflowRef(info, input.sessionId);
+      const call = await loadToolCall(db, input.messageHash, input.toolCallId);
+      const id = approvalId(input.turnId, input.toolCallId);
+      const summary = describeToolCall(call.toolName, call.input);
+      const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
+      let row = await db.approval.findUnique({ where: { id } });
+      if (!row) {
+        row = await db.approval.create({
+          data: {
+            id,
+            workflowId: info.workflowExecution?.workflowId ?? input.turnId,
+            runId: info.workflowExecution?.runId ?? null,
+            sessionId: input.sessionId,
+            turnId: input.turnId,
+            toolCallId: input.toolCallId,
+            tool: call.toolName,
+            summary,
+            payload: JSON.stringify(redact(call.input)),
+            risk: spec?.risk ?? 'caution',
+            requestedBy: input.requestedBy ?? null,
+            status: 'pending',
+            deadline: new Date(Date.now() + policy.approvalTimeoutMs),
+          },
+        });
+      }
+      const timeoutMs = Math.max(0, row.deadline.getTime() - Date.now());
+      const where = `${input.conversation.platform} chat ${input.conversation.chatId}`;
+      const link = deps.runLink?.(row.workflowId);
+      const text = [
+        `**Approval needed** (${id}): an agent in ${where} wants to ${summary}.`,
+        `Payload: \`${row.payload.slice(0, 1500)}\``,
+        `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
+        `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
+      ].join('\n');
+      const targets = await platformCall(() => notifyAdmins(db, senders, { key: `approval:${id}`, text, buttons: approvalButtons(id) }));
+      for (const t of targets) {
+        await db.approvalNotice.upsert({
+          where: { approvalId_deliveryKey: { approvalId: id, deliveryKey: t.deliveryKey } },
+          create: { approvalId: id, deliveryKey: t.deliveryKey, platform: t.conversation.platform, account: t.conversation.account, chatId: t.conversation.chatId },
+          update: {},
+        });
+      }
+      if (!senders[input.conversation.platform]) {
+        // no progress panel on this channel: tell the chat in its transcript
+        await deliverOnce(db, senders, {
+          key: `approval:${id}:asked`,
+          sessionId: input.sessionId,
+          conversation: input.conversation,
+          kind: 'notice',
+          text: `Waiting for an admin to approve: ${summary} (approval ${id}).`,
+          turnId: input.turnId,
+        });
+        deps.onTranscript?.(input.sessionId, 'system');
+      }
+      await writeReceipt(db, {
+        key: `approval:${id}:requested`,
+        kind: 'approval.requested',
+        ...wf,
+        actor: input.requestedBy,
+        data: { approvalId: id, tool: call.toolName, summary, deadline: row.deadline.toISOString(), notified: targets.length },
+      });
+      return { approvalId: id, timeoutMs, summary };
+    },
+
+    /** Record the decision (or the deadline), show it on the admins' posts and tell the proposer. */
+    async settleApproval(input: SettleApprovalInput): Promise<{ reason: string }> {
+      const info = activityInfo();
+      const row = await db.approval.findUniqueOrThrow({ where: { id: input.approvalId } });
+      const wf = workflowRef(info, row.sessionId);
+      if (row.status === 'pending') {
+        await db.approval.updateMany({
+          where: { id: row.id, status: 'pending' },
+          data: { status: input.decision, decidedBy: input.byName, reason: input.reason ?? null, decidedAt: new Date() },
+        });
+      }
+      const reason =
+        input.decision === 'approved'
+          ? `approved by ${input.byName}`
+          : input.decision === 'denied'
+            ? `denied by ${input.byName}${input.reason ? `: ${input.reason}` : ''}`
+            : input.decision === 'expired'
+              ? `no admin decided before the deadline (${row.deadline.toISOString()}), so it was denied`
+              : 'the turn was stopped';
+      await writeReceipt(db, {
+        key: `approval:${row.id}:decision`,
+        kind: 'approval.decision',
+        ...wf,
+        actor: input.by,
+        data: { approvalId: row.id, tool: row.tool, decision: input.decision, by: input.byName, ...(input.reason ? { reason: input.reason } : {}) },
+      });
+      const verdict = `${input.decision === 'approved' ? 'Approved' : input.decision === 'denied' ? 'Denied' : input.decision === 'expired' ? 'Expired (denied)' : 'Cancelled'}: ${reason}.`;
+      for (const n of await db.approvalNotice.findMany({ where: { approvalId: row.id } })) {
+        const sender = senders[n.platform as keyof Senders];
+        const part = await db.deliveryPart.findFirst({ where: { key: n.deliveryKey, status: 'sent' }, orderBy: { part: 'desc' } });
+        if (!sender || !part?.externalId) continue;
+        const conversation = { platform: n.platform as ConversationKey['platform'], account: n.account, chatId: n.chatId };
+        try {
+          await sender.edit(conversation, part.externalId, `**Approval ${row.id}**: ${row.summary}\n${verdict}`, null);
+        } catch (err) {
+          if (!(err instanceof DeliveryError && err.permanent)) throw deliveryFailure(err);
+        }
+      }
+      const session = await db.session.findUnique({ where: { id: row.sessionId } });
+      if (session) {
+        const conversation = { platform: session.platform as ConversationKey['platform'], account: session.account, chatId: session.chatId };
+        await platformCall(() =>
+          deliverOnce(db, senders, {
+            key: `approval:${row.id}:settled`,
+            sessionId: row.sessionId,
+            conversation,
+            kind: 'notice',
+            text: `The proposed action (${row.summary}) was ${reason}.`,
+            turnId: row.turnId,
+          }),
+        );
+        deps.onTranscript?.(row.sessionId, 'system');
+      }
+      return { reason };
+    },
+
+    /** Post or edit the turn's progress panel (throttled to the platform's edit interval). */
+    async updateProgress(input: ProgressInput): Promise<string> {
+      return platformCall(() => updatePanel(db, senders, input, (ms) => Context.current().sleep(ms)));
+    },
+
+    /** Remove the turn's progress panel. */
+    async clearProgress(input: { turnId: string; conversation: ConversationKey }): Promise<string> {
+      return platformCall(() => clearPanel(db, senders, input.turnId, input.conversation));
     },
   };
 }
+
+export { sessionWorkflowId };

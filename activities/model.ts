@@ -33,6 +33,7 @@ import {
   streamText,
   type LanguageModel,
   type ModelMessage,
+  type ToolSet,
 } from 'ai';
 import { ModelRefSchema, parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
 
@@ -42,7 +43,8 @@ export interface ModelProvidersConfig {
   openaiCompatible?: { baseURL: string; apiKey?: string };
 }
 
-export type ChatMessage = { role: 'system' | 'user' | 'assistant'; content: string };
+/** A prompt message: the AI SDK's model message (system messages become the instructions). */
+export type ChatMessage = ModelMessage;
 
 /** The model reference names a provider that has no credentials / endpoint configured. */
 export class ModelNotConfiguredError extends Error {
@@ -209,6 +211,17 @@ export interface ModelStepRequest {
   think: ThinkLevel;
   messages: ChatMessage[];
   maxOutputTokens?: number;
+  /** Tools the model may call (declared only: Steward runs them, as activities). */
+  tools?: ToolSet;
+}
+
+export interface ModelToolCall {
+  toolCallId: string;
+  toolName: string;
+  input: unknown;
+  /** The SDK could not parse or match the call. */
+  invalid?: boolean;
+  error?: string;
 }
 
 export interface ModelStepOutput {
@@ -218,6 +231,8 @@ export interface ModelStepOutput {
   usage: { inputTokens: number; outputTokens: number; totalTokens: number };
   /** The model reference the step ran on. */
   model: string;
+  /** Tool calls the model made in this step (empty when it answered in text). */
+  toolCalls: ModelToolCall[];
 }
 
 export interface ModelStepOptions {
@@ -257,12 +272,9 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   const languageModel = registry.languageModel(req.model);
   const { provider, model: modelId } = parseRef(req.model);
   const instructions = req.messages
-    .filter((m) => m.role === 'system')
-    .map((m) => m.content)
+    .flatMap((m) => (m.role === 'system' ? [m.content] : []))
     .join('\n\n');
-  const messages: ModelMessage[] = req.messages.flatMap((m): ModelMessage[] =>
-    m.role === 'user' ? [{ role: 'user', content: m.content }] : m.role === 'assistant' ? [{ role: 'assistant', content: m.content }] : [],
-  );
+  const messages: ModelMessage[] = req.messages.filter((m) => m.role !== 'system');
 
   // Our own controller too, so that every way out of the loop (a throwing onDelta, an error
   // part) tears the HTTP request down, not only the caller's signal.
@@ -279,6 +291,7 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
       abortSignal: signal,
       ...(req.maxOutputTokens ? { maxOutputTokens: req.maxOutputTokens } : {}),
       providerOptions: thinkOptions(provider, req.think, modelId),
+      ...(req.tools && Object.keys(req.tools).length > 0 ? { tools: req.tools } : {}),
       onError: ({ error }) => {
         streamError ??= error;
       },
@@ -286,12 +299,20 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     let text = '';
     let finishReason = 'unknown';
     let usage = { inputTokens: 0, outputTokens: 0, totalTokens: 0 };
+    const toolCalls: ModelToolCall[] = [];
     for await (const part of result.fullStream) {
       if (opts.signal?.aborted) break;
       if (part.type === 'text-delta') {
         if (!part.text) continue;
         text += part.text;
         opts.onDelta?.(text, part.text);
+      } else if (part.type === 'tool-call') {
+        toolCalls.push({
+          toolCallId: part.toolCallId,
+          toolName: part.toolName,
+          input: part.input,
+          ...(part.invalid ? { invalid: true, error: part.error instanceof Error ? part.error.message : String(part.error ?? 'invalid tool call') } : {}),
+        });
       } else if (part.type === 'error') {
         streamError ??= part.error;
         break;
@@ -308,7 +329,7 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     if (opts.signal?.aborted) throw abortError(opts.signal);
     if (streamError !== undefined) throw asError(streamError);
     completed = true;
-    return { text, finishReason, usage, model: req.model };
+    return { text, finishReason, usage, model: req.model, toolCalls };
   } catch (err) {
     if (opts.signal?.aborted && !(err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError'))) {
       throw abortError(opts.signal);

@@ -1,35 +1,113 @@
 /**
  * The outbox: every outbound message gets a row keyed by an idempotency key before it is
- * sent, and is marked sent afterwards, so a retried delivery never sends twice. For the HTTP
- * API and the CLI the transcript is the channel; chat platforms register a sender.
+ * sent, and each platform message it is sent as (a long reply is split into parts) is
+ * recorded when it has gone out, so a retried delivery sends only what is still missing and
+ * never posts a part twice. For the HTTP API and the CLI the transcript is the channel; chat
+ * platforms register a ChannelSender.
+ *
+ * The one window left is a crash between a platform accepting a part and the row recording
+ * it. Discord closes it (every part carries a nonce Discord enforces); Telegram has no such
+ * key, so there a part whose outcome is unknown is sent again.
  */
 import type { ConversationKey } from '../common/ids.js';
-import type { Platform } from '../common/schemas.js';
+import type { AttachmentRef, Platform } from '../common/schemas.js';
+import { getBlob } from './blobs.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+
+/** A button under a message (Telegram inline keyboard, Discord components). */
+export interface Button {
+  /** Opaque callback data, at most 64 bytes (Telegram's limit). */
+  id: string;
+  label: string;
+  style?: 'primary' | 'danger' | 'secondary';
+}
 
 export interface OutboundMessage {
   key: string;
   sessionId: string;
   conversation: ConversationKey;
   kind: 'reply' | 'notice';
+  /** Markdown; each platform renders it in its own dialect. */
   text: string;
   turnId?: string;
+  attachments?: AttachmentRef[];
+  /** Rows of buttons, shown under the last part. */
+  buttons?: Button[][];
 }
 
-/** Sends one message on a chat platform; returns the platform's message id. */
-export type Sender = (msg: OutboundMessage) => Promise<string | undefined>;
-export type Senders = Partial<Record<Platform, Sender>>;
+export interface OutboundFile extends AttachmentRef {
+  data: Buffer;
+}
+
+export interface OutboundPart {
+  index: number;
+  count: number;
+  /** Markdown of this part (the sender renders it). */
+  text: string;
+  /** Files go with the last part. */
+  files: OutboundFile[];
+  buttons?: Button[][];
+  /** Stable per part: a platform that supports idempotent sends uses it (Discord's nonce). */
+  idempotencyKey: string;
+}
+
+/** Sends on one chat platform. Implementations throw DeliveryError for platform failures. */
+export interface ChannelSender {
+  /** Split Markdown into the parts this platform sends, within its message limit. Deterministic. */
+  split(text: string): string[];
+  /** Send one part; resolves with the platform's message id. */
+  send(conversation: ConversationKey, part: OutboundPart): Promise<string>;
+  /** Replace the text (and buttons: `null` removes them) of one of the bot's own messages. */
+  edit(conversation: ConversationKey, externalId: string, text: string, buttons?: Button[][] | null): Promise<void>;
+  /** Delete one of the bot's own messages. */
+  remove(conversation: ConversationKey, externalId: string): Promise<void>;
+  /** Least time between two edits of one message (platform rate limits). */
+  editIntervalMs: number;
+}
+
+export type Senders = Partial<Record<Platform, ChannelSender>>;
+
+/** A platform refused or failed a call. `permanent`: retrying cannot help (chat gone, bot blocked). */
+export class DeliveryError extends Error {
+  override readonly name = 'DeliveryError';
+  readonly retryAfterMs: number | undefined;
+  readonly permanent: boolean;
+  readonly status: number | undefined;
+  constructor(message: string, opts: { retryAfterMs?: number; permanent?: boolean; status?: number; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.retryAfterMs = opts.retryAfterMs;
+    this.permanent = opts.permanent ?? false;
+    this.status = opts.status;
+  }
+}
 
 export interface DeliveryOutcome {
-  /** False when the key had already been delivered: nothing was sent this time. */
+  /** False when the key had already been delivered (nothing was sent this time) or delivery failed for good. */
   sent: boolean;
   messageSeq: number;
+  /** Platform message ids of the parts, in order (empty for transcript-only channels). */
+  externalIds: string[];
+  /** Set when the platform refused the message for good (the reason). */
+  failed?: string;
+}
+
+async function loadFiles(db: Db, refs: AttachmentRef[] | undefined): Promise<OutboundFile[]> {
+  const out: OutboundFile[] = [];
+  for (const ref of refs ?? []) out.push({ ...ref, data: (await getBlob(db, ref.hash)).data });
+  return out;
+}
+
+async function partIds(db: Db, key: string): Promise<string[]> {
+  const parts = await db.deliveryPart.findMany({ where: { key, status: 'sent' }, orderBy: { part: 'asc' } });
+  return parts.flatMap((p) => (p.externalId ? [p.externalId] : []));
 }
 
 export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage): Promise<DeliveryOutcome> {
   let row = await db.delivery.findUnique({ where: { key: msg.key } });
-  if (row?.status === 'sent') return { sent: false, messageSeq: row.messageSeq ?? 0 };
+  if (row?.status === 'sent' || row?.status === 'failed') {
+    return { sent: false, messageSeq: row.messageSeq ?? 0, externalIds: await partIds(db, msg.key), ...(row.status === 'failed' ? { failed: 'delivery failed earlier' } : {}) };
+  }
   if (!row) {
     try {
       row = await db.$transaction(async (tx) => {
@@ -40,6 +118,7 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
             role: msg.kind === 'reply' ? 'assistant' : 'system',
             text: msg.text,
             turnId: msg.turnId ?? null,
+            ...(msg.attachments?.length ? { attachments: JSON.stringify(msg.attachments) } : {}),
           },
         });
         return tx.delivery.create({
@@ -47,6 +126,7 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
             key: msg.key,
             sessionId: msg.sessionId,
             platform: msg.conversation.platform,
+            account: msg.conversation.account,
             chatId: msg.conversation.chatId,
             kind: msg.kind,
             status: 'pending',
@@ -57,14 +137,111 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
     } catch (err) {
       if (!isUniqueViolation(err)) throw err;
       row = await db.delivery.findUniqueOrThrow({ where: { key: msg.key } });
-      if (row.status === 'sent') return { sent: false, messageSeq: row.messageSeq ?? 0 };
+      if (row.status === 'sent') return { sent: false, messageSeq: row.messageSeq ?? 0, externalIds: await partIds(db, msg.key) };
     }
   }
+  const messageSeq = row.messageSeq ?? 0;
   const sender = senders[msg.conversation.platform];
-  const externalId = sender ? await sender(msg) : undefined;
+  const externalIds: string[] = [];
+  if (sender) {
+    const parts = sender.split(msg.text);
+    const done = new Map((await db.deliveryPart.findMany({ where: { key: msg.key } })).map((p) => [p.part, p]));
+    const files = await loadFiles(db, msg.attachments);
+    for (let index = 0; index < parts.length; index++) {
+      const previous = done.get(index);
+      if (previous?.status === 'sent') {
+        if (previous.externalId) externalIds.push(previous.externalId);
+        continue;
+      }
+      const last = index === parts.length - 1;
+      await db.deliveryPart.upsert({
+        where: { key_part: { key: msg.key, part: index } },
+        create: { key: msg.key, part: index, status: 'sending' },
+        update: { status: 'sending' },
+      });
+      let externalId: string;
+      try {
+        externalId = await sender.send(msg.conversation, {
+          index,
+          count: parts.length,
+          text: parts[index] ?? '',
+          files: last ? files : [],
+          ...(last && msg.buttons?.length ? { buttons: msg.buttons } : {}),
+          idempotencyKey: `${msg.key}#${index}`,
+        });
+      } catch (err) {
+        await db.delivery.update({ where: { key: msg.key }, data: { attempts: { increment: 1 } } });
+        if (err instanceof DeliveryError && err.permanent) {
+          await db.delivery.update({ where: { key: msg.key }, data: { status: 'failed' } });
+          return { sent: false, messageSeq, externalIds, failed: err.message };
+        }
+        throw err;
+      }
+      await db.deliveryPart.update({ where: { key_part: { key: msg.key, part: index } }, data: { status: 'sent', externalId } });
+      externalIds.push(externalId);
+    }
+  }
   await db.delivery.update({
     where: { key: msg.key },
-    data: { status: 'sent', attempts: { increment: 1 }, sentAt: new Date(), externalId: externalId ?? null },
+    data: { status: 'sent', attempts: { increment: 1 }, sentAt: new Date(), externalId: externalIds[0] ?? null },
   });
-  return { sent: true, messageSeq: row.messageSeq ?? 0 };
+  return { sent: true, messageSeq, externalIds };
+}
+
+export interface PanelUpdate {
+  turnId: string;
+  conversation: ConversationKey;
+  text: string;
+  /** Wait out the edit interval instead of skipping the update (e.g. "waiting for approval"). */
+  important?: boolean;
+}
+
+export type PanelOutcome = 'posted' | 'edited' | 'unchanged' | 'throttled' | 'unsupported' | 'cleared' | 'none';
+
+/**
+ * Show a running turn's progress in one platform message, edited in place: the first update
+ * posts it, later ones edit it, at most once per the platform's edit interval (an update that
+ * comes sooner is skipped, or for an important one, waited for).
+ */
+export async function updatePanel(db: Db, senders: Senders, u: PanelUpdate, sleep: (ms: number) => Promise<void>): Promise<PanelOutcome> {
+  const sender = senders[u.conversation.platform];
+  if (!sender) return 'unsupported';
+  const row = await db.progressPanel.findUnique({ where: { turnId: u.turnId } });
+  if (row?.status === 'cleared') return 'cleared';
+  if (!row || !row.externalId) {
+    await db.progressPanel.upsert({
+      where: { turnId: u.turnId },
+      create: { turnId: u.turnId, platform: u.conversation.platform, account: u.conversation.account, chatId: u.conversation.chatId, text: u.text, status: 'open' },
+      update: { text: u.text },
+    });
+    const externalId = await sender.send(u.conversation, { index: 0, count: 1, text: u.text, files: [], idempotencyKey: `${u.turnId}:panel` });
+    await db.progressPanel.update({ where: { turnId: u.turnId }, data: { externalId, text: u.text } });
+    return 'posted';
+  }
+  if (row.text === u.text) return 'unchanged';
+  const wait = row.updatedAt.getTime() + sender.editIntervalMs - Date.now();
+  if (wait > 0) {
+    if (!u.important) return 'throttled';
+    await sleep(wait);
+  }
+  await sender.edit(u.conversation, row.externalId, u.text);
+  await db.progressPanel.update({ where: { turnId: u.turnId }, data: { text: u.text } });
+  return 'edited';
+}
+
+/** Remove a turn's progress panel (the reply has landed). */
+export async function clearPanel(db: Db, senders: Senders, turnId: string, conversation: ConversationKey): Promise<PanelOutcome> {
+  const row = await db.progressPanel.findUnique({ where: { turnId } });
+  if (!row || row.status === 'cleared') return 'none';
+  const sender = senders[conversation.platform];
+  if (sender && row.externalId) {
+    try {
+      await sender.remove(conversation, row.externalId);
+    } catch (err) {
+      // already gone (deleted by someone, or a retry of this very call): nothing to remove
+      if (!(err instanceof DeliveryError && err.permanent)) throw err;
+    }
+  }
+  await db.progressPanel.update({ where: { turnId }, data: { status: 'cleared' } });
+  return 'cleared';
 }

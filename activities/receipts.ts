@@ -11,7 +11,17 @@ export type ReceiptKind =
   | 'turn.start'
   | 'turn.end'
   | 'model.call'
-  | 'delivery';
+  | 'delivery'
+  | 'ingress.rejected'
+  | 'tool.call'
+  | 'approval.requested'
+  | 'approval.decision'
+  | 'approval.refused'
+  | 'pairing.requested'
+  | 'pairing.decision'
+  | 'binding.change'
+  | 'identity.change'
+  | 'shell.change';
 
 export interface ReceiptInput {
   key?: string;
@@ -54,9 +64,13 @@ export interface ReceiptRecord {
 }
 
 /** Receipts in order, for export as JSONL. */
-export async function listReceipts(db: Db, opts: { sessionId?: string; afterId?: number; limit?: number } = {}): Promise<ReceiptRecord[]> {
+export async function listReceipts(db: Db, opts: { sessionId?: string; kind?: string; afterId?: number; limit?: number } = {}): Promise<ReceiptRecord[]> {
   const rows = await db.receipt.findMany({
-    where: { ...(opts.sessionId ? { sessionId: opts.sessionId } : {}), ...(opts.afterId ? { id: { gt: opts.afterId } } : {}) },
+    where: {
+      ...(opts.sessionId ? { sessionId: opts.sessionId } : {}),
+      ...(opts.kind ? { kind: opts.kind } : {}),
+      ...(opts.afterId ? { id: { gt: opts.afterId } } : {}),
+    },
     orderBy: { id: 'asc' },
     take: Math.min(opts.limit ?? 1000, 10_000),
   });

@@ -10,12 +10,14 @@ export interface TranscriptRow {
   text: string;
   user: string | null;
   turnId: string | null;
+  /** JSON array of attachment references, when the message carried files. */
+  attachments: string | null;
   at: string;
 }
 
-function toRow(r: { seq: number; key: string; role: string; text: string; user: string | null; turnId: string | null; createdAt: Date }): TranscriptRow {
+function toRow(r: { seq: number; key: string; role: string; text: string; user: string | null; turnId: string | null; attachments: string | null; createdAt: Date }): TranscriptRow {
   const role: TranscriptRole = r.role === 'assistant' || r.role === 'system' ? r.role : 'user';
-  return { seq: r.seq, key: r.key, role, text: r.text, user: r.user, turnId: r.turnId, at: r.createdAt.toISOString() };
+  return { seq: r.seq, key: r.key, role, text: r.text, user: r.user, turnId: r.turnId, attachments: r.attachments, at: r.createdAt.toISOString() };
 }
 
 export async function readTranscript(db: Db, sessionId: string, opts: { afterSeq?: number; limit?: number } = {}): Promise<TranscriptRow[]> {

@@ -1,26 +1,54 @@
 /**
- * The chat command catalog: one list that parsing, help text and (later) platform command
- * menus are rendered from. Pure.
+ * The chat command catalog: one list that parsing, the role checks, `/help` and the platform
+ * command menus (Telegram's setMyCommands, Discord's application commands) are rendered from.
+ * Pure.
  */
+import { isAdmin, RoleSchema, roleAtLeast, type Role } from './roles.js';
 import { MAX_STEER_CHARS, ModelRefSchema, ThinkLevelSchema } from './schemas.js';
 
-export type Role = 'overlord' | 'admin' | 'operator' | 'member' | 'viewer';
+export type { Role } from './roles.js';
 
-export interface CommandSpec {
+export interface CommandArg {
   name: string;
-  args: string;
   description: string;
-  minRole: Role;
+  required: boolean;
+  /** Fixed choices (rendered as Discord option choices). */
+  choices?: readonly string[];
+  /** Takes the rest of the line (free text). */
+  rest?: boolean;
 }
 
+export interface CommandSpec {
+  /** Canonical name; Telegram menus show it with `_` for `-` (Telegram allows no hyphens). */
+  name: string;
+  args: readonly CommandArg[];
+  description: string;
+  /** The lowest role that may use it; `null`: anyone, also people Steward does not know yet. */
+  minRole: Role | null;
+  /** Where it makes sense: a direct message, a group, or both. */
+  where: 'any' | 'dm' | 'group';
+}
+
+const arg = (name: string, description: string, required = true, extra: Partial<CommandArg> = {}): CommandArg => ({ name, description, required, ...extra });
+
 export const COMMANDS: readonly CommandSpec[] = [
-  { name: 'stop', args: '', description: 'Stop the running turn at once (queued messages are kept).', minRole: 'member' },
-  { name: 'steer', args: '<text>', description: 'Guide the running turn before its next model step.', minRole: 'member' },
-  { name: 'new', args: '', description: 'Start a new task: the session forgets its context.', minRole: 'member' },
-  { name: 'model', args: '[provider:model]', description: 'Show or set the model for this chat.', minRole: 'operator' },
-  { name: 'think', args: '[off|low|medium|high]', description: 'Show or set the reasoning effort.', minRole: 'operator' },
-  { name: 'status', args: '', description: 'Show the running turn, step, queue, model and token use.', minRole: 'viewer' },
-  { name: 'help', args: '', description: 'List the commands.', minRole: 'viewer' },
+  { name: 'stop', args: [], description: 'Stop the running turn at once (queued messages are kept).', minRole: 'member', where: 'any' },
+  { name: 'steer', args: [arg('text', 'Guidance for the running turn', true, { rest: true })], description: 'Guide the running turn before its next model step.', minRole: 'member', where: 'any' },
+  { name: 'new', args: [], description: 'Start a new task: the session forgets its context.', minRole: 'member', where: 'any' },
+  { name: 'model', args: [arg('model', 'provider:model, e.g. openai:gpt-4.1', false)], description: 'Show or set the model for this chat.', minRole: 'operator', where: 'any' },
+  { name: 'think', args: [arg('level', 'Reasoning effort', false, { choices: ['off', 'low', 'medium', 'high'] })], description: 'Show or set the reasoning effort.', minRole: 'operator', where: 'any' },
+  { name: 'status', args: [], description: 'Show the running turn, step, queue, model and token use.', minRole: 'viewer', where: 'any' },
+  { name: 'whoami', args: [], description: 'Show who Steward knows you as, and your role.', minRole: 'viewer', where: 'any' },
+  { name: 'help', args: [], description: 'List the commands you may use.', minRole: 'viewer', where: 'any' },
+  { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
+  { name: 'approve', args: [arg('code', 'The pairing code'), arg('role', 'The role to give', true, { choices: ['overlord', 'admin', 'operator', 'member', 'viewer'] })], description: 'Approve a pairing request with a role.', minRole: 'admin', where: 'any' },
+  { name: 'deny', args: [arg('code', 'The pairing code')], description: 'Deny a pairing request.', minRole: 'admin', where: 'any' },
+  { name: 'pending', args: [], description: 'List pending pairing requests and action approvals.', minRole: 'admin', where: 'any' },
+  { name: 'approve-action', args: [arg('id', 'The approval id')], description: 'Approve an action an agent proposed.', minRole: 'admin', where: 'any' },
+  { name: 'deny-action', args: [arg('id', 'The approval id'), arg('reason', 'Why (told to the proposer)', false, { rest: true })], description: 'Deny an action an agent proposed.', minRole: 'admin', where: 'any' },
+  { name: 'bind', args: [arg('mode', 'mention: answer when mentioned or replied to; all: every message', false, { choices: ['mention', 'all'] }), arg('name', 'A short name for this chat', false)], description: 'Let Steward answer in this chat.', minRole: 'admin', where: 'group' },
+  { name: 'unbind', args: [], description: 'Stop Steward answering in this chat.', minRole: 'admin', where: 'group' },
+  { name: 'admin-channel', args: [arg('state', 'on or off', false, { choices: ['on', 'off'] })], description: 'Make this chat the admin channel (admin commands and notifications).', minRole: 'admin', where: 'group' },
 ];
 
 export type ParsedCommand =
@@ -30,29 +58,72 @@ export type ParsedCommand =
   | { kind: 'model'; model?: string }
   | { kind: 'think'; level?: 'off' | 'low' | 'medium' | 'high' }
   | { kind: 'status' }
+  | { kind: 'whoami' }
   | { kind: 'help' }
+  | { kind: 'pair' }
+  | { kind: 'approve'; code: string; role: Role }
+  | { kind: 'deny'; code: string }
+  | { kind: 'pending' }
+  | { kind: 'approve-action'; id: string }
+  | { kind: 'deny-action'; id: string; reason?: string }
+  | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
+  | { kind: 'unbind' }
+  | { kind: 'admin-channel'; on: boolean }
   | { kind: 'invalid'; name: string; error: string }
   | { kind: 'unknown'; name: string };
 
 export type ParsedText = { kind: 'message'; text: string } | { kind: 'command'; command: ParsedCommand };
+
+const BY_NAME = new Map(COMMANDS.map((c) => [c.name, c]));
+
+export function commandSpec(name: string): CommandSpec | undefined {
+  return BY_NAME.get(name);
+}
+
+/** The spec a parsed command is checked against (invalid and unknown commands: anyone may get usage help). */
+export function specOf(cmd: ParsedCommand): CommandSpec | undefined {
+  if (cmd.kind === 'invalid') return BY_NAME.get(cmd.name);
+  if (cmd.kind === 'unknown') return undefined;
+  return BY_NAME.get(cmd.kind);
+}
 
 /** Whether text is a command: it starts with `/` followed by a letter. */
 export function isCommandText(text: string): boolean {
   return /^\/[A-Za-z]/.test(text.trimStart());
 }
 
-/** Parse one inbound text. `/cmd@botname args` is accepted (Telegram's group form). */
+/** Longest pairing code or approval id accepted (codes are 8 characters, ids 6). */
+const CODE_RE = /^[A-Za-z0-9-]{4,16}$/;
+
+/**
+ * Parse one inbound text. `/cmd@botname args` is accepted (Telegram's group form); `_` and
+ * `-` are the same in command names (`/approve_action` is Telegram's spelling).
+ */
 export function parseText(raw: string): ParsedText {
   const text = raw.trim();
   if (!isCommandText(text)) return { kind: 'message', text: raw };
-  const match = /^\/([A-Za-z][A-Za-z0-9_]*)(?:@[A-Za-z0-9_]+)?(?:\s+([\s\S]*))?$/.exec(text);
-  if (!match) return { kind: 'command', command: { kind: 'unknown', name: text.split(/\s/)[0] ?? text } };
-  const name = (match[1] ?? '').toLowerCase();
+  const match = /^\/([A-Za-z][A-Za-z0-9_-]*)(?:@[A-Za-z0-9_]+)?(?:\s+([\s\S]*))?$/.exec(text);
+  if (!match) return { kind: 'command', command: { kind: 'unknown', name: (text.split(/\s/)[0] ?? text).slice(0, 64) } };
+  const name = (match[1] ?? '').toLowerCase().replaceAll('_', '-').slice(0, 64);
   const rest = (match[2] ?? '').trim();
   return { kind: 'command', command: parseCommand(name, rest) };
 }
 
+/** The bot username a `/cmd@botname` text is addressed to, if any. */
+export function commandAddressee(raw: string): string | undefined {
+  const m = /^\/[A-Za-z][A-Za-z0-9_-]*@([A-Za-z0-9_]+)/.exec(raw.trim());
+  return m?.[1];
+}
+
+function usage(name: string): string {
+  const spec = BY_NAME.get(name);
+  if (!spec) return `/${name}`;
+  return `usage: /${name}${spec.args.map((a) => (a.required ? ` <${a.name}>` : ` [${a.name}]`)).join('')}`;
+}
+
 function parseCommand(name: string, rest: string): ParsedCommand {
+  const words = rest ? rest.split(/\s+/) : [];
+  const invalid = (error: string): ParsedCommand => ({ kind: 'invalid', name, error });
   switch (name) {
     case 'stop':
       return { kind: 'stop' };
@@ -60,31 +131,99 @@ function parseCommand(name: string, rest: string): ParsedCommand {
       return { kind: 'new' };
     case 'status':
       return { kind: 'status' };
+    case 'whoami':
+      return { kind: 'whoami' };
     case 'help':
     case 'start':
       return { kind: 'help' };
+    case 'pair':
+      return { kind: 'pair' };
+    case 'pending':
+      return { kind: 'pending' };
+    case 'unbind':
+      return { kind: 'unbind' };
     case 'steer':
-      if (!rest) return { kind: 'invalid', name, error: 'usage: /steer <text>' };
-      if (rest.length > MAX_STEER_CHARS) return { kind: 'invalid', name, error: `steering text is longer than ${MAX_STEER_CHARS} characters` };
+      if (!rest) return invalid('usage: /steer <text>');
+      if (rest.length > MAX_STEER_CHARS) return invalid(`steering text is longer than ${MAX_STEER_CHARS} characters`);
       return { kind: 'steer', text: rest };
     case 'model': {
       if (!rest) return { kind: 'model' };
       const parsed = ModelRefSchema.safeParse(rest);
-      if (!parsed.success) return { kind: 'invalid', name, error: `usage: /model <provider:model>: ${parsed.error.issues[0]?.message ?? 'invalid'}` };
+      if (!parsed.success) return invalid(`usage: /model <provider:model>: ${parsed.error.issues[0]?.message ?? 'invalid'}`);
       return { kind: 'model', model: parsed.data };
     }
     case 'think': {
       if (!rest) return { kind: 'think' };
       const parsed = ThinkLevelSchema.safeParse(rest.toLowerCase());
-      if (!parsed.success) return { kind: 'invalid', name, error: 'usage: /think <off|low|medium|high>' };
+      if (!parsed.success) return invalid('usage: /think <off|low|medium|high>');
       return { kind: 'think', level: parsed.data };
+    }
+    case 'approve': {
+      const [code, role, ...extra] = words;
+      if (!code || !role || extra.length > 0 || !CODE_RE.test(code)) return invalid(`${usage(name)} (e.g. /approve K7Q2M9XD member)`);
+      const r = RoleSchema.safeParse(role.toLowerCase());
+      if (!r.success) return invalid(`${role} is not a role: use overlord, admin, operator, member or viewer`);
+      return { kind: 'approve', code: code.toUpperCase(), role: r.data };
+    }
+    case 'deny': {
+      const [code, ...extra] = words;
+      if (!code || extra.length > 0 || !CODE_RE.test(code)) return invalid(usage(name));
+      return { kind: 'deny', code: code.toUpperCase() };
+    }
+    case 'approve-action': {
+      const [id, ...extra] = words;
+      if (!id || extra.length > 0 || !CODE_RE.test(id)) return invalid(usage(name));
+      return { kind: 'approve-action', id: id.toLowerCase() };
+    }
+    case 'deny-action': {
+      const [id] = words;
+      if (!id || !CODE_RE.test(id)) return invalid(usage(name));
+      const reason = rest.slice(rest.indexOf(id) + id.length).trim();
+      if (reason.length > 500) return invalid('the reason is longer than 500 characters');
+      return { kind: 'deny-action', id: id.toLowerCase(), ...(reason ? { reason } : {}) };
+    }
+    case 'bind': {
+      let mode: 'mention' | 'all' | undefined;
+      let label: string | undefined;
+      for (const w of words) {
+        const lw = w.toLowerCase();
+        if (!mode && (lw === 'mention' || lw === 'all')) mode = lw;
+        else if (!label && /^[a-z0-9][a-z0-9_-]{0,31}$/i.test(w)) label = w.toLowerCase();
+        else return invalid(`${usage(name)}: a name uses letters, digits, - and _ (up to 32)`);
+      }
+      return { kind: 'bind', ...(mode ? { mode } : {}), ...(label ? { name: label } : {}) };
+    }
+    case 'admin-channel': {
+      const w = (words[0] ?? 'on').toLowerCase();
+      if (words.length > 1 || (w !== 'on' && w !== 'off')) return invalid(usage(name));
+      return { kind: 'admin-channel', on: w === 'on' };
     }
     default:
       return { kind: 'unknown', name };
   }
 }
 
-export function helpText(): string {
-  const lines = COMMANDS.map((c) => `/${c.name}${c.args ? ` ${c.args}` : ''} - ${c.description}`);
-  return ['Commands:', ...lines].join('\n');
+/** May `role` (undefined: not known yet) use `spec`? */
+export function mayUse(spec: CommandSpec, role: Role | undefined): boolean {
+  if (spec.minRole === null) return true;
+  return role !== undefined && roleAtLeast(role, spec.minRole);
+}
+
+export function isAdminCommand(spec: CommandSpec): boolean {
+  return spec.minRole !== null && isAdmin(spec.minRole);
+}
+
+export function formatCommand(c: CommandSpec): string {
+  return `/${c.name}${c.args.map((a) => (a.required ? ` <${a.name}>` : ` [${a.name}]`)).join('')} - ${c.description}`;
+}
+
+/** The command list for `role` (every command when no role is given). */
+export function helpText(role?: Role): string {
+  const visible = role === undefined ? COMMANDS : COMMANDS.filter((c) => c.minRole !== null && mayUse(c, role));
+  return ['Commands:', ...visible.map(formatCommand)].join('\n');
+}
+
+/** Telegram's spelling of a command name (lowercase letters, digits and underscores). */
+export function telegramCommandName(name: string): string {
+  return name.replaceAll('-', '_');
 }

@@ -44,17 +44,46 @@ const idPart = z
 
 export const ChatIdSchema = idPart;
 
-/** The one inbound message type every adapter normalises into. */
-export const InboundMessageSchema = z.object({
-  /** Adapter-unique id of this message; a redelivered message with the same id is ignored. */
-  id: z.string().min(1).max(200),
-  platform: PlatformSchema,
-  /** The bot/account the message reached (one deployment may serve several). */
-  account: idPart,
-  chatId: idPart,
-  user: z.string().min(1).max(200),
-  text: z.string().min(1, 'text must not be empty').max(MAX_MESSAGE_CHARS, `text is longer than ${MAX_MESSAGE_CHARS} characters`),
-  /** ISO-8601 receive time. */
-  at: z.string(),
+/** A file that came with a message or goes out with one: the bytes are a blob (claim-check). */
+export const AttachmentRefSchema = z.object({
+  hash: z.string().regex(/^[a-f0-9]{64}$/, 'expected a SHA-256 hex digest'),
+  name: z
+    .string()
+    .min(1)
+    .max(255)
+    .refine((n) => !/[\\/\u0000-\u001f]/.test(n), 'a file name has no slashes or control characters'),
+  mediaType: z.string().min(1).max(255),
+  size: z.number().int().min(0),
 });
-export type InboundMessage = z.infer<typeof InboundMessageSchema>;
+export type AttachmentRef = z.infer<typeof AttachmentRefSchema>;
+
+export const MAX_ATTACHMENTS = 10;
+
+/** The one inbound message type every adapter normalises into. */
+export const InboundMessageSchema = z
+  .object({
+    /** Adapter-unique id of this message; a redelivered message with the same id is ignored. */
+    id: z.string().min(1).max(200),
+    platform: PlatformSchema,
+    /** The bot/account the message reached (one deployment may serve several). */
+    account: idPart,
+    chatId: idPart,
+    /** The sender's display name. */
+    user: z.string().min(1).max(200),
+    /**
+     * The sender's platform user id (chat platforms, OpenHarness shells): what identity and
+     * role are looked up by. Absent for the operator's own HTTP API and CLI.
+     */
+    userId: idPart.optional(),
+    /** A direct message, or a group / guild channel. */
+    chatType: z.enum(['dm', 'group']).default('dm'),
+    /** In a group: the message mentions the bot or replies to one of its messages. */
+    addressed: z.boolean().default(true),
+    text: z.string().max(MAX_MESSAGE_CHARS, `text is longer than ${MAX_MESSAGE_CHARS} characters`),
+    attachments: z.array(AttachmentRefSchema).max(MAX_ATTACHMENTS).default([]),
+    /** ISO-8601 receive time. */
+    at: z.string(),
+  })
+  .refine((m) => m.text.trim().length > 0 || m.attachments.length > 0, { message: 'text must not be empty', path: ['text'] });
+export type InboundMessage = z.input<typeof InboundMessageSchema>;
+export type NormalizedInbound = z.output<typeof InboundMessageSchema>;

@@ -4,6 +4,8 @@
  */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type {
+  ApprovalDecision,
+  ApprovalDecisionResult,
   InboundRef,
   SessionStatus,
   SettingsChange,
@@ -29,3 +31,5 @@ export const statusQuery = defineQuery<SessionStatus>('status');
 /** Session -> running turn: steering to take in before the next model step. */
 export const turnSteerSignal = defineSignal<[SteerNote]>('turnSteer');
 export const turnStatusQuery = defineQuery<TurnStatus>('turnStatus');
+/** An admin's decision on an approval the turn waits for: accepted once, validated at once. */
+export const approvalDecisionUpdate = defineUpdate<ApprovalDecisionResult, [ApprovalDecision]>('approvalDecision');

@@ -51,6 +51,9 @@ interface RunningTurn {
   stoppedBy?: string;
 }
 
+/** Chat platforms where a running turn shows an edited-in-place progress message. */
+const PANEL_PLATFORMS: readonly string[] = ['telegram', 'discord'];
+
 function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
@@ -171,6 +174,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
               settings: { ...state.settings },
               steers,
               maxSteps: input.limits.maxSteps,
+              ...(PANEL_PLATFORMS.includes(input.conversation.platform) ? { progress: true } : {}),
             },
           ],
           cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -186,7 +190,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
         for (const note of turn.buffered.splice(0)) await handle.signal(turnSteerSignal, note);
         return await handle.result();
       });
-      state.recordTurn({ inbound: batch.map((m) => m.key), ...(result.replyKey ? { reply: result.replyKey } : {}) }, result.usage);
+      state.recordTurn({ inbound: batch.map((m) => m.key), ...(result.replyKey ? { reply: result.replyKey } : {}) }, result.usage, result.notes);
       state.pendingSteers.unshift(...result.unappliedSteers);
     } catch (err) {
       state.recordTurn({ inbound: batch.map((m) => m.key) }, { input: 0, output: 0, total: 0 });

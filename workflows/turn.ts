@@ -8,6 +8,8 @@ import {
   ActivityCancellationType,
   ActivityFailure,
   ApplicationFailure,
+  CancellationScope,
+  condition,
   isCancellation,
   proxyActivities,
   setHandler,
@@ -15,8 +17,18 @@ import {
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.js';
 import { replyKey } from '../common/ids.js';
-import { turnSteerSignal, turnStatusQuery } from './messages.js';
-import type { SteerNote, TokenUsage, TurnInput, TurnResult, TurnStatus } from './types.js';
+import type { AttachmentRef } from '../common/schemas.js';
+import { approvalDecisionUpdate, turnSteerSignal, turnStatusQuery } from './messages.js';
+import type {
+  ApprovalDecision,
+  ScratchRef,
+  SteerNote,
+  TokenUsage,
+  ToolCallRef,
+  TurnInput,
+  TurnResult,
+  TurnStatus,
+} from './types.js';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -43,6 +55,18 @@ const outboxActs = proxyActivities<Activities>({
   retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
 });
 
+/** Tools and approvals: side effects of their own, retried like deliveries. */
+const toolActs = proxyActivities<Activities>({
+  startToCloseTimeout: '2 minutes',
+  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
+});
+
+/** The progress panel is a courtesy: a few quick tries, and a failure never fails the turn. */
+const panelActs = proxyActivities<Activities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
+});
+
 function addUsage(a: TokenUsage, b: TokenUsage): TokenUsage {
   return { input: a.input + b.input, output: a.output + b.output, total: a.total + b.total };
 }
@@ -65,10 +89,37 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
   };
   const incoming: SteerNote[] = [...input.steers];
   const applied: SteerNote[] = [];
+  /** Approvals this turn waits for, with the decision once one is accepted. */
+  const approvals = new Map<string, { decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } }>();
   setHandler(turnSteerSignal, (note) => {
     incoming.push(note);
   });
   setHandler(turnStatusQuery, () => status);
+  setHandler(
+    approvalDecisionUpdate,
+    (d) => {
+      const entry = approvals.get(d.approvalId);
+      if (entry) entry.decision = d;
+      return {
+        approvalId: d.approvalId,
+        decision: d.decision,
+        message: d.decision === 'approve' ? `Approved: the action runs now.` : `Denied: the agent is told${d.reason ? ` (${d.reason})` : ''}.`,
+      };
+    },
+    {
+      // Accepted once: a second click, or a click after the deadline, is answered, not applied.
+      validator: (d) => {
+        const entry = approvals.get(d.approvalId);
+        if (!entry) throw new Error(`approval ${d.approvalId} is not waiting in this turn`);
+        const done = entry.decision;
+        if (done) {
+          const what = done.decision === 'approve' ? 'approved' : done.decision === 'deny' ? 'denied' : done.decision;
+          const who = 'byName' in done ? done.byName : done.by;
+          throw new Error(`approval ${d.approvalId} was already ${what}${done.decision === 'expired' || done.decision === 'cancelled' ? '' : ` by ${who}`}`);
+        }
+      },
+    },
+  );
 
   const base = {
     sessionId: input.sessionId,
@@ -78,28 +129,107 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
     workingSet: input.workingSet,
     settings: input.settings,
   };
+  const requestedBy = input.inbound.at(-1)?.identityId ?? input.inbound.at(-1)?.user;
+
+  const progress = async (text: string, important = false): Promise<void> => {
+    if (!input.progress) return;
+    try {
+      await panelActs.updateProgress({ turnId, conversation: input.conversation, text, important });
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+    }
+  };
 
   let draftHash: string | undefined;
   let finalHash: string | undefined;
   let notice: string | undefined;
   let outcome: TurnResult['outcome'] = 'budget-exhausted';
+  const scratch: ScratchRef[] = [];
+  const notes: string[] = [];
+  const attachments: AttachmentRef[] = [];
+
+  /** Wait for an admin's decision on a proposed call; the deadline denies. */
+  const awaitApproval = async (messageHash: string, call: ToolCallRef): Promise<{ run: boolean; reason: string }> => {
+    status.phase = 'approval';
+    const req = await toolActs.requestApproval({
+      sessionId: input.sessionId,
+      turnId,
+      conversation: input.conversation,
+      messageHash,
+      toolCallId: call.id,
+      ...(requestedBy ? { requestedBy } : {}),
+    });
+    const entry: { decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } } = {};
+    approvals.set(req.approvalId, entry);
+    status.approvalId = req.approvalId;
+    await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
+    try {
+      const decided = await condition(() => entry.decision !== undefined, req.timeoutMs);
+      if (!decided) entry.decision = { decision: 'expired', by: 'timeout' };
+    } catch (err) {
+      if (isCancellation(err)) {
+        entry.decision = { decision: 'cancelled', by: 'stop' };
+        await CancellationScope.nonCancellable(() =>
+          toolActs.settleApproval({ approvalId: req.approvalId, decision: 'cancelled', by: 'stop', byName: 'the turn was stopped' }),
+        );
+      }
+      throw err;
+    }
+    const d = entry.decision!;
+    const settled = await toolActs.settleApproval({
+      approvalId: req.approvalId,
+      decision: d.decision === 'approve' ? 'approved' : d.decision === 'deny' ? 'denied' : d.decision === 'expired' ? 'expired' : 'cancelled',
+      by: d.by,
+      byName: 'byName' in d ? d.byName : d.by,
+      ...('reason' in d && d.reason ? { reason: d.reason } : {}),
+    });
+    delete status.approvalId;
+    return { run: d.decision === 'approve', reason: settled.reason };
+  };
 
   try {
     for (let step = 1; step <= input.maxSteps; step++) {
       applied.push(...incoming.splice(0));
       status.step = step;
       status.phase = 'model';
+      delete status.tool;
+      await progress(step === 1 ? 'Thinking…' : `Thinking… (step ${step})`);
       const result = await modelActs.modelStep({
         ...base,
         step,
         steers: applied.map((s) => s.text),
         ...(draftHash ? { draftHash } : {}),
+        ...(scratch.length > 0 ? { scratch: [...scratch] } : {}),
       });
       status.usage = addUsage(status.usage, result.usage);
       if (result.kind === 'not-configured') {
         notice = result.message;
         outcome = 'not-configured';
         break;
+      }
+      if (result.toolCalls && result.toolCalls.length > 0 && result.messageHash) {
+        // The model asked for tools: run them (after approval where policy says so) and let
+        // it continue with their results.
+        scratch.push({ kind: 'assistant', hash: result.messageHash });
+        for (const call of result.toolCalls) {
+          status.phase = 'tool';
+          status.tool = call.name;
+          let decision: { run: boolean; reason: string } = { run: call.error === undefined, reason: call.error ?? '' };
+          if (decision.run && call.needsApproval) decision = await awaitApproval(result.messageHash, call);
+          else await progress(`Calling ${call.name}…`);
+          const out = await toolActs.runTool({
+            sessionId: input.sessionId,
+            turnId,
+            conversation: input.conversation,
+            messageHash: result.messageHash,
+            toolCallId: call.id,
+            ...(decision.run ? {} : { refused: decision.reason }),
+          });
+          scratch.push({ kind: 'tool', hash: out.resultHash });
+          if (out.note) notes.push(out.note);
+          if (out.attachment) attachments.push(out.attachment);
+        }
+        continue;
       }
       draftHash = result.outputHash;
       // Steering that arrived while this step ran is taken in by one more step before the
@@ -120,6 +250,15 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
   } catch (err) {
     if (isCancellation(err)) {
       status.phase = 'stopping';
+      if (input.progress) {
+        await CancellationScope.nonCancellable(async () => {
+          try {
+            await panelActs.clearProgress({ turnId, conversation: input.conversation });
+          } catch {
+            // a panel left behind is cosmetic
+          }
+        });
+      }
       throw err;
     }
     outcome = 'failed';
@@ -135,9 +274,17 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
     turnId,
     kind: finalHash ? 'reply' : 'notice',
     ...(finalHash ? { blobHash: finalHash } : { text: notice ?? '' }),
+    ...(attachments.length > 0 ? { attachments } : {}),
     usage: status.usage,
     steps: status.step,
   });
+  if (input.progress) {
+    try {
+      await panelActs.clearProgress({ turnId, conversation: input.conversation });
+    } catch {
+      // a panel left behind is cosmetic
+    }
+  }
   status.phase = 'done';
   return {
     outcome,
@@ -145,5 +292,6 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
     steps: status.step,
     replyKey: key,
     unappliedSteers: incoming.splice(0),
+    ...(notes.length > 0 ? { notes } : {}),
   };
 }

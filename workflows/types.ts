@@ -1,6 +1,6 @@
 /** Types shared by the session and turn workflows, their activities and clients. Pure. */
 import type { ConversationKey } from '../common/ids.js';
-import type { ThinkLevel } from '../common/schemas.js';
+import type { AttachmentRef, ThinkLevel } from '../common/schemas.js';
 
 /** An inbound message as workflow history sees it: a reference, never the text (claim-check). */
 export interface InboundRef {
@@ -8,6 +8,8 @@ export interface InboundRef {
   key: string;
   user: string;
   at: string;
+  /** The sender's identity, when the platform has identities (who proposed what, for approvals). */
+  identityId?: string;
 }
 
 export interface SessionSettings {
@@ -76,6 +78,42 @@ export interface TurnInput {
   settings: SessionSettings;
   steers: SteerNote[];
   maxSteps: number;
+  /** Show the turn's progress in an edited-in-place chat message (chat platforms). */
+  progress?: boolean;
+}
+
+/** A model step's or a tool's message in the turn's scratch transcript, stored as a blob. */
+export interface ScratchRef {
+  kind: 'assistant' | 'tool';
+  hash: string;
+}
+
+/** A tool call the model made, as history sees it (the input stays in the step's message blob). */
+export interface ToolCallRef {
+  id: string;
+  name: string;
+  /** The input failed validation (or the tool is unknown): the error goes back to the model. */
+  error?: string;
+  /** Policy: an admin must approve it before it runs. */
+  needsApproval: boolean;
+}
+
+export type ApprovalVerdict = 'approve' | 'deny';
+
+/** An admin's decision on a waiting approval (an update to the turn workflow). */
+export interface ApprovalDecision {
+  approvalId: string;
+  decision: ApprovalVerdict;
+  /** Identity id (or "operator") of who decided. */
+  by: string;
+  byName: string;
+  reason?: string;
+}
+
+export interface ApprovalDecisionResult {
+  approvalId: string;
+  decision: ApprovalVerdict;
+  message: string;
 }
 
 export type TurnOutcome = 'replied' | 'budget-exhausted' | 'not-configured' | 'failed';
@@ -88,12 +126,18 @@ export interface TurnResult {
   replyKey?: string;
   /** Steering that arrived too late for this turn; the session hands it to the next one. */
   unappliedSteers: SteerNote[];
+  /** Notes the agent saved (save_note): the session keeps them in its working set. */
+  notes?: string[];
 }
 
 export interface TurnStatus {
   turnId: string;
   step: number;
-  phase: 'starting' | 'model' | 'delivering' | 'done' | 'stopping';
+  phase: 'starting' | 'model' | 'tool' | 'approval' | 'delivering' | 'done' | 'stopping';
+  /** The tool running or waiting for approval. */
+  tool?: string;
+  /** The approval the turn waits for. */
+  approvalId?: string;
   startedAt: string;
   usage: TokenUsage;
 }

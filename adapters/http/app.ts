@@ -44,9 +44,11 @@ const PostMessageBody = z
 const PostMessageResult = z
   .object({
     workflowId: z.string(),
-    kind: z.enum(['message', 'command']),
+    kind: z.enum(['message', 'command', 'rejected', 'ignored']),
     duplicate: z.boolean(),
     reply: z.string().optional(),
+    reason: z.string().optional(),
+    seq: z.number().int().optional(),
   })
   .openapi('PostMessageResult');
 

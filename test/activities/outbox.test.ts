@@ -2,9 +2,44 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { getBlobText, putBlob, sha256Hex } from '../../activities/blobs.js';
-import { deliverOnce, type OutboundMessage } from '../../activities/outbox.js';
+import { clearPanel, deliverOnce, DeliveryError, updatePanel, type ChannelSender, type OutboundMessage, type OutboundPart } from '../../activities/outbox.js';
 import { listReceipts, writeReceipt } from '../../activities/receipts.js';
 import { testDatabases } from '../helpers/db.js';
+
+/** A sender that records what it was asked to send; `fail` decides per call whether to throw. */
+function recordingSender(opts: { limit?: number; fail?: (part: OutboundPart, call: number) => Error | undefined; editIntervalMs?: number } = {}) {
+  const sent: Array<{ key: string; text: string; index: number; files: number; buttons: number }> = [];
+  const edits: Array<{ id: string; text: string }> = [];
+  const removed: string[] = [];
+  let calls = 0;
+  const sender: ChannelSender = {
+    split: (text) => {
+      const limit = opts.limit ?? 1000;
+      const parts = text.split(/\n\n/).reduce<string[]>((acc, p) => {
+        const last = acc.at(-1);
+        if (last !== undefined && last.length + 2 + p.length <= limit) acc[acc.length - 1] = `${last}\n\n${p}`;
+        else acc.push(p);
+        return acc;
+      }, []);
+      return parts.length ? parts : [''];
+    },
+    async send(_conv, part) {
+      calls++;
+      const err = opts.fail?.(part, calls);
+      if (err) throw err;
+      sent.push({ key: part.idempotencyKey, text: part.text, index: part.index, files: part.files.length, buttons: part.buttons?.length ?? 0 });
+      return `ext-${sent.length}`;
+    },
+    async edit(_conv, id, text) {
+      edits.push({ id, text });
+    },
+    async remove(_conv, id) {
+      removed.push(id);
+    },
+    editIntervalMs: opts.editIntervalMs ?? 0,
+  };
+  return { sender, sent, edits, removed, calls: () => calls };
+}
 
 for (const database of testDatabases()) {
   describe(`outbox and stores (${database.name})`, () => {
@@ -26,15 +61,16 @@ for (const database of testDatabases()) {
     });
 
     it('sends a keyed message once, however often delivery is retried', async () => {
-      const sent: string[] = [];
-      const senders = { telegram: async (m: OutboundMessage) => (sent.push(m.key), `ext-${sent.length}`) };
+      const rec = recordingSender();
+      const senders = { telegram: rec.sender };
       const first = await deliverOnce(dbh.db, senders, msg('k1'));
       const second = await deliverOnce(dbh.db, senders, msg('k1'));
       const third = await Promise.all([deliverOnce(dbh.db, senders, msg('k1')), deliverOnce(dbh.db, senders, msg('k1'))]);
       assert.equal(first.sent, true);
       assert.equal(second.sent, false);
       assert.deepEqual(third.map((t) => t.sent), [false, false]);
-      assert.deepEqual(sent, ['k1']);
+      assert.deepEqual(rec.sent.map((s) => s.key), ['k1#0']);
+      assert.deepEqual(second.externalIds, ['ext-1']);
       const row = await dbh.db.delivery.findUniqueOrThrow({ where: { key: 'k1' } });
       assert.equal(row.status, 'sent');
       assert.equal(row.externalId, 'ext-1');
@@ -42,20 +78,75 @@ for (const database of testDatabases()) {
     });
 
     it('retries a send that failed, without a second transcript entry', async () => {
-      let calls = 0;
-      const senders = {
-        telegram: async () => {
-          calls++;
-          if (calls === 1) throw new Error('platform down');
-          return 'ok';
-        },
-      };
+      const rec = recordingSender({ fail: (_p, call) => (call === 1 ? new DeliveryError('platform down', { status: 502 }) : undefined) });
+      const senders = { telegram: rec.sender };
       await assert.rejects(deliverOnce(dbh.db, senders, msg('k2')), /platform down/);
       assert.equal((await dbh.db.delivery.findUniqueOrThrow({ where: { key: 'k2' } })).status, 'pending');
       const r = await deliverOnce(dbh.db, senders, msg('k2'));
       assert.equal(r.sent, true);
-      assert.equal(calls, 2);
+      assert.equal(rec.calls(), 2);
+      assert.equal(rec.sent.length, 1);
       assert.equal(await dbh.db.message.count({ where: { key: 'k2' } }), 1);
+    });
+
+    it('a long message goes out in parts; a retry after a failed part sends only the missing ones', async () => {
+      const paragraphs = Array.from({ length: 6 }, (_, i) => `paragraph ${i} `.repeat(20).trim());
+      const long = { ...msg('k-long'), text: paragraphs.join('\n\n'), buttons: [[{ id: 'b1', label: 'OK' }]] };
+      const rec = recordingSender({ limit: 700, fail: (p, call) => (p.index === 2 && call === 3 ? new DeliveryError('429', { retryAfterMs: 1000 }) : undefined) });
+      const senders = { telegram: rec.sender };
+      await assert.rejects(deliverOnce(dbh.db, senders, long), (e: unknown) => e instanceof DeliveryError && e.retryAfterMs === 1000);
+      assert.deepEqual(rec.sent.map((s) => s.index), [0, 1]);
+      const r = await deliverOnce(dbh.db, senders, long);
+      assert.equal(r.sent, true);
+      const expected = rec.sender.split(long.text).length;
+      assert.ok(expected >= 3, `split into ${expected}`);
+      assert.deepEqual(rec.sent.map((s) => s.index), Array.from({ length: expected }, (_, i) => i), 'each part exactly once, in order');
+      assert.deepEqual(rec.sent.map((s) => s.buttons), rec.sent.map((_, i) => (i === expected - 1 ? 1 : 0)), 'buttons only under the last part');
+      assert.equal(r.externalIds.length, expected);
+      assert.equal(await dbh.db.deliveryPart.count({ where: { key: 'k-long', status: 'sent' } }), expected);
+    });
+
+    it('a permanent refusal marks the delivery failed and is not retried', async () => {
+      const rec = recordingSender({ fail: () => new DeliveryError('Forbidden: bot was blocked by the user', { permanent: true, status: 403 }) });
+      const r = await deliverOnce(dbh.db, { telegram: rec.sender }, msg('k-blocked'));
+      assert.equal(r.sent, false);
+      assert.match(r.failed ?? '', /blocked/);
+      assert.equal((await dbh.db.delivery.findUniqueOrThrow({ where: { key: 'k-blocked' } })).status, 'failed');
+      const again = await deliverOnce(dbh.db, { telegram: rec.sender }, msg('k-blocked'));
+      assert.equal(again.sent, false);
+      assert.equal(rec.calls(), 1);
+    });
+
+    it('sends attachments with the last part, loaded from the blob store', async () => {
+      const hash = await putBlob(dbh.db, 'col1,col2\n1,2\n', 'text/csv');
+      const rec = recordingSender();
+      await deliverOnce(dbh.db, { telegram: rec.sender }, { ...msg('k-file'), attachments: [{ hash, name: 'data.csv', mediaType: 'text/csv', size: 14 }] });
+      assert.deepEqual(rec.sent.map((s) => s.files), [1]);
+      const row = await dbh.db.message.findUniqueOrThrow({ where: { key: 'k-file' } });
+      assert.match(row.attachments ?? '', /data\.csv/);
+    });
+
+    it('a progress panel is posted once, edited at most once per interval, and removed', async () => {
+      const rec = recordingSender({ editIntervalMs: 60_000 });
+      const senders = { telegram: rec.sender };
+      const conv = { platform: 'telegram' as const, account: 'bot', chatId: '42' };
+      const turnId = 'session:telegram:bot:42:turn:7:panel';
+      const slept: number[] = [];
+      const sleep = async (ms: number) => {
+        slept.push(ms);
+      };
+      assert.equal(await updatePanel(dbh.db, senders, { turnId, conversation: conv, text: 'Thinking…' }, sleep), 'posted');
+      assert.equal(await updatePanel(dbh.db, senders, { turnId, conversation: conv, text: 'Thinking…' }, sleep), 'unchanged');
+      assert.equal(await updatePanel(dbh.db, senders, { turnId, conversation: conv, text: 'Calling save_note…' }, sleep), 'throttled');
+      assert.equal(rec.edits.length, 0);
+      assert.equal(await updatePanel(dbh.db, senders, { turnId, conversation: conv, text: 'Waiting for approval', important: true }, sleep), 'edited');
+      assert.equal(slept.length, 1);
+      assert.ok((slept[0] ?? 0) > 50_000, 'an important update waits out the interval');
+      assert.deepEqual(rec.edits, [{ id: 'ext-1', text: 'Waiting for approval' }]);
+      assert.equal(await clearPanel(dbh.db, senders, turnId, conv), 'cleared');
+      assert.equal(await clearPanel(dbh.db, senders, turnId, conv), 'none');
+      assert.deepEqual(rec.removed, ['ext-1']);
+      assert.equal(await updatePanel(dbh.db, senders, { turnId, conversation: conv, text: 'late' }, sleep), 'cleared');
     });
 
     it('stores blobs by content hash', async () => {

@@ -6,6 +6,18 @@ import { runChat } from '../../adapters/cli/chat.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import type { Ingress, TranscriptEntry } from '../../adapters/ingress.js';
 
+const unused: Pick<Ingress, 'handleAction' | 'decidePairing' | 'decideApproval'> = {
+  handleAction: async () => {
+    throw new Error('unused');
+  },
+  decidePairing: async () => {
+    throw new Error('unused');
+  },
+  decideApproval: async () => {
+    throw new Error('unused');
+  },
+};
+
 describe('CLI chat', () => {
   it('sends lines, prints the agent and steward messages, and ends on EOF', async () => {
     const entries: TranscriptEntry[] = [];
@@ -23,6 +35,7 @@ describe('CLI chat', () => {
       async status() {
         throw new Error('unused');
       },
+      ...unused,
     };
     const token = 'cli-test-token-0123456789';
     const server = await startHttpServer(createHttpApp({ ingress, apiToken: token, health: async () => ({ ok: true, checks: {} }) }), { host: '127.0.0.1', port: 0 });
@@ -49,7 +62,7 @@ describe('CLI chat', () => {
 
   it('says so when the token is refused', async () => {
     const server = await startHttpServer(
-      createHttpApp({ ingress: { handle: async () => { throw new Error('no'); }, transcript: async () => [], status: async () => { throw new Error('no'); } }, apiToken: 'right-token-0123456789', health: async () => ({ ok: true, checks: {} }) }),
+      createHttpApp({ ingress: { handle: async () => { throw new Error('no'); }, transcript: async () => [], status: async () => { throw new Error('no'); }, ...unused }, apiToken: 'right-token-0123456789', health: async () => ({ ok: true, checks: {} }) }),
       { host: '127.0.0.1', port: 0 },
     );
     const output = new PassThrough();

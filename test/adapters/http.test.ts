@@ -11,6 +11,18 @@ import type { InboundMessage } from '../../common/schemas.js';
 
 const TOKEN = 'http-test-token-0123456789';
 
+const unused: Pick<Ingress, 'handleAction' | 'decidePairing' | 'decideApproval'> = {
+  handleAction: async () => {
+    throw new Error('unused');
+  },
+  decidePairing: async () => {
+    throw new Error('unused');
+  },
+  decideApproval: async () => {
+    throw new Error('unused');
+  },
+};
+
 function recordingIngress() {
   const calls: InboundMessage[] = [];
   const ingress: Ingress = {
@@ -27,6 +39,7 @@ function recordingIngress() {
     async status(sessionId): Promise<SessionStatusView> {
       return { workflowId: sessionId, exists: true, running: null, queueLength: 0, model: 'openai:gpt-4.1', think: 'off', tokens: { input: 1, output: 2, total: 3 }, turns: 1 };
     },
+    ...unused,
   };
   return { ingress, calls };
 }

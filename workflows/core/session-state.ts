@@ -92,7 +92,8 @@ export class SessionState {
     return { ...this.settings };
   }
 
-  recordTurn(record: TurnRecord, usage: TokenUsage): void {
+  recordTurn(record: TurnRecord, usage: TokenUsage, notes: string[] = []): void {
+    this.workingSet.notes.push(...notes);
     this.tokens = {
       input: this.tokens.input + usage.input,
       output: this.tokens.output + usage.output,

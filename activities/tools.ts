@@ -1,0 +1,118 @@
+/**
+ * Running the agent's tools. Each tool call's input is read from the model step's message
+ * blob (history carries only its hash), validated with zod, and run keyed by the turn and
+ * call id, so a retried activity repeats no effect. The result goes back to the model as a
+ * tool message, stored as a blob.
+ */
+import type { AssistantModelMessage, ToolModelMessage } from 'ai';
+import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import type { Platform } from '../common/schemas.js';
+import { isToolName, PostToChatInput, SaveNoteInput, SendFileInput, TOOLS, type ToolName } from '../common/tools.js';
+import type { AttachmentRef } from '../common/schemas.js';
+import { getBlobText, putBlob } from './blobs.js';
+import type { Db } from './db.js';
+import { deliverOnce, type Senders } from './outbox.js';
+
+export interface LoadedToolCall {
+  toolCallId: string;
+  toolName: string;
+  input: unknown;
+}
+
+/** The tool call `toolCallId` of a stored assistant message. */
+export async function loadToolCall(db: Db, messageHash: string, toolCallId: string): Promise<LoadedToolCall> {
+  const message = JSON.parse(await getBlobText(db, messageHash)) as AssistantModelMessage;
+  const parts = Array.isArray(message.content) ? message.content : [];
+  for (const p of parts) {
+    if (p.type === 'tool-call' && p.toolCallId === toolCallId) return { toolCallId, toolName: p.toolName, input: p.input };
+  }
+  throw new Error(`tool call ${toolCallId} is not in message ${messageHash}`);
+}
+
+/** Validate a call's input; the error text goes back to the model. */
+export function validateToolCall(name: string, input: unknown): { ok: true; tool: ToolName; input: unknown } | { ok: false; error: string } {
+  if (!isToolName(name)) return { ok: false, error: `There is no tool named ${name}. Tools: ${Object.keys(TOOLS).join(', ')}.` };
+  const r = TOOLS[name].input.safeParse(input);
+  if (!r.success) return { ok: false, error: `Invalid input for ${name}: ${r.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ')}` };
+  return { ok: true, tool: name, input: r.data };
+}
+
+/** Keys whose values never leave the database unredacted in approval requests and receipts. */
+const SECRET_KEY = /(pass(word)?|secret|token|api[_-]?key|authorization|cookie|private[_-]?key)/i;
+const SECRET_VALUE = /\b(sk-[A-Za-z0-9_-]{16,}|ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|\d{6,}:[A-Za-z0-9_-]{30,})\b/g;
+
+export function redact(value: unknown): unknown {
+  if (typeof value === 'string') return value.replace(SECRET_VALUE, '[redacted]');
+  if (Array.isArray(value)) return value.map(redact);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SECRET_KEY.test(k) ? '[redacted]' : redact(v)]));
+  }
+  return value;
+}
+
+/** One line an admin reads to decide. */
+export function describeToolCall(name: string, input: unknown): string {
+  if (name === 'post_to_chat') {
+    const p = PostToChatInput.safeParse(input);
+    if (p.success) return `post to the chat "${p.data.chat}": ${JSON.stringify(String(redact(p.data.text)).slice(0, 300))}`;
+  }
+  return `${name} ${JSON.stringify(redact(input)).slice(0, 300)}`;
+}
+
+export function toolResultMessage(call: { toolCallId: string; toolName: string }, text: string): ToolModelMessage {
+  return { role: 'tool', content: [{ type: 'tool-result', toolCallId: call.toolCallId, toolName: call.toolName, output: { type: 'text', value: text } }] };
+}
+
+export interface ToolRunContext {
+  db: Db;
+  senders: Senders;
+  turnId: string;
+  sessionId: string;
+  conversation: ConversationKey;
+}
+
+export interface ToolOutcome {
+  /** What the model is told. */
+  text: string;
+  ok: boolean;
+  note?: string;
+  attachment?: AttachmentRef;
+  /** Facts for the receipt. */
+  detail: Record<string, unknown>;
+}
+
+/** Run a validated call. Keyed by turn and call id: a retry repeats no effect. */
+export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall, tool: ToolName): Promise<ToolOutcome> {
+  switch (tool) {
+    case 'save_note': {
+      const { note } = SaveNoteInput.parse(call.input);
+      return { text: 'Saved the note; it stays with this task.', ok: true, note, detail: { chars: note.length } };
+    }
+    case 'send_file': {
+      const f = SendFileInput.parse(call.input);
+      const bytes = Buffer.from(f.content, 'utf8');
+      const hash = await putBlob(ctx.db, bytes, f.mediaType);
+      const attachment: AttachmentRef = { hash, name: f.name, mediaType: f.mediaType, size: bytes.length };
+      return { text: `The file ${f.name} (${bytes.length} bytes) is attached to your reply.`, ok: true, attachment, detail: { name: f.name, size: bytes.length, hash } };
+    }
+    case 'post_to_chat': {
+      const p = PostToChatInput.parse(call.input);
+      const binding = await ctx.db.binding.findFirst({ where: { name: p.chat.toLowerCase() } });
+      if (!binding) {
+        const names = (await ctx.db.binding.findMany({ where: { name: { not: null } }, select: { name: true }, take: 50 })).map((b) => b.name);
+        return { text: `No chat is named "${p.chat}". Named chats: ${names.length ? names.join(', ') : 'none'}.`, ok: false, detail: { chat: p.chat, error: 'unknown chat' } };
+      }
+      const conversation: ConversationKey = { platform: binding.platform as Platform, account: binding.account === '*' ? 'default' : binding.account, chatId: binding.chatId };
+      const r = await deliverOnce(ctx.db, ctx.senders, {
+        key: `${ctx.turnId}:tool:${call.toolCallId}`,
+        sessionId: sessionWorkflowId(conversation),
+        conversation,
+        kind: 'reply',
+        text: p.text,
+        turnId: ctx.turnId,
+      });
+      if (r.failed) return { text: `Posting in "${p.chat}" failed: ${r.failed}`, ok: false, detail: { chat: p.chat, error: r.failed } };
+      return { text: `Posted in "${p.chat}".`, ok: true, detail: { chat: p.chat, platform: binding.platform, chatId: binding.chatId, externalIds: r.externalIds } };
+    }
+  }
+}
