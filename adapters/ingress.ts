@@ -147,8 +147,19 @@ export interface ActionResult {
   applied: boolean;
 }
 
+export interface HandleOptions {
+  /** Files to fetch and store once the sender has been let in. */
+  attachments?: PendingAttachment[];
+  /**
+   * Send the reply (a command's answer, why a message was refused) to the chat through the
+   * outbox, where a sender for the platform is registered. Default true; an adapter that
+   * answers in its own way (a Discord interaction) passes false.
+   */
+  deliverReply?: boolean;
+}
+
 export interface Ingress {
-  handle(msg: InboundMessage, opts?: { attachments?: PendingAttachment[] }): Promise<IngressResult>;
+  handle(msg: InboundMessage, opts?: HandleOptions): Promise<IngressResult>;
   handleAction(action: InboundAction): Promise<ActionResult>;
   transcript(sessionId: string, opts?: { limit?: number; afterSeq?: number }): Promise<TranscriptEntry[]>;
   status(sessionId: string): Promise<SessionStatusView>;
@@ -541,188 +552,209 @@ export function createIngress(deps: IngressDeps): Ingress {
     return { refs, refused };
   }
 
-  return {
-    async handle(raw, opts = {}) {
-      const parsedMsg = InboundMessageSchema.safeParse(raw);
-      if (!parsedMsg.success) {
-        const why = parsedMsg.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ');
-        const fallbackId = sessionWorkflowId({ platform: raw.platform, account: String(raw.account), chatId: String(raw.chatId) });
-        deps.log?.info({ platform: raw.platform, why }, 'inbound message invalid');
-        return { workflowId: fallbackId, kind: 'rejected', duplicate: false, reason: 'invalid', reply: `Message not accepted: ${why}` };
-      }
-      const msg = parsedMsg.data;
-      const conversation: ConversationKey = { platform: msg.platform, account: msg.account, chatId: msg.chatId };
-      const workflowId = sessionWorkflowId(conversation);
-      const parsed = parseText(msg.text);
-      const command = parsed.kind === 'command' ? parsed.command : undefined;
-      const spec = command ? specOf(command) : undefined;
-      const key = inboundKey(msg);
-      const governed = isGoverned(msg.platform);
-      const dm = msg.chatType === 'dm';
+  async function handle(raw: InboundMessage, opts: HandleOptions = {}): Promise<IngressResult> {
+    const parsedMsg = InboundMessageSchema.safeParse(raw);
+    if (!parsedMsg.success) {
+      const why = parsedMsg.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ');
+      const fallbackId = sessionWorkflowId({ platform: raw.platform, account: String(raw.account), chatId: String(raw.chatId) });
+      deps.log?.info({ platform: raw.platform, why }, 'inbound message invalid');
+      return { workflowId: fallbackId, kind: 'rejected', duplicate: false, reason: 'invalid', reply: `Message not accepted: ${why}` };
+    }
+    const msg = parsedMsg.data;
+    const conversation: ConversationKey = { platform: msg.platform, account: msg.account, chatId: msg.chatId };
+    const workflowId = sessionWorkflowId(conversation);
+    const parsed = parseText(msg.text);
+    const command = parsed.kind === 'command' ? parsed.command : undefined;
+    const spec = command ? specOf(command) : undefined;
+    const key = inboundKey(msg);
+    const governed = isGoverned(msg.platform);
+    const dm = msg.chatType === 'dm';
 
-      // Who is this?
-      let actor: Actor | undefined;
-      if (!governed || (msg.platform === 'openharness' && msg.userId === OPERATOR_USER_ID)) actor = OPERATOR;
-      else if (msg.userId) actor = await findActor(db, msg.platform, msg.userId);
+    // Who is this?
+    let actor: Actor | undefined;
+    if (!governed || (msg.platform === 'openharness' && msg.userId === OPERATOR_USER_ID)) actor = OPERATOR;
+    else if (msg.userId) actor = await findActor(db, msg.platform, msg.userId);
 
-      // Which binding does this chat have?
-      let binding: BindingRecord | undefined;
-      if (governed) {
-        const found = await lookupBinding(db, msg.platform, msg.account, msg.chatId);
-        if (found.kind === 'ambiguous') {
-          const admin = actor !== undefined && isAdmin(actor.role);
-          return reject(msg, workflowId, 'ambiguous-binding', admin && (dm || msg.addressed) ? `This chat has ${found.bindings.length} bindings (one per bot account and one for every account); remove one with the CLI (steward bindings remove) so its settings are unambiguous.` : undefined, {
-            bindings: found.bindings.map((b) => b.id),
-          });
-        }
-        if (found.kind === 'bound') binding = found.binding;
-      }
-
-      // A group message that does not address Steward is not for it.
-      if (governed && !dm && !msg.addressed && (binding?.mode ?? 'mention') === 'mention') {
-        return { workflowId, kind: 'ignored', duplicate: false };
-      }
-
-      if (governed && !actor) {
-        if (command?.kind === 'pair' && dm && msg.userId) {
-          if (await db.receipt.findUnique({ where: { key: `${key}:pairing` }, select: { id: true } })) {
-            return { workflowId, kind: 'command', duplicate: true };
-          }
-          const issued = await requestPairing(db, { platform: msg.platform, account: msg.account, userId: msg.userId, chatId: msg.chatId, displayName: msg.user }, pairingTtlMs);
-          await writeReceipt(db, {
-            key: `${key}:pairing`,
-            kind: 'pairing.requested',
-            workflowId,
-            actor: msg.userId,
-            data: { platform: msg.platform, userId: msg.userId, name: msg.user, ...(issued.ok ? { expiresAt: issued.expiresAt.toISOString() } : { refused: issued.reason }) },
-          });
-          if (!issued.ok) return { workflowId, kind: 'rejected', duplicate: false, reason: 'rate-limited', reply: issued.message };
-          await notifyAdmins(db, senders, {
-            key: `pairing:${msg.platform}:${msg.userId}:${issued.expiresAt.getTime()}`,
-            text: `**Pairing request** from ${msg.user} (${msg.platform} user ${msg.userId}). If you expect them, ask for their code and approve it with /approve <code> <role>, or deny it with /deny <code>.`,
-          }).catch((err: unknown) => deps.log?.warn({ err }, 'pairing notice not delivered'));
-          const minutes = Math.round(pairingTtlMs / 60_000);
-          return {
-            workflowId,
-            kind: 'command',
-            duplicate: false,
-            reply: `Your pairing code is ${issued.code}. Give it to a Steward admin: they approve it with /approve ${issued.code} <role> within ${minutes} minute${minutes === 1 ? '' : 's'}. The code works once.`,
-          };
-        }
-        return reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
-      }
-      const who: Actor = actor ?? OPERATOR;
-
-      if (governed && !dm && !binding) {
-        const mayBind = command && (command.kind === 'bind' || command.kind === 'admin-channel' || command.kind === 'whoami' || command.kind === 'help');
-        if (!mayBind) {
-          return reject(msg, workflowId, 'unbound-chat', isAdmin(who.role) ? 'Steward does not answer in this chat yet. An admin binds it with /bind [mention|all] [name].' : undefined, command ? { command: command.kind } : {});
-        }
-      }
-
-      // What may they do?
-      if (command) {
-        if (spec && !mayUse(spec, who.role)) {
-          return reject(msg, workflowId, 'forbidden', `/${spec.name} needs the ${spec.minRole} role; you are ${who.role === 'admin' || who.role === 'operator' || who.role === 'overlord' ? 'an' : 'a'} ${who.role}.`, { command: command.kind });
-        }
-        if (governed && spec && isAdminCommand(spec) && !dm && !binding?.adminChannel && command.kind !== 'bind' && command.kind !== 'admin-channel' && command.kind !== 'unbind' && (await adminChannelExists(db))) {
-          return reject(msg, workflowId, 'admin-channel-only', `/${spec.name} works in the admin channel (or in a direct message).`, { command: command.kind });
-        }
-      } else if (governed) {
-        if (who.role === 'viewer') {
-          return reject(msg, workflowId, 'forbidden', 'Viewers can use /status and /help, but not talk to the agent.');
-        }
-        const limit = isAdmin(who.role) ? undefined : rateLimits[who.role];
-        if (limit && who.kind === 'person') {
-          const since = new Date(Date.now() - limit.windowMs);
-          const used = await db.message.count({ where: { identityId: who.id, command: false, createdAt: { gt: since } } });
-          if (used >= limit.count) {
-            const oldest = await db.message.findFirst({ where: { identityId: who.id, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
-            const waitMin = oldest ? Math.max(1, Math.ceil((oldest.createdAt.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
-            return reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
-          }
-        }
-      }
-
-      // Admitted: record it (a redelivered id is a duplicate and changes nothing).
-      const existing = await db.message.findUnique({ where: { key }, select: { seq: true } });
-      if (existing) return { workflowId, kind: command ? 'command' : 'message', duplicate: true, seq: existing.seq };
-      let attachments: AttachmentRef[] = msg.attachments;
-      let refusedFiles: string[] = [];
-      if (!command && opts.attachments?.length) {
-        const stored = await storeAttachments(opts.attachments);
-        attachments = [...attachments, ...stored.refs].slice(0, MAX_ATTACHMENTS);
-        refusedFiles = stored.refused;
-        if (!msg.text.trim() && attachments.length === 0) {
-          return reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`);
-        }
-      }
-      let seq: number;
-      try {
-        const row = await db.message.create({
-          data: {
-            key,
-            sessionId: workflowId,
-            role: 'user',
-            text: msg.text,
-            user: msg.user,
-            identityId: who.kind === 'person' ? who.id : null,
-            command: command !== undefined,
-            ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
-          },
+    // Which binding does this chat have?
+    let binding: BindingRecord | undefined;
+    if (governed) {
+      const found = await lookupBinding(db, msg.platform, msg.account, msg.chatId);
+      if (found.kind === 'ambiguous') {
+        const admin = actor !== undefined && isAdmin(actor.role);
+        return reject(msg, workflowId, 'ambiguous-binding', admin && (dm || msg.addressed) ? `This chat has ${found.bindings.length} bindings (one per bot account and one for every account); remove one with the CLI (steward bindings remove) so its settings are unambiguous.` : undefined, {
+          bindings: found.bindings.map((b) => b.id),
         });
-        seq = row.seq;
-      } catch (err) {
-        if (isUniqueViolation(err)) return { workflowId, kind: command ? 'command' : 'message', duplicate: true };
-        throw err;
       }
-      deps.onTranscript?.(workflowId, 'user');
-      if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
-      await db.session.upsert({
-        where: { id: workflowId },
-        create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
-        update: {},
-      });
-      await writeReceipt(db, {
-        key: `${key}:ingress`,
-        kind: 'ingress',
-        workflowId,
-        sessionId: workflowId,
-        actor: who.kind === 'person' ? who.id : msg.user,
+      if (found.kind === 'bound') binding = found.binding;
+    }
+
+    // A group message that does not address Steward is not for it.
+    if (governed && !dm && !msg.addressed && (binding?.mode ?? 'mention') === 'mention') {
+      return { workflowId, kind: 'ignored', duplicate: false };
+    }
+
+    if (governed && !actor) {
+      if (command?.kind === 'pair' && dm && msg.userId) {
+        if (await db.receipt.findUnique({ where: { key: `${key}:pairing` }, select: { id: true } })) {
+          return { workflowId, kind: 'command', duplicate: true };
+        }
+        const issued = await requestPairing(db, { platform: msg.platform, account: msg.account, userId: msg.userId, chatId: msg.chatId, displayName: msg.user }, pairingTtlMs);
+        await writeReceipt(db, {
+          key: `${key}:pairing`,
+          kind: 'pairing.requested',
+          workflowId,
+          actor: msg.userId,
+          data: { platform: msg.platform, userId: msg.userId, name: msg.user, ...(issued.ok ? { expiresAt: issued.expiresAt.toISOString() } : { refused: issued.reason }) },
+        });
+        if (!issued.ok) return { workflowId, kind: 'rejected', duplicate: false, reason: 'rate-limited', reply: issued.message };
+        await notifyAdmins(db, senders, {
+          key: `pairing:${msg.platform}:${msg.userId}:${issued.expiresAt.getTime()}`,
+          text: `**Pairing request** from ${msg.user} (${msg.platform} user ${msg.userId}). If you expect them, ask for their code and approve it with /approve <code> <role>, or deny it with /deny <code>.`,
+        }).catch((err: unknown) => deps.log?.warn({ err }, 'pairing notice not delivered'));
+        const minutes = Math.round(pairingTtlMs / 60_000);
+        return {
+          workflowId,
+          kind: 'command',
+          duplicate: false,
+          reply: `Your pairing code is ${issued.code}. Give it to a Steward admin: they approve it with /approve ${issued.code} <role> within ${minutes} minute${minutes === 1 ? '' : 's'}. The code works once.`,
+        };
+      }
+      return reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
+    }
+    const who: Actor = actor ?? OPERATOR;
+
+    if (governed && !dm && !binding) {
+      const mayBind = command && (command.kind === 'bind' || command.kind === 'admin-channel' || command.kind === 'whoami' || command.kind === 'help');
+      if (!mayBind) {
+        return reject(msg, workflowId, 'unbound-chat', isAdmin(who.role) ? 'Steward does not answer in this chat yet. An admin binds it with /bind [mention|all] [name].' : undefined, command ? { command: command.kind } : {});
+      }
+    }
+
+    // What may they do?
+    if (command) {
+      if (spec && !mayUse(spec, who.role)) {
+        return reject(msg, workflowId, 'forbidden', `/${spec.name} needs the ${spec.minRole} role; you are ${who.role === 'admin' || who.role === 'operator' || who.role === 'overlord' ? 'an' : 'a'} ${who.role}.`, { command: command.kind });
+      }
+      if (governed && spec && isAdminCommand(spec) && !dm && !binding?.adminChannel && command.kind !== 'bind' && command.kind !== 'admin-channel' && command.kind !== 'unbind' && (await adminChannelExists(db))) {
+        return reject(msg, workflowId, 'admin-channel-only', `/${spec.name} works in the admin channel (or in a direct message).`, { command: command.kind });
+      }
+    } else if (governed) {
+      if (who.role === 'viewer') {
+        return reject(msg, workflowId, 'forbidden', 'Viewers can use /status and /help, but not talk to the agent.');
+      }
+      const limit = isAdmin(who.role) ? undefined : rateLimits[who.role];
+      if (limit && who.kind === 'person') {
+        const since = new Date(Date.now() - limit.windowMs);
+        const used = await db.message.count({ where: { identityId: who.id, command: false, createdAt: { gt: since } } });
+        if (used >= limit.count) {
+          const oldest = await db.message.findFirst({ where: { identityId: who.id, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
+          const waitMin = oldest ? Math.max(1, Math.ceil((oldest.createdAt.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
+          return reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
+        }
+      }
+    }
+
+    // Admitted: record it (a redelivered id is a duplicate and changes nothing).
+    const existing = await db.message.findUnique({ where: { key }, select: { seq: true } });
+    if (existing) return { workflowId, kind: command ? 'command' : 'message', duplicate: true, seq: existing.seq };
+    let attachments: AttachmentRef[] = msg.attachments;
+    let refusedFiles: string[] = [];
+    if (!command && opts.attachments?.length) {
+      const stored = await storeAttachments(opts.attachments);
+      attachments = [...attachments, ...stored.refs].slice(0, MAX_ATTACHMENTS);
+      refusedFiles = stored.refused;
+      if (!msg.text.trim() && attachments.length === 0) {
+        return reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`);
+      }
+    }
+    let seq: number;
+    try {
+      const row = await db.message.create({
         data: {
-          platform: msg.platform,
-          chatId: msg.chatId,
-          messageId: msg.id,
-          chars: msg.text.length,
+          key,
+          sessionId: workflowId,
+          role: 'user',
+          text: msg.text,
+          user: msg.user,
+          identityId: who.kind === 'person' ? who.id : null,
           command: command !== undefined,
-          ...(who.kind === 'person' ? { role: who.role } : {}),
-          ...(attachments.length ? { attachments: attachments.length } : {}),
+          ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
         },
       });
+      seq = row.seq;
+    } catch (err) {
+      if (isUniqueViolation(err)) return { workflowId, kind: command ? 'command' : 'message', duplicate: true };
+      throw err;
+    }
+    deps.onTranscript?.(workflowId, 'user');
+    if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
+    await db.session.upsert({
+      where: { id: workflowId },
+      create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
+      update: {},
+    });
+    await writeReceipt(db, {
+      key: `${key}:ingress`,
+      kind: 'ingress',
+      workflowId,
+      sessionId: workflowId,
+      actor: who.kind === 'person' ? who.id : msg.user,
+      data: {
+        platform: msg.platform,
+        chatId: msg.chatId,
+        messageId: msg.id,
+        chars: msg.text.length,
+        command: command !== undefined,
+        ...(who.kind === 'person' ? { role: who.role } : {}),
+        ...(attachments.length ? { attachments: attachments.length } : {}),
+      },
+    });
 
-      if (!command) {
-        const handle = await client.workflow.signalWithStart('sessionWorkflow', {
-          ...startOptions(conversation, binding),
-          signal: inboundSignal,
-          signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
-        });
-        deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
-        const note = refusedFiles.length ? `Some files were not taken: ${refusedFiles.join('; ')}.` : undefined;
-        if (note) await recordSystem(workflowId, `${key}:files`, note);
-        return { workflowId, kind: 'message', duplicate: false, seq, ...(note ? { reply: note } : {}) };
-      }
-
-      const reply = await runCommand(msg, command, conversation, who, binding);
-      await writeReceipt(db, {
-        key: `${key}:command`,
-        kind: 'command',
-        workflowId,
-        sessionId: workflowId,
-        actor: who.kind === 'person' ? who.id : msg.user,
-        data: { command: command.kind, ...(reply !== undefined ? { reply: reply.slice(0, 2000) } : {}) },
+    if (!command) {
+      const handle = await client.workflow.signalWithStart('sessionWorkflow', {
+        ...startOptions(conversation, binding),
+        signal: inboundSignal,
+        signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
       });
-      if (reply !== undefined) await recordSystem(workflowId, `${key}:reply`, reply);
-      return { workflowId, kind: 'command', duplicate: false, seq, ...(reply !== undefined ? { reply } : {}) };
+      deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
+      const note = refusedFiles.length ? `Some files were not taken: ${refusedFiles.join('; ')}.` : undefined;
+      if (note) await recordSystem(workflowId, `${key}:files`, note);
+      return { workflowId, kind: 'message', duplicate: false, seq, ...(note ? { reply: note } : {}) };
+    }
+
+    const reply = await runCommand(msg, command, conversation, who, binding);
+    await writeReceipt(db, {
+      key: `${key}:command`,
+      kind: 'command',
+      workflowId,
+      sessionId: workflowId,
+      actor: who.kind === 'person' ? who.id : msg.user,
+      data: { command: command.kind, ...(reply !== undefined ? { reply: reply.slice(0, 2000) } : {}) },
+    });
+    if (reply !== undefined) await recordSystem(workflowId, `${key}:reply`, reply);
+    return { workflowId, kind: 'command', duplicate: false, seq, ...(reply !== undefined ? { reply } : {}) };
+  }
+
+  return {
+    async handle(raw, opts = {}) {
+      const result = await handle(raw, opts);
+      const sender = senders[raw.platform];
+      if (result.reply && !result.duplicate && sender && opts.deliverReply !== false) {
+        const conversation: ConversationKey = { platform: raw.platform, account: raw.account, chatId: raw.chatId };
+        try {
+          const out = await deliverOnce(db, senders, {
+            key: `${inboundKey(raw)}:answer`,
+            sessionId: result.workflowId,
+            conversation,
+            kind: 'notice',
+            text: result.reply,
+          });
+          if (out.sent) deps.onTranscript?.(result.workflowId, 'system');
+        } catch (err) {
+          deps.log?.warn({ err, platform: raw.platform, chatId: raw.chatId }, 'the answer could not be delivered');
+        }
+      }
+      return result;
     },
 
     async handleAction(action) {

