@@ -11,6 +11,7 @@ import { listReceipts } from '../activities/receipts.js';
 import { runChat } from '../adapters/cli/chat.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
 import { createLogger } from './logger.js';
+import { adminCommand } from './admin-cli.js';
 import { redactUrl, startSteward, startWorkerOnly } from './start.js';
 
 const USAGE = `Usage: steward <command> [options]
@@ -22,8 +23,19 @@ Commands:
   chat [--chat ID] [--user NAME] [--url URL] [--token TOKEN]
                         Chat with the agent of a running Steward.
   migrate               Apply database migrations (DATABASE_URL).
-  receipts [--session ID] [--after N] [--limit N]
+  receipts [--session ID] [--kind KIND] [--after N] [--limit N]
                         Print audit receipts as JSONL.
+  identities list | add --name N --role R [--telegram ID] [--discord ID]
+             | set-role ID ROLE | remove ID
+                        People Steward knows and their roles (the first overlord is
+                        added here). Works without a running Steward.
+  bindings list | add --platform P --chat ID [--mode mention|all] [--name N]
+             [--model M] [--admin-channel] [--account A] | remove ID
+                        Chats Steward answers in. Works without a running Steward.
+  pairing list | approve CODE ROLE | deny CODE
+                        Pending /pair requests (through the running Steward's API).
+  approvals list [--status S] | approve ID | deny ID [--reason TEXT]
+                        Actions agents proposed (through the running Steward's API).
   test [files...]       Run the test suite.
   help                  Show this help.
 
@@ -127,12 +139,13 @@ async function migrate(): Promise<void> {
 }
 
 async function receipts(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { session: { type: 'string' }, after: { type: 'string' }, limit: { type: 'string' } } });
+  const { values } = parseArgs({ args, options: { session: { type: 'string' }, kind: { type: 'string' }, after: { type: 'string' }, limit: { type: 'string' } } });
   const cfg = config();
   const db = createDb(cfg.databaseUrl);
   try {
     const rows = await listReceipts(db, {
       ...(values.session ? { sessionId: values.session } : {}),
+      ...(values.kind ? { kind: values.kind } : {}),
       ...(values.after ? { afterId: Number(values.after) } : {}),
       ...(values.limit ? { limit: Number(values.limit) } : {}),
     });
@@ -159,6 +172,13 @@ try {
       break;
     case 'receipts':
       await receipts(rest);
+      break;
+    case 'identities':
+    case 'bindings':
+    case 'pairing':
+    case 'approvals':
+    case 'shells':
+      process.exitCode = await adminCommand(command, rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
       break;
     case 'help':
     case '--help':

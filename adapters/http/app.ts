@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
+import { registerAdminRoutes, type AdminDeps } from './admin.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */
 export const MAX_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 4096;
@@ -66,6 +67,7 @@ const Transcript = z
         text: z.string(),
         at: z.string(),
         user: z.string().optional(),
+        attachments: z.array(z.object({ hash: z.string(), name: z.string(), mediaType: z.string(), size: z.number() })).optional(),
       }),
     ),
   })
@@ -75,7 +77,9 @@ const Status = z
   .object({
     workflowId: z.string(),
     exists: z.boolean(),
-    running: z.object({ turnId: z.string(), step: z.number(), phase: z.string(), startedAt: z.string() }).nullable(),
+    running: z
+      .object({ turnId: z.string(), step: z.number(), phase: z.string(), startedAt: z.string(), tool: z.string().optional(), approvalId: z.string().optional() })
+      .nullable(),
     queueLength: z.number(),
     model: z.string(),
     think: z.string(),
@@ -144,6 +148,10 @@ export interface HttpDeps {
   log?: Logger;
   /** The account name HTTP chats belong to. */
   account?: string;
+  /** The administration API (identities, bindings, pairing, approvals). */
+  admin?: Omit<AdminDeps, 'ingress'>;
+  /** Extra routes served outside /api/v1 with their own authentication (the OpenHarness engine). */
+  mounts?: Array<{ fetch: (req: Request) => Response | Promise<Response>; routes: Array<{ method: string; path: string }> }>;
 }
 
 function tokenMatches(header: string | undefined, token: string): boolean {
@@ -194,6 +202,18 @@ export function createHttpApp(deps: HttpDeps) {
       return undefined;
     },
   );
+  // Administration bodies are small; one with content must be JSON.
+  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
+    const length = Number(c.req.header('content-length') ?? '0');
+    const type = c.req.header('content-type') ?? '';
+    if ((length > 0 || c.req.header('transfer-encoding')) && !/^application\/json\b/i.test(type)) return c.json({ error: 'expected Content-Type: application/json' }, 415);
+    await next();
+    return undefined;
+  });
+  if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
+  for (const mount of deps.mounts ?? []) {
+    for (const r of mount.routes) app.on(r.method, r.path, (c) => mount.fetch(c.req.raw));
+  }
 
   app.openapi(postMessage, async (c) => {
     const { chatId } = c.req.valid('param');

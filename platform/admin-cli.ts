@@ -1,0 +1,316 @@
+/**
+ * The administration commands of the `steward` CLI. Identities, bindings and shells are
+ * written to the database directly (so the first overlord can be added before Steward ever
+ * starts); pairing and approvals go through the running Steward's API, because deciding them
+ * tells people in chat and signals the waiting workflow. Arguments are validated with the same
+ * zod schemas as the API; a bad argument changes nothing and exits 2.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { createDb, migrateDatabase, type Db } from '../activities/db.js';
+import { bindChat, createIdentity, GovernanceError } from '../activities/governance.js';
+import { writeReceipt } from '../activities/receipts.js';
+import { RoleSchema } from '../common/roles.js';
+import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
+import type { StewardConfig } from '../config/index.js';
+
+export interface CliIo {
+  config: () => StewardConfig;
+  out: (s: string) => void;
+  err: (s: string) => void;
+  /** Override the API base URL and token (tests; `--url`, `--token`). */
+  api?: { url: string; token: string };
+}
+
+class UsageError extends Error {}
+
+const USAGE: Record<string, string> = {
+  identities: 'steward identities list | add --name N --role R [--telegram ID] [--discord ID] | set-role ID ROLE | remove ID',
+  bindings:
+    'steward bindings list | add --platform telegram|discord|openharness --chat ID [--mode mention|all] [--name N] [--model provider:model] [--admin-channel] [--account A] | remove ID (a negative Telegram group id goes as --chat=-100123)',
+  pairing: 'steward pairing list | approve CODE ROLE | deny CODE',
+  approvals: 'steward approvals list [--status pending|approved|denied|expired|cancelled] | approve ID | deny ID [--reason TEXT]',
+  shells: 'steward shells issue NAME [--role R] [--identity ID] | list | revoke NAME',
+};
+
+function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new UsageError(`${what}: ${r.error.issues[0]?.message ?? 'invalid'}`);
+  return r.data;
+}
+
+async function withDb<T>(cfg: StewardConfig, fn: (db: Db) => Promise<T>): Promise<T> {
+  await migrateDatabase(cfg.databaseUrl);
+  const db = createDb(cfg.databaseUrl);
+  try {
+    return await fn(db);
+  } finally {
+    await db.$disconnect();
+  }
+}
+
+async function apiTarget(cfg: StewardConfig, io: CliIo, values: { url?: string | undefined; token?: string | undefined }): Promise<{ url: string; token: string }> {
+  if (io.api) return io.api;
+  let token = values.token ?? cfg.http.apiToken;
+  if (!token) {
+    try {
+      token = (await readFile(path.join(cfg.dataDir, 'api-token'), 'utf8')).trim();
+    } catch {
+      throw new UsageError('no API token: start Steward first (it saves one in the data directory), or pass --token');
+    }
+  }
+  const host = cfg.http.host === '0.0.0.0' ? '127.0.0.1' : cfg.http.host;
+  return { url: (values.url ?? `http://${host}:${cfg.http.port}`).replace(/\/$/, ''), token };
+}
+
+async function callApi(target: { url: string; token: string }, method: string, route: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
+  let res: Response;
+  try {
+    res = await fetch(`${target.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${target.token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+  } catch {
+    throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
+  }
+  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+  if (res.status === 401) throw new UsageError('the API token was refused (check STEWARD_API_TOKEN or --token)');
+  return { status: res.status, json };
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length))) ?? [];
+  return `${rows.map((r) => r.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd()).join('\n')}\n`;
+}
+
+async function identities(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const cfg = io.config();
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { name: { type: 'string' }, role: { type: 'string' }, telegram: { type: 'string', multiple: true }, discord: { type: 'string', multiple: true } },
+  });
+  switch (sub) {
+    case 'list':
+      return withDb(cfg, async (db) => {
+        const rows = await db.identity.findMany({ include: { accounts: true }, orderBy: { createdAt: 'asc' } });
+        io.out(table([['ID', 'NAME', 'ROLE', 'ACCOUNTS'], ...rows.map((i) => [i.id, i.name, i.role, i.accounts.map((a) => `${a.platform}:${a.userId}`).join(' ')])]));
+        return 0;
+      });
+    case 'add': {
+      const name = check(z.string().trim().min(1, 'give --name').max(200), values.name ?? '', '--name');
+      const role = check(RoleSchema, values.role, '--role');
+      const accounts = [
+        ...(values.telegram ?? []).map((id) => ({ platform: 'telegram' as const, userId: check(z.string().regex(/^\d{1,20}$/, 'a Telegram user id is a number'), id, '--telegram') })),
+        ...(values.discord ?? []).map((id) => ({ platform: 'discord' as const, userId: check(z.string().regex(/^\d{5,25}$/, 'a Discord user id is a number'), id, '--discord') })),
+      ];
+      if (accounts.length === 0) throw new UsageError('give at least one account: --telegram <user id> or --discord <user id>');
+      return withDb(cfg, async (db) => {
+        try {
+          const { id } = await createIdentity(db, { name, role, accounts, createdBy: 'cli' });
+          await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'create', identityId: id, name, role, accounts } });
+          io.out(`Added ${name} (${role}), id ${id}.\n`);
+          return 0;
+        } catch (err) {
+          if (err instanceof GovernanceError) {
+            io.err(`Not added: ${err.message}.\n`);
+            return 1;
+          }
+          throw err;
+        }
+      });
+    }
+    case 'set-role': {
+      const [id, roleArg] = positionals;
+      if (!id || !roleArg) throw new UsageError('usage: steward identities set-role ID ROLE');
+      const role = check(RoleSchema, roleArg, 'ROLE');
+      return withDb(cfg, async (db) => {
+        const before = await db.identity.findUnique({ where: { id } });
+        if (!before) {
+          io.err(`No identity ${id}.\n`);
+          return 1;
+        }
+        await db.identity.update({ where: { id }, data: { role } });
+        await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'update', identityId: id, before: { role: before.role }, after: { role } } });
+        io.out(`${before.name}: ${before.role} -> ${role}.\n`);
+        return 0;
+      });
+    }
+    case 'remove': {
+      const [id] = positionals;
+      if (!id) throw new UsageError('usage: steward identities remove ID');
+      return withDb(cfg, async (db) => {
+        const r = await db.identity.deleteMany({ where: { id } });
+        if (r.count === 0) {
+          io.err(`No identity ${id}.\n`);
+          return 1;
+        }
+        await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'delete', identityId: id } });
+        io.out(`Removed ${id}.\n`);
+        return 0;
+      });
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.identities}`);
+  }
+}
+
+async function bindings(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const cfg = io.config();
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      platform: { type: 'string' },
+      chat: { type: 'string' },
+      account: { type: 'string' },
+      mode: { type: 'string' },
+      name: { type: 'string' },
+      model: { type: 'string' },
+      'admin-channel': { type: 'boolean' },
+    },
+  });
+  switch (sub) {
+    case 'list':
+      return withDb(cfg, async (db) => {
+        const rows = await db.binding.findMany({ orderBy: { createdAt: 'asc' } });
+        io.out(table([['ID', 'PLATFORM', 'ACCOUNT', 'CHAT', 'MODE', 'NAME', 'ADMIN'], ...rows.map((b) => [b.id, b.platform, b.account, b.chatId, b.mode, b.name ?? '', b.adminChannel ? 'yes' : ''])]));
+        return 0;
+      });
+    case 'add': {
+      const platform = check(z.enum(['telegram', 'discord', 'openharness']), values.platform, '--platform');
+      const chatId = check(ChatIdSchema, values.chat, '--chat');
+      const account = check(z.union([ChatIdSchema, z.literal('*')]), values.account ?? '*', '--account');
+      const mode = values.mode === undefined ? undefined : check(z.enum(['mention', 'all']), values.mode, '--mode');
+      const name = values.name === undefined ? undefined : check(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'a name uses lowercase letters, digits, - and _'), values.name, '--name');
+      const model = values.model === undefined ? undefined : check(ModelRefSchema, values.model, '--model');
+      return withDb(cfg, async (db) => {
+        try {
+          const b = await bindChat(db, {
+            platform,
+            account,
+            chatId,
+            createdBy: 'cli',
+            ...(mode ? { mode } : {}),
+            ...(name ? { name } : {}),
+            ...(model ? { model } : {}),
+            ...(values['admin-channel'] ? { adminChannel: true } : {}),
+          });
+          await writeReceipt(db, { kind: 'binding.change', actor: 'cli', data: { action: 'bind', ...b } });
+          io.out(`Bound ${platform} chat ${chatId} (${b.mode}${b.name ? `, "${b.name}"` : ''}${b.adminChannel ? ', admin channel' : ''}), id ${b.id}.\n`);
+          return 0;
+        } catch (err) {
+          if (err instanceof GovernanceError) {
+            io.err(`Not bound: ${err.message}.\n`);
+            return 1;
+          }
+          throw err;
+        }
+      });
+    }
+    case 'remove': {
+      const [id] = positionals;
+      if (!id) throw new UsageError('usage: steward bindings remove ID');
+      return withDb(cfg, async (db) => {
+        const r = await db.binding.deleteMany({ where: { id } });
+        if (r.count === 0) {
+          io.err(`No binding ${id}.\n`);
+          return 1;
+        }
+        await writeReceipt(db, { kind: 'binding.change', actor: 'cli', data: { action: 'unbind', id } });
+        io.out(`Removed binding ${id}.\n`);
+        return 0;
+      });
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.bindings}`);
+  }
+}
+
+async function pairing(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
+  const target = await apiTarget(io.config(), io, values);
+  switch (sub) {
+    case 'list': {
+      const r = await callApi(target, 'GET', '/api/v1/pairings');
+      const rows = (r.json.pairings ?? []) as Array<{ displayName: string; platform: string; userId: string; expiresAt: string }>;
+      if (rows.length === 0) io.out('No pending pairing requests.\n');
+      else io.out(table([['NAME', 'PLATFORM', 'USER', 'EXPIRES'], ...rows.map((p) => [p.displayName, p.platform, p.userId, p.expiresAt])]));
+      return 0;
+    }
+    case 'approve':
+    case 'deny': {
+      const [codeArg, roleArg] = positionals;
+      const code = check(z.string().regex(/^[A-Za-z0-9-]{4,16}$/, 'a pairing code is 8 letters and digits'), codeArg, 'CODE').toUpperCase();
+      const role = sub === 'approve' ? check(RoleSchema, roleArg, 'ROLE') : undefined;
+      const r = await callApi(target, 'POST', `/api/v1/pairings/${encodeURIComponent(code)}/${sub}`, role ? { role } : undefined);
+      if (r.status !== 200) {
+        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+        return 1;
+      }
+      io.out(`${String(r.json.message)}\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.pairing}`);
+  }
+}
+
+async function approvals(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' }, status: { type: 'string' }, reason: { type: 'string' } } });
+  const target = await apiTarget(io.config(), io, values);
+  switch (sub) {
+    case 'list': {
+      const status = values.status === undefined ? 'pending' : check(z.enum(['pending', 'approved', 'denied', 'expired', 'cancelled']), values.status, '--status');
+      const r = await callApi(target, 'GET', `/api/v1/approvals?status=${status}`);
+      const rows = (r.json.approvals ?? []) as Array<{ id: string; tool: string; summary: string; status: string; deadline: string }>;
+      if (rows.length === 0) io.out(`No ${status} approvals.\n`);
+      else io.out(table([['ID', 'STATUS', 'DEADLINE', 'ACTION'], ...rows.map((a) => [a.id, a.status, a.deadline, a.summary.slice(0, 100)])]));
+      return 0;
+    }
+    case 'approve':
+    case 'deny': {
+      const id = check(z.string().regex(/^[a-z0-9]{4,16}$/i, 'an approval id is 6 letters and digits'), positionals[0], 'ID').toLowerCase();
+      const reason = values.reason === undefined ? undefined : check(z.string().trim().min(1).max(500), values.reason, '--reason');
+      const r = await callApi(target, 'POST', `/api/v1/approvals/${id}/${sub}`, sub === 'deny' && reason ? { reason } : undefined);
+      if (r.status !== 200) {
+        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+        return 1;
+      }
+      io.out(`${String(r.json.message)}\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.approvals}`);
+  }
+}
+
+/** Run `steward <command> <sub> ...`; resolves with the exit code. */
+export async function adminCommand(command: string, args: string[], io: CliIo): Promise<number> {
+  const [sub, ...rest] = args;
+  try {
+    switch (command) {
+      case 'identities':
+        return await identities(sub, rest, io);
+      case 'bindings':
+        return await bindings(sub, rest, io);
+      case 'pairing':
+        return await pairing(sub, rest, io);
+      case 'approvals':
+        return await approvals(sub, rest, io);
+      default:
+        throw new UsageError(`unknown command ${command}`);
+    }
+  } catch (err) {
+    if (err instanceof UsageError || (err instanceof TypeError && /option|argument/i.test(err.message))) {
+      io.err(`steward ${command}: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+}
+
+
