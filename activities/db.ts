@@ -8,12 +8,14 @@
  * (prisma/engine-bridge).
  */
 import { spawn } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PrismaBetterSqlite3 } from '@prisma/adapter-better-sqlite3';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { SqlMigrationAwareDriverAdapterFactory } from '@prisma/driver-adapter-utils';
+import Database from 'better-sqlite3';
 import pg from 'pg';
 import { PrismaClient as PostgresClient } from '../generated/prisma/postgres/client.js';
 import { PrismaClient as SqliteClient } from '../generated/prisma/sqlite/client.js';
@@ -130,11 +132,61 @@ const projectRoot = fileURLToPath(new URL('../', import.meta.url));
 const MIGRATE_TIMEOUT_MS = 5 * 60_000;
 
 /**
- * `prisma migrate deploy` on the database at `databaseUrl`: applies every pending migration of
+ * The migrations of this release that the database has not applied yet (all of them for a new
+ * database). Read-only: a plain query of `_prisma_migrations`, so it works while other
+ * processes have the database open.
+ */
+export async function pendingMigrations(databaseUrl: string): Promise<string[]> {
+  const kind = databaseKind(databaseUrl);
+  const dir = path.join(projectRoot, 'prisma', kind, 'migrations');
+  const wanted = readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort();
+  const query = 'SELECT migration_name FROM _prisma_migrations WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL';
+  let applied: string[];
+  try {
+    if (kind === 'sqlite') {
+      const file = path.resolve(sqlitePath(databaseUrl));
+      if (!existsSync(file)) return wanted;
+      const db = new Database(file, { readonly: true, fileMustExist: true, timeout: 10_000 });
+      try {
+        applied = (db.prepare(query).all() as Array<{ migration_name: string }>).map((r) => r.migration_name);
+      } finally {
+        db.close();
+      }
+    } else {
+      const client = new pg.Client({ ...pgConfig(databaseUrl), Client: undefined } as pg.ClientConfig);
+      await client.connect();
+      try {
+        applied = (await client.query<{ migration_name: string }>(query)).rows.map((r) => r.migration_name);
+      } finally {
+        await client.end();
+      }
+    }
+  } catch {
+    return wanted; // no migrations table yet (a new database), or it cannot be read: migrate
+  }
+  const done = new Set(applied);
+  return wanted.filter((m) => !done.has(m));
+}
+
+/**
+ * Bring the database at `databaseUrl` up to date: `prisma migrate deploy` when migrations are
+ * pending, nothing when it already is (so a worker or the CLI can start while other processes
+ * use the database; applying migrations needs it to themselves on SQLite).
+ */
+export async function migrateDatabase(databaseUrl: string): Promise<void> {
+  if ((await pendingMigrations(databaseUrl)).length === 0) return;
+  await migrateDeploy(databaseUrl);
+}
+
+/**
+ * `prisma migrate deploy` on the database at `databaseUrl`, always: applies every pending migration of
  * prisma/sqlite or prisma/postgres (prisma.config.ts picks the folder from the URL). Runs the
  * prisma CLI in a child process with this process's node; fails with the CLI's error output.
  */
-export async function migrateDatabase(databaseUrl: string): Promise<void> {
+export async function migrateDeploy(databaseUrl: string): Promise<void> {
   const kind = databaseKind(databaseUrl);
   // a relative SQLite path means the same file as for createDb: relative to this process's cwd
   const url = kind === 'sqlite' ? `file:${path.resolve(sqlitePath(databaseUrl))}` : databaseUrl;

@@ -41,14 +41,16 @@ import { deliverOnce, type Button, type Senders } from '../activities/outbox.js'
 import { isUniqueViolation } from '../activities/prisma-errors.js';
 import { writeReceipt } from '../activities/receipts.js';
 import { readTranscript } from '../activities/transcript.js';
-import { helpText, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
+import { commandAddressee, helpText, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
 import {
   AttachmentRefSchema,
+  InboundMessageBaseSchema,
   InboundMessageSchema,
   MAX_ATTACHMENTS,
   parseModelRef,
+  PlatformSchema,
   type AttachmentRef,
   type InboundMessage,
   type NormalizedInbound,
@@ -207,7 +209,8 @@ const PROVIDER_SETUP: Record<Provider, string> = {
 
 const HOW_TO_PAIR = 'Steward does not know you yet. Send /pair here to ask for access: you get a code, and an admin approves it.';
 
-function inboundKey(msg: { platform: string; account: string; chatId: string; id: string }): string {
+/** The transcript key (and idempotency key) of an inbound message. */
+export function inboundKey(msg: { platform: string; account: string; chatId: string; id: string }): string {
   return `in:${msg.platform}:${msg.account}:${msg.chatId}:${msg.id}`;
 }
 
@@ -553,12 +556,22 @@ export function createIngress(deps: IngressDeps): Ingress {
   }
 
   async function handle(raw: InboundMessage, opts: HandleOptions = {}): Promise<IngressResult> {
-    const parsedMsg = InboundMessageSchema.safeParse(raw);
+    // Files may arrive separately (fetched once the sender is let in): text or files is enough.
+    const parsedMsg = (opts.attachments?.length ? InboundMessageBaseSchema : InboundMessageSchema).safeParse(raw);
     if (!parsedMsg.success) {
       const why = parsedMsg.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ');
       const fallbackId = sessionWorkflowId({ platform: raw.platform, account: String(raw.account), chatId: String(raw.chatId) });
       deps.log?.info({ platform: raw.platform, why }, 'inbound message invalid');
-      return { workflowId: fallbackId, kind: 'rejected', duplicate: false, reason: 'invalid', reply: `Message not accepted: ${why}` };
+      await writeReceipt(db, {
+        kind: 'ingress.rejected',
+        ...(typeof raw.userId === 'string' ? { actor: raw.userId.slice(0, 200) } : {}),
+        data: { platform: String(raw.platform).slice(0, 40), chatId: String(raw.chatId).slice(0, 200), reason: 'invalid', why: why.slice(0, 500) },
+      });
+      // Only the operator's own channels hear why; a chat platform's sender is not known yet,
+      // and fail closed means an unknown sender or chat hears nothing but how to pair.
+      const governed = PlatformSchema.safeParse(raw.platform);
+      const answer = governed.success && !isGoverned(governed.data);
+      return { workflowId: fallbackId, kind: 'rejected', duplicate: false, reason: 'invalid', ...(answer ? { reply: `Message not accepted: ${why}` } : {}) };
     }
     const msg = parsedMsg.data;
     const conversation: ConversationKey = { platform: msg.platform, account: msg.account, chatId: msg.chatId };
@@ -588,8 +601,9 @@ export function createIngress(deps: IngressDeps): Ingress {
       if (found.kind === 'bound') binding = found.binding;
     }
 
-    // A group message that does not address Steward is not for it.
-    if (governed && !dm && !msg.addressed && (binding?.mode ?? 'mention') === 'mention') {
+    // A group message that does not address Steward is not for it; nor is `/cmd@otherbot`,
+    // whatever the binding's mode.
+    if (governed && !dm && !msg.addressed && ((binding?.mode ?? 'mention') === 'mention' || (command && commandAddressee(msg.text) !== undefined))) {
       return { workflowId, kind: 'ignored', duplicate: false };
     }
 
@@ -624,7 +638,8 @@ export function createIngress(deps: IngressDeps): Ingress {
     const who: Actor = actor ?? OPERATOR;
 
     if (governed && !dm && !binding) {
-      const mayBind = command && (command.kind === 'bind' || command.kind === 'admin-channel' || command.kind === 'whoami' || command.kind === 'help');
+      // in a chat Steward is not bound to, only an admin binding it is heard
+      const mayBind = isAdmin(who.role) && command && (command.kind === 'bind' || command.kind === 'admin-channel' || command.kind === 'whoami' || command.kind === 'help');
       if (!mayBind) {
         return reject(msg, workflowId, 'unbound-chat', isAdmin(who.role) ? 'Steward does not answer in this chat yet. An admin binds it with /bind [mention|all] [name].' : undefined, command ? { command: command.kind } : {});
       }
@@ -711,11 +726,19 @@ export function createIngress(deps: IngressDeps): Ingress {
     });
 
     if (!command) {
-      const handle = await client.workflow.signalWithStart('sessionWorkflow', {
-        ...startOptions(conversation, binding),
-        signal: inboundSignal,
-        signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
-      });
+      let handle;
+      try {
+        handle = await client.workflow.signalWithStart('sessionWorkflow', {
+          ...startOptions(conversation, binding),
+          signal: inboundSignal,
+          signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
+        });
+      } catch (err) {
+        // Not queued: forget the message, so that the platform's (or the client's) retry of
+        // the same id is taken as new, not as a duplicate that never gets a turn.
+        await db.message.deleteMany({ where: { key } });
+        throw err;
+      }
       deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
       const note = refusedFiles.length ? `Some files were not taken: ${refusedFiles.join('; ')}.` : undefined;
       if (note) await recordSystem(workflowId, `${key}:files`, note);

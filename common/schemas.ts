@@ -59,8 +59,8 @@ export type AttachmentRef = z.infer<typeof AttachmentRefSchema>;
 
 export const MAX_ATTACHMENTS = 10;
 
-/** The one inbound message type every adapter normalises into. */
-export const InboundMessageSchema = z
+/** The one inbound message type every adapter normalises into (without the text-or-files rule). */
+export const InboundMessageBaseSchema = z
   .object({
     /** Adapter-unique id of this message; a redelivered message with the same id is ignored. */
     id: z.string().min(1).max(200),
@@ -83,7 +83,12 @@ export const InboundMessageSchema = z
     attachments: z.array(AttachmentRefSchema).max(MAX_ATTACHMENTS).default([]),
     /** ISO-8601 receive time. */
     at: z.string(),
-  })
-  .refine((m) => m.text.trim().length > 0 || m.attachments.length > 0, { message: 'text must not be empty', path: ['text'] });
+  });
+
+/** An inbound message: text, or files, or both. */
+export const InboundMessageSchema = InboundMessageBaseSchema.refine((m) => m.text.trim().length > 0 || m.attachments.length > 0, {
+  message: 'text must not be empty',
+  path: ['text'],
+});
 export type InboundMessage = z.input<typeof InboundMessageSchema>;
 export type NormalizedInbound = z.output<typeof InboundMessageSchema>;

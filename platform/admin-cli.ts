@@ -14,6 +14,7 @@ import { bindChat, createIdentity, GovernanceError } from '../activities/governa
 import { writeReceipt } from '../activities/receipts.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
+import { issueShell, listShells, revokeShell, ShellError } from '../adapters/openharness/shells.js';
 import type { StewardConfig } from '../config/index.js';
 
 export interface CliIo {
@@ -288,6 +289,51 @@ async function approvals(sub: string | undefined, args: string[], io: CliIo): Pr
   }
 }
 
+async function shells(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const cfg = io.config();
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { role: { type: 'string' }, identity: { type: 'string' } } });
+  switch (sub) {
+    case 'issue': {
+      const [name] = positionals;
+      if (!name) throw new UsageError('usage: steward shells issue NAME [--role R] [--identity ID]');
+      const role = values.role === undefined ? undefined : check(RoleSchema, values.role, '--role');
+      return withDb(cfg, async (db) => {
+        try {
+          const s = await issueShell(db, { name, createdBy: 'cli', ...(role ? { role } : {}), ...(values.identity ? { identityId: values.identity } : {}) });
+          await writeReceipt(db, { kind: 'shell.change', actor: 'cli', data: { action: 'issue', shellId: s.id, name: s.name, identityId: s.identityId, ...(role ? { role } : {}) } });
+          io.out(`Issued the OpenHarness shell "${s.name}" (id ${s.id}, identity ${s.identityId}).\nIts token, shown once (Authorization: Bearer <token> on POST /api/openharness/v1):\n${s.token}\n`);
+          return 0;
+        } catch (err) {
+          if (err instanceof ShellError) throw new UsageError(err.message);
+          throw err;
+        }
+      });
+    }
+    case 'list':
+      return withDb(cfg, async (db) => {
+        const rows = await listShells(db);
+        io.out(table([['ID', 'NAME', 'IDENTITY', 'CREATED', 'REVOKED'], ...rows.map((r) => [r.id, r.name, r.identityId, r.createdAt.toISOString(), r.revokedAt ? r.revokedAt.toISOString() : ''])]));
+        return 0;
+      });
+    case 'revoke': {
+      const [name] = positionals;
+      if (!name) throw new UsageError('usage: steward shells revoke NAME');
+      return withDb(cfg, async (db) => {
+        const r = await revokeShell(db, name);
+        if (!r) {
+          io.err(`No shell ${name}.\n`);
+          return 1;
+        }
+        await writeReceipt(db, { kind: 'shell.change', actor: 'cli', data: { action: 'revoke', shellId: r.id, name: r.name } });
+        io.out(r.alreadyRevoked ? `The shell "${r.name}" was already revoked.\n` : `Revoked the shell "${r.name}": its token no longer works.\n`);
+        return 0;
+      });
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.shells}`);
+  }
+}
+
 /** Run `steward <command> <sub> ...`; resolves with the exit code. */
 export async function adminCommand(command: string, args: string[], io: CliIo): Promise<number> {
   const [sub, ...rest] = args;
@@ -301,6 +347,8 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await pairing(sub, rest, io);
       case 'approvals':
         return await approvals(sub, rest, io);
+      case 'shells':
+        return await shells(sub, rest, io);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

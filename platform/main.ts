@@ -36,6 +36,8 @@ Commands:
                         Pending /pair requests (through the running Steward's API).
   approvals list [--status S] | approve ID | deny ID [--reason TEXT]
                         Actions agents proposed (through the running Steward's API).
+  shells issue NAME [--role R] [--identity ID] | list | revoke NAME
+                        OpenHarness shells and their bearer tokens (shown once).
   test [files...]       Run the test suite.
   help                  Show this help.
 
@@ -66,6 +68,7 @@ async function start(): Promise<void> {
     `  Data dir:     ${steward.dataDir}`,
     `  Database:     ${redactUrl(steward.databaseUrl)}`,
     `  Model:        ${steward.model}${steward.modelConfigured ? '' : '  (NOT CONFIGURED: set OPENAI_API_KEY, ANTHROPIC_API_KEY or STEWARD_MODEL_BASE_URL; chat answers with setup help until then)'}`,
+    `  Chats:        ${steward.channels.length ? steward.channels.map((c) => `${c.platform} (bot ${c.account})`).join(', ') : 'HTTP API and CLI only (set TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN for chat platforms)'}`,
     '',
     'Chat with it:  ./steward chat      Stop: Ctrl-C',
   ];

@@ -16,8 +16,10 @@ import type { ActivityDeps } from '../activities/index.js';
 import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
 import { createIngress } from '../adapters/ingress.js';
+import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import type { StewardConfig } from '../config/index.js';
 import { createStewardWorker } from '../workers/main.js';
+import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
 
 export interface RunningSteward {
@@ -31,6 +33,8 @@ export interface RunningSteward {
   databaseUrl: string;
   model: string;
   modelConfigured: boolean;
+  /** Chat platforms receiving messages, with their bot accounts. */
+  channels: Array<{ platform: string; account: string }>;
   db: Db;
   client: Client;
   /** Emits `transcript` (session id, role) whenever a message lands in a session's transcript. */
@@ -70,6 +74,15 @@ export function installTemporalRuntime(log: Logger): void {
   } catch {
     // a runtime is already installed in this process
   }
+}
+
+/** What the worker's activities need from configuration besides the database and models. */
+function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick<ActivityDeps, 'toolPolicy' | 'runLink'> {
+  const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
+  return {
+    toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs },
+    ...(runLink ? { runLink } : {}),
+  };
 }
 
 function workerFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps) {
@@ -134,7 +147,16 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
 
     // Worker
     const models = createModelRegistry(config.model.providers);
-    const worker = await workerFor(config, nativeConnection, { db, models, systemPrompt: config.model.systemPrompt, log, onTranscript });
+    const senders = createSenders(config, log);
+    const worker = await workerFor(config, nativeConnection, {
+      db,
+      models,
+      systemPrompt: config.model.systemPrompt,
+      log,
+      onTranscript,
+      senders,
+      ...activityOptions(config, uiUrl),
+    });
     const workerRun = worker.run();
     cleanups.push(async () => {
       if (worker.getState() === 'RUNNING') worker.shutdown();
@@ -152,11 +174,16 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun },
       log,
       onTranscript,
+      senders,
+      pairingTtlMs: config.governance.pairingTtlMs,
+      rateLimits: config.governance.rateLimits,
+      attachments: config.governance.attachments,
     });
     const app = createHttpApp({
       ingress,
       apiToken: token,
       log,
+      admin: { db },
       health: async () => {
         const checks: Record<string, string> = {};
         checks.worker = worker.getState();
@@ -175,8 +202,14 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
         return { ok: checks.worker === 'RUNNING' && checks.temporal === 'ok' && checks.database === 'ok', checks };
       },
     });
+    // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
+    app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log }));
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
+
+    // Chat platforms (stopped first on shutdown, so nothing new arrives while the worker drains)
+    const channels: RunningChannel[] = await startChannels(config, { ingress, senders, db, log });
+    for (const ch of channels) cleanups.push(() => ch.stop());
 
     return {
       apiUrl: http.url,
@@ -189,6 +222,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       databaseUrl: config.databaseUrl,
       model: config.model.default,
       modelConfigured: models.isConfigured(config.model.default),
+      channels: channels.map((c) => ({ platform: c.platform, account: c.account })),
       db,
       client,
       events,
@@ -212,7 +246,14 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
   const models = createModelRegistry(config.model.providers);
-  const worker = await workerFor(config, nativeConnection, { db, models, systemPrompt: config.model.systemPrompt, log });
+  const worker = await workerFor(config, nativeConnection, {
+    db,
+    models,
+    systemPrompt: config.model.systemPrompt,
+    log,
+    senders: createSenders(config, log),
+    ...activityOptions(config, undefined),
+  });
   const done = worker.run().finally(async () => {
     await db.$disconnect();
     await nativeConnection.close();

@@ -150,8 +150,6 @@ export interface HttpDeps {
   account?: string;
   /** The administration API (identities, bindings, pairing, approvals). */
   admin?: Omit<AdminDeps, 'ingress'>;
-  /** Extra routes served outside /api/v1 with their own authentication (the OpenHarness engine). */
-  mounts?: Array<{ fetch: (req: Request) => Response | Promise<Response>; routes: Array<{ method: string; path: string }> }>;
 }
 
 function tokenMatches(header: string | undefined, token: string): boolean {
@@ -211,9 +209,6 @@ export function createHttpApp(deps: HttpDeps) {
     return undefined;
   });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
-  for (const mount of deps.mounts ?? []) {
-    for (const r of mount.routes) app.on(r.method, r.path, (c) => mount.fetch(c.req.raw));
-  }
 
   app.openapi(postMessage, async (c) => {
     const { chatId } = c.req.valid('param');

@@ -172,9 +172,21 @@ describe('administration API and CLI', () => {
       assert.equal(await adminCommand('bindings', ['list'], io), 0);
       assert.match(out.join(''), /Root\s+overlord\s+telegram:4242 discord:123456789012345678/);
       assert.match(out.join(''), /telegram\s+\*\s+-1001\s+all\s+ops\s+yes/);
+      assert.equal(await adminCommand('shells', ['issue', 'kiosk', '--role', 'emperor'], io), 2);
+      assert.equal(await adminCommand('shells', ['issue', 'kiosk', '--role', 'member'], io), 0);
+      const token = /\n(oh_[A-Za-z0-9_-]{40,})\n/.exec(out.join(''))?.[1];
+      assert.ok(token, 'the token is printed once');
+      assert.equal(await adminCommand('shells', ['list'], io), 0);
+      assert.doesNotMatch(out.slice(-1).join(''), /oh_/, 'list never shows tokens');
+      assert.match(out.slice(-1).join(''), /kiosk/);
+      assert.equal(await adminCommand('shells', ['revoke', 'kiosk'], io), 0);
+      assert.equal(await adminCommand('shells', ['revoke', 'nobody'], io), 1);
       const db = createDb(url);
       try {
-        assert.equal(await db.identity.count(), 1);
+        assert.equal(await db.identity.count(), 2, 'the overlord and the shell');
+        const shell = await db.shellToken.findFirstOrThrow({ where: { name: 'kiosk' } });
+        assert.notEqual(shell.tokenHash, token);
+        assert.ok(shell.revokedAt);
         assert.equal(await db.receipt.count({ where: { kind: 'identity.change' } }), 1);
       } finally {
         await db.$disconnect();

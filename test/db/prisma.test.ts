@@ -11,7 +11,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { databaseKind, migrateDatabase } from '../../activities/db.js';
+import Database from 'better-sqlite3';
+import { databaseKind, migrateDatabase, pendingMigrations, sqlitePath } from '../../activities/db.js';
 import { prismaErrorCode } from '../../activities/prisma-errors.js';
 import { prismaCli, testDatabases, type TestDatabase } from '../helpers/db.js';
 
@@ -156,5 +157,29 @@ describe('migrateDatabase', () => {
       return true;
     });
     assert.throws(() => databaseKind('mysql://x'), /DATABASE_URL/);
+  });
+
+  it('knows what is pending, and starts a worker on an up-to-date SQLite database that another process holds open in WAL mode', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'steward-pending-'));
+    const url = `file:${path.join(dir, 'p.db')}`;
+    try {
+      assert.deepEqual(await pendingMigrations(url), migrationNames('sqlite'), 'a new database needs every migration');
+      await migrateDatabase(url);
+      assert.deepEqual(await pendingMigrations(url), []);
+      // another process (a crashed worker's peer, the all-in-one start) has it open in WAL mode:
+      // applying migrations would need the database to itself, checking needs nothing
+      const other = new Database(sqlitePath(url));
+      other.pragma('journal_mode = WAL');
+      other.prepare('SELECT count(*) FROM Session').get();
+      try {
+        const t0 = Date.now();
+        await migrateDatabase(url);
+        assert.ok(Date.now() - t0 < 5000, 'nothing to apply: no lock taken');
+      } finally {
+        other.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,0 +1,105 @@
+/**
+ * Property tests over what crosses the chat boundary: command parsing and the inbound
+ * message schema never throw on any input, bad input is described, and every catalog command
+ * parses from its own usage line.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import { COMMANDS, helpText, parseText, specOf, telegramCommandName } from '../../common/commands.js';
+import { InboundMessageSchema } from '../../common/schemas.js';
+
+const KINDS = new Set([...COMMANDS.map((c) => c.name), 'invalid', 'unknown']);
+
+/** Text that looks like commands: a slash, a catalog name (either spelling) or junk, then words. */
+const commandish = fc
+  .tuple(
+    fc.constantFrom('/', ' /', '/', '//', '\t/'),
+    fc.oneof(fc.constantFrom(...COMMANDS.map((c) => c.name), ...COMMANDS.map((c) => telegramCommandName(c.name)), 'start', 'STOP', 'Approve_Action'), fc.string({ maxLength: 12 })),
+    fc.option(fc.constantFrom('@steward_bot', '@x', '@'), { nil: '' }),
+    fc.array(fc.oneof(fc.constantFrom('member', 'admin', 'overlord', 'K7Q2M9XD', 'abc123', 'on', 'off', 'all', 'mention', 'openai:gpt-4.1', 'high'), fc.string({ maxLength: 10 }), fc.string({ unit: 'binary', maxLength: 6 })), { maxLength: 5 }),
+  )
+  .map(([slash, name, at, words]) => `${slash}${name}${at}${words.length ? ` ${words.join(' ')}` : ''}`);
+
+describe('command parsing (properties)', () => {
+  it('never throws; every result is a message or a known command kind; invalid ones carry their usage', () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ unit: 'binary', maxLength: 300 }), commandish), (text) => {
+        const r = parseText(text);
+        if (r.kind === 'message') {
+          assert.equal(r.text, text);
+          return;
+        }
+        assert.ok(KINDS.has(r.command.kind), r.command.kind);
+        if (r.command.kind === 'invalid') assert.ok(r.command.error.length > 0);
+        if (r.command.kind === 'unknown') assert.ok(r.command.name.length <= 64);
+        // the role check finds a spec for every known command
+        if (r.command.kind !== 'unknown' && r.command.kind !== 'invalid') assert.ok(specOf(r.command));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('parses each catalog command from a valid example, in both spellings', () => {
+    const examples: Record<string, string> = {
+      steer: 'be brief',
+      model: 'openai:gpt-4.1',
+      think: 'low',
+      approve: 'K7Q2M9XD member',
+      deny: 'K7Q2M9XD',
+      'approve-action': 'abc123',
+      'deny-action': 'abc123 not today',
+      bind: 'all team',
+      'admin-channel': 'on',
+    };
+    for (const c of COMMANDS) {
+      for (const name of [c.name, telegramCommandName(c.name)]) {
+        const r = parseText(`/${name}${examples[c.name] ? ` ${examples[c.name]}` : ''}`);
+        assert.ok(r.kind === 'command' && r.command.kind === c.name, `${name}: ${JSON.stringify(r)}`);
+      }
+    }
+    const deny = parseText('/deny_action ABC123 not   before Monday');
+    assert.deepEqual(deny, { kind: 'command', command: { kind: 'deny-action', id: 'abc123', reason: 'not   before Monday' } });
+    assert.deepEqual(parseText('/approve k7q2m9xd ADMIN'), { kind: 'command', command: { kind: 'approve', code: 'K7Q2M9XD', role: 'admin' } });
+    const badRole = parseText('/approve K7Q2M9XD king');
+    assert.ok(badRole.kind === 'command' && badRole.command.kind === 'invalid' && /king is not a role/.test(badRole.command.error));
+    assert.ok(helpText('viewer').includes('/status') && !helpText('viewer').includes('/approve'));
+  });
+});
+
+describe('inbound payloads (properties)', () => {
+  it('the inbound schema never throws and accepts only well-formed messages', () => {
+    const base = { id: 'm1', platform: 'telegram', account: '123', chatId: '-100', user: 'A', userId: '9', text: 'hi', at: new Date(0).toISOString() };
+    fc.assert(
+      fc.property(
+        fc.record(
+          {
+            id: fc.oneof(fc.string({ maxLength: 250 }), fc.integer(), fc.constant(null)),
+            platform: fc.oneof(fc.constantFrom('telegram', 'discord', 'openharness', 'http', 'cli', 'irc'), fc.string()),
+            account: fc.oneof(fc.string({ maxLength: 140 }), fc.constant(undefined)),
+            chatId: fc.oneof(fc.string({ maxLength: 140 }), fc.integer()),
+            user: fc.string({ maxLength: 250 }),
+            userId: fc.oneof(fc.string({ maxLength: 140 }), fc.constant(undefined)),
+            chatType: fc.oneof(fc.constantFrom('dm', 'group', 'channel'), fc.constant(undefined)),
+            addressed: fc.oneof(fc.boolean(), fc.constant('yes')),
+            text: fc.oneof(fc.string({ unit: 'binary', maxLength: 200 }), fc.constant('x'.repeat(40_000))),
+            attachments: fc.oneof(fc.constant(undefined), fc.array(fc.record({ hash: fc.string(), name: fc.string(), mediaType: fc.string(), size: fc.integer() }), { maxLength: 12 })),
+            at: fc.string(),
+          },
+          { requiredKeys: [] },
+        ),
+        (partial) => {
+          const r = InboundMessageSchema.safeParse({ ...base, ...partial });
+          if (r.success) {
+            assert.ok(r.data.text.length <= 32_000);
+            assert.ok(/^[A-Za-z0-9._@+=-]+$/.test(r.data.chatId));
+            assert.ok(r.data.text.trim().length > 0 || r.data.attachments.length > 0);
+          } else {
+            assert.ok(r.error.issues.length > 0 && r.error.issues.every((i) => typeof i.message === 'string' && i.message.length > 0));
+          }
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+});
