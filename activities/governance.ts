@@ -4,7 +4,7 @@
  * policy change only through role-checked commands, the CLI and the API.
  */
 import { createHash, randomInt, randomUUID } from 'node:crypto';
-import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import { approvalIdFor, sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { isAdmin, mayGrant, RoleSchema, type Role } from '../common/roles.js';
 import type { Platform } from '../common/schemas.js';
 import type { Db } from './db.js';
@@ -302,13 +302,8 @@ export async function listApprovals(db: Db, opts: { status?: string; limit?: num
   })) as ApprovalRecord[];
 }
 
-/** A short, readable approval id, the same for the same proposal (a retried activity finds its row). */
-export function approvalId(turnId: string, toolCallId: string): string {
-  const digest = createHash('sha256').update(`${turnId}\u0000${toolCallId}`).digest();
-  let id = '';
-  for (let i = 0; i < 6; i++) id += 'abcdefghjkmnpqrstuvwxyz23456789'[(digest[i] ?? 0) % 31];
-  return id;
-}
+/** A short, readable approval id, the same for the same proposal (see common/ids.ts). */
+export const approvalId = approvalIdFor;
 
 export function approvalButtons(id: string): Button[][] {
   return [[{ id: `apr:${id}:y`, label: 'Approve', style: 'primary' }, { id: `apr:${id}:n`, label: 'Deny', style: 'danger' }]];

@@ -348,6 +348,9 @@ export function createActivities(deps: ActivityDeps) {
       const summary = describeToolCall(call.toolName, call.input);
       const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
       let row = await db.approval.findUnique({ where: { id } });
+      if (row && (row.turnId !== input.turnId || row.toolCallId !== input.toolCallId)) {
+        throw ApplicationFailure.create({ type: 'ApprovalIdCollision', message: `approval id ${id} already belongs to another proposal`, nonRetryable: true });
+      }
       if (!row) {
         row = await db.approval.create({
           data: {

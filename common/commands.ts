@@ -92,7 +92,7 @@ export function isCommandText(text: string): boolean {
   return /^\/[A-Za-z]/.test(text.trimStart());
 }
 
-/** Longest pairing code or approval id accepted (codes are 8 characters, ids 6). */
+/** Longest pairing code or approval id accepted (both are 8 characters). */
 const CODE_RE = /^[A-Za-z0-9-]{4,16}$/;
 
 /**

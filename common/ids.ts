@@ -25,3 +25,34 @@ export function turnWorkflowId(sessionId: string, epoch: string, turnNumber: num
 export function replyKey(turnId: string): string {
   return `${turnId}:reply`;
 }
+
+/** 53 bits of a string's hash (cyrb53): deterministic and pure, for ids workflows derive. */
+function hash53(text: string, seed = 0): number {
+  let h1 = 0xdeadbeef ^ seed;
+  let h2 = 0x41c6ce57 ^ seed;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text.charCodeAt(i);
+    h1 = Math.imul(h1 ^ ch, 2654435761);
+    h2 = Math.imul(h2 ^ ch, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return 4294967296 * (2097151 & h2) + (h1 >>> 0);
+}
+
+const ID_ALPHABET = 'abcdefghjkmnpqrstuvwxyz23456789';
+
+/**
+ * A proposed action's approval id: short enough to type (`/approve-action k3m9x2q7`), the same
+ * for the same proposal, so the turn workflow knows it before the admins are asked and a
+ * retried activity finds its row.
+ */
+export function approvalIdFor(turnId: string, toolCallId: string): string {
+  let n = hash53(`${turnId}\u0000${toolCallId}`);
+  let id = '';
+  for (let i = 0; i < 8; i++) {
+    id += ID_ALPHABET[n % ID_ALPHABET.length];
+    n = Math.floor(n / ID_ALPHABET.length);
+  }
+  return id;
+}

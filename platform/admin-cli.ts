@@ -274,7 +274,7 @@ async function approvals(sub: string | undefined, args: string[], io: CliIo): Pr
     }
     case 'approve':
     case 'deny': {
-      const id = check(z.string().regex(/^[a-z0-9]{4,16}$/i, 'an approval id is 6 letters and digits'), positionals[0], 'ID').toLowerCase();
+      const id = check(z.string().regex(/^[a-z0-9]{4,16}$/i, 'an approval id is 8 letters and digits'), positionals[0], 'ID').toLowerCase();
       const reason = values.reason === undefined ? undefined : check(z.string().trim().min(1).max(500), values.reason, '--reason');
       const r = await callApi(target, 'POST', `/api/v1/approvals/${id}/${sub}`, sub === 'deny' && reason ? { reason } : undefined);
       if (r.status !== 200) {

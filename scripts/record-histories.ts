@@ -1,79 +1,171 @@
 /**
- * Records real workflow histories for the replay tests: runs a scripted conversation (a
- * turn, steering, /stop, /status, /new, continue-as-new) on the Temporal dev server with the
- * real worker, then exports the histories as JSON (the format `temporal workflow show -o
- * json` writes) to test/replay/histories/.
+ * Records real workflow histories for the replay tests: runs a scripted conversation on the
+ * Temporal dev server with the real worker, then exports the histories as JSON (the format
+ * `temporal workflow show -o json` writes) to test/replay/histories/.
  *
- *   node --import tsx scripts/record-histories.ts
+ *   node --import tsx scripts/record-histories.ts [foundation|channels]
+ *
+ * - foundation (files `session-NN.json`, `turn-NN.json`): a turn, steering, /stop, /status,
+ *   /new, continue-as-new, over the HTTP API.
+ * - channels (files `session-ch-NN.json`, `turn-ch-NN.json`): a Telegram conversation of a
+ *   known member: a turn with the progress panel, safe tools (save_note, send_file), an
+ *   action approved by an admin's button, one denied, one stopped while it waits.
+ *
+ * A scenario replaces only its own files: histories recorded by earlier code stay, so replay
+ * keeps proving that today's code can continue runs that older code started.
  */
-import { writeFile } from 'node:fs/promises';
+import { randomInt, randomUUID } from 'node:crypto';
+import { readdir, readFile, unlink, writeFile } from 'node:fs/promises';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import { bindChat, createIdentity } from '../activities/governance.js';
+import { sessionWorkflowId } from '../common/ids.js';
 import { testDatabases } from '../test/helpers/db.js';
-import { startModelServer } from '../test/helpers/model-server.js';
-import { withHarness } from '../test/helpers/steward.js';
+import { startModelServer, type ModelServer } from '../test/helpers/model-server.js';
+import { recordingSender } from '../test/helpers/recording-sender.js';
+import { waitFor, withHarness } from '../test/helpers/steward.js';
 import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
+const scenario = process.argv[2] ?? 'foundation';
+if (scenario !== 'foundation' && scenario !== 'channels') throw new Error(`unknown scenario ${scenario}: foundation or channels`);
+const tag = scenario === 'channels' ? 'ch-' : '';
+
 const env = await createTestEnvironment();
 const model = await startModelServer();
 const sqlite = testDatabases().find((d) => d.name === 'sqlite');
 if (!sqlite) throw new Error('no SQLite test database');
 const dbh = await sqlite.create();
 
-try {
-  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: model.baseURL } }, maxTurnsPerRun: 3 }, async (h) => {
+/** Write every closed run of these workflows (sessions and their turns) as this scenario's files. */
+async function exportRuns(e: TestWorkflowEnvironment, sessionId: string, chatId: string): Promise<void> {
+  const runs: Array<{ workflowId: string; runId: string }> = [];
+  for await (const wf of e.client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
+  for await (const wf of e.client.workflow.list({ query: `StewardChat = "${chatId}" AND StewardKind = "turn"` })) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
+  const indexFile = new URL('workflow-ids.json', outDir);
+  const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
+  const mine = (f: string) => (tag ? f.includes(`-${tag}`) : /^(session|turn)-\d+\.json$/.test(f));
+  for (const f of await readdir(outDir)) {
+    if (f !== 'workflow-ids.json' && mine(f)) await unlink(new URL(f, outDir));
+  }
+  for (const k of Object.keys(index)) if (mine(k)) delete index[k];
+  let i = 0;
+  for (const run of runs.reverse()) {
+    const handle = e.client.workflow.getHandle(run.workflowId, run.runId);
+    const desc = await handle.describe();
+    if (desc.status.name === 'RUNNING') continue; // only closed runs make complete fixtures
+    const history = await handle.fetchHistory();
+    const kind = run.workflowId.includes(':turn:') ? 'turn' : 'session';
+    const name = `${kind}-${tag}${String(++i).padStart(2, '0')}.json`;
+    await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
+    index[name] = run.workflowId; // replay needs each history's workflow id (child ids derive from it)
+    console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
+  }
+  const sorted = Object.fromEntries(Object.entries(index).sort(([a], [b]) => a.localeCompare(b)));
+  await writeFile(indexFile, `${JSON.stringify(sorted, null, 2)}\n`);
+}
+
+async function foundation(m: ModelServer): Promise<void> {
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, maxTurnsPerRun: 3 }, async (h) => {
     // Turn 1: a plain reply.
-    model.enqueue({ chunks: ['Durable ', 'execution ', 'means...'] });
+    m.enqueue({ chunks: ['Durable ', 'execution ', 'means...'] });
     await h.send('what is durable execution?');
-    await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Durable'));
+    await h.waitForMessage((x) => x.role === 'assistant' && x.text.startsWith('Durable'));
 
     // Turn 2: steered while its model step runs.
-    let n = model.requests.length;
-    model.enqueue({ text: 'a long answer', firstTokenDelayMs: 1200 });
-    model.enqueue({ text: 'a short answer' });
+    let n = m.requests.length;
+    m.enqueue({ text: 'a long answer', firstTokenDelayMs: 1200 });
+    m.enqueue({ text: 'a short answer' });
     await h.send('explain event sourcing');
-    await model.waitForRequest(n + 1, 15_000);
+    await m.waitForRequest(n + 1, 15_000);
     await h.send('/steer keep it short');
     await h.send('/status');
-    await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'a short answer');
+    await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'a short answer');
 
     // Turn 3: stopped; a queued message is answered by turn 4 after continue-as-new.
-    n = model.requests.length;
-    model.enqueue({ text: 'never delivered', firstTokenDelayMs: 20_000 });
+    n = m.requests.length;
+    m.enqueue({ text: 'never delivered', firstTokenDelayMs: 20_000 });
     await h.send('write a novel');
-    await model.waitForRequest(n + 1, 15_000);
+    await m.waitForRequest(n + 1, 15_000);
     await h.send('and a haiku');
     await h.send('/stop');
-    await h.waitForMessage((m) => m.text.startsWith('Stopped the running turn'));
-    await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('and a haiku'));
+    await h.waitForMessage((x) => x.text.startsWith('Stopped the running turn'));
+    await h.waitForMessage((x) => x.role === 'assistant' && x.text.includes('and a haiku'));
 
     await h.send('/think low');
     await h.send('/new');
-    await h.waitForMessage((m) => m.text.startsWith('New task started'));
-
-    const runs: Array<{ workflowId: string; runId: string }> = [];
-    for await (const wf of env.client.workflow.list({ query: `WorkflowId = "${h.sessionId}"` })) {
-      runs.push({ workflowId: wf.workflowId, runId: wf.runId });
-    }
-    for await (const wf of env.client.workflow.list({ query: `StewardChat = "${h.chatId}" AND StewardKind = "turn"` })) {
-      runs.push({ workflowId: wf.workflowId, runId: wf.runId });
-    }
-    let i = 0;
-    const index: Record<string, string> = {};
-    for (const run of runs.reverse()) {
-      const handle = env.client.workflow.getHandle(run.workflowId, run.runId);
-      const desc = await handle.describe();
-      if (desc.status.name === 'RUNNING') continue; // only closed runs make complete fixtures
-      const history = await handle.fetchHistory();
-      const kind = run.workflowId.includes(':turn:') ? 'turn' : 'session';
-      const file = new URL(`${kind}-${String(++i).padStart(2, '0')}.json`, outDir);
-      await writeFile(file, `${historyToJSON(history)}\n`);
-      index[`${kind}-${String(i).padStart(2, '0')}.json`] = run.workflowId;
-      console.log(`wrote ${file.pathname} (${history.events?.length ?? 0} events, ${desc.type})`);
-    }
-    // Replay needs each history's workflow id (child ids are derived from it).
-    await writeFile(new URL('workflow-ids.json', outDir), `${JSON.stringify(index, null, 2)}\n`);
+    await h.waitForMessage((x) => x.text.startsWith('New task started'));
+    await exportRuns(env, h.sessionId, h.chatId);
   });
+}
+
+async function channels(m: ModelServer): Promise<void> {
+  const sender = recordingSender();
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, senders: { telegram: sender } }, async (h) => {
+    const account = String(randomInt(1e8, 1e9));
+    const member = String(randomInt(1e8, 1e9));
+    const adminId = String(randomInt(1e8, 1e9));
+    await createIdentity(dbh.db, { name: 'Mia', role: 'member', accounts: [{ platform: 'telegram', userId: member, dmChatId: member, dmAccount: account }], createdBy: 'recorder' });
+    const { id: adminIdentity } = await createIdentity(dbh.db, { name: 'Ada', role: 'admin', accounts: [{ platform: 'telegram', userId: adminId, dmChatId: adminId, dmAccount: account }], createdBy: 'recorder' });
+    await bindChat(dbh.db, { platform: 'telegram', account, chatId: '-1001', name: 'news', createdBy: 'recorder' });
+    const sessionId = sessionWorkflowId({ platform: 'telegram', account, chatId: member });
+    const say = (text: string) =>
+      h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: member, chatType: 'dm', user: 'Mia', userId: member, text, at: new Date().toISOString() });
+    const approvalIn = async (text: RegExp) => {
+      const post = await sender.waitForPost((p) => p.chatId === adminId && text.test(p.text));
+      return /^apr:([a-z0-9]+):y$/.exec(post.buttons[0] ?? '')![1]!;
+    };
+
+    // 1: a plain reply, with the progress panel
+    m.enqueue({ text: 'Hello Mia.', firstTokenDelayMs: 300 });
+    await say('hello');
+    await sender.waitForPost((p) => p.chatId === member && p.text === 'Hello Mia.');
+
+    // 2: safe tools run at once: a note and a file, then the reply with the file
+    m.enqueue({
+      toolCalls: [
+        { id: 'call_note', name: 'save_note', arguments: JSON.stringify({ note: 'Mia prefers CSV' }) },
+        { id: 'call_file', name: 'send_file', arguments: JSON.stringify({ name: 'data.csv', content: 'a,b\n1,2\n', mediaType: 'text/csv' }) },
+      ],
+    });
+    m.enqueue({ text: 'Here is the file.' });
+    await say('send me the data as CSV');
+    await sender.waitForPost((p) => p.chatId === member && p.text === 'Here is the file.');
+
+    // 3: an action approved by an admin's button
+    m.enqueue({ toolCalls: [{ id: 'call_ok', name: 'post_to_chat', arguments: JSON.stringify({ chat: 'news', text: 'Release 2.0' }) }] });
+    m.enqueue({ text: 'Announced.' });
+    await say('announce release 2.0');
+    const ok = await approvalIn(/Release 2\.0/);
+    await h.ingress.handleAction({ platform: 'telegram', account, chatId: adminId, chatType: 'dm', userId: adminId, user: 'Ada', data: `apr:${ok}:y`, id: randomUUID() });
+    await sender.waitForPost((p) => p.chatId === member && p.text === 'Announced.');
+
+    // 4: an action denied with a reason
+    m.enqueue({ toolCalls: [{ id: 'call_no', name: 'post_to_chat', arguments: JSON.stringify({ chat: 'news', text: 'Secret plans' }) }] });
+    m.enqueue({ text: 'It was denied.' });
+    await say('post the secret plans');
+    const no = await approvalIn(/Secret plans/);
+    await h.ingress.decideApproval(no, 'deny', { kind: 'person', id: adminIdentity, name: 'Ada', role: 'admin' }, 'not public');
+    await sender.waitForPost((p) => p.chatId === member && p.text === 'It was denied.');
+
+    // 5: stopped while it waits for approval
+    m.enqueue({ toolCalls: [{ id: 'call_stop', name: 'post_to_chat', arguments: JSON.stringify({ chat: 'news', text: 'Never mind' }) }] });
+    await say('post never mind');
+    await approvalIn(/Never mind/);
+    await say('/stop');
+    await sender.waitForPost((p) => p.chatId === member && p.text.startsWith('Stopped the running turn'));
+    await waitFor(async () => ((await dbh.db.approval.count({ where: { status: 'cancelled' } })) > 0 ? true : undefined), 'the approval to be cancelled');
+
+    // close the session's run so its history is complete
+    await say('/new');
+    await sender.waitForPost((p) => p.chatId === member && p.text.startsWith('New task started'));
+    await exportRuns(env, sessionId, member);
+  });
+}
+
+try {
+  if (scenario === 'foundation') await foundation(model);
+  else await channels(model);
 } finally {
   await model.close();
   await dbh.cleanup();

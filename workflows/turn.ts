@@ -16,7 +16,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.js';
-import { replyKey } from '../common/ids.js';
+import { approvalIdFor, replyKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
 import { approvalDecisionUpdate, turnSteerSignal, turnStatusQuery } from './messages.js';
 import type {
@@ -151,6 +151,11 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
   /** Wait for an admin's decision on a proposed call; the deadline denies. */
   const awaitApproval = async (messageHash: string, call: ToolCallRef): Promise<{ run: boolean; reason: string }> => {
     status.phase = 'approval';
+    // Known before the admins are asked, so that the quickest click already counts.
+    const id = approvalIdFor(turnId, call.id);
+    const entry: { decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } } = {};
+    approvals.set(id, entry);
+    status.approvalId = id;
     const req = await toolActs.requestApproval({
       sessionId: input.sessionId,
       turnId,
@@ -159,9 +164,6 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
       toolCallId: call.id,
       ...(requestedBy ? { requestedBy } : {}),
     });
-    const entry: { decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } } = {};
-    approvals.set(req.approvalId, entry);
-    status.approvalId = req.approvalId;
     await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
     try {
       const decided = await condition(() => entry.decision !== undefined, req.timeoutMs);

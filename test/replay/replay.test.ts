@@ -19,6 +19,12 @@ describe('replay of recorded histories', () => {
   it('has recorded histories of sessions and turns', () => {
     assert.ok(files.some((f) => f.startsWith('session-')), 'a session history');
     assert.ok(files.some((f) => f.startsWith('turn-')), 'a turn history');
+    const text = (f: string) => readFileSync(new URL(f, dir), 'utf8');
+    // the chat paths: a progress panel, tools, an approval decided and one cancelled by /stop
+    for (const activity of ['updateProgress', 'clearProgress', 'runTool', 'requestApproval', 'settleApproval']) {
+      assert.ok(files.some((f) => text(f).includes(`"${activity}"`)), `a history that ran ${activity}`);
+    }
+    assert.ok(files.some((f) => text(f).includes('approvalDecision')), 'a history with an approval decision update');
   });
 
   it('replays every history without nondeterminism', async () => {

@@ -291,8 +291,8 @@ for (const database of testDatabases()) {
         const notice = await sender.waitForPost((p) => p.chatId === admin.id && p.text.includes('Approval needed'));
         assert.match(notice.text, new RegExp(`post to the chat "${name}": "Release 1.2 is out."`));
         const [yes, no] = notice.buttons;
-        assert.match(yes ?? '', /^apr:[a-z0-9]{6}:y$/);
-        assert.match(no ?? '', /^apr:[a-z0-9]{6}:n$/);
+        assert.match(yes ?? '', /^apr:[a-z0-9]{8}:y$/);
+        assert.match(no ?? '', /^apr:[a-z0-9]{8}:n$/);
         const id = /^apr:([a-z0-9]+):y$/.exec(yes!)![1]!;
         assert.equal((await dbh.db.approval.findUniqueOrThrow({ where: { id } })).status, 'pending');
         assert.equal(sender.live(annChat).length, 0, 'nothing posted before approval');
@@ -332,6 +332,41 @@ for (const database of testDatabases()) {
         assert.deepEqual(tools.map((r) => [r.data.tool, r.data.ok]), [['post_to_chat', true]]);
         // the model saw the tool result
         assert.match(JSON.stringify(model.requests.at(-1)?.body), /Posted in/);
+      });
+    });
+
+    it('the quickest click counts: a decision made while the admins are still being asked is applied', async () => {
+      const base = recordingSender();
+      let ingressRef: Ingress | undefined;
+      let clicked: Promise<{ reply: string; applied: boolean }> | undefined;
+      const admin = await person(dbh.db, 'admin', 'Quinn');
+      const account = `bot${uid()}`;
+      // the admin clicks Approve the moment the request reaches them: before requestApproval has returned
+      const quick = {
+        ...base,
+        async send(conv: Parameters<typeof base.send>[0], part: Parameters<typeof base.send>[1]) {
+          const id = await base.send(conv, part);
+          const yes = part.buttons?.flat().find((b) => b.id.endsWith(':y'));
+          if (yes && ingressRef && !clicked) {
+            clicked = ingressRef.handleAction({ platform: 'telegram', account, chatId: admin.id, chatType: 'dm', userId: admin.id, user: admin.name, data: yes.id, id: `cb-${uid()}` });
+            await clicked;
+          }
+          return id;
+        },
+      };
+      await withHarness(harness({ senders: { telegram: quick } }), async (h) => {
+        ingressRef = h.ingress;
+        const member = await person(dbh.db, 'member', 'Kit');
+        const name = `fast${uid()}`;
+        await bindChat(dbh.db, { platform: 'telegram', account, chatId: `-100${uid()}`, name, createdBy: 'test' });
+        model.enqueue({ toolCalls: [{ id: 'call_fast', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'fast' }) }] });
+        model.enqueue({ text: 'Done fast.' });
+        await h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: member.id, chatType: 'dm', user: member.name, userId: member.id, text: 'post fast', at: new Date().toISOString() });
+        await base.waitForPost((p) => p.chatId === member.id && p.text === 'Done fast.');
+        const r = await clicked;
+        assert.equal(r?.applied, true, r?.reply);
+        const row = await dbh.db.approval.findFirstOrThrow({ where: { summary: { contains: 'fast' }, tool: 'post_to_chat', decidedBy: 'Quinn' } });
+        assert.equal(row.status, 'approved');
       });
     });
 
