@@ -231,7 +231,9 @@ export function createActivities(deps: ActivityDeps) {
           };
           const messageHash = await putBlob(db, JSON.stringify(message), 'application/json');
           const toolCalls = out.toolCalls.map((c): ToolCallRef => {
-            const v = c.invalid ? { ok: false as const, error: `The call could not be read: ${c.error ?? 'invalid'}` } : validateToolCall(c.toolName, c.input);
+            // Steward validates every call itself (the SDK's verdict on an invalid one is verbose)
+            const own = validateToolCall(c.toolName, c.input);
+            const v = c.invalid && own.ok ? { ok: false as const, error: `The call could not be read: ${c.error ?? 'invalid'}` } : own;
             return { id: c.toolCallId, name: c.toolName, needsApproval: v.ok && needsApproval(c.toolName), ...(v.ok ? {} : { error: v.error }) };
           });
           tools = { messageHash, toolCalls };

@@ -370,6 +370,35 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('an admin channel takes admin notifications and admin commands; other groups refuse admin commands', async () => {
+      await withHarness(harness(), async (h) => {
+        const tg = telegram(h.ingress);
+        const admin = await person(dbh.db, 'admin', 'Abe');
+        const member = await person(dbh.db, 'member', 'Meg');
+        const adminChat = `-100${uid()}`;
+        const otherChat = `-100${uid()}`;
+        await tg.send(admin, '/bind all ops', { chatId: adminChat, group: true });
+        const on = await tg.send(admin, '/admin-channel on', { chatId: adminChat, group: true });
+        assert.match(on.reply ?? '', /now the admin channel/);
+        await tg.send(admin, '/bind mention', { chatId: otherChat, group: true });
+        const elsewhere = await tg.send(admin, '/pending', { chatId: otherChat, group: true });
+        assert.deepEqual([elsewhere.kind, elsewhere.reason], ['rejected', 'admin-channel-only']);
+        assert.match(elsewhere.reply ?? '', /works in the admin channel/);
+        const there = await tg.send(admin, '/pending', { chatId: adminChat, group: true });
+        assert.equal(there.kind, 'command');
+        const inDm = await tg.send(admin, '/pending');
+        assert.equal(inDm.kind, 'command', 'an admin DM still works');
+        // a pairing request is announced in the admin channel, not in the admins' DMs
+        const before = sender.posts.filter((p) => p.chatId === admin.id).length;
+        const newcomer = { id: uid(), name: 'Nell' };
+        await tg.send(newcomer, '/pair');
+        await sender.waitForPost((p) => p.chatId === adminChat && p.text.includes('Pairing request') && p.text.includes('Nell'));
+        assert.equal(sender.posts.filter((p) => p.chatId === admin.id).length, before);
+        void member;
+        await tg.send(admin, '/admin-channel off', { chatId: adminChat, group: true });
+      });
+    });
+
     it('a denial with a reason reaches the model and the proposer; /pending lists what waits', async () => {
       await withHarness(harness(), async (h) => {
         const tg = telegram(h.ingress);
