@@ -4,6 +4,7 @@
  * task queue per harness.
  */
 import { randomUUID } from 'node:crypto';
+import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
@@ -148,4 +149,52 @@ export async function waitFor<T>(probe: () => Promise<T | undefined> | T | undef
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(25);
   }
+}
+
+export interface TestStack {
+  readonly env: TestWorkflowEnvironment;
+  readonly model: import('./model-server.js').ModelServer;
+  readonly db: Db;
+  readonly database: import('./db.js').TestDatabase;
+}
+
+/**
+ * Inside a `describe`: start the Temporal dev server, the scripted model server and a fresh
+ * test database before its tests, and stop them after. Fields are valid inside tests.
+ */
+export function useStack(kind?: import('./db.js').TestDatabaseKind): TestStack {
+  let env: TestWorkflowEnvironment | undefined;
+  let model: import('./model-server.js').ModelServer | undefined;
+  let database: import('./db.js').TestDatabase | undefined;
+  const need = <T>(v: T | undefined, what: string): T => {
+    if (v === undefined) throw new Error(`the test stack's ${what} is not started (use it inside a test)`);
+    return v;
+  };
+  before(async () => {
+    const { createTestEnvironment } = await import('./temporal.js');
+    const { startModelServer } = await import('./model-server.js');
+    const { testDatabases } = await import('./db.js');
+    env = await createTestEnvironment();
+    model = await startModelServer();
+    database = await (kind ?? testDatabases()[0]!).create();
+  });
+  after(async () => {
+    await model?.close();
+    await database?.cleanup();
+    await env?.teardown();
+  });
+  return {
+    get env() {
+      return need(env, 'Temporal server');
+    },
+    get model() {
+      return need(model, 'model server');
+    },
+    get db() {
+      return need(database, 'database').db;
+    },
+    get database() {
+      return need(database, 'database');
+    },
+  };
 }

@@ -22,8 +22,8 @@ import { turnWorkflow } from '../../workflows/turn.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { recordingSender, type RecordingSender } from '../helpers/recording-sender.js';
-import { testBundle, waitFor, withHarness } from '../helpers/steward.js';
-import { createTestEnvironment, createTimeSkippingEnvironment } from '../helpers/temporal.js';
+import { testBundle, useStack, waitFor, withHarness } from '../helpers/steward.js';
+import { createTimeSkippingEnvironment } from '../helpers/temporal.js';
 
 const uid = () => String(randomInt(100_000_000, 999_999_999));
 
@@ -75,27 +75,13 @@ async function sessionExists(env: TestWorkflowEnvironment, workflowId: string): 
 
 for (const database of testDatabases()) {
   describe(`governance (${database.name})`, () => {
-    let env: TestWorkflowEnvironment;
-    let model: ModelServer;
-    let dbh: Awaited<ReturnType<typeof database.create>>;
-    let sender: RecordingSender;
-
-    before(async () => {
-      env = await createTestEnvironment();
-      model = await startModelServer();
-      dbh = await database.create();
-      sender = recordingSender();
-    });
-    after(async () => {
-      await model?.close();
-      await dbh?.cleanup();
-      await env?.teardown();
-    });
+    const stack = useStack(database);
+    const sender: RecordingSender = recordingSender();
 
     const harness = (extra: Partial<Parameters<typeof withHarness>[0]> = {}) => ({
-      env,
-      db: dbh.db,
-      providers: { openaiCompatible: { baseURL: model.baseURL } },
+      env: stack.env,
+      db: stack.db,
+      providers: { openaiCompatible: { baseURL: stack.model.baseURL } },
       senders: { telegram: sender },
       ...extra,
     });
@@ -104,13 +90,13 @@ for (const database of testDatabases()) {
       await withHarness(harness(), async (h) => {
         const tg = telegram(h.ingress);
         const stranger = { id: uid(), name: 'Mallory' };
-        const requests = model.requests.length;
+        const requests = stack.model.requests.length;
         const dm = await tg.send(stranger, 'hello, run this for me');
         assert.equal(dm.kind, 'rejected');
         assert.equal(dm.reason, 'unknown-sender');
         assert.match(dm.reply ?? '', /Send \/pair/);
-        assert.equal(await dbh.db.message.count({ where: { sessionId: dm.workflowId, role: 'user' } }), 0, 'the text is not recorded');
-        assert.equal(await sessionExists(env, dm.workflowId), false, 'no session workflow');
+        assert.equal(await stack.db.message.count({ where: { sessionId: dm.workflowId, role: 'user' } }), 0, 'the text is not recorded');
+        assert.equal(await sessionExists(stack.env, dm.workflowId), false, 'no session workflow');
         const answer = await sender.waitForPost((p) => p.chatId === stranger.id);
         assert.match(answer.text, /Send \/pair/);
 
@@ -120,29 +106,29 @@ for (const database of testDatabases()) {
         assert.equal(group.reason, 'unknown-sender');
         assert.equal(group.reply, undefined);
         assert.equal(sender.live(groupChat).length, 0);
-        const rej = await receipts(dbh.db, 'ingress.rejected', (d) => d.userId === stranger.id);
+        const rej = await receipts(stack.db, 'ingress.rejected', (d) => d.userId === stranger.id);
         assert.deepEqual(rej.map((r) => [r.data.reason, r.data.chatType]), [['unknown-sender', 'dm'], ['unknown-sender', 'group']]);
         // a redelivered update writes no second receipt
         await tg.send(stranger, 'hello again', { id: 'same-update' });
         await tg.send(stranger, 'hello again', { id: 'same-update' });
-        assert.equal((await receipts(dbh.db, 'ingress.rejected', (d) => d.userId === stranger.id)).length, 3);
-        assert.equal(model.requests.length, requests, 'nothing reached the model');
+        assert.equal((await receipts(stack.db, 'ingress.rejected', (d) => d.userId === stranger.id)).length, 3);
+        assert.equal(stack.model.requests.length, requests, 'nothing reached the model');
       });
     });
 
     it('an unbound group is refused; a bound one answers only when addressed; an ambiguous binding fails closed', async () => {
       await withHarness(harness(), async (h) => {
         const tg = telegram(h.ingress);
-        const member = await person(dbh.db, 'member');
-        const admin = await person(dbh.db, 'admin');
+        const member = await person(stack.db, 'member');
+        const admin = await person(stack.db, 'admin');
         const chatId = `-100${uid()}`;
-        const requests = model.requests.length;
+        const requests = stack.model.requests.length;
         const unbound = await tg.send(member, 'hi @steward', { chatId, group: true });
         assert.deepEqual([unbound.kind, unbound.reason, unbound.reply], ['rejected', 'unbound-chat', undefined]);
         const adminTry = await tg.send(admin, 'hi @steward', { chatId, group: true });
         assert.equal(adminTry.reason, 'unbound-chat');
         assert.match(adminTry.reply ?? '', /\/bind/);
-        assert.equal(await sessionExists(env, unbound.workflowId), false);
+        assert.equal(await sessionExists(stack.env, unbound.workflowId), false);
 
         // in an unbound chat only an admin binding it is heard: a member hears nothing
         const memberBind = await tg.send(member, '/bind all', { chatId, group: true });
@@ -153,40 +139,40 @@ for (const database of testDatabases()) {
 
         const chatter = await tg.send(member, 'just chatting among ourselves', { chatId, group: true, addressed: false });
         assert.equal(chatter.kind, 'ignored');
-        assert.equal(await dbh.db.message.count({ where: { sessionId: chatter.workflowId, text: 'just chatting among ourselves' } }), 0);
-        model.enqueue({ text: 'Hello team.' });
+        assert.equal(await stack.db.message.count({ where: { sessionId: chatter.workflowId, text: 'just chatting among ourselves' } }), 0);
+        stack.model.enqueue({ text: 'Hello team.' });
         const asked = await tg.send(member, '@steward hello', { chatId, group: true, addressed: true });
         assert.equal(asked.kind, 'message');
         const reply = await sender.waitForPost((p) => p.chatId === chatId && p.text === 'Hello team.');
         assert.ok(reply);
-        assert.equal(model.requests.length, requests + 1, 'one model request: the addressed message');
+        assert.equal(stack.model.requests.length, requests + 1, 'one model request: the addressed message');
 
         // a second binding of the same chat for every bot account makes it ambiguous
-        await bindChat(dbh.db, { platform: 'telegram', account: '*', chatId, createdBy: 'test' });
+        await bindChat(stack.db, { platform: 'telegram', account: '*', chatId, createdBy: 'test' });
         const amb = await tg.send(member, '@steward again', { chatId, group: true });
         assert.deepEqual([amb.kind, amb.reason], ['rejected', 'ambiguous-binding']);
-        const rej = await receipts(dbh.db, 'ingress.rejected', (d) => d.chatId === chatId);
+        const rej = await receipts(stack.db, 'ingress.rejected', (d) => d.chatId === chatId);
         assert.deepEqual(rej.map((r) => r.data.reason), ['unbound-chat', 'unbound-chat', 'unbound-chat', 'ambiguous-binding']);
-        assert.equal(model.requests.length, requests + 1);
+        assert.equal(stack.model.requests.length, requests + 1);
       });
     });
 
     it('pairing: a one-time code, approved with a role by an admin; reused and expired codes are refused', async () => {
       await withHarness(harness({ pairingTtlMs: 60_000 }), async (h) => {
         const tg = telegram(h.ingress);
-        const admin = await person(dbh.db, 'admin', 'Ada');
+        const admin = await person(stack.db, 'admin', 'Ada');
         const newcomer = { id: uid(), name: 'Nina' };
         const paired = await tg.send(newcomer, '/pair');
         assert.equal(paired.kind, 'command');
         const code = /code is ([A-Z2-9]{8})/.exec(paired.reply ?? '')?.[1];
         assert.ok(code, paired.reply);
-        const stored = await dbh.db.pairing.findFirstOrThrow({ where: { userId: newcomer.id } });
+        const stored = await stack.db.pairing.findFirstOrThrow({ where: { userId: newcomer.id } });
         assert.notEqual(stored.tokenHash, code, 'stored hashed');
         assert.equal(stored.tokenHash.length, 64);
         // the admins are told there is a request (in the admin's DM: no admin channel here)
         await sender.waitForPost((p) => p.chatId === admin.id && p.text.includes('Pairing request') && p.text.includes('Nina'));
 
-        const member = await person(dbh.db, 'member');
+        const member = await person(stack.db, 'member');
         const tooLow = await tg.send(member, `/approve ${code} member`);
         assert.deepEqual([tooLow.kind, tooLow.reason], ['rejected', 'forbidden']);
         const overreach = await tg.send(admin, `/approve ${code} overlord`);
@@ -194,21 +180,21 @@ for (const database of testDatabases()) {
         const ok = await tg.send(admin, `/approve ${code.toLowerCase()} member`);
         assert.match(ok.reply ?? '', /Paired Nina .* as member/);
         await sender.waitForPost((p) => p.chatId === newcomer.id && p.text.startsWith('You are paired'));
-        const account = await dbh.db.platformAccount.findUniqueOrThrow({ where: { platform_userId: { platform: 'telegram', userId: newcomer.id } }, include: { identity: true } });
+        const account = await stack.db.platformAccount.findUniqueOrThrow({ where: { platform_userId: { platform: 'telegram', userId: newcomer.id } }, include: { identity: true } });
         assert.equal(account.identity.role, 'member');
         assert.equal(account.dmChatId, newcomer.id);
 
         const reused = await tg.send(admin, `/approve ${code} admin`);
         assert.match(reused.reply ?? '', /cannot be used again: already approved by Ada/);
-        assert.equal((await dbh.db.identity.findUniqueOrThrow({ where: { id: account.identityId } })).role, 'member', 'a reused code changes nothing');
+        assert.equal((await stack.db.identity.findUniqueOrThrow({ where: { id: account.identityId } })).role, 'member', 'a reused code changes nothing');
 
         // now known: the newcomer's message starts a turn
-        model.enqueue({ text: 'Welcome, Nina.' });
+        stack.model.enqueue({ text: 'Welcome, Nina.' });
         const hello = await tg.send(newcomer, 'hello!');
         assert.equal(hello.kind, 'message');
         await sender.waitForPost((p) => p.chatId === newcomer.id && p.text === 'Welcome, Nina.');
 
-        const decisions = await receipts(dbh.db, 'pairing.decision', (d) => d.userId === newcomer.id || d.refused !== undefined);
+        const decisions = await receipts(stack.db, 'pairing.decision', (d) => d.userId === newcomer.id || d.refused !== undefined);
         assert.ok(decisions.some((r) => r.data.decision === 'approved' && r.data.role === 'member' && r.data.by === 'Ada'));
         assert.ok(decisions.some((r) => r.data.refused === 'used'));
         assert.ok(decisions.some((r) => r.data.refused === 'forbidden'));
@@ -216,7 +202,7 @@ for (const database of testDatabases()) {
 
       await withHarness(harness({ pairingTtlMs: 200 }), async (h) => {
         const tg = telegram(h.ingress);
-        const admin = await person(dbh.db, 'overlord', 'Olga');
+        const admin = await person(stack.db, 'overlord', 'Olga');
         const late = { id: uid(), name: 'Leo' };
         const r = await tg.send(late, '/pair');
         const code = /code is ([A-Z2-9]{8})/.exec(r.reply ?? '')?.[1];
@@ -224,8 +210,8 @@ for (const database of testDatabases()) {
         await new Promise((res) => setTimeout(res, 400));
         const expired = await tg.send(admin, `/approve ${code} member`);
         assert.match(expired.reply ?? '', /expired/);
-        assert.equal(await dbh.db.platformAccount.count({ where: { userId: late.id } }), 0);
-        assert.equal((await dbh.db.pairing.findFirstOrThrow({ where: { userId: late.id } })).status, 'expired');
+        assert.equal(await stack.db.platformAccount.count({ where: { userId: late.id } }), 0);
+        assert.equal((await stack.db.pairing.findFirstOrThrow({ where: { userId: late.id } })).status, 'expired');
         const unknown = await tg.send(admin, '/deny ZZZZZZZZ');
         assert.match(unknown.reply ?? '', /No pairing request has this code/);
         // at most three requests a day per account
@@ -240,16 +226,16 @@ for (const database of testDatabases()) {
     it('roles: a member trying an admin command is refused; a viewer cannot start turns; members are rate limited, admins are not', async () => {
       await withHarness(harness({ rateLimits: { member: { count: 2, windowMs: 3_600_000 } } }), async (h) => {
         const tg = telegram(h.ingress);
-        const member = await person(dbh.db, 'member', 'Max');
-        const viewer = await person(dbh.db, 'viewer', 'Vic');
-        const admin = await person(dbh.db, 'admin', 'Ann');
+        const member = await person(stack.db, 'member', 'Max');
+        const viewer = await person(stack.db, 'viewer', 'Vic');
+        const admin = await person(stack.db, 'admin', 'Ann');
 
         const pending = await tg.send(member, '/pending');
         assert.deepEqual([pending.kind, pending.reason], ['rejected', 'forbidden']);
         assert.equal(pending.reply, '/pending needs the admin role; you are a member.');
-        const rej = await receipts(dbh.db, 'ingress.rejected', (d) => d.userId === member.id);
+        const rej = await receipts(stack.db, 'ingress.rejected', (d) => d.userId === member.id);
         assert.deepEqual(rej.map((r) => [r.data.reason, r.data.command]), [['forbidden', 'pending']]);
-        assert.equal(await dbh.db.receipt.count({ where: { kind: 'command', actor: member.identityId } }), 0, 'no command ran');
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'command', actor: member.identityId } }), 0, 'no command ran');
 
         const status = await tg.send(viewer, '/status');
         assert.equal(status.kind, 'command');
@@ -260,7 +246,7 @@ for (const database of testDatabases()) {
         assert.match(help.reply ?? '', /\/status/);
 
         for (const text of ['one', 'two']) {
-          model.enqueue({ text: `ok ${text}` });
+          stack.model.enqueue({ text: `ok ${text}` });
           assert.equal((await tg.send(member, text)).kind, 'message');
           await sender.waitForPost((p) => p.chatId === member.id && p.text === `ok ${text}`);
         }
@@ -269,7 +255,7 @@ for (const database of testDatabases()) {
         assert.match(third.reply ?? '', /You have sent 2 messages in the last hour; the limit for the member role is 2/);
         assert.equal((await tg.send(member, '/status')).kind, 'command', 'commands are not turns');
         for (const text of ['a1', 'a2', 'a3']) {
-          model.enqueue({ text: `admin ${text}` });
+          stack.model.enqueue({ text: `admin ${text}` });
           assert.equal((await tg.send(admin, text)).kind, 'message');
           await sender.waitForPost((p) => p.chatId === admin.id && p.text === `admin ${text}`);
         }
@@ -279,13 +265,13 @@ for (const database of testDatabases()) {
     it('an approval: admins get Approve/Deny, a double click is answered once and applied once, the action runs once', async () => {
       await withHarness(harness(), async (h) => {
         const tg = telegram(h.ingress);
-        const admin = await person(dbh.db, 'admin', 'Dana');
-        const member = await person(dbh.db, 'member', 'Mo');
+        const admin = await person(stack.db, 'admin', 'Dana');
+        const member = await person(stack.db, 'member', 'Mo');
         const annChat = `-100${uid()}`;
         const name = `ann${uid()}`;
-        await bindChat(dbh.db, { platform: 'telegram', account: tg.account, chatId: annChat, name, createdBy: 'test' });
-        model.enqueue({ toolCalls: [{ id: 'call_post', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'Release 1.2 is out.' }) }] });
-        model.enqueue({ text: 'Posted the announcement.' });
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: annChat, name, createdBy: 'test' });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_post', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'Release 1.2 is out.' }) }] });
+        stack.model.enqueue({ text: 'Posted the announcement.' });
         await tg.send(member, 'announce the release please');
 
         const notice = await sender.waitForPost((p) => p.chatId === admin.id && p.text.includes('Approval needed'));
@@ -294,7 +280,7 @@ for (const database of testDatabases()) {
         assert.match(yes ?? '', /^apr:[a-z0-9]{8}:y$/);
         assert.match(no ?? '', /^apr:[a-z0-9]{8}:n$/);
         const id = /^apr:([a-z0-9]+):y$/.exec(yes!)![1]!;
-        assert.equal((await dbh.db.approval.findUniqueOrThrow({ where: { id } })).status, 'pending');
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id } })).status, 'pending');
         assert.equal(sender.live(annChat).length, 0, 'nothing posted before approval');
         const st = await h.ingress.status(sessionWorkflowId({ platform: 'telegram', account: tg.account, chatId: member.id }));
         assert.equal(st.running?.phase, 'approval');
@@ -317,21 +303,21 @@ for (const database of testDatabases()) {
         await sender.waitForPost((p) => p.chatId === member.id && p.text === 'Posted the announcement.');
         const posted = sender.live(annChat);
         assert.deepEqual(posted.map((p) => p.text), ['Release 1.2 is out.'], 'posted exactly once');
-        const row = await dbh.db.approval.findUniqueOrThrow({ where: { id } });
+        const row = await stack.db.approval.findUniqueOrThrow({ where: { id } });
         assert.deepEqual([row.status, row.decidedBy], ['approved', 'Dana']);
         await waitFor(() => (notice.edits.some((e) => e.buttons === null && /Approved: approved by Dana/.test(e.text)) ? true : undefined), 'the admin post to show the decision');
         const late = await tg.send(admin, `/approve-action ${id}`);
         assert.match(late.reply ?? '', /was already approved by Dana; nothing changed/);
 
-        assert.equal((await receipts(dbh.db, 'approval.requested', (d) => d.approvalId === id)).length, 1);
-        const decided = await receipts(dbh.db, 'approval.decision', (d) => d.approvalId === id);
+        assert.equal((await receipts(stack.db, 'approval.requested', (d) => d.approvalId === id)).length, 1);
+        const decided = await receipts(stack.db, 'approval.decision', (d) => d.approvalId === id);
         assert.deepEqual(decided.map((r) => [r.data.decision, r.data.by]), [['approved', 'Dana']]);
         assert.equal(decided[0]?.actor, admin.identityId);
-        assert.equal((await receipts(dbh.db, 'approval.refused', (d) => d.approvalId === id)).length, 3, 'the member, the second click, the late command');
-        const tools = await receipts(dbh.db, 'tool.call', (d) => d.toolCallId === 'call_post');
+        assert.equal((await receipts(stack.db, 'approval.refused', (d) => d.approvalId === id)).length, 3, 'the member, the second click, the late command');
+        const tools = await receipts(stack.db, 'tool.call', (d) => d.toolCallId === 'call_post');
         assert.deepEqual(tools.map((r) => [r.data.tool, r.data.ok]), [['post_to_chat', true]]);
         // the model saw the tool result
-        assert.match(JSON.stringify(model.requests.at(-1)?.body), /Posted in/);
+        assert.match(JSON.stringify(stack.model.requests.at(-1)?.body), /Posted in/);
       });
     });
 
@@ -339,7 +325,7 @@ for (const database of testDatabases()) {
       const base = recordingSender();
       let ingressRef: Ingress | undefined;
       let clicked: Promise<{ reply: string; applied: boolean }> | undefined;
-      const admin = await person(dbh.db, 'admin', 'Quinn');
+      const admin = await person(stack.db, 'admin', 'Quinn');
       const account = `bot${uid()}`;
       // the admin clicks Approve the moment the request reaches them: before requestApproval has returned
       const quick = {
@@ -356,16 +342,16 @@ for (const database of testDatabases()) {
       };
       await withHarness(harness({ senders: { telegram: quick } }), async (h) => {
         ingressRef = h.ingress;
-        const member = await person(dbh.db, 'member', 'Kit');
+        const member = await person(stack.db, 'member', 'Kit');
         const name = `fast${uid()}`;
-        await bindChat(dbh.db, { platform: 'telegram', account, chatId: `-100${uid()}`, name, createdBy: 'test' });
-        model.enqueue({ toolCalls: [{ id: 'call_fast', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'fast' }) }] });
-        model.enqueue({ text: 'Done fast.' });
+        await bindChat(stack.db, { platform: 'telegram', account, chatId: `-100${uid()}`, name, createdBy: 'test' });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_fast', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'fast' }) }] });
+        stack.model.enqueue({ text: 'Done fast.' });
         await h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: member.id, chatType: 'dm', user: member.name, userId: member.id, text: 'post fast', at: new Date().toISOString() });
         await base.waitForPost((p) => p.chatId === member.id && p.text === 'Done fast.');
         const r = await clicked;
         assert.equal(r?.applied, true, r?.reply);
-        const row = await dbh.db.approval.findFirstOrThrow({ where: { summary: { contains: 'fast' }, tool: 'post_to_chat', decidedBy: 'Quinn' } });
+        const row = await stack.db.approval.findFirstOrThrow({ where: { summary: { contains: 'fast' }, tool: 'post_to_chat', decidedBy: 'Quinn' } });
         assert.equal(row.status, 'approved');
       });
     });
@@ -373,8 +359,8 @@ for (const database of testDatabases()) {
     it('an admin channel takes admin notifications and admin commands; other groups refuse admin commands', async () => {
       await withHarness(harness(), async (h) => {
         const tg = telegram(h.ingress);
-        const admin = await person(dbh.db, 'admin', 'Abe');
-        const member = await person(dbh.db, 'member', 'Meg');
+        const admin = await person(stack.db, 'admin', 'Abe');
+        const member = await person(stack.db, 'member', 'Meg');
         const adminChat = `-100${uid()}`;
         const otherChat = `-100${uid()}`;
         await tg.send(admin, '/bind all ops', { chatId: adminChat, group: true });
@@ -402,12 +388,12 @@ for (const database of testDatabases()) {
     it('a denial with a reason reaches the model and the proposer; /pending lists what waits', async () => {
       await withHarness(harness(), async (h) => {
         const tg = telegram(h.ingress);
-        const admin = await person(dbh.db, 'admin', 'Dee');
-        const member = await person(dbh.db, 'member', 'Mia');
+        const admin = await person(stack.db, 'admin', 'Dee');
+        const member = await person(stack.db, 'member', 'Mia');
         const name = `news${uid()}`;
-        await bindChat(dbh.db, { platform: 'telegram', account: tg.account, chatId: `-100${uid()}`, name, createdBy: 'test' });
-        model.enqueue({ toolCalls: [{ id: 'call_deny', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'Big news' }) }] });
-        model.enqueue({ text: 'The admin said no.' });
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: `-100${uid()}`, name, createdBy: 'test' });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_deny', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'Big news' }) }] });
+        stack.model.enqueue({ text: 'The admin said no.' });
         await tg.send(member, 'post big news');
         const notice = await sender.waitForPost((p) => p.chatId === admin.id && p.text.includes('Approval needed') && p.text.includes('Big news'));
         const id = /^apr:([a-z0-9]+):/.exec(notice.buttons[0]!)![1]!;
@@ -417,8 +403,8 @@ for (const database of testDatabases()) {
         assert.match(denied.reply ?? '', /Denied/);
         await sender.waitForPost((p) => p.chatId === member.id && p.text === 'The admin said no.');
         await sender.waitForPost((p) => p.chatId === member.id && /was denied by Dee: not before Monday/.test(p.text));
-        assert.match(JSON.stringify(model.requests.at(-1)?.body), /not run: denied by Dee: not before Monday/);
-        const row = await dbh.db.approval.findUniqueOrThrow({ where: { id } });
+        assert.match(JSON.stringify(stack.model.requests.at(-1)?.body), /not run: denied by Dee: not before Monday/);
+        const row = await stack.db.approval.findUniqueOrThrow({ where: { id } });
         assert.deepEqual([row.status, row.reason], ['denied', 'not before Monday']);
       });
     });

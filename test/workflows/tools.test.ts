@@ -6,34 +6,20 @@
  */
 import assert from 'node:assert/strict';
 import { randomInt, randomUUID } from 'node:crypto';
-import { after, before, describe, it } from 'node:test';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { describe, it } from 'node:test';
 import { getBlobText } from '../../activities/blobs.js';
 import { createIdentity } from '../../activities/governance.js';
-import { testDatabases } from '../helpers/db.js';
-import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { recordingSender } from '../helpers/recording-sender.js';
-import { withHarness } from '../helpers/steward.js';
-import { createTestEnvironment } from '../helpers/temporal.js';
+import { useStack, withHarness } from '../helpers/steward.js';
 
 describe('agent tools', () => {
-  let env: TestWorkflowEnvironment;
-  let model: ModelServer;
-  let dbh: Awaited<ReturnType<ReturnType<typeof testDatabases>[number]['create']>>;
-  before(async () => {
-    env = await createTestEnvironment();
-    model = await startModelServer();
-    dbh = await testDatabases()[0]!.create();
-  });
-  after(async () => {
-    await model?.close();
-    await dbh?.cleanup();
-    await env?.teardown();
-  });
+  const stack = useStack();
 
   it('save_note keeps a note for the task, send_file sends a document with the reply, an invalid call is refused to the model', async () => {
+    const { env, model, db } = stack;
+    const dbh = { db };
     const sender = recordingSender();
-    await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: model.baseURL } }, senders: { telegram: sender } }, async (h) => {
+    await withHarness({ env, db, providers: { openaiCompatible: { baseURL: model.baseURL } }, senders: { telegram: sender } }, async (h) => {
       const userId = String(randomInt(1e8, 1e9));
       await createIdentity(dbh.db, { name: 'Tom', role: 'member', accounts: [{ platform: 'telegram', userId }], createdBy: 'test' });
       const say = (text: string) =>
