@@ -30,6 +30,8 @@ export interface OutboundMessage {
   kind: 'reply' | 'notice';
   /** Markdown; each platform renders it in its own dialect. */
   text: string;
+  /** What the transcript keeps instead of `text`, when the text holds a secret (a pairing code). */
+  recordAs?: string;
   turnId?: string;
   attachments?: AttachmentRef[];
   /** Rows of buttons, shown under the last part. */
@@ -116,7 +118,7 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
             key: msg.key,
             sessionId: msg.sessionId,
             role: msg.kind === 'reply' ? 'assistant' : 'system',
-            text: msg.text,
+            text: msg.recordAs ?? msg.text,
             turnId: msg.turnId ?? null,
             ...(msg.attachments?.length ? { attachments: JSON.stringify(msg.attachments) } : {}),
           },

@@ -93,6 +93,8 @@ export interface IngressResult {
   duplicate: boolean;
   /** Immediate answer for the sender (a command's result, why it was refused). */
   reply?: string;
+  /** What the transcript keeps of `reply` when the reply holds a secret (a pairing code). */
+  replyRecordAs?: string;
   reason?: RejectReason;
   /** Transcript seq of the recorded inbound message. */
   seq?: number;
@@ -631,6 +633,8 @@ export function createIngress(deps: IngressDeps): Ingress {
           kind: 'command',
           duplicate: false,
           reply: `Your pairing code is ${issued.code}. Give it to a Steward admin: they approve it with /approve ${issued.code} <role> within ${minutes} minute${minutes === 1 ? '' : 's'}. The code works once.`,
+          // the code lives only in the requester's chat; Steward keeps its hash
+          replyRecordAs: `A pairing code was issued (valid ${minutes} minute${minutes === 1 ? '' : 's'}).`,
         };
       }
       return reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
@@ -771,6 +775,7 @@ export function createIngress(deps: IngressDeps): Ingress {
             conversation,
             kind: 'notice',
             text: result.reply,
+            ...(result.replyRecordAs ? { recordAs: result.replyRecordAs } : {}),
           });
           if (out.sent) deps.onTranscript?.(result.workflowId, 'system');
         } catch (err) {

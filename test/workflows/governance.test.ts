@@ -168,6 +168,8 @@ for (const database of testDatabases()) {
         assert.ok(code, paired.reply);
         const stored = await stack.db.pairing.findFirstOrThrow({ where: { userId: newcomer.id } });
         assert.notEqual(stored.tokenHash, code, 'stored hashed');
+        await sender.waitForPost((p) => p.chatId === newcomer.id && p.text.includes(code));
+        assert.equal(await stack.db.message.count({ where: { text: { contains: code } } }), 0, 'no transcript keeps the code');
         assert.equal(stored.tokenHash.length, 64);
         // the admins are told there is a request (in the admin's DM: no admin channel here)
         await sender.waitForPost((p) => p.chatId === admin.id && p.text.includes('Pairing request') && p.text.includes('Nina'));
