@@ -235,11 +235,19 @@ export function createDiscordAdapter(opts: DiscordAdapterOptions): DiscordAdapte
   }
 
   function onMessage(message: Message): void {
-    if (stopping || message.author.bot || message.author.id === botId() || message.system || message.webhookId) return;
-    const n = normalize(message);
+    // runs inside discord.js's event dispatch: nothing may throw out of here
+    let n: ReturnType<typeof normalize>;
+    try {
+      if (stopping || message.author.bot || message.author.id === botId() || message.system || message.webhookId) return;
+      n = normalize(message);
+    } catch (err) {
+      log?.warn({ err, messageId: message.id }, 'discord: a message could not be read; dropped');
+      return;
+    }
     if (!n) return;
+    const inbound = n;
     inOrder(message.channelId, async () => {
-      const r = await ingress.handle(n.msg, n.attachments.length ? { attachments: n.attachments } : {});
+      const r = await ingress.handle(inbound.msg, inbound.attachments.length ? { attachments: inbound.attachments } : {});
       log?.debug({ messageId: message.id, chatId: message.channelId, kind: r.kind, reason: r.reason }, 'discord: message handled');
     });
   }

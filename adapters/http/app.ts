@@ -36,7 +36,11 @@ const ChatIdParam = z.object({
 
 const PostMessageBody = z
   .object({
-    text: z.string().min(1, 'text must not be empty').max(MAX_MESSAGE_CHARS, `text is longer than ${MAX_MESSAGE_CHARS} characters`),
+    text: z
+      .string()
+      .min(1, 'text must not be empty')
+      .max(MAX_MESSAGE_CHARS, `text is longer than ${MAX_MESSAGE_CHARS} characters`)
+      .refine((t) => t.trim().length > 0, 'text must not be empty'),
     user: z.string().min(1).max(200).optional(),
   })
   .strict()

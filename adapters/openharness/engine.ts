@@ -711,7 +711,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
   function echoIds(raw: unknown): Pick<Envelope, 'requestId' | 'correlationId'> {
     if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return {};
     const r = raw as Record<string, unknown>;
-    const ok = (v: unknown, max: number): v is string => typeof v === 'string' && v.length >= 1 && v.length <= max;
+    const ok = (v: unknown, max: number): v is string => typeof v === 'string' && v.length >= 1 && [...v].length <= max; // code points, as the schema counts
     return { ...(ok(r.request_id, 200) ? { requestId: r.request_id } : {}), ...(ok(r.correlation_id, 1024) ? { correlationId: r.correlation_id } : {}) };
   }
 

@@ -283,13 +283,52 @@ interface ParsedDoc {
   defs: string;
 }
 
+/**
+ * Inline Markdown (a paragraph, a heading, a table cell) with more emphasis delimiters than this,
+ * or longer than MAX_INLINE_SOURCE, is taken as plain text. marked's emphasis matching is
+ * quadratic in the delimiters of one inline run (20,000 characters of `/_0/_0...` take seconds),
+ * and a reply is model output, which chat text can steer: this bounds what one run can cost
+ * (prose has a few dozen delimiters per paragraph).
+ */
+export const MAX_INLINE_DELIMITERS = 300;
+export const MAX_INLINE_SOURCE = 20_000;
+
+function tooCostlyInline(src: string): boolean {
+  if (src.length > MAX_INLINE_SOURCE) return true;
+  let n = 0;
+  for (let i = 0; i < src.length; i++) {
+    const c = src.charCodeAt(i);
+    // * _ ~
+    if ((c === 42 || c === 95 || c === 126) && ++n > MAX_INLINE_DELIMITERS) return true;
+  }
+  return false;
+}
+
+class BoundedLexer extends Lexer {
+  override lex(src: string): ReturnType<Lexer['lex']> {
+    const text = src.replace(/\r\n|\r/g, '\n');
+    this.blockTokens(text, this.tokens);
+    for (const item of this.inlineQueue) {
+      this.state.inRawBlock = false;
+      if (tooCostlyInline(item.src)) {
+        const t: Tokens.Text = { type: 'text', raw: item.src, text: item.src, escaped: false };
+        item.tokens.push(t);
+      } else {
+        this.inlineTokens(item.src, item.tokens);
+      }
+    }
+    this.inlineQueue = [];
+    return this.tokens;
+  }
+}
+
 function parse(markdown: string): ParsedDoc {
   const src = toWellFormed(markdown);
   const source = new Map<Block, string>();
   const defs: string[] = [];
   let tokens: Token[];
   try {
-    tokens = new Lexer({ gfm: true, breaks: false, silent: false }).lex(src);
+    tokens = new BoundedLexer({ gfm: true, breaks: false, silent: false }).lex(src);
   } catch {
     // marked gives up on something: show the text as it is rather than fail the reply.
     const block: Block = { k: 'para', c: [{ k: 'text', v: src }] };

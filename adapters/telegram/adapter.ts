@@ -105,6 +105,8 @@ export function addressing(
   let addressed = replyTo?.from?.id === bot.id;
   const cuts: Array<[number, number]> = [];
   for (const e of entities) {
+    // an entity outside the text (Telegram never sends one) addresses nothing and cuts nothing
+    if (!Number.isInteger(e.offset) || !Number.isInteger(e.length) || e.offset < 0 || e.length <= 0 || e.offset + e.length > text.length) continue;
     const s = text.slice(e.offset, e.offset + e.length);
     if (e.type === 'mention' && s.toLowerCase() === `@${username}`) {
       addressed = true;
@@ -178,7 +180,7 @@ export function normalizeTelegramMessage(m: Message, bot: TelegramBotIdentity, a
       // a direct message is always to the bot
       addressed: dm || addressed,
       text,
-      at: (Number.isFinite(m.date) && m.date > 0 ? new Date(m.date * 1000) : now).toISOString(),
+      at: (Number.isFinite(m.date) && m.date > 0 && m.date <= 8_640_000_000_000 ? new Date(m.date * 1000) : now).toISOString(),
     },
     files,
   };
@@ -261,6 +263,8 @@ export function createTelegramAdapter(opts: TelegramAdapterOptions): TelegramAda
   bot.on('message', async (ctx) => {
     const inbound = normalizeTelegramMessage(ctx.message, me(), account);
     if (!inbound) return;
+    // a bare mention, a sticker: nothing to pass on (as on Discord)
+    if (!inbound.message.text.trim() && inbound.files.length === 0) return;
     const attachments = inbound.files.map((f) => pendingFile(ctx.api, fileRoot, f));
     const result = await ingress.handle(inbound.message, attachments.length ? { attachments } : {});
     log?.debug({ chatId: inbound.message.chatId, messageId: inbound.message.id, kind: result.kind, reason: result.reason, duplicate: result.duplicate }, 'telegram message handled');

@@ -719,7 +719,7 @@ describe('Telegram end to end (Temporal dev server, database, worker, ingress, m
       const notice = await tg.waitForCall('sendMessage', (c) => c.params.chat_id === dana.id && /Approval needed/.test(String(c.params.text)), T);
       const keyboard = (notice.params.reply_markup as { inline_keyboard: Array<Array<{ text: string; callback_data: string }>> }).inline_keyboard;
       assert.deepEqual(keyboard.map((row) => row.map((b) => b.text)), [['Approve', 'Deny']]);
-      const id = /^apr:([a-z0-9]{6}):y$/.exec(keyboard[0]![0]!.callback_data)?.[1];
+      const id = /^apr:([a-z0-9]{8}):y$/.exec(keyboard[0]![0]!.callback_data)?.[1];
       assert.ok(id, keyboard[0]![0]!.callback_data);
       assert.equal(keyboard[0]![1]!.callback_data, `apr:${id}:n`);
       assert.equal(tg.calls.filter(inChat(news.id, 'sendMessage')).length, 0, 'nothing posted before the approval');

@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import { Lexer } from 'marked';
 import {
   EMPTY_MESSAGE_TEXT,
+  MAX_INLINE_DELIMITERS,
   PLATFORM_LIMITS,
   renderDiscord,
   renderPlain,
@@ -271,6 +272,21 @@ function paragraph(seed: number, length: number): string {
   }
   return `${s}.`;
 }
+
+describe('bounded parsing', () => {
+  it('takes an inline run with more emphasis delimiters than MAX_INLINE_DELIMITERS as plain text (marked is quadratic in them)', () => {
+    const few = '_a_ '.repeat(10).trim();
+    assert.match(renderTelegramHtml(few), /<i>a<\/i>/);
+    const many = '/_0'.repeat(MAX_INLINE_DELIMITERS + 1);
+    const html = renderTelegramHtml(many);
+    assert.ok(!html.includes('<i>'), 'no emphasis parsed');
+    assert.equal(visibleLength(html, 'telegram-html'), many.length, 'every character kept as text');
+    // a 20,000-character run splits into parts that keep all of it
+    const huge = '/_0'.repeat(6667);
+    const parts = splitMessage(huge, 'telegram-html', 4096);
+    assert.equal(parts.map((p) => p.plain).join(''), huge);
+  });
+});
 
 describe('splitMessage', () => {
   it('returns one part with the full rendering when the message fits', () => {
