@@ -8,41 +8,24 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { randomInt, randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { describe, it } from 'node:test';
 import { createDb } from '../../activities/db.js';
 import { bindChat } from '../../activities/governance.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
-import { testDatabases } from '../helpers/db.js';
-import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { recordingSender } from '../helpers/recording-sender.js';
-import { withHarness } from '../helpers/steward.js';
-import { createTestEnvironment } from '../helpers/temporal.js';
+import { useStack, withHarness } from '../helpers/steward.js';
 
 const TOKEN = 'admin-test-token-0123456789';
 const uid = () => String(randomInt(100_000_000, 999_999_999));
 
 describe('administration API and CLI', () => {
-  let env: TestWorkflowEnvironment;
-  let model: ModelServer;
-  let dbh: Awaited<ReturnType<ReturnType<typeof testDatabases>[number]['create']>>;
-
-  before(async () => {
-    env = await createTestEnvironment();
-    model = await startModelServer();
-    dbh = await testDatabases()[0]!.create();
-  });
-  after(async () => {
-    await model?.close();
-    await dbh?.cleanup();
-    await env?.teardown();
-  });
+  const stack = useStack();
 
   it('manages identities and bindings, refusing bad input without changing anything', async () => {
-    await withHarness({ env, db: dbh.db, providers: {} }, async (h) => {
-      const server = await startHttpServer(createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), admin: { db: dbh.db } }), { host: '127.0.0.1', port: 0 });
+    await withHarness({ env: stack.env, db: stack.db, providers: {} }, async (h) => {
+      const server = await startHttpServer(createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), admin: { db: stack.db } }), { host: '127.0.0.1', port: 0 });
       const api = (method: string, route: string, body?: unknown, headers: Record<string, string> = {}) =>
         fetch(`${server.url}${route}`, {
           method,
@@ -50,7 +33,7 @@ describe('administration API and CLI', () => {
           ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
         });
       try {
-        const before = await dbh.db.identity.count();
+        const before = await stack.db.identity.count();
         assert.equal((await fetch(`${server.url}/api/v1/identities`)).status, 401);
         for (const bad of [
           { name: 'X', role: 'king', accounts: [{ platform: 'telegram', userId: '1' }] },
@@ -65,7 +48,7 @@ describe('administration API and CLI', () => {
         }
         assert.equal((await api('POST', '/api/v1/identities', '{not json')).status, 400);
         assert.equal((await api('POST', '/api/v1/identities', 'name=x', { 'content-type': 'text/plain' })).status, 415);
-        assert.equal(await dbh.db.identity.count(), before, 'nothing was created');
+        assert.equal(await stack.db.identity.count(), before, 'nothing was created');
 
         const tgId = uid();
         const created = await api('POST', '/api/v1/identities', { name: 'Olive', role: 'overlord', accounts: [{ platform: 'telegram', userId: tgId }] });
@@ -76,7 +59,7 @@ describe('administration API and CLI', () => {
         assert.equal(dup.status, 409);
         const patched = await api('PATCH', `/api/v1/identities/${olive.id}`, { role: 'admin' });
         assert.equal(((await patched.json()) as { role: string }).role, 'admin');
-        const change = await dbh.db.receipt.findFirstOrThrow({ where: { kind: 'identity.change', data: { contains: '"update"' } }, orderBy: { id: 'desc' } });
+        const change = await stack.db.receipt.findFirstOrThrow({ where: { kind: 'identity.change', data: { contains: '"update"' } }, orderBy: { id: 'desc' } });
         assert.deepEqual((JSON.parse(change.data) as { before: unknown; after: unknown }).before, { name: 'Olive', role: 'overlord' });
         const list = (await (await api('GET', '/api/v1/identities')).json()) as { identities: Array<{ id: string }> };
         assert.ok(list.identities.some((i) => i.id === olive.id));
@@ -90,9 +73,9 @@ describe('administration API and CLI', () => {
         assert.deepEqual([b.account, b.mode, b.adminChannel], ['*', 'all', true]);
         assert.equal((await api('DELETE', `/api/v1/bindings/nope`)).status, 404);
         assert.equal((await api('DELETE', `/api/v1/bindings/${b.id}`)).status, 200);
-        assert.equal(await dbh.db.binding.count({ where: { id: b.id } }), 0);
+        assert.equal(await stack.db.binding.count({ where: { id: b.id } }), 0);
         assert.equal((await api('DELETE', `/api/v1/identities/${olive.id}`)).status, 200);
-        assert.equal(await dbh.db.platformAccount.count({ where: { userId: tgId } }), 0);
+        assert.equal(await stack.db.platformAccount.count({ where: { userId: tgId } }), 0);
       } finally {
         await server.close();
       }
@@ -101,8 +84,8 @@ describe('administration API and CLI', () => {
 
   it('approves pairing codes and waiting actions through the API and the CLI, once', async () => {
     const sender = recordingSender();
-    await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: model.baseURL } }, senders: { telegram: sender } }, async (h) => {
-      const server = await startHttpServer(createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), admin: { db: dbh.db } }), { host: '127.0.0.1', port: 0 });
+    await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender } }, async (h) => {
+      const server = await startHttpServer(createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), admin: { db: stack.db } }), { host: '127.0.0.1', port: 0 });
       const out: string[] = [];
       const err: string[] = [];
       const io = { config: () => loadConfig({}, tmpdir()), out: (s: string) => void out.push(s), err: (s: string) => void err.push(s), api: { url: server.url, token: TOKEN } };
@@ -125,9 +108,9 @@ describe('administration API and CLI', () => {
         await sender.waitForPost((p) => p.chatId === newcomer && p.text.startsWith('You are paired'));
 
         const name = `dest${uid()}`;
-        await bindChat(dbh.db, { platform: 'telegram', account, chatId: `-100${uid()}`, name, createdBy: 'test' });
-        model.enqueue({ toolCalls: [{ id: 'call_api', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'via the API' }) }] });
-        model.enqueue({ text: 'done via API' });
+        await bindChat(stack.db, { platform: 'telegram', account, chatId: `-100${uid()}`, name, createdBy: 'test' });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_api', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'via the API' }) }] });
+        stack.model.enqueue({ text: 'done via API' });
         await tg(newcomer, 'Pia', 'post via the api');
         const deadline = Date.now() + 20_000;
         let pending: Array<{ id: string; summary: string }> = [];
@@ -146,7 +129,7 @@ describe('administration API and CLI', () => {
         assert.equal(again.status, 409);
         assert.match(((await again.json()) as { error: string }).error, /already approved by the operator/);
         await sender.waitForPost((p) => p.chatId === newcomer && p.text === 'done via API');
-        assert.equal((await dbh.db.approval.findUniqueOrThrow({ where: { id } })).decidedBy, 'the operator');
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id } })).decidedBy, 'the operator');
         assert.equal((await fetch(`${server.url}/api/v1/approvals/zzzzzz/deny`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } })).status, 404);
       } finally {
         await server.close();
