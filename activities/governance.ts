@@ -4,8 +4,8 @@
  * policy change only through role-checked commands, the CLI and the API.
  */
 import { createHash, randomInt, randomUUID } from 'node:crypto';
-import { approvalIdFor, sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { isAdmin, mayGrant, RoleSchema, type Role } from '../common/roles.js';
+import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import { mayGrant, RoleSchema, type Role } from '../common/roles.js';
 import type { Platform } from '../common/schemas.js';
 import type { Db } from './db.js';
 import { deliverOnce, type Button, type Senders } from './outbox.js';
@@ -302,9 +302,6 @@ export async function listApprovals(db: Db, opts: { status?: string; limit?: num
   })) as ApprovalRecord[];
 }
 
-/** A short, readable approval id, the same for the same proposal (see common/ids.ts). */
-export const approvalId = approvalIdFor;
-
 export function approvalButtons(id: string): Button[][] {
   return [[{ id: `apr:${id}:y`, label: 'Approve', style: 'primary' }, { id: `apr:${id}:n`, label: 'Deny', style: 'danger' }]];
 }
@@ -357,5 +354,3 @@ export async function notifyAdmins(db: Db, senders: Senders, note: { key: string
   }
   return out;
 }
-
-export { isAdmin };

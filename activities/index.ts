@@ -6,13 +6,13 @@ import { activityInfo, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
-import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import { approvalIdFor, type ConversationKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
 import { DEFAULT_APPROVAL_TOOLS, TOOLS } from '../common/tools.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
 import { getBlobText, putBlob } from './blobs.js';
 import type { Db } from './db.js';
-import { approvalButtons, approvalId, notifyAdmins } from './governance.js';
+import { approvalButtons, notifyAdmins } from './governance.js';
 import { buildPrompt } from './prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
@@ -346,7 +346,7 @@ export function createActivities(deps: ActivityDeps) {
       const info = activityInfo();
       const wf = workflowRef(info, input.sessionId);
       const call = await loadToolCall(db, input.messageHash, input.toolCallId);
-      const id = approvalId(input.turnId, input.toolCallId);
+      const id = approvalIdFor(input.turnId, input.toolCallId);
       const summary = describeToolCall(call.toolName, call.input);
       const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
       let row = await db.approval.findUnique({ where: { id } });
@@ -478,5 +478,3 @@ export function createActivities(deps: ActivityDeps) {
     },
   };
 }
-
-export { sessionWorkflowId };

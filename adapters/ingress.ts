@@ -29,6 +29,7 @@ import {
   lookupBinding,
   notifyAdmins,
   OPERATOR,
+  parseApprovalButton,
   pendingPairings,
   rememberDm,
   requestPairing,
@@ -792,14 +793,13 @@ export function createIngress(deps: IngressDeps): Ingress {
         await writeReceipt(db, { key: receiptKey, kind: 'ingress.rejected', actor: action.userId, data: { platform: action.platform, chatId: action.chatId, reason: 'unknown-sender', action: action.data } });
         return { reply: 'Steward does not know you: only paired admins can decide.', applied: false };
       }
-      const m = /^apr:([a-z0-9]{4,16}):([yn])$/.exec(action.data);
-      if (!m) return { reply: 'This button is not Steward’s (or is out of date).', applied: false };
+      const button = parseApprovalButton(action.data);
+      if (!button) return { reply: 'This button is not Steward’s (or is out of date).', applied: false };
       if (action.chatType === 'group' && isAdmin(actor.role) && (await adminChannelExists(db))) {
         const found = await lookupBinding(db, action.platform, action.account, action.chatId);
         if (found.kind !== 'bound' || !found.binding.adminChannel) return { reply: 'Approvals are decided in the admin channel.', applied: false };
       }
-      const r = await decideApprovalImpl(m[1]!, m[2] === 'y' ? 'approve' : 'deny', actor);
-      return r;
+      return decideApprovalImpl(button.id, button.decision, actor);
     },
 
     async transcript(sessionId, opts = {}) {

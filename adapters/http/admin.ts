@@ -253,30 +253,38 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     },
   );
 
-  for (const action of ['approve', 'deny'] as const) {
-    app.openapi(
-      createRoute({
-        method: 'post',
-        path: `/api/v1/pairings/{code}/${action}`,
-        summary: action === 'approve' ? 'Approve a pairing code with a role (the requester is told)' : 'Deny a pairing code',
-        security: sec,
-        request: { params: Code, ...(action === 'approve' ? body(z.object({ role: RoleSchema }).strict()) : {}) },
-        responses: { 200: json(Decision, 'Decided'), ...errors },
-      }),
-      async (c) => {
-        const { code } = c.req.valid('param');
-        let decision: { approve: (typeof ROLES)[number] } | 'deny' = 'deny';
-        if (action === 'approve') {
-          const parsed = z.object({ role: RoleSchema }).strict().safeParse(await c.req.json().catch(() => undefined));
-          if (!parsed.success) return c.json({ error: `invalid request: ${parsed.error.issues[0]?.message ?? 'expected {"role": ...}'}` }, 400);
-          decision = { approve: parsed.data.role };
-        }
-        const r = await ingress.decidePairing(code, decision, OPERATOR);
-        if (!r.ok) return c.json({ error: r.message }, r.reason === 'unknown' ? 404 : 409);
-        return c.json({ applied: true, message: `${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}): ${r.pairing.status}${r.pairing.role ? ` as ${r.pairing.role}` : ''}` }, 200);
-      },
-    );
-  }
+  /** Decide a pairing code as the operator; the requester is told. */
+  const decidePairingAsOperator = async (code: string, decision: { approve: (typeof ROLES)[number] } | 'deny') => {
+    const r = await ingress.decidePairing(code, decision, OPERATOR);
+    if (!r.ok) return { status: r.reason === 'unknown' ? (404 as const) : (409 as const), body: { error: r.message } };
+    return {
+      status: 200 as const,
+      body: { applied: true, message: `${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}): ${r.pairing.status}${r.pairing.role ? ` as ${r.pairing.role}` : ''}` },
+    };
+  };
+
+  app.openapi(
+    createRoute({
+      method: 'post',
+      path: '/api/v1/pairings/{code}/approve',
+      summary: 'Approve a pairing code with a role (the requester is told)',
+      security: sec,
+      request: { params: Code, ...body(z.object({ role: RoleSchema }).strict()) },
+      responses: { 200: json(Decision, 'Decided'), ...errors },
+    }),
+    async (c) => {
+      const r = await decidePairingAsOperator(c.req.valid('param').code, { approve: c.req.valid('json').role });
+      return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
+    },
+  );
+
+  app.openapi(
+    createRoute({ method: 'post', path: '/api/v1/pairings/{code}/deny', summary: 'Deny a pairing code (the requester is told)', security: sec, request: { params: Code }, responses: { 200: json(Decision, 'Decided'), ...errors } }),
+    async (c) => {
+      const r = await decidePairingAsOperator(c.req.valid('param').code, 'deny');
+      return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
+    },
+  );
 
   app.openapi(
     createRoute({
