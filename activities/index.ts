@@ -17,6 +17,7 @@ import { buildPrompt } from './prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
 import { writeReceipt } from './receipts.js';
+import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
 import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';
 
 export interface ToolPolicy {
@@ -48,6 +49,8 @@ export interface ActivityDeps {
   toolPolicy?: ToolPolicy;
   /** Link to a run in the Temporal UI, for admin notifications. */
   runLink?: (workflowId: string) => string | undefined;
+  /** Governed repository changes: global policy, sandbox binds, GitHub API, models. */
+  repoChanges?: RepoChangeSettings;
 }
 
 export interface ModelStepInput {
@@ -180,6 +183,15 @@ export function createActivities(deps: ActivityDeps) {
   }
 
   return {
+    ...createRepoChangeActivities({
+      db,
+      models: deps.models,
+      senders,
+      settings: deps.repoChanges ?? DEFAULT_REPO_CHANGE_SETTINGS,
+      ...(deps.log ? { log: deps.log } : {}),
+      ...(deps.runLink ? { runLink: deps.runLink } : {}),
+      ...(deps.onTranscript ? { onTranscript: deps.onTranscript } : {}),
+    }),
     /** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
     async modelStep(input: ModelStepInput): Promise<ModelStepResult> {
       const ctx = Context.current();

@@ -21,7 +21,19 @@ export type ReceiptKind =
   | 'pairing.decision'
   | 'binding.change'
   | 'identity.change'
-  | 'shell.change';
+  | 'shell.change'
+  | 'repo.change'
+  | 'change.start'
+  | 'change.intake'
+  | 'change.question'
+  | 'change.answer'
+  | 'change.plan'
+  | 'change.work'
+  | 'change.steer'
+  | 'sandbox.blocked'
+  | 'gate.verdict'
+  | 'promotion'
+  | 'change.end';
 
 export interface ReceiptInput {
   key?: string;

@@ -69,6 +69,7 @@ import {
 } from '../workflows/messages.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
+import { ChangeInputError, type ChangeService } from './changes.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -202,6 +203,8 @@ export interface IngressDeps {
   /** Per-role limits on turn-starting messages (admins are exempt). */
   rateLimits?: RateLimits;
   attachments?: AttachmentLimits;
+  /** Governed repository changes (/change, /answer; /stop and /steer reach a running change). */
+  changes?: ChangeService;
 }
 
 const PROVIDER_SETUP: Record<Provider, string> = {
@@ -400,13 +403,44 @@ export function createIngress(deps: IngressDeps): Ingress {
     const withStart = () =>
       new WithStartWorkflowOperation('sessionWorkflow', { ...opts, workflowIdConflictPolicy: 'USE_EXISTING' });
     switch (cmd.kind) {
-      case 'stop':
+      case 'stop': {
         await client.workflow.signalWithStart('sessionWorkflow', { ...opts, signal: stopSignal, signalArgs: [{ by }] });
-        return undefined; // the session answers through the outbox
+        const stopped = deps.changes ? await deps.changes.stopInChat(conversation, { id: actor.id, name: by }) : [];
+        // the session answers for the turn through the outbox; stopped changes are named here
+        return stopped.length ? `Stopping change${stopped.length > 1 ? 's' : ''} ${stopped.join(', ')}: the coding agent is stopped and its work tree removed.` : undefined;
+      }
+      case 'change': {
+        if (!deps.changes) return 'Repository changes are not enabled on this Steward.';
+        try {
+          const r = await deps.changes.startChange({ repo: cmd.repo, request: cmd.request }, { id: actor.id, name: by }, { conversation, sessionId: opts.workflowId });
+          return `Change ${r.id} started on ${cmd.repo}: intake first, then a plan, a sandboxed coding agent, the validation gate and the promotion gate. /stop stops it.${r.runUrl ? ` Run: ${r.runUrl}` : ''}`;
+        } catch (err) {
+          if (err instanceof ChangeInputError) return `Not started: ${err.message}.`;
+          throw err;
+        }
+      }
+      case 'answer': {
+        const waiting = deps.changes ? await deps.changes.waitingInChat(conversation) : undefined;
+        if (!deps.changes || !waiting) return 'No change in this chat is waiting for an answer.';
+        try {
+          return await deps.changes.answer(waiting, { text: cmd.text }, { id: actor.id, name: by });
+        } catch (err) {
+          if (err instanceof ChangeInputError) return `Not accepted: ${err.message}.`;
+          throw err;
+        }
+      }
       case 'new':
         await client.workflow.signalWithStart('sessionWorkflow', { ...opts, signal: newTaskSignal, signalArgs: [{ by }] });
         return undefined;
       case 'steer':
+        if (deps.changes) {
+          // with no turn running, steering goes to the chat's change in its coding phase
+          const s = await status(opts.workflowId);
+          if (!s.running) {
+            const m = await deps.changes.steerInChat(conversation, cmd.text, { id: actor.id, name: by });
+            if (m) return m;
+          }
+        }
         try {
           const r = await client.workflow.executeUpdateWithStart(steerUpdate, {
             args: [{ text: cmd.text, by }],

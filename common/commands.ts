@@ -40,6 +40,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'status', args: [], description: 'Show the running turn, step, queue, model and token use.', minRole: 'viewer', where: 'any' },
   { name: 'whoami', args: [], description: 'Show who Steward knows you as, and your role.', minRole: 'viewer', where: 'any' },
   { name: 'help', args: [], description: 'List the commands you may use.', minRole: 'viewer', where: 'any' },
+  { name: 'change', args: [arg('repo', 'The registered repository'), arg('request', 'What to change', true, { rest: true })], description: 'Start a governed repository change (plan, sandboxed agent, validation gate, promotion).', minRole: 'operator', where: 'any' },
+  { name: 'answer', args: [arg('text', "The answer to a change's clarifying question", true, { rest: true })], description: "Answer the clarifying question of this chat's change.", minRole: 'member', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
   { name: 'approve', args: [arg('code', 'The pairing code'), arg('role', 'The role to give', true, { choices: ['overlord', 'admin', 'operator', 'member', 'viewer'] })], description: 'Approve a pairing request with a role.', minRole: 'admin', where: 'any' },
   { name: 'deny', args: [arg('code', 'The pairing code')], description: 'Deny a pairing request.', minRole: 'admin', where: 'any' },
@@ -66,6 +68,8 @@ export type ParsedCommand =
   | { kind: 'pending' }
   | { kind: 'approve-action'; id: string }
   | { kind: 'deny-action'; id: string; reason?: string }
+  | { kind: 'change'; repo: string; request: string }
+  | { kind: 'answer'; text: string }
   | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
   | { kind: 'unbind' }
   | { kind: 'admin-channel'; on: boolean }
@@ -142,6 +146,18 @@ function parseCommand(name: string, rest: string): ParsedCommand {
       return { kind: 'pending' };
     case 'unbind':
       return { kind: 'unbind' };
+    case 'change': {
+      const [repo, ...more] = words;
+      const request = more.length ? rest.slice(rest.indexOf(repo!) + repo!.length).trim() : '';
+      if (!repo || !request) return invalid(usage('change'));
+      if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(repo)) return invalid('the repository is named by its registered name (letters, digits, . _ -)');
+      if (request.length > 8000) return invalid('the request is longer than 8000 characters');
+      return { kind: 'change', repo, request };
+    }
+    case 'answer':
+      if (!rest) return invalid(usage('answer'));
+      if (rest.length > 4000) return invalid('the answer is longer than 4000 characters');
+      return { kind: 'answer', text: rest };
     case 'steer':
       if (!rest) return invalid('usage: /steer <text>');
       if (rest.length > MAX_STEER_CHARS) return invalid(`steering text is longer than ${MAX_STEER_CHARS} characters`);

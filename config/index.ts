@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { parseRateLimits, type RateLimits } from '../common/roles.js';
 import { ModelRefSchema, type Provider } from '../common/schemas.js';
 import { DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
+import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -156,6 +157,25 @@ export const ConfigEnvSchema = z.object({
     .transform((v) => v.split(',').map((t) => t.trim().toLowerCase())),
   STEWARD_OPENHARNESS_WAIT: duration('25s', 'how long an OpenHarness request waits for the reply,'),
   STEWARD_TEMPORAL_UI_URL: url('(the Temporal UI that run links point at)'),
+  STEWARD_REPO_TASK_QUEUE: z.string().trim().min(1).default('steward-repo'),
+  STEWARD_REPO_POLICY: optionalString,
+  STEWARD_SANDBOX_RO_BINDS: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const paths = v.split(':').map((p) => p.trim()).filter(Boolean);
+      const bad = paths.find((p) => !p.startsWith('/'));
+      if (bad) {
+        ctx.addIssue({ code: 'custom', message: `expected absolute paths separated by ':' (got ${bad})` });
+        return z.NEVER;
+      }
+      return paths;
+    }),
+  STEWARD_GITHUB_API_URL: url('(the GitHub API, e.g. https://api.github.com)'),
+  STEWARD_CHANGE_CLARIFY_TIMEOUT: duration('1h', "how long a change's clarifying question waits for its answer,"),
+  STEWARD_CHANGE_MAX_QUESTIONS: positiveInt(3, 'a positive whole number of clarifying questions per change'),
+  STEWARD_CHANGE_AGENT_STEPS: positiveInt(30, 'a positive whole number of model steps for the coding agent'),
 });
 
 export type ConfigEnv = z.infer<typeof ConfigEnvSchema>;
@@ -200,6 +220,16 @@ export interface StewardConfig {
   openharness: { waitMs: number };
   /** Base URL of the Temporal UI for run links (the embedded UI when unset). */
   temporalUiUrl?: string;
+  repoChanges: {
+    taskQueue: string;
+    /** The operator's policy layer (STEWARD_REPO_POLICY), validated. */
+    globalPolicy: RepoPolicyInput;
+    sandboxRoBinds: string[];
+    githubApiUrl: string;
+    clarifyTimeoutMs: number;
+    maxQuestions: number;
+    agentMaxSteps: number;
+  };
 }
 
 export class ConfigError extends Error {
@@ -293,6 +323,21 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   const defaultModel =
     e.STEWARD_MODEL ??
     (providers.openai ? 'openai:gpt-4.1' : providers.anthropic ? 'anthropic:claude-sonnet-4-5' : 'openai:gpt-4.1');
+  let globalPolicy: RepoPolicyInput = {};
+  if (e.STEWARD_REPO_POLICY) {
+    const file = path.resolve(cwd, e.STEWARD_REPO_POLICY);
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(file, 'utf8'));
+    } catch (err) {
+      throw new ConfigError([`STEWARD_REPO_POLICY: cannot read ${file} as JSON: ${(err as Error).message}`]);
+    }
+    const parsed = RepoPolicySchema.safeParse(raw);
+    if (!parsed.success) {
+      throw new ConfigError(parsed.error.issues.map((i) => `STEWARD_REPO_POLICY: ${i.path.join('.') || '(root)'}: ${i.message}`));
+    }
+    globalPolicy = parsed.data;
+  }
   const tlsWanted = e.TEMPORAL_TLS || e.TEMPORAL_TLS_CERT || e.TEMPORAL_TLS_CA || e.TEMPORAL_API_KEY;
 
   return {
@@ -344,5 +389,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
     openharness: { waitMs: e.STEWARD_OPENHARNESS_WAIT },
     ...(e.STEWARD_TEMPORAL_UI_URL ? { temporalUiUrl: e.STEWARD_TEMPORAL_UI_URL.replace(/\/$/, '') } : {}),
+    repoChanges: {
+      taskQueue: e.STEWARD_REPO_TASK_QUEUE,
+      globalPolicy,
+      sandboxRoBinds: e.STEWARD_SANDBOX_RO_BINDS,
+      githubApiUrl: (e.STEWARD_GITHUB_API_URL ?? 'https://api.github.com').replace(/\/$/, ''),
+      clarifyTimeoutMs: e.STEWARD_CHANGE_CLARIFY_TIMEOUT,
+      maxQuestions: e.STEWARD_CHANGE_MAX_QUESTIONS,
+      agentMaxSteps: e.STEWARD_CHANGE_AGENT_STEPS,
+    },
   };
 }

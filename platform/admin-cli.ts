@@ -34,6 +34,9 @@ const USAGE: Record<string, string> = {
   pairing: 'steward pairing list | approve CODE ROLE | deny CODE',
   approvals: 'steward approvals list [--status pending|approved|denied|expired|cancelled] | approve ID | deny ID [--reason TEXT]',
   shells: 'steward shells issue NAME [--role R] [--identity ID] | list | revoke NAME',
+  repos:
+    'steward repos list | show NAME | remove NAME | add NAME --clone URL [--branch main] [--check "name: argv..."]... [--agent-command "argv..."] [--model provider:model] [--github owner/repo --token-ref env:NAME] [--promotion patch|draft-pr|draft-pr-after-approval] | add --file repo.json',
+  changes: 'steward changes list [--repo R] | start REPO REQUEST... [--base BRANCH] | show ID [--json] | patch ID [--out FILE] | answer ID TEXT...',
 };
 
 function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
@@ -334,6 +337,171 @@ async function shells(sub: string | undefined, args: string[], io: CliIo): Promi
   }
 }
 
+async function repos(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      file: { type: 'string' },
+      clone: { type: 'string' },
+      branch: { type: 'string' },
+      check: { type: 'string', multiple: true },
+      'agent-command': { type: 'string' },
+      model: { type: 'string' },
+      github: { type: 'string' },
+      'token-ref': { type: 'string' },
+      promotion: { type: 'string' },
+    },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  switch (sub) {
+    case 'list': {
+      const r = await callApi(target, 'GET', '/api/v1/repos');
+      const rows = (r.json.repos ?? []) as Array<{ name: string; cloneUrl: string; defaultBranch: string; github: { owner: string; repo: string } | null }>;
+      if (rows.length === 0) io.out('No repositories registered.\n');
+      else io.out(table([['NAME', 'BRANCH', 'GITHUB', 'CLONE URL'], ...rows.map((x) => [x.name, x.defaultBranch, x.github ? `${x.github.owner}/${x.github.repo}` : '-', x.cloneUrl])]));
+      return 0;
+    }
+    case 'show':
+    case 'remove': {
+      const name = check(z.string().min(1).max(64), positionals[0], 'NAME');
+      const r = await callApi(target, sub === 'show' ? 'GET' : 'DELETE', `/api/v1/repos/${encodeURIComponent(name)}`);
+      if (r.status !== 200) {
+        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+        return 1;
+      }
+      io.out(sub === 'show' ? `${JSON.stringify(r.json, null, 2)}\n` : `Removed ${name}.\n`);
+      return 0;
+    }
+    case 'add': {
+      let body: Record<string, unknown>;
+      if (values.file) {
+        try {
+          body = JSON.parse(await readFile(values.file, 'utf8')) as Record<string, unknown>;
+        } catch (err) {
+          throw new UsageError(`--file: cannot read ${values.file} as JSON: ${(err as Error).message}`);
+        }
+      } else {
+        const name = positionals[0];
+        if (!name || !values.clone) throw new UsageError(`usage: ${USAGE.repos}`);
+        const checks = (values.check ?? []).map((c) => {
+          const m = /^([^:]+):\s*(.+)$/.exec(c);
+          if (!m) throw new UsageError(`--check: expected "name: program args..." (got ${c})`);
+          return { name: m[1]!.trim(), argv: m[2]!.trim().split(/\s+/) };
+        });
+        let github: Record<string, string> | undefined;
+        if (values.github) {
+          const [owner, repo] = values.github.split('/');
+          if (!owner || !repo || !values['token-ref']) throw new UsageError('--github owner/repo needs --token-ref env:NAME');
+          github = { owner, repo, tokenRef: values['token-ref'] };
+        }
+        body = {
+          name,
+          cloneUrl: /^[a-z]+:\/\//.test(values.clone) ? values.clone : path.resolve(values.clone),
+          ...(values.branch ? { defaultBranch: values.branch } : {}),
+          checks,
+          ...(values['agent-command'] ? { agent: { command: values['agent-command'].trim().split(/\s+/) } } : values.model ? { agent: { kind: 'builtin', model: values.model } } : {}),
+          ...(github ? { github } : {}),
+          ...(values.promotion ? { policy: { promotion: values.promotion } } : {}),
+        };
+      }
+      const r = await callApi(target, 'POST', '/api/v1/repos', body);
+      if (r.status !== 200 && r.status !== 201) {
+        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+        return r.status === 400 ? 2 : 1;
+      }
+      io.out(`${r.status === 201 ? 'Registered' : 'Updated'} ${String(r.json.name)} (${String(r.json.cloneUrl)}, branch ${String(r.json.defaultBranch)}).\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.repos}`);
+  }
+}
+
+const ChangeIdArg = z.string().regex(/^chg-[a-f0-9]{12}$/, 'a change id looks like chg-0123456789ab');
+
+async function changes(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { url: { type: 'string' }, token: { type: 'string' }, base: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, out: { type: 'string' } },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  const fail = (r: { status: number; json: Record<string, unknown> }) => {
+    io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+    return r.status === 400 ? 2 : 1;
+  };
+  switch (sub) {
+    case 'list': {
+      const r = await callApi(target, 'GET', `/api/v1/changes${values.repo ? `?repo=${encodeURIComponent(values.repo)}` : ''}`);
+      const rows = (r.json.changes ?? []) as Array<{ id: string; repo: string; phase: string; status: string; request: string }>;
+      if (rows.length === 0) io.out('No changes.\n');
+      else io.out(table([['ID', 'REPO', 'STATUS', 'PHASE', 'REQUEST'], ...rows.map((c) => [c.id, c.repo, c.status, c.phase, c.request.replace(/\s+/g, ' ').slice(0, 60)])]));
+      return 0;
+    }
+    case 'start': {
+      const [repo, ...words] = positionals;
+      if (!repo || words.length === 0) throw new UsageError(`usage: ${USAGE.changes}`);
+      const r = await callApi(target, 'POST', '/api/v1/changes', { repo, request: words.join(' '), ...(values.base ? { base: values.base } : {}) });
+      if (r.status !== 202) return fail(r);
+      io.out(`Started change ${String(r.json.id)}.${r.json.runUrl ? ` Run: ${String(r.json.runUrl)}` : ''}\n`);
+      return 0;
+    }
+    case 'show': {
+      const id = check(ChangeIdArg, positionals[0], 'ID');
+      const r = await callApi(target, 'GET', `/api/v1/changes/${id}`);
+      if (r.status !== 200) return fail(r);
+      if (values.json) {
+        io.out(`${JSON.stringify(r.json, null, 2)}\n`);
+        return 0;
+      }
+      const c = r.json as { id: string; repo: string; status: string; phase: string; request: string; question: string | null; plan: { summary: string; steps: string[] } | null; verdict: { verdict: string; reasons: string[]; checks: Array<{ name: string; passed: boolean; exitCode: number | null }> } | null; result: { kind: string; patchPath: string; pr?: { url: string } } | null; error: string | null; runUrl: string | null };
+      const lines = [
+        `Change ${c.id} on ${c.repo}: ${c.status} (${c.phase})`,
+        `Request: ${c.request}`,
+        ...(c.question ? [`Waiting for an answer: ${c.question}`] : []),
+        ...(c.plan ? [`Plan: ${c.plan.summary}`, ...c.plan.steps.map((s, i) => `  ${i + 1}. ${s}`)] : []),
+        ...(c.verdict ? [`Gate: ${c.verdict.verdict}${c.verdict.reasons.length ? ` (${c.verdict.reasons.join('; ')})` : ''}`, ...c.verdict.checks.map((k) => `  ${k.passed ? 'pass' : 'FAIL'} ${k.name} (exit ${k.exitCode})`)] : []),
+        ...(c.result ? [`Result: ${c.result.pr ? `draft PR ${c.result.pr.url}` : `patch ${c.result.patchPath}`}`] : []),
+        ...(c.error ? [`Error: ${c.error}`] : []),
+        ...(c.runUrl ? [`Run: ${c.runUrl}`] : []),
+      ];
+      io.out(`${lines.join('\n')}\n`);
+      return 0;
+    }
+    case 'patch': {
+      const id = check(ChangeIdArg, positionals[0], 'ID');
+      let res: Response;
+      try {
+        res = await fetch(`${target.url}/api/v1/changes/${id}/patch`, { headers: { authorization: `Bearer ${target.token}` } });
+      } catch {
+        throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
+      }
+      if (res.status !== 200) return fail({ status: res.status, json: ((await res.json().catch(() => ({}))) as Record<string, unknown>) });
+      const patch = await res.text();
+      if (values.out) {
+        const { writeFile } = await import('node:fs/promises');
+        await writeFile(values.out, patch);
+        io.out(`Wrote ${values.out} (${patch.length} bytes; apply with git apply).\n`);
+      } else io.out(patch);
+      return 0;
+    }
+    case 'answer': {
+      const id = check(ChangeIdArg, positionals[0], 'ID');
+      const text = positionals.slice(1).join(' ');
+      if (!text) throw new UsageError(`usage: ${USAGE.changes}`);
+      const r = await callApi(target, 'POST', `/api/v1/changes/${id}/answer`, { text });
+      if (r.status !== 200) return fail(r);
+      io.out(`${String(r.json.message)}\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.changes}`);
+  }
+}
+
 /** Run `steward <command> <sub> ...`; resolves with the exit code. */
 export async function adminCommand(command: string, args: string[], io: CliIo): Promise<number> {
   const [sub, ...rest] = args;
@@ -349,6 +517,10 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await approvals(sub, rest, io);
       case 'shells':
         return await shells(sub, rest, io);
+      case 'repos':
+        return await repos(sub, rest, io);
+      case 'changes':
+        return await changes(sub, rest, io);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

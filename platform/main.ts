@@ -19,7 +19,8 @@ const USAGE = `Usage: steward <command> [options]
 Commands:
   start                 Start Steward: Temporal (embedded unless TEMPORAL_ADDRESS is set),
                         the database, the worker and the HTTP API.
-  worker                Run a worker only, polling TEMPORAL_ADDRESS.
+  worker                Run the workers only (interactive and repo queues), polling
+                        TEMPORAL_ADDRESS.
   chat [--chat ID] [--user NAME] [--url URL] [--token TOKEN]
                         Chat with the agent of a running Steward.
   migrate               Apply database migrations (DATABASE_URL).
@@ -38,6 +39,13 @@ Commands:
                         Actions agents proposed (through the running Steward's API).
   shells issue NAME [--role R] [--identity ID] | list | revoke NAME
                         OpenHarness shells and their bearer tokens (shown once).
+  repos list | show NAME | remove NAME | add NAME --clone URL [--branch B]
+             [--check "name: argv..."] [--agent-command "argv..."] [--github owner/repo
+             --token-ref env:NAME] [--promotion P] | add --file repo.json
+                        Repositories Steward may change (through the running API).
+  changes list [--repo R] | start REPO REQUEST... [--base B] | show ID [--json]
+             | patch ID [--out FILE] | answer ID TEXT...
+                        Governed repository changes (through the running API).
   test [files...]       Run the test suite.
   help                  Show this help.
 
@@ -181,6 +189,8 @@ try {
     case 'pairing':
     case 'approvals':
     case 'shells':
+    case 'repos':
+    case 'changes':
       process.exitCode = await adminCommand(command, rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
       break;
     case 'help':

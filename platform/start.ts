@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
-import { DefaultLogger, Runtime, type LogLevel, type NativeConnection } from '@temporalio/worker';
+import { DefaultLogger, Runtime, type LogLevel, type NativeConnection, type Worker } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import { createDb, migrateDatabase, tuneDb, type Db } from '../activities/db.js';
 import type { ActivityDeps } from '../activities/index.js';
@@ -18,6 +18,8 @@ import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
 import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import type { StewardConfig } from '../config/index.js';
+import { createChangeService } from '../adapters/changes.js';
+import { buildWorkflowBundle } from '../workers/bundle.js';
 import { createStewardWorker } from '../workers/main.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
@@ -77,22 +79,57 @@ export function installTemporalRuntime(log: Logger): void {
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick<ActivityDeps, 'toolPolicy' | 'runLink'> {
+function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges'> {
   const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
+  const rc = config.repoChanges;
   return {
     toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs },
     ...(runLink ? { runLink } : {}),
+    repoChanges: {
+      globalPolicy: rc.globalPolicy,
+      sandboxRoBinds: rc.sandboxRoBinds,
+      githubApiUrl: rc.githubApiUrl,
+      defaultModel: config.model.default,
+      agentMaxSteps: rc.agentMaxSteps,
+    },
   };
 }
 
-function workerFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps) {
-  return createStewardWorker({
-    connection,
-    namespace: config.temporal.namespace,
-    taskQueue: config.temporal.taskQueue,
-    maxCachedWorkflows: config.temporal.maxCachedWorkflows,
-    deps,
-  });
+/**
+ * The workers of this process: the interactive queue (chat sessions and turns) and the repo
+ * queue (repository changes), so a long coding agent never holds a chat turn's slot. One
+ * workflow bundle serves both.
+ */
+async function workersFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps): Promise<Worker[]> {
+  const workflowBundle = await buildWorkflowBundle();
+  const queues = [config.temporal.taskQueue, ...(config.repoChanges.taskQueue !== config.temporal.taskQueue ? [config.repoChanges.taskQueue] : [])];
+  const out: Worker[] = [];
+  for (const taskQueue of queues) {
+    out.push(
+      await createStewardWorker({
+        connection,
+        namespace: config.temporal.namespace,
+        taskQueue,
+        maxCachedWorkflows: config.temporal.maxCachedWorkflows,
+        workflowBundle,
+        deps,
+      }),
+    );
+  }
+  return out;
+}
+
+function runWorkers(workers: Worker[], log: Logger): { done: Promise<void>; stop(): Promise<void> } {
+  const runs = workers.map((w) => w.run());
+  for (const r of runs) r.catch((err: unknown) => log.error({ err }, 'worker stopped with an error'));
+  const done = Promise.allSettled(runs).then(() => undefined);
+  return {
+    done,
+    async stop() {
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+      await done;
+    },
+  };
 }
 
 export async function startSteward(config: StewardConfig, log: Logger): Promise<RunningSteward> {
@@ -148,7 +185,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     // Worker
     const models = createModelRegistry(config.model.providers);
     const senders = createSenders(config, log);
-    const worker = await workerFor(config, nativeConnection, {
+    const workers = await workersFor(config, nativeConnection, {
       db,
       models,
       systemPrompt: config.model.systemPrompt,
@@ -157,12 +194,19 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       senders,
       ...activityOptions(config, uiUrl),
     });
-    const workerRun = worker.run();
-    cleanups.push(async () => {
-      if (worker.getState() === 'RUNNING') worker.shutdown();
-      await workerRun;
+    const worker = workers[0]!;
+    const running = runWorkers(workers, log);
+    cleanups.push(() => running.stop());
+    const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
+    const changes = createChangeService({
+      client,
+      db,
+      taskQueue: config.repoChanges.taskQueue,
+      clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
+      maxQuestions: config.repoChanges.maxQuestions,
+      ...(runLink ? { runLink } : {}),
+      log,
     });
-    workerRun.catch((err: unknown) => log.error({ err }, 'worker stopped with an error'));
 
     // HTTP API
     const ingress = createIngress({
@@ -178,15 +222,18 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       pairingTtlMs: config.governance.pairingTtlMs,
       rateLimits: config.governance.rateLimits,
       attachments: config.governance.attachments,
+      changes,
     });
     const app = createHttpApp({
       ingress,
       apiToken: token,
       log,
       admin: { db },
+      changes,
       health: async () => {
         const checks: Record<string, string> = {};
         checks.worker = worker.getState();
+        checks.repoWorker = (workers[1] ?? worker).getState();
         try {
           await connection.healthService.check({});
           checks.temporal = 'ok';
@@ -246,7 +293,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
   const models = createModelRegistry(config.model.providers);
-  const worker = await workerFor(config, nativeConnection, {
+  const workers = await workersFor(config, nativeConnection, {
     db,
     models,
     systemPrompt: config.model.systemPrompt,
@@ -254,7 +301,8 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
     senders: createSenders(config, log),
     ...activityOptions(config, undefined),
   });
-  const done = worker.run().finally(async () => {
+  const running = runWorkers(workers, log);
+  const done = running.done.finally(async () => {
     await db.$disconnect();
     await nativeConnection.close();
     await connection.close();
@@ -262,7 +310,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   return {
     done,
     async stop() {
-      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await running.stop();
       await done;
     },
   };

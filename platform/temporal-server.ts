@@ -11,10 +11,10 @@ import { Connection, type ConnectionOptions } from '@temporalio/client';
 import { NativeConnection, type NativeConnectionOptions } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import type { StewardConfig } from '../config/index.js';
-import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes.js';
 
 /** Steward's custom search attributes (names and types), registered on every server it uses. */
-export const SEARCH_ATTRIBUTES = { StewardPlatform: 'Keyword', StewardChat: 'Keyword', StewardKind: 'Keyword' } as const;
+export const SEARCH_ATTRIBUTES = { StewardPlatform: 'Keyword', StewardChat: 'Keyword', StewardKind: 'Keyword', StewardRepo: 'Keyword', StewardGate: 'Keyword' } as const;
 
 /** Dynamic config the dev server needs for Steward: updates and update-with-start. */
 export const DEV_SERVER_DYNAMIC_CONFIG = [
@@ -142,7 +142,7 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
           dbFilename,
           ui: opts.ui,
           ...(opts.ui ? { uiPort: opts.uiPort } : {}),
-          searchAttributes: [PlatformAttr, ChatAttr, KindAttr],
+          searchAttributes: ALL_SEARCH_ATTRIBUTES,
           extraArgs: DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),
         },
       });

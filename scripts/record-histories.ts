@@ -3,13 +3,17 @@
  * Temporal dev server with the real worker, then exports the histories as JSON (the format
  * `temporal workflow show -o json` writes) to test/replay/histories/.
  *
- *   node --import tsx scripts/record-histories.ts [foundation|channels]
+ *   node --import tsx scripts/record-histories.ts [foundation|channels|repo]
  *
  * - foundation (files `session-NN.json`, `turn-NN.json`): a turn, steering, /stop, /status,
  *   /new, continue-as-new, over the HTTP API.
  * - channels (files `session-ch-NN.json`, `turn-ch-NN.json`): a Telegram conversation of a
  *   known member: a turn with the progress panel, safe tools (save_note, send_file), an
  *   action approved by an admin's button, one denied, one stopped while it waits.
+ * - repo (files `change-rc-NN.json`): governed repository changes on a local bare repository:
+ *   one with a clarifying question answered in chat, ending in a patch artifact; one that
+ *   waits for an admin's approval and ends in a draft PR on the GitHub API double; one refused
+ *   by the validation gate.
  *
  * A scenario replaces only its own files: histories recorded by earlier code stay, so replay
  * keeps proving that today's code can continue runs that older code started.
@@ -23,13 +27,16 @@ import { sessionWorkflowId } from '../common/ids.js';
 import { testDatabases } from '../test/helpers/db.js';
 import { startModelServer, type ModelServer } from '../test/helpers/model-server.js';
 import { recordingSender } from '../test/helpers/recording-sender.js';
+import { changeModel } from '../test/helpers/change-model.js';
+import { createGitFixture } from '../test/helpers/git-fixture.js';
+import { startGitHubDouble } from '../test/helpers/github-double.js';
 import { waitFor, withHarness } from '../test/helpers/steward.js';
 import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (scenario !== 'foundation' && scenario !== 'channels') throw new Error(`unknown scenario ${scenario}: foundation or channels`);
-const tag = scenario === 'channels' ? 'ch-' : '';
+if (scenario !== 'foundation' && scenario !== 'channels' && scenario !== 'repo') throw new Error(`unknown scenario ${scenario}: foundation, channels or repo`);
+const tag = scenario === 'channels' ? 'ch-' : scenario === 'repo' ? 'rc-' : '';
 
 const env = await createTestEnvironment();
 const model = await startModelServer();
@@ -163,9 +170,90 @@ async function channels(m: ModelServer): Promise<void> {
   });
 }
 
+/** Write every closed repo-change run of this repository as this scenario's files. */
+async function exportChanges(e: TestWorkflowEnvironment, repo: string): Promise<void> {
+  const indexFile = new URL('workflow-ids.json', outDir);
+  const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
+  const mine = (f: string) => f.includes(`-${tag}`);
+  for (const f of await readdir(outDir)) if (f !== 'workflow-ids.json' && mine(f)) await unlink(new URL(f, outDir));
+  for (const k of Object.keys(index)) if (mine(k)) delete index[k];
+  const runs: Array<{ workflowId: string; runId: string }> = [];
+  for await (const wf of e.client.workflow.list({ query: `StewardKind = "repo-change" AND StewardRepo = "${repo}"` })) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
+  let i = 0;
+  for (const run of runs.reverse()) {
+    const handle = e.client.workflow.getHandle(run.workflowId, run.runId);
+    const desc = await handle.describe();
+    if (desc.status.name === 'RUNNING') continue;
+    const history = await handle.fetchHistory();
+    const name = `change-${tag}${String(++i).padStart(2, '0')}.json`;
+    await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
+    index[name] = run.workflowId;
+    console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
+  }
+  const sorted = Object.fromEntries(Object.entries(index).sort(([a], [b]) => a.localeCompare(b)));
+  await writeFile(indexFile, `${JSON.stringify(sorted, null, 2)}\n`);
+}
+
+async function repoChanges(m: ModelServer): Promise<void> {
+  const fx = createGitFixture(
+    { 'greeting.txt': 'Hello\n', 'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt\n' },
+    { executable: ['test.sh'] },
+  );
+  const token = `ghs_${randomUUID().replace(/-/g, '')}`;
+  const gh = await startGitHubDouble({ repos: [{ owner: 'acme', repo: 'demo', bareDir: fx.bare, defaultBranch: 'main' }], token });
+  const repo = `demo-${randomInt(1e5, 1e6)}`;
+  const draft = { intent: 'feature', goal: 'Make the greeting say Hello, Steward', scope: ['greeting.txt'], acceptance: ['sh test.sh exits 0'], constraints: [], assumptions: [], open_questions: [], risk_signals: [], summary: 'Change the greeting.' };
+  const op = { id: 'operator', name: 'the operator' };
+  try {
+    await withHarness(
+      { env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, repoChanges: { githubApiUrl: gh.baseUrl, secret: (n) => (n === 'GH_TOKEN' ? token : undefined) } },
+      async (h) => {
+        await h.changes.registerRepo({ name: repo, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, op);
+        const until = async (id: string, pred: (c: { status: string; phase: string }) => boolean) =>
+          waitFor(async () => {
+            const c = await h.changes.getChange(id);
+            return c && pred(c) ? c : undefined;
+          }, `change ${id}`, 60_000);
+
+        // 1: a clarifying question answered in chat, then a patch artifact
+        m.setDefault(changeModel({ intake: (_req, round) => (round === 0 ? { ...draft, scope: [] } : draft), agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
+        const r = await h.send(`/change ${repo} Fix the greeting`);
+        const first = /Change (chg-[a-f0-9]+) started/.exec(r.reply ?? '')![1]!;
+        await until(first, (c) => c.phase === 'clarify');
+        await h.send('/answer only greeting.txt');
+        await until(first, (c) => c.status !== 'running');
+
+        // 2: a draft PR after an admin's approval
+        await h.changes.registerRepo(
+          { name: repo, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr-after-approval' }, github: { owner: 'acme', repo: 'demo', tokenRef: 'env:GH_TOKEN' } },
+          op,
+        );
+        m.setDefault(changeModel({ intake: () => draft, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
+        const second = (await h.changes.startChange({ repo, request: 'Make the greeting say Hello, Steward' }, op)).id;
+        await until(second, (c) => c.phase === 'approval');
+        const approval = await waitFor(() => dbh.db.approval.findFirst({ where: { turnId: second } }).then((a) => a ?? undefined), 'the approval');
+        const { id: admin } = await createIdentity(dbh.db, { name: 'Ada', role: 'admin', accounts: [{ platform: 'telegram', userId: String(randomInt(1e8, 1e9)) }], createdBy: 'recorder' });
+        await h.ingress.decideApproval(approval.id, 'approve', { kind: 'person', id: admin, name: 'Ada', role: 'admin' });
+        await until(second, (c) => c.status !== 'running');
+
+        // 3: refused by the validation gate (a runtime artifact)
+        m.setDefault(changeModel({ intake: () => draft, agent: [{ name: 'write_file', args: { path: 'debug.log', content: 'noise\n' } }] }));
+        const third = (await h.changes.startChange({ repo, request: 'Make the greeting say Hello, Steward' }, op)).id;
+        await until(third, (c) => c.status !== 'running');
+        for (const id of [first, second, third]) await env.client.workflow.getHandle(id).result();
+        await exportChanges(env, repo);
+      },
+    );
+  } finally {
+    await gh.close();
+    fx.cleanup();
+  }
+}
+
 try {
   if (scenario === 'foundation') await foundation(model);
-  else await channels(model);
+  else if (scenario === 'channels') await channels(model);
+  else await repoChanges(model);
 } finally {
   await model.close();
   await dbh.cleanup();

@@ -6,6 +6,9 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type {
   ApprovalDecision,
   ApprovalDecisionResult,
+  ChangeAnswer,
+  ChangeAnswerResult,
+  ChangeStatusView,
   InboundRef,
   SessionStatus,
   SettingsChange,
@@ -33,3 +36,10 @@ export const turnSteerSignal = defineSignal<[SteerNote]>('turnSteer');
 export const turnStatusQuery = defineQuery<TurnStatus>('turnStatus');
 /** An admin's decision on an approval the turn waits for: accepted once, validated at once. */
 export const approvalDecisionUpdate = defineUpdate<ApprovalDecisionResult, [ApprovalDecision]>('approvalDecision');
+
+/** A repo change's clarifying question answered (validated: only while a question is open). */
+export const changeAnswerUpdate = defineUpdate<ChangeAnswerResult, [ChangeAnswer]>('changeAnswer');
+/** /steer for a running repo change: recorded in history; the coding agent reads it between steps. */
+export const changeSteerSignal = defineSignal<[SteerNote]>('changeSteer');
+/** A repo change's phase, open question and pending approval. */
+export const changeStatusQuery = defineQuery<ChangeStatusView>('changeStatus');

@@ -172,3 +172,44 @@ export interface SettingsResult {
 export const MAX_RECENT_TURNS = 12;
 export const MAX_NOTES = 20;
 export const MAX_QUEUE = 200;
+
+// ---- repository changes ----
+
+export interface ChangeAnswer {
+  text: string;
+  /** Identity id (or operator) of who answered. */
+  by: string;
+  byName: string;
+}
+
+export interface ChangeAnswerResult {
+  message: string;
+}
+
+export interface ChangeStatusView {
+  changeId: string;
+  phase: string;
+  question?: string;
+  approvalId?: string;
+  steers: number;
+}
+
+export interface RepoChangeInput {
+  changeId: string;
+  repo: string;
+  requestedBy: { id: string; name: string };
+  /** The chat that asked (questions, the plan and the result go there). */
+  origin?: { conversation: ConversationKey; sessionId: string };
+  /** How long a clarifying question waits for its answer. */
+  clarifyTimeoutMs: number;
+  /** Clarifying questions asked at most (one at a time). */
+  maxQuestions: number;
+}
+
+export interface RepoChangeOutcome {
+  status: 'done' | 'failed' | 'refused' | 'cancelled';
+  phase: string;
+  reason?: string;
+  patchHash?: string;
+  prUrl?: string;
+}

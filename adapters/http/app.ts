@@ -14,6 +14,8 @@ import { sessionWorkflowId } from '../../common/ids.js';
 import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
+import { registerChangeRoutes } from './changes.js';
+import type { ChangeService } from '../changes.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */
 export const MAX_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 4096;
@@ -154,6 +156,8 @@ export interface HttpDeps {
   account?: string;
   /** The administration API (identities, bindings, pairing, approvals). */
   admin?: Omit<AdminDeps, 'ingress'>;
+  /** Repositories and governed changes. */
+  changes?: ChangeService;
 }
 
 function tokenMatches(header: string | undefined, token: string): boolean {
@@ -205,7 +209,7 @@ export function createHttpApp(deps: HttpDeps) {
     },
   );
   // Administration bodies are small; one with content must be JSON.
-  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
+  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
     const length = Number(c.req.header('content-length') ?? '0');
     const type = c.req.header('content-type') ?? '';
     if ((length > 0 || c.req.header('transfer-encoding')) && !/^application\/json\b/i.test(type)) return c.json({ error: 'expected Content-Type: application/json' }, 415);
@@ -213,6 +217,7 @@ export function createHttpApp(deps: HttpDeps) {
     return undefined;
   });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
+  if (deps.changes) registerChangeRoutes(app, deps.changes);
 
   app.openapi(postMessage, async (c) => {
     const { chatId } = c.req.valid('param');

@@ -10,6 +10,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Db } from '../../activities/db.js';
 import type { ToolPolicy } from '../../activities/index.js';
+import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/repo-change.js';
+import { createChangeService, type ChangeService } from '../../adapters/changes.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../activities/model.js';
 import type { Senders } from '../../activities/outbox.js';
 import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
@@ -56,6 +58,9 @@ export interface HarnessOptions {
   rateLimits?: RateLimits;
   pairingTtlMs?: number;
   attachments?: AttachmentLimits;
+  /** Repository changes: activity settings and the change service's clarify deadline. */
+  repoChanges?: Partial<RepoChangeSettings> & { clarifyTimeoutMs?: number; maxQuestions?: number };
+  runLink?: (workflowId: string) => string | undefined;
 }
 
 export interface Harness {
@@ -65,6 +70,8 @@ export interface Harness {
   chatId: string;
   sessionId: string;
   ingress: Ingress;
+  /** Repositories and changes (the service behind /change, the API and the CLI). */
+  changes: ChangeService;
   worker: Worker;
   send(text: string, opts?: { chatId?: string; user?: string; id?: string }): Promise<IngressResult>;
   /** Wait until the transcript holds a message matching the predicate. */
@@ -89,10 +96,25 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       heartbeatEveryMs: 100,
       ...(opts.senders ? { senders: opts.senders } : {}),
       ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
+      ...(opts.runLink ? { runLink: opts.runLink } : {}),
+      repoChanges: {
+        ...DEFAULT_REPO_CHANGE_SETTINGS,
+        defaultModel: opts.model ?? 'openai-compatible:test-model',
+        ...(opts.repoChanges ?? {}),
+      },
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
+  const changes = createChangeService({
+    client: opts.env.client,
+    db: opts.db,
+    taskQueue,
+    ...(opts.repoChanges?.clarifyTimeoutMs !== undefined ? { clarifyTimeoutMs: opts.repoChanges.clarifyTimeoutMs } : {}),
+    ...(opts.repoChanges?.maxQuestions !== undefined ? { maxQuestions: opts.repoChanges.maxQuestions } : {}),
+    ...(opts.runLink ? { runLink: opts.runLink } : {}),
+  });
   const ingress = createIngress({
+    changes,
     client: opts.env.client,
     db: opts.db,
     taskQueue,
@@ -112,6 +134,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     chatId,
     sessionId: sessionIdOf(chatId),
     ingress,
+    changes,
     worker,
     sessionIdOf,
     send: (text, o = {}) =>

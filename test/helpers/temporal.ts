@@ -4,7 +4,7 @@
  */
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli, freePort } from '../../platform/temporal-server.js';
-import { ChatAttr, KindAttr, PlatformAttr } from '../../workflows/search-attributes.js';
+import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
 
 export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> {
   const cli = findTemporalCli();
@@ -13,7 +13,7 @@ export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> 
       ...(cli ? { executable: { type: 'existing-path' as const, path: cli } } : {}),
       ip: '127.0.0.1',
       log: { format: 'pretty', level: 'error' },
-      searchAttributes: [PlatformAttr, ChatAttr, KindAttr],
+      searchAttributes: ALL_SEARCH_ATTRIBUTES,
       extraArgs: [
         ...DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),
         '--http-port',

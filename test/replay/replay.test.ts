@@ -25,6 +25,14 @@ describe('replay of recorded histories', () => {
       assert.ok(files.some((f) => text(f).includes(`"${activity}"`)), `a history that ran ${activity}`);
     }
     assert.ok(files.some((f) => text(f).includes('approvalDecision')), 'a history with an approval decision update');
+    // governed repository changes: intake with a question answered, the gates, an approval, a refusal
+    const changes = files.filter((f) => f.startsWith('change-'));
+    assert.ok(changes.length > 0, 'a repo-change history');
+    for (const activity of ['changeIntake', 'changeAsk', 'changePlan', 'changeWork', 'changeValidate', 'changeRequestApproval', 'changePromote', 'changeFinish']) {
+      assert.ok(changes.some((f) => text(f).includes(`"${activity}"`)), `a repo-change history that ran ${activity}`);
+    }
+    assert.ok(changes.some((f) => text(f).includes('changeAnswer')), 'a repo-change history with an answered question');
+    assert.ok(changes.some((f) => text(f).includes('approvalDecision')), 'a repo-change history with an approval decision');
   });
 
   it('replays every history without nondeterminism', async () => {

@@ -51,6 +51,8 @@ describe('command parsing (properties)', () => {
       'deny-action': 'abc123 not today',
       bind: 'all team',
       'admin-channel': 'on',
+      change: 'demo fix the greeting',
+      answer: 'only src',
     };
     for (const c of COMMANDS) {
       for (const name of [c.name, telegramCommandName(c.name)]) {
