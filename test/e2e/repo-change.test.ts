@@ -445,6 +445,92 @@ describe('repo changes end to end', () => {
     });
   });
 
+  it('/steer reaches the built-in agent before its next step; its blocked escapes are receipted', async () => {
+    const fx = fixture();
+    const name = uniqueName();
+    await withHarness(opts(), async (h) => {
+      await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
+      const script = changeModel({
+        intake: () => GOOD_DRAFT,
+        agent: [
+          { name: 'write_file', args: { path: '../escape.txt', content: 'x' } },
+          { name: 'read_file', args: { path: '/etc/passwd' } },
+          { name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } },
+        ],
+      });
+      let agentSteps = 0;
+      const agentBodies: string[] = [];
+      stack.model.setDefault((req) => {
+        const reply = script(req);
+        if (JSON.stringify(req.body).includes('"write_file"')) {
+          agentBodies.push(JSON.stringify(req.body));
+          // the first agent step is slow, so the steering arrives while it runs
+          if (++agentSteps === 1) return { ...reply, firstTokenDelayMs: 2500 };
+        }
+        return reply;
+      });
+      const r = await h.send(`/change ${name} Make the greeting say Hello, Steward`);
+      const id = changeIdOf(r.reply);
+      await waitForChange(h, id, (c) => c.phase === 'work' || c.status !== 'running');
+      await waitFor(() => (agentSteps >= 1 ? true : undefined), 'the first agent step');
+      const s = await h.send('/steer keep the trailing newline');
+      assert.match(s.reply ?? '', new RegExp(`Steering noted for change ${id}`));
+      const c = await waitForChange(h, id);
+      assert.equal(c.status, 'done', `${c.phase}: ${c.error}`);
+      assert.ok(agentBodies.slice(1).some((b) => b.includes('keep the trailing newline')), 'a later agent step saw the steering');
+      assert.equal(agentBodies[0]?.includes('keep the trailing newline'), false);
+      const blocked = await stack.db.receipt.findMany({ where: { workflowId: id, kind: 'sandbox.blocked' } });
+      assert.equal(blocked.length, 2, blocked.map((b) => b.data).join('\n'));
+      assert.ok(await stack.db.receipt.findFirst({ where: { workflowId: id, kind: 'change.steer' } }));
+      const desc = await stack.env.client.workflow.getHandle(id).fetchHistory();
+      assert.ok(JSON.stringify(desc).includes('changeSteer'), 'the steering is in the run history');
+    });
+  });
+
+  it("the repository's own policy file tightens the gate and cannot loosen it", async () => {
+    const fx = fixture({ ...SEED, '.steward/policy.json': JSON.stringify({ protectedPaths: ['greeting.txt'], promotion: 'draft-pr', maxDiffLines: 100000 }) });
+    const name = uniqueName();
+    await withHarness(opts(), async (h) => {
+      await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
+      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+      const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
+      const c = await waitForChange(h, id);
+      assert.equal(c.status, 'refused');
+      assert.deepEqual((c.verdict?.violations ?? []).map((v) => `${v.rule}:${v.path}`), ['protected-path:greeting.txt']);
+      assert.equal(c.verdict?.promotion, 'patch', 'no GitHub target and no loosening by the repository');
+    });
+  });
+
+  it('a pull request GitHub refuses fails the change and leaves no branch behind', async () => {
+    const fx = fixture();
+    const name = uniqueName();
+    const token = `ghs_${randomBytes(18).toString('hex')}`;
+    const gh = await startGitHubDouble({ repos: [{ owner: 'acme', repo: name, bareDir: fx.bare, defaultBranch: 'main' }], token });
+    const before = stewardTempDirs();
+    try {
+      await withHarness(opts({ repoChanges: { githubApiUrl: gh.baseUrl, secret: (n) => (n === 'GH_TOKEN' ? token : undefined) } }), async (h) => {
+        await h.changes.registerRepo(
+          { name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr' }, github: { owner: 'acme', repo: name, tokenRef: 'env:GH_TOKEN' } },
+          OP,
+        );
+        stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+        gh.failNext('POST', /\/pulls$/, 422, { message: 'Validation Failed', documentation_url: 'https://docs.github.com/rest' });
+        const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
+        const c = await waitForChange(h, id);
+        assert.equal(c.status, 'failed');
+        assert.equal(c.phase, 'promote');
+        assert.match(c.error ?? '', /422|Validation Failed/);
+        assert.equal(gh.pulls.length, 0);
+        assert.equal(git(fx.root, '--git-dir', fx.bare, 'branch', '--list', 'steward/*'), '', 'the branch it created is deleted');
+        assert.ok(gh.requests.some((r) => r.method === 'DELETE'), 'the branch was deleted through the API');
+        gh.assertNoViolations();
+      });
+    } finally {
+      await gh.close();
+    }
+    assert.deepEqual(stewardTempDirs().filter((d) => !before.includes(d)), [], 'every work tree is removed');
+  });
+
   it('bad input changes nothing: unknown repository, invalid registration, empty request', async () => {
     await withHarness(opts(), async (h) => {
       const n0 = await stack.db.repoChange.count();
