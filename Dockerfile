@@ -11,6 +11,9 @@ COPY . .
 RUN npm run prisma:generate
 
 FROM node:22-bookworm-slim
+# Repository changes: git for work trees, bubblewrap for the coding agent's sandbox (the
+# container needs user namespaces allowed for bwrap to start; otherwise changes fail closed).
+RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap ca-certificates && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production STEWARD_DATA_DIR=/data STEWARD_HTTP_HOST=0.0.0.0
 WORKDIR /app
 COPY --from=build /app /app

@@ -111,6 +111,11 @@ export async function loadRepo(db: Db, name: string): Promise<RepoRecord> {
   };
 }
 
+/** How long the promotion gate's lease on a repository lasts without renewal. */
+const LEASE_MS = 15 * 60_000;
+/** The largest patch a coding agent may hand on (the gate's diff limits are usually far lower). */
+export const MAX_PATCH_BYTES = 20 * 1024 * 1024;
+
 /** Where the repository's own policy layer lives in its tree. */
 export const REPO_POLICY_FILE = '.steward/policy.json';
 
@@ -550,6 +555,9 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
         }
         if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? new Error('cancelled');
         const diff = await diffWorkTree(tree, baseSha);
+        if (Buffer.byteLength(diff.patch) > MAX_PATCH_BYTES) {
+          throw refused(`the coding agent left a patch of ${Buffer.byteLength(diff.patch)} bytes; at most ${MAX_PATCH_BYTES} are handed to the gate`);
+        }
         const transcriptHash = await putBlob(db, JSON.stringify(run.transcript, null, 2), 'application/json');
         const patchHash = diff.patch.trim() ? await putBlob(db, diff.patch, 'text/x-diff; charset=utf-8') : undefined;
         for (const [i, b] of run.blocked.entries()) {
@@ -676,13 +684,18 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
       const repo = await loadRepo(db, row.repo);
       await setPhase(input.changeId, 'promote');
       await acquireLease(repo.name, input.changeId, ctx);
+      // a long revalidation keeps the lease alive (a crashed holder's lease expires instead)
+      const beat = () => {
+        ctx.heartbeat({ holding: 'promotion lease' });
+        void db.repoLock.updateMany({ where: { repo: repo.name, holder: input.changeId }, data: { expiresAt: new Date(Date.now() + LEASE_MS) } }).catch(() => undefined);
+      };
       try {
         let baseSha = input.baseSha;
         let revalidated = false;
         const current = await resolveBranch(repo.cloneUrl, row.baseBranch);
         if (current !== baseSha) {
           // The base moved since validation: the patch must still apply and pass on the new base.
-          const again = await validateOn(repo, current, input.patchHash, ctx.cancellationSignal, () => ctx.heartbeat());
+          const again = await validateOn(repo, current, input.patchHash, ctx.cancellationSignal, beat);
           await writeReceipt(db, {
             key: `change:${input.changeId}:revalidate:${current}`,
             kind: 'gate.verdict',
@@ -836,7 +849,7 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
 
   /** Wait for the repository's single-writer lease (expired leases of crashed holders are taken over). */
   async function acquireLease(repoName: string, holder: string, ctx: Context): Promise<void> {
-    const leaseMs = 15 * 60_000;
+    const leaseMs = LEASE_MS;
     for (;;) {
       if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? new Error('cancelled');
       const expiresAt = new Date(Date.now() + leaseMs);

@@ -281,6 +281,15 @@ export function createChangeService(deps: ChangeServiceDeps) {
       }
     },
 
+    /** The chat's running changes (for /status). */
+    async runningInChat(conversation: ConversationKey): Promise<Array<{ id: string; repo: string; phase: string; question: string | null }>> {
+      return db.repoChange.findMany({
+        where: { platform: conversation.platform, account: conversation.account, chatId: conversation.chatId, status: 'running' },
+        orderBy: { createdAt: 'asc' },
+        select: { id: true, repo: true, phase: true, question: true },
+      });
+    },
+
     /** The chat's change that waits for an answer, if any. */
     async waitingInChat(conversation: ConversationKey): Promise<string | undefined> {
       const r = await db.repoChange.findFirst({

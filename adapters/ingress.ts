@@ -479,8 +479,13 @@ export function createIngress(deps: IngressDeps): Ingress {
           throw err;
         }
       }
-      case 'status':
-        return formatStatus(await status(opts.workflowId));
+      case 'status': {
+        const text = formatStatus(await status(opts.workflowId));
+        const running = deps.changes ? await deps.changes.runningInChat(conversation) : [];
+        return running.length
+          ? `${text}\nChanges: ${running.map((c) => `${c.id} on ${c.repo} (${c.phase}${c.question ? ': waiting for /answer' : ''})`).join('; ')}`
+          : text;
+      }
       case 'whoami':
         return actor.kind === 'operator'
           ? 'You are the operator (the API token holder): every command is open to you.'

@@ -401,6 +401,8 @@ describe('repo changes end to end', () => {
       const id = changeIdOf(r.reply);
       await waitForChange(h, id, (c) => c.phase === 'work' || c.status !== 'running');
       await waitFor(() => (stewardTempDirs().some((d) => d.startsWith('steward-work-') && !before.includes(d)) ? true : undefined), 'the work tree');
+      const st = await h.send('/status');
+      assert.match(st.reply ?? '', new RegExp(`Changes: ${id} on ${name} \\(work\\)`));
       const started = Date.now();
       const s = await h.send('/stop');
       assert.match(s.reply ?? '', new RegExp(`Stopping change ${id}`));
