@@ -9,8 +9,18 @@ import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporali
 
 export const workflowsPath = fileURLToPath(new URL('../workflows/index.ts', import.meta.url));
 
+/** Webpack's progress and stats stay out of the log; its warnings and errors do not. */
+const bundlerLogger = {
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  log: () => undefined,
+  warn: (message: string) => console.warn(message),
+  error: (message: string) => console.error(message),
+};
+
 export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  return bundleWorkflowCode({ workflowsPath });
+  return bundleWorkflowCode({ workflowsPath, logger: bundlerLogger });
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
