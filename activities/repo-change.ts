@@ -42,7 +42,7 @@ import {
   type TaskDraft,
   type TaskState,
 } from '../common/repo-change.js';
-import { changePolicy, checkPatchPolicy, parseUnifiedDiff, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../common/repo-policy.js';
+import { changePolicy, checkPatchPolicy, matchesGlob, parseUnifiedDiff, validateGlob, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../common/repo-policy.js';
 import { getBlobText, putBlob } from './blobs.js';
 import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask } from './coding-agent.js';
 import type { Db } from './db.js';
@@ -307,7 +307,7 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
    * of its own, enforce the merged policy, run the checks in the sandbox. Pure verdict: no
    * records written here.
    */
-  async function validateOn(repo: RepoRecord, baseSha: string, patchHash: string, signal: AbortSignal, beat: () => void): Promise<GateVerdict> {
+  async function validateOn(repo: RepoRecord, baseSha: string, patchHash: string, taskScope: readonly string[], signal: AbortSignal, beat: () => void): Promise<GateVerdict> {
     const patch = await getBlobText(db, patchHash);
     return withTempDir('steward-gate-', async (dir) => {
       const tree = path.join(dir, 'tree');
@@ -317,6 +317,16 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
       const file = await repoPolicyFile(tree);
       if (!file.ok) reasons.push(file.error);
       const policy: EffectivePolicy = changePolicy({ global: settings.globalPolicy, registration: repo.policy, repo: file.ok ? file.policy : {} });
+      // the task's agreed scope binds the patch too (entries that are not paths or globs are advisory)
+      const scope = taskScope.filter((g) => {
+        try {
+          validateGlob(g);
+          return g !== '(to be clarified)';
+        } catch {
+          return false;
+        }
+      });
+      if (scope.length > 0) policy.allowedScopes = [...policy.allowedScopes, scope];
       const files = parseUnifiedDiff(patch);
       const check = checkPatchPolicy(files, policy, { secretValues: heldSecrets(repo) });
       for (const v of check.violations) reasons.push(`${v.rule}${v.path ? ` ${v.path}` : ''}: ${v.detail}`);
@@ -585,7 +595,8 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
       const row = await loadChange(input.changeId);
       const repo = await loadRepo(db, row.repo);
       await setPhase(input.changeId, 'validate');
-      const verdict = await validateOn(repo, input.baseSha, input.patchHash, ctx.cancellationSignal, () => ctx.heartbeat());
+      const draftScope = row.draft ? TaskDraftSchema.parse(JSON.parse(row.draft)).scope : [];
+      const verdict = await validateOn(repo, input.baseSha, input.patchHash, draftScope, ctx.cancellationSignal, () => ctx.heartbeat());
       const draft = TaskDraftSchema.parse(JSON.parse(row.draft ?? 'null'));
       const state = taskState(input.changeId, draft, 'verify', verdict.verdict === 'pass' ? 'verifying' : 'blocked', await evidenceOf(verdict), row.createdAt);
       if (verdict.verdict !== 'pass') {
@@ -695,7 +706,7 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
         const current = await resolveBranch(repo.cloneUrl, row.baseBranch);
         if (current !== baseSha) {
           // The base moved since validation: the patch must still apply and pass on the new base.
-          const again = await validateOn(repo, current, input.patchHash, ctx.cancellationSignal, beat);
+          const again = await validateOn(repo, current, input.patchHash, row.draft ? TaskDraftSchema.parse(JSON.parse(row.draft)).scope : [], ctx.cancellationSignal, beat);
           await writeReceipt(db, {
             key: `change:${input.changeId}:revalidate:${current}`,
             kind: 'gate.verdict',
@@ -812,9 +823,8 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
         next_steps: input.status === 'done' ? (result?.pr ? ['Review the draft PR and mark it ready when satisfied.'] : ['Apply the patch with git apply and review it.']) : ['Refine the request and start a new change.'],
         completed_at: now(),
       };
-      if (scope.length && actualScope.length) {
-        report.scope_deviation = null;
-      }
+      const outside = actualScope.filter((f) => scope.length > 0 && !scope.some((g) => matchesGlob(f, g)));
+      if (outside.length) report.scope_deviation = `changed outside the drafted scope (${scope.join(', ')}): ${outside.join(', ')}`;
       let state: TaskState | undefined;
       if (draft?.success) {
         state = taskState(input.changeId, draft.data, 'close', input.status === 'done' ? 'done' : input.status === 'cancelled' ? 'suspended' : 'failed', evidence, row.createdAt);

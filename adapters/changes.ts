@@ -30,8 +30,13 @@ import type { RepoChangeInput } from '../workflows/types.js';
 export interface ChangeServiceDeps {
   client: Client;
   db: Db;
-  /** The repo task queue (repo changes never compete with chat turns for workers). */
+  /** The task queue the repo-change workflows run on (their tasks are short). */
   taskQueue: string;
+  /**
+   * The repo task queue their activities run on (coding agent, gates, promotion), so a long
+   * change never holds a chat worker's activity slot; default the workflow's queue.
+   */
+  activityQueue?: string;
   clarifyTimeoutMs?: number;
   maxQuestions?: number;
   runLink?: (workflowId: string) => string | undefined;
@@ -217,6 +222,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
         ...(origin ? { origin } : {}),
         clarifyTimeoutMs,
         maxQuestions,
+        ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
       };
       try {
         await client.workflow.start('repoChangeWorkflow', {

@@ -96,25 +96,15 @@ function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick
 }
 
 /**
- * The workers of this process: the interactive queue (chat sessions and turns) and the repo
- * queue (repository changes), so a long coding agent never holds a chat turn's slot. One
- * workflow bundle serves both.
+ * The workers of this process: the interactive queue (every workflow, chat activities) and the
+ * repo queue (repo changes' activities only: no second workflow thread), so a long coding
+ * agent never holds a chat turn's activity slot.
  */
 async function workersFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps): Promise<Worker[]> {
-  const workflowBundle = await buildWorkflowBundle();
-  const queues = [config.temporal.taskQueue, ...(config.repoChanges.taskQueue !== config.temporal.taskQueue ? [config.repoChanges.taskQueue] : [])];
-  const out: Worker[] = [];
-  for (const taskQueue of queues) {
-    out.push(
-      await createStewardWorker({
-        connection,
-        namespace: config.temporal.namespace,
-        taskQueue,
-        maxCachedWorkflows: config.temporal.maxCachedWorkflows,
-        workflowBundle,
-        deps,
-      }),
-    );
+  const base = { connection, namespace: config.temporal.namespace, deps };
+  const out = [await createStewardWorker({ ...base, taskQueue: config.temporal.taskQueue, maxCachedWorkflows: config.temporal.maxCachedWorkflows, workflowBundle: await buildWorkflowBundle() })];
+  if (config.repoChanges.taskQueue !== config.temporal.taskQueue) {
+    out.push(await createStewardWorker({ ...base, taskQueue: config.repoChanges.taskQueue, activitiesOnly: true }));
   }
   return out;
 }
@@ -201,7 +191,8 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     const changes = createChangeService({
       client,
       db,
-      taskQueue: config.repoChanges.taskQueue,
+      taskQueue: config.temporal.taskQueue,
+      activityQueue: config.repoChanges.taskQueue,
       clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
       maxQuestions: config.repoChanges.maxQuestions,
       ...(runLink ? { runLink } : {}),

@@ -36,46 +36,60 @@ type Activities = ReturnType<typeof createActivities>;
 
 const NON_RETRYABLE = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured', 'ChangeRefused', 'ChangeInvalid'];
 
-/** Intake and planner: one model step each, retried like a turn's model step. */
-const modelActs = proxyActivities<Activities>({
-  startToCloseTimeout: '10 minutes',
-  heartbeatTimeout: '30 seconds',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4, nonRetryableErrorTypes: NON_RETRYABLE },
-});
-
-/** Chat notices and records: quick, retried until the platform answers. */
-const noteActs = proxyActivities<Activities>({
-  startToCloseTimeout: '1 minute',
-  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
-});
-
 /**
- * The isolated worker: long, heartbeating, cancelled at once by /stop (the sandbox is killed
- * and the work tree removed). A retry starts again from a fresh clone of the same base.
+ * The activity proxies of one change. Its activities run on the repo task queue when the input
+ * names one (the coding agent and the gates never hold a chat worker's activity slots), while the
+ * workflow's own short tasks run wherever the workflow runs.
  */
-const workActs = proxyActivities<Activities>({
-  startToCloseTimeout: '2 hours',
-  heartbeatTimeout: '1 minute',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 2, nonRetryableErrorTypes: NON_RETRYABLE },
-});
+function changeActivities(taskQueue: string | undefined) {
+  const q = taskQueue ? { taskQueue } : {};
+  /** Intake and planner: one model step each, retried like a turn's model step. */
+  const modelActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '10 minutes',
+    heartbeatTimeout: '30 seconds',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 4, nonRetryableErrorTypes: NON_RETRYABLE },
+  });
 
-/** The validation gate: a second clone, the checks in the sandbox. */
-const gateActs = proxyActivities<Activities>({
-  startToCloseTimeout: '1 hour',
-  heartbeatTimeout: '1 minute',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE },
-});
+  /** Chat notices and records: quick, retried until the platform answers. */
+  const noteActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '1 minute',
+    retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
+  });
 
-/** The promotion gate: waits its turn for the repository's single-writer lease, then publishes. */
-const promoteActs = proxyActivities<Activities>({
-  startToCloseTimeout: '1 hour',
-  heartbeatTimeout: '1 minute',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10, nonRetryableErrorTypes: NON_RETRYABLE },
-});
+  /**
+   * The isolated worker: long, heartbeating, cancelled at once by /stop (the sandbox is killed
+   * and the work tree removed). A retry starts again from a fresh clone of the same base.
+   */
+  const workActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '2 hours',
+    heartbeatTimeout: '1 minute',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 2, nonRetryableErrorTypes: NON_RETRYABLE },
+  });
+
+  /** The validation gate: a second clone, the checks in the sandbox. */
+  const gateActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '1 hour',
+    heartbeatTimeout: '1 minute',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 3, nonRetryableErrorTypes: NON_RETRYABLE },
+  });
+
+  /** The promotion gate: waits its turn for the repository's single-writer lease, then publishes. */
+  const promoteActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '1 hour',
+    heartbeatTimeout: '1 minute',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10, nonRetryableErrorTypes: NON_RETRYABLE },
+  });
+  return { modelActs, noteActs, workActs, gateActs, promoteActs };
+}
 
 function failureMessage(err: unknown): string {
   let e: unknown = err;
@@ -92,6 +106,7 @@ function failureType(err: unknown): string | undefined {
 
 export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoChangeOutcome> {
   const { changeId } = input;
+  const { modelActs, noteActs, workActs, gateActs, promoteActs } = changeActivities(input.activityQueue);
   const status: ChangeStatusView = { changeId, phase: 'intake', steers: 0 };
   let answer: { text: string; by: string; byName: string } | undefined;
   let approval: { id: string; decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } } | undefined;

@@ -204,6 +204,8 @@ export interface RepoChangeInput {
   clarifyTimeoutMs: number;
   /** Clarifying questions asked at most (one at a time). */
   maxQuestions: number;
+  /** The task queue of the change's activities (the repo queue); default the workflow's own. */
+  activityQueue?: string;
 }
 
 export interface RepoChangeOutcome {

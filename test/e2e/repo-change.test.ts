@@ -149,6 +149,14 @@ describe('repo changes end to end', () => {
       assert.equal((await handle.result()).status, 'done');
       const desc = await handle.describe();
       assert.equal(desc.status.name, 'COMPLETED');
+      // the change's activities ran on the repo queue, not on the chat worker's
+      const history = await handle.fetchHistory();
+      const scheduled = (history.events ?? []).flatMap((e) => (e.activityTaskScheduledEventAttributes ? [e.activityTaskScheduledEventAttributes] : []));
+      assert.ok(scheduled.length > 5);
+      for (const a of scheduled) assert.equal(a.taskQueue?.name, `${h.taskQueue}-repo`, a.activityType?.name ?? '');
+      // the plan is the run's current details in the Temporal UI
+      const meta = (await handle.query('__temporal_workflow_metadata')) as { currentDetails?: string };
+      assert.match(meta.currentDetails ?? '', /Plan: Make the change the draft asks for\.\n1\. Edit the file/);
       const sa = desc.searchAttributes as Record<string, unknown[]>;
       assert.deepEqual(sa.StewardKind, ['repo-change']);
       assert.deepEqual(sa.StewardRepo, [name]);
@@ -500,6 +508,20 @@ describe('repo changes end to end', () => {
       assert.equal(c.status, 'refused');
       assert.deepEqual((c.verdict?.violations ?? []).map((v) => `${v.rule}:${v.path}`), ['protected-path:greeting.txt']);
       assert.equal(c.verdict?.promotion, 'patch', 'no GitHub target and no loosening by the repository');
+    });
+  });
+
+  it("a change outside the task's agreed scope is refused by the gate", async () => {
+    const fx = fixture();
+    const name = uniqueName();
+    await withHarness(opts(), async (h) => {
+      await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
+      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: [...WRITE_GREETING, { name: 'write_file', args: { path: 'README.md', content: '# rewritten\n' } }] }));
+      const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
+      const c = await waitForChange(h, id);
+      assert.equal(c.status, 'refused');
+      assert.deepEqual((c.verdict?.violations ?? []).map((v) => `${v.rule}:${v.path}`), ['outside-scope:README.md']);
+      assert.equal(c.report?.scope_deviation, 'changed outside the drafted scope (greeting.txt): README.md');
     });
   });
 

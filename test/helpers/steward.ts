@@ -105,10 +105,28 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
+  // repo changes' activities on their own activity-only worker, as in the started platform
+  const repoQueue = `${taskQueue}-repo`;
+  const repoWorker = await createStewardWorker({
+    connection: opts.env.nativeConnection,
+    namespace: opts.env.namespace ?? 'default',
+    taskQueue: repoQueue,
+    activitiesOnly: true,
+    deps: {
+      db: opts.db,
+      models,
+      systemPrompt: DEFAULT_SYSTEM_PROMPT,
+      heartbeatEveryMs: 100,
+      ...(opts.senders ? { senders: opts.senders } : {}),
+      ...(opts.runLink ? { runLink: opts.runLink } : {}),
+      repoChanges: { ...DEFAULT_REPO_CHANGE_SETTINGS, defaultModel: opts.model ?? 'openai-compatible:test-model', ...(opts.repoChanges ?? {}) },
+    },
+  });
   const changes = createChangeService({
     client: opts.env.client,
     db: opts.db,
     taskQueue,
+    activityQueue: repoQueue,
     ...(opts.repoChanges?.clarifyTimeoutMs !== undefined ? { clarifyTimeoutMs: opts.repoChanges.clarifyTimeoutMs } : {}),
     ...(opts.repoChanges?.maxQuestions !== undefined ? { maxQuestions: opts.repoChanges.maxQuestions } : {}),
     ...(opts.runLink ? { runLink: opts.runLink } : {}),
@@ -161,7 +179,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       }
     },
   };
-  return worker.runUntil(fn(h));
+  return worker.runUntil(repoWorker.runUntil(fn(h)));
 }
 
 export async function waitFor<T>(probe: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 20_000): Promise<T> {
