@@ -354,3 +354,20 @@ export async function notifyAdmins(db: Db, senders: Senders, note: { key: string
   }
   return out;
 }
+
+/**
+ * Ask the admins to decide an approval (admin channel, else their DMs) with Approve/Deny
+ * buttons, and remember where each request was posted so the post can show the decision.
+ * Keyed by the approval id: a retry posts nothing twice.
+ */
+export async function askAdminsToApprove(db: Db, senders: Senders, approvalId: string, text: string): Promise<NoticeTarget[]> {
+  const targets = await notifyAdmins(db, senders, { key: `approval:${approvalId}`, text, buttons: approvalButtons(approvalId) });
+  for (const t of targets) {
+    await db.approvalNotice.upsert({
+      where: { approvalId_deliveryKey: { approvalId, deliveryKey: t.deliveryKey } },
+      create: { approvalId, deliveryKey: t.deliveryKey, platform: t.conversation.platform, account: t.conversation.account, chatId: t.conversation.chatId },
+      update: {},
+    });
+  }
+  return targets;
+}

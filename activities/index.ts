@@ -12,7 +12,7 @@ import { DEFAULT_APPROVAL_TOOLS, TOOLS } from '../common/tools.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
 import { getBlobText, putBlob } from './blobs.js';
 import type { Db } from './db.js';
-import { approvalButtons, notifyAdmins } from './governance.js';
+import { askAdminsToApprove } from './governance.js';
 import { buildPrompt } from './prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
@@ -393,14 +393,7 @@ export function createActivities(deps: ActivityDeps) {
         `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
         `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
       ].join('\n');
-      const targets = await platformCall(() => notifyAdmins(db, senders, { key: `approval:${id}`, text, buttons: approvalButtons(id) }));
-      for (const t of targets) {
-        await db.approvalNotice.upsert({
-          where: { approvalId_deliveryKey: { approvalId: id, deliveryKey: t.deliveryKey } },
-          create: { approvalId: id, deliveryKey: t.deliveryKey, platform: t.conversation.platform, account: t.conversation.account, chatId: t.conversation.chatId },
-          update: {},
-        });
-      }
+      const targets = await platformCall(() => askAdminsToApprove(db, senders, id, text));
       if (!senders[input.conversation.platform]) {
         // no progress panel on this channel: tell the chat in its transcript
         await deliverOnce(db, senders, {
@@ -441,7 +434,7 @@ export function createActivities(deps: ActivityDeps) {
             ? `denied by ${input.byName}${input.reason ? `: ${input.reason}` : ''}`
             : input.decision === 'expired'
               ? `no admin decided before the deadline (${row.deadline.toISOString()}), so it was denied`
-              : 'the turn was stopped';
+              : input.byName; // who or what cancelled it (the turn or the change was stopped)
       await writeReceipt(db, {
         key: `approval:${row.id}:decision`,
         kind: 'approval.decision',

@@ -46,6 +46,7 @@ import { changePolicy, checkPatchPolicy, matchesGlob, parseUnifiedDiff, validate
 import { getBlobText, putBlob } from './blobs.js';
 import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask } from './coding-agent.js';
 import type { Db } from './db.js';
+import { askAdminsToApprove } from './governance.js';
 import { applyPatch, changedFiles, cloneAt, diffWorkTree, fileMode, makeTempDir, readFileAtWorkTree, removeDir, resolveBranch } from './git.js';
 import { BaseMovedError, GitHubError, openDraftPullRequest } from './github.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
@@ -622,7 +623,6 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
 
     /** Ask the admins to approve the promotion (the approval flow of chat: buttons, /approve-action, API). */
     async changeRequestApproval(input: { changeId: string; approvalId: string; timeoutMs: number }): Promise<{ approvalId: string; timeoutMs: number }> {
-      const { notifyAdmins, approvalButtons } = await import('./governance.js');
       const row = await loadChange(input.changeId);
       await setPhase(input.changeId, 'approval');
       const info = activityInfo();
@@ -659,14 +659,7 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
       ]
         .filter(Boolean)
         .join('\n');
-      const targets = await notifyAdmins(db, senders, { key: `approval:${approval.id}`, text, buttons: approvalButtons(approval.id) });
-      for (const t of targets) {
-        await db.approvalNotice.upsert({
-          where: { approvalId_deliveryKey: { approvalId: approval.id, deliveryKey: t.deliveryKey } },
-          create: { approvalId: approval.id, deliveryKey: t.deliveryKey, platform: t.conversation.platform, account: t.conversation.account, chatId: t.conversation.chatId },
-          update: {},
-        });
-      }
+      const targets = await askAdminsToApprove(db, senders, approval.id, text);
       await tellOrigin(input.changeId, 'approval', `Change ${input.changeId} passed the validation gate and waits for an admin to approve the draft PR (approval ${approval.id}).`);
       await writeReceipt(db, {
         key: `approval:${approval.id}:requested`,

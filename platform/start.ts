@@ -70,6 +70,8 @@ export function installTemporalRuntime(log: Logger): void {
   try {
     Runtime.install({
       logger: new DefaultLogger('WARN', (entry) => {
+        // the repo queue's worker is activity-only by design: its start-up notice is not a warning
+        if (entry.message.startsWith('No workflows registered')) return;
         log[levels[entry.level]]({ sdk: entry.meta }, entry.message);
       }),
     });
