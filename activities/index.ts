@@ -8,14 +8,16 @@ import { tool, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
-import { DEFAULT_APPROVAL_TOOLS, TOOLS } from '../common/tools.js';
+import { DEFAULT_APPROVAL_TOOLS, isActionTool, TOOLS } from '../common/tools.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
+import { proposalRefusal, resolveActionSettings, type ActionOptions, type StartRepoChange } from './actions.js';
 import { getBlobText, putBlob } from './blobs.js';
 import type { Db } from './db.js';
 import { askAdminsToApprove } from './governance.js';
 import { buildPrompt } from './prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
+import { createObjectiveActivities } from './objectives.js';
 import { writeReceipt } from './receipts.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
 import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';
@@ -29,11 +31,24 @@ export interface ToolPolicy {
 
 export const DEFAULT_TOOL_POLICY: ToolPolicy = { approvalTools: DEFAULT_APPROVAL_TOOLS, approvalTimeoutMs: 60 * 60_000 };
 
+/**
+ * Whether a call of this tool waits for an admin's approval: the one place the verdict is
+ * decided. The proposed actions (HTTP, email, commands, repo changes) always do, whatever
+ * STEWARD_APPROVAL_TOOLS says; the other tools as the policy lists them.
+ */
+export function approvalRequired(policy: Pick<ToolPolicy, 'approvalTools'>, name: string): boolean {
+  return isActionTool(name) || policy.approvalTools.includes('*') || policy.approvalTools.includes(name);
+}
+
 /** The tools offered to the model: declared only (no execute), Steward runs them as activities. */
 const MODEL_TOOLS: ToolSet = {
   save_note: tool({ description: TOOLS.save_note.description, inputSchema: TOOLS.save_note.input }),
   send_file: tool({ description: TOOLS.send_file.description, inputSchema: TOOLS.send_file.input }),
   post_to_chat: tool({ description: TOOLS.post_to_chat.description, inputSchema: TOOLS.post_to_chat.input }),
+  http_request: tool({ description: TOOLS.http_request.description, inputSchema: TOOLS.http_request.input }),
+  send_email: tool({ description: TOOLS.send_email.description, inputSchema: TOOLS.send_email.input }),
+  run_command: tool({ description: TOOLS.run_command.description, inputSchema: TOOLS.run_command.input }),
+  start_repo_change: tool({ description: TOOLS.start_repo_change.description, inputSchema: TOOLS.start_repo_change.input }),
 };
 
 export interface ActivityDeps {
@@ -51,6 +66,12 @@ export interface ActivityDeps {
   runLink?: (workflowId: string) => string | undefined;
   /** Governed repository changes: global policy, sandbox binds, GitHub API, models. */
   repoChanges?: RepoChangeSettings;
+  /** Proposed actions: SMTP, the HTTP policy, the command allowlist (defaults for the rest). */
+  actions?: ActionOptions;
+  /** Starts a repository change for an approved start_repo_change (the ChangeService's startChange); absent, it is refused. */
+  startRepoChange?: StartRepoChange;
+  /** The model an objective uses when it names none. */
+  defaultModel?: string;
 }
 
 export interface ModelStepInput {
@@ -159,6 +180,8 @@ function workflowRef(info: ReturnType<typeof activityInfo>, sessionId: string) {
 }
 
 const ZERO: TokenUsage = { input: 0, output: 0, total: 0 };
+/** How much of a proposal's (redacted) payload the admins' approval request shows. */
+const PAYLOAD_SHOWN = 3500;
 
 /** Map a classified model error to the Temporal failure type the turn's retry policy knows. */
 function failureType(status: number | undefined, retryable: boolean, fallback: string): string {
@@ -174,7 +197,8 @@ export function createActivities(deps: ActivityDeps) {
   const senders = deps.senders ?? {};
   const beatMs = deps.heartbeatEveryMs ?? 200;
   const policy = deps.toolPolicy ?? DEFAULT_TOOL_POLICY;
-  const needsApproval = (name: string) => policy.approvalTools.includes('*') || policy.approvalTools.includes(name);
+  const needsApproval = (name: string) => approvalRequired(policy, name);
+  const actions = resolveActionSettings(deps.actions);
 
   async function loadScratch(refs: ScratchRef[] | undefined): Promise<ModelMessage[]> {
     const out: ModelMessage[] = [];
@@ -183,6 +207,14 @@ export function createActivities(deps: ActivityDeps) {
   }
 
   return {
+    ...createObjectiveActivities({
+      db,
+      senders,
+      defaultModel: deps.defaultModel ?? deps.repoChanges?.defaultModel ?? DEFAULT_REPO_CHANGE_SETTINGS.defaultModel,
+      ...(deps.log ? { log: deps.log } : {}),
+      ...(deps.runLink ? { runLink: deps.runLink } : {}),
+      ...(deps.onTranscript ? { onTranscript: deps.onTranscript } : {}),
+    }),
     ...createRepoChangeActivities({
       db,
       models: deps.models,
@@ -244,7 +276,10 @@ export function createActivities(deps: ActivityDeps) {
           const messageHash = await putBlob(db, JSON.stringify(message), 'application/json');
           const toolCalls = out.toolCalls.map((c): ToolCallRef => {
             // Steward validates every call itself (the SDK's verdict on an invalid one is verbose)
-            const own = validateToolCall(c.toolName, c.input);
+            let own = validateToolCall(c.toolName, c.input);
+            // a proposed action that could not run anyway is refused now, not put to an admin
+            const refusal = own.ok && isActionTool(own.tool) ? proposalRefusal(own.tool, own.input, actions, { startRepoChange: deps.startRepoChange !== undefined }) : undefined;
+            if (refusal !== undefined) own = { ok: false, error: `The ${c.toolName} action cannot be proposed: ${refusal}.` };
             const v = c.invalid && own.ok ? { ok: false as const, error: `The call could not be read: ${c.error ?? 'invalid'}` } : own;
             return { id: c.toolCallId, name: c.toolName, needsApproval: v.ok && needsApproval(c.toolName), ...(v.ok ? {} : { error: v.error }) };
           });
@@ -339,13 +374,28 @@ export function createActivities(deps: ActivityDeps) {
       const v = validateToolCall(call.toolName, call.input);
       if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
       else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
-      else outcome = await runValidatedTool({ db, senders, turnId: input.turnId, sessionId: input.sessionId, conversation: input.conversation }, call, v.tool);
+      else {
+        outcome = await runValidatedTool(
+          {
+            db,
+            senders,
+            turnId: input.turnId,
+            sessionId: input.sessionId,
+            conversation: input.conversation,
+            actions,
+            ...(deps.startRepoChange ? { startRepoChange: deps.startRepoChange } : {}),
+            workflow: { ...(wf.workflowId ? { workflowId: wf.workflowId } : {}), ...(wf.runId ? { runId: wf.runId } : {}) },
+          },
+          call,
+          v.tool,
+        );
+      }
       const resultHash = await putBlob(db, JSON.stringify(toolResultMessage(call, outcome.text)), 'application/json');
       await writeReceipt(db, {
         key: `${input.turnId}:tool:${input.toolCallId}`,
         kind: 'tool.call',
         ...wf,
-        data: { tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...outcome.detail },
+        data: { tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...(redact(outcome.detail) as Record<string, unknown>) },
       });
       return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };
     },
@@ -389,7 +439,7 @@ export function createActivities(deps: ActivityDeps) {
       const link = deps.runLink?.(row.workflowId);
       const text = [
         `**Approval needed** (${id}): an agent in ${where} wants to ${summary}.`,
-        `Payload: \`${row.payload.slice(0, 1500)}\``,
+        `Payload: \`${row.payload.length > PAYLOAD_SHOWN ? `${row.payload.slice(0, PAYLOAD_SHOWN)}\` … (${row.payload.length - PAYLOAD_SHOWN} more characters: GET /api/v1/approvals lists it whole)` : `${row.payload}\``}`,
         `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
         `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
       ].join('\n');

@@ -14,6 +14,8 @@ export type ReceiptKind =
   | 'delivery'
   | 'ingress.rejected'
   | 'tool.call'
+  | 'action.started'
+  | 'action.result'
   | 'approval.requested'
   | 'approval.decision'
   | 'approval.refused'
@@ -33,7 +35,9 @@ export type ReceiptKind =
   | 'sandbox.blocked'
   | 'gate.verdict'
   | 'promotion'
-  | 'change.end';
+  | 'change.end'
+  | 'objective.change'
+  | 'objective.run';
 
 export interface ReceiptInput {
   key?: string;

@@ -70,6 +70,7 @@ import {
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import { ChangeInputError, type ChangeService } from './changes.js';
+import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -205,6 +206,8 @@ export interface IngressDeps {
   attachments?: AttachmentLimits;
   /** Governed repository changes (/change, /answer; /stop and /steer reach a running change). */
   changes?: ChangeService;
+  /** Objectives on Temporal Schedules (/objectives, /objective). */
+  objectives?: ObjectiveService;
 }
 
 const PROVIDER_SETUP: Record<Provider, string> = {
@@ -418,6 +421,52 @@ export function createIngress(deps: IngressDeps): Ingress {
           if (err instanceof ChangeInputError) return `Not started: ${err.message}.`;
           throw err;
         }
+      }
+      case 'objectives': {
+        if (!deps.objectives) return 'Objectives are not enabled on this Steward.';
+        const all = await deps.objectives.list();
+        if (all.length === 0) return 'No objectives. Add one with /objective add <name> <30m or "cron"> [tz=Zone] <prompt>.';
+        return all
+          .map((o) => `${o.name}: ${o.schedule.every ? `every ${o.schedule.every}` : `cron ${String(o.schedule.cron)}`}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}, ${o.paused ? 'paused' : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`)
+          .join('\n');
+      }
+      case 'objective': {
+        if (!deps.objectives) return 'Objectives are not enabled on this Steward.';
+        const who = { id: actor.id, name: by };
+        try {
+          switch (cmd.action) {
+            case 'add': {
+              const o = await deps.objectives.create(
+                { name: cmd.name, prompt: cmd.prompt, chatId: conversation.chatId, platform: conversation.platform, account: conversation.account, schedule: cmd.schedule },
+                who,
+              );
+              return `Objective ${o.name} added: it reports here; next run ${o.nextRuns[0] ?? 'when the schedule says'}.`;
+            }
+            case 'show': {
+              const o = await deps.objectives.show(cmd.name);
+              return [`${o.name} (${o.id}): ${o.prompt}`, `Schedule: ${JSON.stringify(o.schedule)}, overlap ${o.overlap}${o.paused ? ', paused' : ''}`, `Next: ${o.nextRuns.slice(0, 3).join(', ') || '-'}`, ...o.runs.slice(0, 5).map((r) => `- ${r.scheduledAt ?? 'triggered'}: ${r.status}${r.error ? ` (${r.error.slice(0, 80)})` : ''}`)].join('\n');
+            }
+            case 'pause':
+              await deps.objectives.pause(cmd.name, who);
+              return `Objective ${cmd.name} paused.`;
+            case 'resume':
+              await deps.objectives.resume(cmd.name, who);
+              return `Objective ${cmd.name} resumed.`;
+            case 'trigger':
+              await deps.objectives.trigger(cmd.name, who);
+              return `Objective ${cmd.name} runs now.`;
+            case 'skip-missed':
+              await deps.objectives.skipMissed(cmd.name, who);
+              return `Objective ${cmd.name}: runs missed until now are skipped.`;
+            case 'delete':
+              await deps.objectives.remove(cmd.name, who);
+              return `Objective ${cmd.name} deleted.`;
+          }
+        } catch (err) {
+          if (err instanceof ObjectiveInputError) return `Not done: ${err.message}.`;
+          throw err;
+        }
+        return undefined;
       }
       case 'answer': {
         const waiting = deps.changes ? await deps.changes.waitingInChat(conversation) : undefined;

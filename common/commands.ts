@@ -42,6 +42,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'help', args: [], description: 'List the commands you may use.', minRole: 'viewer', where: 'any' },
   { name: 'change', args: [arg('repo', 'The registered repository'), arg('request', 'What to change', true, { rest: true })], description: 'Start a governed repository change (plan, sandboxed agent, validation gate, promotion).', minRole: 'operator', where: 'any' },
   { name: 'answer', args: [arg('text', "The answer to a change's clarifying question", true, { rest: true })], description: "Answer the clarifying question of this chat's change.", minRole: 'member', where: 'any' },
+  { name: 'objectives', args: [], description: 'List the objectives: their schedule, next run and last result.', minRole: 'viewer', where: 'any' },
+  { name: 'objective', args: [arg('action', 'add, show, pause, resume, trigger, skip-missed or delete', true, { choices: ['add', 'show', 'pause', 'resume', 'trigger', 'skip-missed', 'delete'] }), arg('name', 'The objective'), arg('details', 'For add: <interval like 30m, or "cron"> [tz=Zone] <prompt>', false, { rest: true })], description: 'Manage a scheduled objective that reports into this chat.', minRole: 'operator', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
   { name: 'approve', args: [arg('code', 'The pairing code'), arg('role', 'The role to give', true, { choices: ['overlord', 'admin', 'operator', 'member', 'viewer'] })], description: 'Approve a pairing request with a role.', minRole: 'admin', where: 'any' },
   { name: 'deny', args: [arg('code', 'The pairing code')], description: 'Deny a pairing request.', minRole: 'admin', where: 'any' },
@@ -70,6 +72,9 @@ export type ParsedCommand =
   | { kind: 'deny-action'; id: string; reason?: string }
   | { kind: 'change'; repo: string; request: string }
   | { kind: 'answer'; text: string }
+  | { kind: 'objectives' }
+  | { kind: 'objective'; action: 'show' | 'pause' | 'resume' | 'trigger' | 'skip-missed' | 'delete'; name: string }
+  | { kind: 'objective'; action: 'add'; name: string; schedule: { every?: string; cron?: string; timezone?: string }; prompt: string }
   | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
   | { kind: 'unbind' }
   | { kind: 'admin-channel'; on: boolean }
@@ -153,6 +158,37 @@ function parseCommand(name: string, rest: string): ParsedCommand {
       if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(repo)) return invalid('the repository is named by its registered name (letters, digits, . _ -)');
       if (request.length > 8000) return invalid('the request is longer than 8000 characters');
       return { kind: 'change', repo, request };
+    }
+    case 'objectives':
+      return { kind: 'objectives' };
+    case 'objective': {
+      const m = /^(\S+)\s+(\S+)\s*([\s\S]*)$/.exec(rest);
+      const action = m?.[1];
+      const name = m?.[2];
+      if (!m || !action || !name) return invalid(usage('objective'));
+      if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(name)) return invalid('an objective name uses lowercase letters, digits, - and _');
+      if (action === 'show' || action === 'pause' || action === 'resume' || action === 'trigger' || action === 'skip-missed' || action === 'delete') return { kind: 'objective', action, name };
+      if (action !== 'add') return invalid(`unknown action ${action}: add, show, pause, resume, trigger, skip-missed or delete`);
+      let details = (m[3] ?? '').trim();
+      const schedule: { every?: string; cron?: string; timezone?: string } = {};
+      const quoted = /^"([^"]+)"\s*/.exec(details);
+      if (quoted) {
+        schedule.cron = quoted[1]!.trim();
+        details = details.slice(quoted[0].length);
+      } else {
+        const every = /^(\d+(?:\.\d+)?(?:ms|s|m|h|d))\s*/.exec(details);
+        if (!every) return invalid('give the schedule first: an interval like 30m, or a cron expression in quotes like "0 9 * * 1-5"');
+        schedule.every = every[1]!;
+        details = details.slice(every[0].length);
+      }
+      const tz = /^tz=(\S+)\s*/.exec(details);
+      if (tz) {
+        schedule.timezone = tz[1]!;
+        details = details.slice(tz[0].length);
+      }
+      if (!details.trim()) return invalid('give the prompt after the schedule');
+      if (details.length > 8000) return invalid('the prompt is longer than 8000 characters');
+      return { kind: 'objective', action: 'add', name, schedule, prompt: details.trim() };
     }
     case 'answer':
       if (!rest) return invalid(usage('answer'));

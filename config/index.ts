@@ -9,7 +9,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { parseRateLimits, type RateLimits } from '../common/roles.js';
 import { ModelRefSchema, type Provider } from '../common/schemas.js';
-import { DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
+import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -158,6 +158,7 @@ export const ConfigEnvSchema = z.object({
   STEWARD_OPENHARNESS_WAIT: duration('25s', 'how long an OpenHarness request waits for the reply,'),
   STEWARD_TEMPORAL_UI_URL: url('(the Temporal UI that run links point at)'),
   STEWARD_REPO_TASK_QUEUE: z.string().trim().min(1).default('steward-repo'),
+  STEWARD_BACKGROUND_TASK_QUEUE: z.string().trim().min(1).default('steward-background'),
   STEWARD_REPO_POLICY: optionalString,
   STEWARD_SANDBOX_RO_BINDS: z
     .string()
@@ -176,6 +177,41 @@ export const ConfigEnvSchema = z.object({
   STEWARD_CHANGE_CLARIFY_TIMEOUT: duration('1h', "how long a change's clarifying question waits for its answer,"),
   STEWARD_CHANGE_MAX_QUESTIONS: positiveInt(3, 'a positive whole number of clarifying questions per change'),
   STEWARD_CHANGE_AGENT_STEPS: positiveInt(30, 'a positive whole number of model steps for the coding agent'),
+  // --- proposed actions
+  STEWARD_SMTP_URL: optionalString.refine((v) => v === undefined || /^smtps?:\/\/[^\s]+$/.test(v), {
+    message: 'expected an smtp:// or smtps:// URL (e.g. smtp://user:password@mail.example.com:587)',
+  }),
+  STEWARD_SMTP_FROM: optionalString.refine((v) => v === undefined || /^([^<>\r\n]*<[^\s<>@]+@[^\s<>@]+>|[^\s<>@]+@[^\s<>@]+)$/.test(v), {
+    message: 'expected a From address such as steward@example.com or "Steward <steward@example.com>"',
+  }),
+  STEWARD_ACTION_HTTP_ALLOW_PRIVATE: bool(false),
+  STEWARD_ACTION_HTTP_ALLOW_HOSTS: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const hosts = v.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean);
+      const bad = hosts.find((h) => !/^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/.test(h) && !/^\[?[0-9a-f:.]+\]?$/.test(h));
+      if (bad) {
+        ctx.addIssue({ code: 'custom', message: `expected host names, *.domain entries or IP addresses separated by commas (got ${bad})` });
+        return z.NEVER;
+      }
+      return hosts;
+    }),
+  STEWARD_ACTION_COMMANDS: z
+    .string()
+    .trim()
+    .default(DEFAULT_ACTION_COMMANDS.join(','))
+    .transform((v, ctx) => {
+      const names = v.split(',').map((s) => s.trim()).filter(Boolean);
+      const bad = names.find((n) => n !== '*' && !/^[A-Za-z0-9][A-Za-z0-9._+-]*$/.test(n));
+      if (bad) {
+        ctx.addIssue({ code: 'custom', message: `expected program names (no paths) separated by commas, or * (got ${bad})` });
+        return z.NEVER;
+      }
+      return names;
+    }),
+  STEWARD_ACTION_MAX_RESPONSE_BYTES: positiveInt(64 * 1024, 'the response bytes an HTTP action keeps'),
 });
 
 export type ConfigEnv = z.infer<typeof ConfigEnvSchema>;
@@ -203,6 +239,8 @@ export interface StewardConfig {
     tls?: { certPath?: string; keyPath?: string; caPath?: string; serverName?: string };
     embedded: { port: number; uiPort: number; ui: boolean; cliPath?: string };
     taskQueue: string;
+    /** The activity-only queue of objective runs (and their turns). */
+    backgroundTaskQueue: string;
     /** Workflows a worker keeps in memory; idle sessions beyond it are evicted and replayed when they wake. */
     maxCachedWorkflows: number;
   };
@@ -229,6 +267,12 @@ export interface StewardConfig {
     clarifyTimeoutMs: number;
     maxQuestions: number;
     agentMaxSteps: number;
+  };
+  /** Proposed actions (http_request, send_email, run_command, start_repo_change). */
+  actions: {
+    smtp?: { url: string; from: string };
+    http: { allowPrivate: boolean; allowHosts: string[]; maxResponseBytes: number };
+    commands: { allowlist: string[] };
   };
 }
 
@@ -290,7 +334,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       parsed.error.issues.map((issue) => {
         const key = String(issue.path[0] ?? '(config)');
         const got = merged[key];
-        const shown = got === undefined ? 'nothing' : /KEY|TOKEN|SECRET/.test(key) ? '(hidden)' : JSON.stringify(got);
+        const shown = got === undefined ? 'nothing' : /KEY|TOKEN|SECRET|SMTP_URL/.test(key) ? '(hidden)' : JSON.stringify(got);
         return `${key}: ${issue.message}; got ${shown}`;
       }),
     );
@@ -306,6 +350,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   if ((e.TEMPORAL_TLS_CERT && !e.TEMPORAL_TLS_KEY) || (!e.TEMPORAL_TLS_CERT && e.TEMPORAL_TLS_KEY)) {
     problems.push('TEMPORAL_TLS_CERT/TEMPORAL_TLS_KEY: expected both paths for mutual TLS, or neither');
   }
+  if (e.STEWARD_SMTP_URL && !e.STEWARD_SMTP_FROM) problems.push('STEWARD_SMTP_FROM: expected the From address of emails when STEWARD_SMTP_URL is set');
   if (problems.length > 0) throw new ConfigError(problems);
 
   const dataDir = path.resolve(cwd, e.STEWARD_DATA_DIR ?? '.data');
@@ -372,6 +417,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
         ...(e.TEMPORAL_CLI_PATH ? { cliPath: e.TEMPORAL_CLI_PATH } : {}),
       },
       taskQueue: e.STEWARD_TASK_QUEUE,
+      backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
       maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
     },
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
@@ -397,6 +443,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       clarifyTimeoutMs: e.STEWARD_CHANGE_CLARIFY_TIMEOUT,
       maxQuestions: e.STEWARD_CHANGE_MAX_QUESTIONS,
       agentMaxSteps: e.STEWARD_CHANGE_AGENT_STEPS,
+    },
+    actions: {
+      ...(e.STEWARD_SMTP_URL && e.STEWARD_SMTP_FROM ? { smtp: { url: e.STEWARD_SMTP_URL, from: e.STEWARD_SMTP_FROM } } : {}),
+      http: { allowPrivate: e.STEWARD_ACTION_HTTP_ALLOW_PRIVATE, allowHosts: e.STEWARD_ACTION_HTTP_ALLOW_HOSTS, maxResponseBytes: e.STEWARD_ACTION_MAX_RESPONSE_BYTES },
+      commands: { allowlist: e.STEWARD_ACTION_COMMANDS },
     },
   };
 }

@@ -36,6 +36,8 @@ const USAGE: Record<string, string> = {
   shells: 'steward shells issue NAME [--role R] [--identity ID] | list | revoke NAME',
   repos:
     'steward repos list | show NAME | remove NAME | add NAME --clone URL [--branch main] [--check "name: argv..."]... [--agent-command "argv..."] [--model provider:model] [--github owner/repo --token-ref env:NAME] [--promotion patch|draft-pr|draft-pr-after-approval] | add --file repo.json',
+  objectives:
+    'steward objectives list | show ID | add NAME --chat ID [--platform http|telegram|discord] [--account A] (--every 30m | --cron "0 9 * * *") [--timezone Z] [--jitter 1m] [--overlap skip|buffer-one|buffer-all|cancel-other|terminate-other|allow-all] [--catchup 1h] [--pause-on-failure] [--model M] --prompt TEXT | update ID [--prompt T] [--every D | --cron C] [--timezone Z] [--overlap P] [--catchup D] | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO | skip-missed ID | delete ID',
   changes: 'steward changes list [--repo R] | start REPO REQUEST... [--base BRANCH] | show ID [--json] | patch ID [--out FILE] | answer ID TEXT...',
 };
 
@@ -420,6 +422,115 @@ async function repos(sub: string | undefined, args: string[], io: CliIo): Promis
   }
 }
 
+async function objectives(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      chat: { type: 'string' },
+      platform: { type: 'string' },
+      account: { type: 'string' },
+      every: { type: 'string' },
+      cron: { type: 'string' },
+      timezone: { type: 'string' },
+      jitter: { type: 'string' },
+      overlap: { type: 'string' },
+      catchup: { type: 'string' },
+      'pause-on-failure': { type: 'boolean' },
+      model: { type: 'string' },
+      prompt: { type: 'string' },
+      start: { type: 'string' },
+      end: { type: 'string' },
+      paused: { type: 'boolean' },
+    },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  const fail = (r: { status: number; json: Record<string, unknown> }) => {
+    io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+    return r.status === 400 ? 2 : 1;
+  };
+  const schedule = () => ({
+    ...(values.every ? { every: values.every } : {}),
+    ...(values.cron ? { cron: values.cron } : {}),
+    ...(values.timezone ? { timezone: values.timezone } : {}),
+    ...(values.jitter ? { jitter: values.jitter } : {}),
+  });
+  const id = () => encodeURIComponent(check(z.string().min(1).max(64), positionals[0], 'ID'));
+  type View = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; nextRuns: string[]; lastRun: { status: string } | null };
+  const line = (o: View) => [o.name, o.id, o.schedule.every ? `every ${o.schedule.every}` : `cron ${String(o.schedule.cron)}`, o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
+  switch (sub) {
+    case 'list': {
+      const r = await callApi(target, 'GET', '/api/v1/objectives');
+      const rows = (r.json.objectives ?? []) as View[];
+      if (rows.length === 0) io.out('No objectives.\n');
+      else io.out(table([['NAME', 'ID', 'SCHEDULE', 'ZONE', 'NEXT RUN', 'LAST'], ...rows.map(line)]));
+      return 0;
+    }
+    case 'show': {
+      const r = await callApi(target, 'GET', `/api/v1/objectives/${id()}`);
+      if (r.status !== 200) return fail(r);
+      io.out(`${JSON.stringify(r.json, null, 2)}\n`);
+      return 0;
+    }
+    case 'add': {
+      const name = positionals[0];
+      if (!name || !values.chat || !values.prompt) throw new UsageError(`usage: ${USAGE.objectives}`);
+      const r = await callApi(target, 'POST', '/api/v1/objectives', {
+        name,
+        prompt: values.prompt,
+        chatId: values.chat,
+        ...(values.platform ? { platform: values.platform } : {}),
+        ...(values.account ? { account: values.account } : {}),
+        schedule: schedule(),
+        ...(values.overlap ? { overlap: values.overlap } : {}),
+        ...(values.catchup ? { catchupWindow: values.catchup } : {}),
+        ...(values['pause-on-failure'] ? { pauseOnFailure: true } : {}),
+        ...(values.paused ? { paused: true } : {}),
+        ...(values.model ? { model: values.model } : {}),
+      });
+      if (r.status !== 201) return fail(r);
+      const o = r.json as unknown as View;
+      io.out(`Added objective ${o.name} (${o.id}); next run ${o.nextRuns[0] ?? '-'}.\n`);
+      return 0;
+    }
+    case 'update': {
+      const s = schedule();
+      const r = await callApi(target, 'PATCH', `/api/v1/objectives/${id()}`, {
+        ...(values.prompt ? { prompt: values.prompt } : {}),
+        ...(Object.keys(s).length ? { schedule: s } : {}),
+        ...(values.overlap ? { overlap: values.overlap } : {}),
+        ...(values.catchup ? { catchupWindow: values.catchup } : {}),
+        ...(values['pause-on-failure'] !== undefined ? { pauseOnFailure: values['pause-on-failure'] } : {}),
+        ...(values.model ? { model: values.model } : {}),
+      });
+      if (r.status !== 200) return fail(r);
+      io.out(`Updated ${String(r.json.name)}.\n`);
+      return 0;
+    }
+    case 'pause':
+    case 'resume':
+    case 'trigger':
+    case 'skip-missed':
+    case 'backfill': {
+      const body = sub === 'backfill' ? { start: values.start, end: values.end, ...(values.overlap ? { overlap: values.overlap } : {}) } : sub === 'trigger' && values.overlap ? { overlap: values.overlap } : undefined;
+      const r = await callApi(target, 'POST', `/api/v1/objectives/${id()}/${sub}`, body);
+      if (r.status !== 200) return fail(r);
+      io.out(`${String(r.json.name)}: ${sub} done.\n`);
+      return 0;
+    }
+    case 'delete': {
+      const r = await callApi(target, 'DELETE', `/api/v1/objectives/${id()}`);
+      if (r.status !== 200) return fail(r);
+      io.out('Deleted.\n');
+      return 0;
+    }
+    default:
+      throw new UsageError(`usage: ${USAGE.objectives}`);
+  }
+}
+
 const ChangeIdArg = z.string().regex(/^chg-[a-f0-9]{12}$/, 'a change id looks like chg-0123456789ab');
 
 async function changes(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
@@ -521,6 +632,8 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await repos(sub, rest, io);
       case 'changes':
         return await changes(sub, rest, io);
+      case 'objectives':
+        return await objectives(sub, rest, io);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

@@ -46,6 +46,11 @@ Commands:
   changes list [--repo R] | start REPO REQUEST... [--base B] | show ID [--json]
              | patch ID [--out FILE] | answer ID TEXT...
                         Governed repository changes (through the running API).
+  objectives list | show ID | add NAME --chat ID (--every D | --cron C) --prompt T
+             [--timezone Z] [--overlap P] [--catchup D] [--pause-on-failure] | update ID ...
+             | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO
+             | skip-missed ID | delete ID
+                        Objectives on Temporal Schedules (through the running API).
   test [files...]       Run the test suite.
   help                  Show this help.
 
@@ -191,6 +196,7 @@ try {
     case 'shells':
     case 'repos':
     case 'changes':
+    case 'objectives':
       process.exitCode = await adminCommand(command, rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
       break;
     case 'help':

@@ -19,6 +19,7 @@ import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import type { StewardConfig } from '../config/index.js';
 import { createChangeService } from '../adapters/changes.js';
+import { createObjectiveService } from '../adapters/objectives.js';
 import { buildWorkflowBundle } from '../workers/bundle.js';
 import { createStewardWorker } from '../workers/main.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
@@ -81,7 +82,7 @@ export function installTemporalRuntime(log: Logger): void {
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges'> {
+function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions'> {
   const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -94,6 +95,7 @@ function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick
       defaultModel: config.model.default,
       agentMaxSteps: rc.agentMaxSteps,
     },
+    actions: config.actions,
   };
 }
 
@@ -105,8 +107,8 @@ function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick
 async function workersFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps): Promise<Worker[]> {
   const base = { connection, namespace: config.temporal.namespace, deps };
   const out = [await createStewardWorker({ ...base, taskQueue: config.temporal.taskQueue, maxCachedWorkflows: config.temporal.maxCachedWorkflows, workflowBundle: await buildWorkflowBundle() })];
-  if (config.repoChanges.taskQueue !== config.temporal.taskQueue) {
-    out.push(await createStewardWorker({ ...base, taskQueue: config.repoChanges.taskQueue, activitiesOnly: true }));
+  for (const queue of new Set([config.repoChanges.taskQueue, config.temporal.backgroundTaskQueue])) {
+    if (queue !== config.temporal.taskQueue) out.push(await createStewardWorker({ ...base, taskQueue: queue, activitiesOnly: true }));
   }
   return out;
 }
@@ -177,18 +179,6 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     // Worker
     const models = createModelRegistry(config.model.providers);
     const senders = createSenders(config, log);
-    const workers = await workersFor(config, nativeConnection, {
-      db,
-      models,
-      systemPrompt: config.model.systemPrompt,
-      log,
-      onTranscript,
-      senders,
-      ...activityOptions(config, uiUrl),
-    });
-    const worker = workers[0]!;
-    const running = runWorkers(workers, log);
-    cleanups.push(() => running.stop());
     const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
     const changes = createChangeService({
       client,
@@ -199,6 +189,28 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       maxQuestions: config.repoChanges.maxQuestions,
       ...(runLink ? { runLink } : {}),
       log,
+    });
+    const workers = await workersFor(config, nativeConnection, {
+      db,
+      models,
+      systemPrompt: config.model.systemPrompt,
+      log,
+      onTranscript,
+      senders,
+      ...activityOptions(config, uiUrl),
+      // an approved start_repo_change goes through the change service
+      startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
+    });
+    const worker = workers[0]!;
+    const running = runWorkers(workers, log);
+    cleanups.push(() => running.stop());
+    const objectives = createObjectiveService({
+      client,
+      db,
+      taskQueue: config.temporal.taskQueue,
+      activityQueue: config.temporal.backgroundTaskQueue,
+      maxSteps: config.model.maxSteps,
+      ...(runLink ? { runLink } : {}),
     });
 
     // HTTP API
@@ -216,6 +228,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       rateLimits: config.governance.rateLimits,
       attachments: config.governance.attachments,
       changes,
+      objectives,
     });
     const app = createHttpApp({
       ingress,
@@ -223,10 +236,11 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       log,
       admin: { db },
       changes,
+      objectives,
       health: async () => {
         const checks: Record<string, string> = {};
         checks.worker = worker.getState();
-        checks.repoWorker = (workers[1] ?? worker).getState();
+        for (const [i, w] of workers.slice(1).entries()) checks[`activityWorker${i + 1}`] = w.getState();
         try {
           await connection.healthService.check({});
           checks.temporal = 'ok';
@@ -286,6 +300,18 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
   const models = createModelRegistry(config.model.providers);
+  const runLink = runLinker(config.temporalUiUrl, config.temporal.namespace);
+  // an approved start_repo_change starts the change from here too
+  const changes = createChangeService({
+    client: new Client({ connection, namespace: config.temporal.namespace }),
+    db,
+    taskQueue: config.temporal.taskQueue,
+    activityQueue: config.repoChanges.taskQueue,
+    clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
+    maxQuestions: config.repoChanges.maxQuestions,
+    ...(runLink ? { runLink } : {}),
+    log,
+  });
   const workers = await workersFor(config, nativeConnection, {
     db,
     models,
@@ -293,6 +319,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
     log,
     senders: createSenders(config, log),
     ...activityOptions(config, undefined),
+    startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
   });
   const running = runWorkers(workers, log);
   const done = running.done.finally(async () => {

@@ -3,7 +3,7 @@
  * Temporal dev server with the real worker, then exports the histories as JSON (the format
  * `temporal workflow show -o json` writes) to test/replay/histories/.
  *
- *   node --import tsx scripts/record-histories.ts [foundation|channels|repo]
+ *   node --import tsx scripts/record-histories.ts [foundation|channels|repo|objectives]
  *
  * - foundation (files `session-NN.json`, `turn-NN.json`): a turn, steering, /stop, /status,
  *   /new, continue-as-new, over the HTTP API.
@@ -14,6 +14,8 @@
  *   one with a clarifying question answered in chat, ending in a patch artifact; one that
  *   waits for an admin's approval and ends in a draft PR on the GitHub API double; one refused
  *   by the validation gate.
+ * - objectives (files `objective-ob-NN.json`, `turn-ob-NN.json`): objective runs started by
+ *   their Temporal Schedule (a trigger, a backfilled run, a skipped run) with their turns.
  *
  * A scenario replaces only its own files: histories recorded by earlier code stay, so replay
  * keeps proving that today's code can continue runs that older code started.
@@ -35,8 +37,8 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (scenario !== 'foundation' && scenario !== 'channels' && scenario !== 'repo') throw new Error(`unknown scenario ${scenario}: foundation, channels or repo`);
-const tag = scenario === 'channels' ? 'ch-' : scenario === 'repo' ? 'rc-' : '';
+if (!['foundation', 'channels', 'repo', 'objectives'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo or objectives`);
+const tag = scenario === 'channels' ? 'ch-' : scenario === 'repo' ? 'rc-' : scenario === 'objectives' ? 'ob-' : '';
 
 const env = await createTestEnvironment();
 const model = await startModelServer();
@@ -250,10 +252,60 @@ async function repoChanges(m: ModelServer): Promise<void> {
   }
 }
 
+/** Write the given closed runs as this scenario's files (`<kind>-<tag>NN.json`). */
+async function exportRunIds(e: TestWorkflowEnvironment, runs: Array<{ workflowId: string; kind: string }>): Promise<void> {
+  const indexFile = new URL('workflow-ids.json', outDir);
+  const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
+  const mine = (f: string) => f.includes(`-${tag}`);
+  for (const f of await readdir(outDir)) if (f !== 'workflow-ids.json' && mine(f)) await unlink(new URL(f, outDir));
+  for (const k of Object.keys(index)) if (mine(k)) delete index[k];
+  const counters: Record<string, number> = {};
+  for (const run of runs) {
+    const handle = e.client.workflow.getHandle(run.workflowId);
+    const desc = await handle.describe();
+    if (desc.status.name === 'RUNNING') continue;
+    const history = await handle.fetchHistory();
+    counters[run.kind] = (counters[run.kind] ?? 0) + 1;
+    const name = `${run.kind}-${tag}${String(counters[run.kind]).padStart(2, '0')}.json`;
+    await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
+    index[name] = run.workflowId;
+    console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
+  }
+  const sorted = Object.fromEntries(Object.entries(index).sort(([a], [b]) => a.localeCompare(b)));
+  await writeFile(indexFile, `${JSON.stringify(sorted, null, 2)}\n`);
+}
+
+async function objectives(m: ModelServer): Promise<void> {
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } } }, async (h) => {
+    const op = { id: 'operator', name: 'the operator' };
+    m.setDefault(() => ({ text: 'Here is the daily digest.' }));
+    const o = await h.objectives.create({ name: `digest-${randomInt(1e5, 1e6)}`, prompt: 'Write the daily digest', chatId: h.chatId, account: h.account, schedule: { cron: '0 9 * * *', timezone: 'Europe/Berlin' }, paused: true }, op);
+    const settled = (n: number) =>
+      waitFor(async () => {
+        const runs = await dbh.db.objectiveRun.findMany({ where: { objectiveId: o.id } });
+        return runs.length >= n && runs.every((r) => r.status !== 'running') ? runs : undefined;
+      }, `${n} runs`, 60_000);
+    await h.objectives.trigger(o.id, op);
+    await settled(1);
+    await h.objectives.backfill(o.id, { start: '2026-03-28T00:00:00Z', end: '2026-03-29T00:00:00Z' }, op);
+    await settled(2);
+    await h.objectives.skipMissed(o.id, op);
+    await h.objectives.backfill(o.id, { start: '2026-03-29T00:00:00Z', end: '2026-03-30T00:00:00Z' }, op);
+    const runs = await settled(3);
+    for (const r of runs) await env.client.workflow.getHandle(r.id).result();
+    await exportRunIds(env, [
+      ...runs.map((r) => ({ workflowId: r.id, kind: 'objective' })),
+      ...runs.flatMap((r) => (r.turnId ? [{ workflowId: r.turnId, kind: 'turn' }] : [])),
+    ]);
+    await h.objectives.remove(o.id, op);
+  });
+}
+
 try {
   if (scenario === 'foundation') await foundation(model);
   else if (scenario === 'channels') await channels(model);
-  else await repoChanges(model);
+  else if (scenario === 'repo') await repoChanges(model);
+  else await objectives(model);
 } finally {
   await model.close();
   await dbh.cleanup();

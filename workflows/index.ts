@@ -2,3 +2,4 @@
 export { sessionWorkflow } from './session.js';
 export { turnWorkflow } from './turn.js';
 export { repoChangeWorkflow } from './repo-change.js';
+export { objectiveRunWorkflow } from './objective.js';

@@ -35,37 +35,49 @@ type Activities = ReturnType<typeof createActivities>;
 /** Error types the model activity raises that retrying cannot fix. */
 export const NON_RETRYABLE_MODEL_ERRORS = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured'];
 
-const modelActs = proxyActivities<Activities>({
-  startToCloseTimeout: '10 minutes',
-  // The activity heartbeats several times a second while it waits and streams, so a dead
-  // worker is noticed within this timeout and /stop reaches the activity at once.
-  heartbeatTimeout: '10 seconds',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: {
-    initialInterval: '1 second',
-    backoffCoefficient: 2,
-    maximumInterval: '30 seconds',
-    maximumAttempts: 5,
-    nonRetryableErrorTypes: NON_RETRYABLE_MODEL_ERRORS,
-  },
-});
+/**
+ * The turn's activity proxies; on `taskQueue` when given (an objective's turn runs its
+ * activities on the background queue), else on the workflow's own queue.
+ */
+function turnActivities(taskQueue: string | undefined) {
+  const q = taskQueue ? { taskQueue } : {};
+  const modelActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '10 minutes',
+    // The activity heartbeats several times a second while it waits and streams, so a dead
+    // worker is noticed within this timeout and /stop reaches the activity at once.
+    heartbeatTimeout: '10 seconds',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: {
+      initialInterval: '1 second',
+      backoffCoefficient: 2,
+      maximumInterval: '30 seconds',
+      maximumAttempts: 5,
+      nonRetryableErrorTypes: NON_RETRYABLE_MODEL_ERRORS,
+    },
+  });
 
-const outboxActs = proxyActivities<Activities>({
-  startToCloseTimeout: '1 minute',
-  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
-});
+  const outboxActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '1 minute',
+    retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
+  });
 
-/** Tools and approvals: side effects of their own, retried like deliveries. */
-const toolActs = proxyActivities<Activities>({
-  startToCloseTimeout: '2 minutes',
-  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
-});
+  /** Tools and approvals: side effects of their own, retried like deliveries. */
+  const toolActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '2 minutes',
+    retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
+  });
 
-/** The progress panel is a courtesy: a few quick tries, and a failure never fails the turn. */
-const panelActs = proxyActivities<Activities>({
-  startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
-});
+  /** The progress panel is a courtesy: a few quick tries, and a failure never fails the turn. */
+  const panelActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '30 seconds',
+    retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
+  });
+  return { modelActs, outboxActs, toolActs, panelActs };
+}
 
 function addUsage(a: TokenUsage, b: TokenUsage): TokenUsage {
   return { input: a.input + b.input, output: a.output + b.output, total: a.total + b.total };
@@ -80,6 +92,7 @@ function failureMessage(err: unknown): string {
 
 export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
   const { turnId } = input;
+  const { modelActs, outboxActs, toolActs, panelActs } = turnActivities(input.activityQueue);
   const status: TurnStatus = {
     turnId,
     step: 0,

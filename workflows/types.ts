@@ -80,6 +80,8 @@ export interface TurnInput {
   maxSteps: number;
   /** Show the turn's progress in an edited-in-place chat message (chat platforms). */
   progress?: boolean;
+  /** The task queue of the turn's activities (an objective's run: the background queue). */
+  activityQueue?: string;
 }
 
 /** A model step's or a tool's message in the turn's scratch transcript, stored as a blob. */

@@ -15,6 +15,8 @@ import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
 import { registerChangeRoutes } from './changes.js';
+import { registerObjectiveRoutes } from './objectives.js';
+import type { ObjectiveService } from '../objectives.js';
 import type { ChangeService } from '../changes.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */
@@ -158,6 +160,8 @@ export interface HttpDeps {
   admin?: Omit<AdminDeps, 'ingress'>;
   /** Repositories and governed changes. */
   changes?: ChangeService;
+  /** Objectives on Temporal Schedules. */
+  objectives?: ObjectiveService;
 }
 
 function tokenMatches(header: string | undefined, token: string): boolean {
@@ -209,7 +213,7 @@ export function createHttpApp(deps: HttpDeps) {
     },
   );
   // Administration bodies are small; one with content must be JSON.
-  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
+  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*', '/api/v1/objectives', '/api/v1/objectives/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
     const length = Number(c.req.header('content-length') ?? '0');
     const type = c.req.header('content-type') ?? '';
     if ((length > 0 || c.req.header('transfer-encoding')) && !/^application\/json\b/i.test(type)) return c.json({ error: 'expected Content-Type: application/json' }, 415);
@@ -218,6 +222,21 @@ export function createHttpApp(deps: HttpDeps) {
   });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
   if (deps.changes) registerChangeRoutes(app, deps.changes);
+  if (deps.objectives) {
+    registerObjectiveRoutes(app, deps.objectives);
+    const objectives = deps.objectives;
+    // Event triggers: signed by the objective's shared secret instead of the API token.
+    app.post(
+      '/hooks/objectives/:name',
+      bodyLimit({ maxSize: 256 * 1024, onError: (c) => c.json({ error: 'request body is larger than 262144 bytes' }, 413) }),
+      async (c) => {
+        const name = c.req.param('name');
+        if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(name)) return c.json({ error: 'no objective takes events under this name' }, 404);
+        const r = await objectives.receiveEvent(name, await c.req.text(), (h) => c.req.header(h));
+        return 'error' in r ? c.json({ error: r.error }, r.status) : c.json({ runId: r.runId, duplicate: r.duplicate }, r.status);
+      },
+    );
+  }
 
   app.openapi(postMessage, async (c) => {
     const { chatId } = c.req.valid('param');

@@ -10,8 +10,10 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Db } from '../../activities/db.js';
 import type { ToolPolicy } from '../../activities/index.js';
+import type { ActionOptions } from '../../activities/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/repo-change.js';
 import { createChangeService, type ChangeService } from '../../adapters/changes.js';
+import { createObjectiveService, type ObjectiveService } from '../../adapters/objectives.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../activities/model.js';
 import type { Senders } from '../../activities/outbox.js';
 import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
@@ -55,6 +57,8 @@ export interface HarnessOptions {
   /** Chat platform senders (given to the worker's activities and to ingress). */
   senders?: Senders;
   toolPolicy?: ToolPolicy;
+  /** Proposed actions: SMTP, the HTTP policy, the command allowlist. */
+  actions?: ActionOptions;
   rateLimits?: RateLimits;
   pairingTtlMs?: number;
   attachments?: AttachmentLimits;
@@ -72,6 +76,10 @@ export interface Harness {
   ingress: Ingress;
   /** Repositories and changes (the service behind /change, the API and the CLI). */
   changes: ChangeService;
+  /** Objectives on Temporal Schedules (the service behind /objective, the API and the CLI). */
+  objectives: ObjectiveService;
+  /** The activity-only queue of objective runs. */
+  backgroundQueue: string;
   worker: Worker;
   send(text: string, opts?: { chatId?: string; user?: string; id?: string }): Promise<IngressResult>;
   /** Wait until the transcript holds a message matching the predicate. */
@@ -96,7 +104,10 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       heartbeatEveryMs: 100,
       ...(opts.senders ? { senders: opts.senders } : {}),
       ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
+      ...(opts.actions ? { actions: opts.actions } : {}),
+      startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
       ...(opts.runLink ? { runLink: opts.runLink } : {}),
+      defaultModel: opts.model ?? 'openai-compatible:test-model',
       repoChanges: {
         ...DEFAULT_REPO_CHANGE_SETTINGS,
         defaultModel: opts.model ?? 'openai-compatible:test-model',
@@ -105,22 +116,38 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
-  // repo changes' activities on their own activity-only worker, as in the started platform
+  // repo changes' and objectives' activities on activity-only workers, as in the started platform
+  const activityWorker = (queue: string) =>
+    createStewardWorker({
+      connection: opts.env.nativeConnection,
+      namespace: opts.env.namespace ?? 'default',
+      taskQueue: queue,
+      activitiesOnly: true,
+      deps: {
+        db: opts.db,
+        models,
+        systemPrompt: DEFAULT_SYSTEM_PROMPT,
+        heartbeatEveryMs: 100,
+        defaultModel: opts.model ?? 'openai-compatible:test-model',
+        ...(opts.senders ? { senders: opts.senders } : {}),
+        ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
+        ...(opts.actions ? { actions: opts.actions } : {}),
+        startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
+        ...(opts.runLink ? { runLink: opts.runLink } : {}),
+        repoChanges: { ...DEFAULT_REPO_CHANGE_SETTINGS, defaultModel: opts.model ?? 'openai-compatible:test-model', ...(opts.repoChanges ?? {}) },
+      },
+    });
   const repoQueue = `${taskQueue}-repo`;
-  const repoWorker = await createStewardWorker({
-    connection: opts.env.nativeConnection,
-    namespace: opts.env.namespace ?? 'default',
-    taskQueue: repoQueue,
-    activitiesOnly: true,
-    deps: {
-      db: opts.db,
-      models,
-      systemPrompt: DEFAULT_SYSTEM_PROMPT,
-      heartbeatEveryMs: 100,
-      ...(opts.senders ? { senders: opts.senders } : {}),
-      ...(opts.runLink ? { runLink: opts.runLink } : {}),
-      repoChanges: { ...DEFAULT_REPO_CHANGE_SETTINGS, defaultModel: opts.model ?? 'openai-compatible:test-model', ...(opts.repoChanges ?? {}) },
-    },
+  const backgroundQueue = `${taskQueue}-background`;
+  const repoWorker = await activityWorker(repoQueue);
+  const backgroundWorker = await activityWorker(backgroundQueue);
+  const objectives = createObjectiveService({
+    client: opts.env.client,
+    db: opts.db,
+    taskQueue,
+    activityQueue: backgroundQueue,
+    maxSteps: opts.maxSteps ?? 4,
+    ...(opts.runLink ? { runLink: opts.runLink } : {}),
   });
   const changes = createChangeService({
     client: opts.env.client,
@@ -133,6 +160,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   });
   const ingress = createIngress({
     changes,
+    objectives,
     client: opts.env.client,
     db: opts.db,
     taskQueue,
@@ -153,6 +181,8 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     sessionId: sessionIdOf(chatId),
     ingress,
     changes,
+    objectives,
+    backgroundQueue,
     worker,
     sessionIdOf,
     send: (text, o = {}) =>
@@ -179,7 +209,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       }
     },
   };
-  return worker.runUntil(repoWorker.runUntil(fn(h)));
+  return worker.runUntil(repoWorker.runUntil(backgroundWorker.runUntil(fn(h))));
 }
 
 export async function waitFor<T>(probe: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 20_000): Promise<T> {

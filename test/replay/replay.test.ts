@@ -33,6 +33,10 @@ describe('replay of recorded histories', () => {
     }
     assert.ok(changes.some((f) => text(f).includes('changeAnswer')), 'a repo-change history with an answered question');
     assert.ok(changes.some((f) => text(f).includes('approvalDecision')), 'a repo-change history with an approval decision');
+    // objective runs started by their schedule: one run with its turn, one skipped
+    const runs = files.filter((f) => f.startsWith('objective-'));
+    assert.ok(runs.some((f) => text(f).includes('"objectivePrepareRun"') && text(f).includes('turnWorkflow')), 'an objective run with its turn');
+    assert.ok(runs.some((f) => !text(f).includes('turnWorkflow')), 'a skipped objective run');
   });
 
   it('replays every history without nondeterminism', async () => {

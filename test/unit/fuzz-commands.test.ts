@@ -53,6 +53,7 @@ describe('command parsing (properties)', () => {
       'admin-channel': 'on',
       change: 'demo fix the greeting',
       answer: 'only src',
+      objective: 'add digest 30m tz=Europe/Berlin Summarise the news',
     };
     for (const c of COMMANDS) {
       for (const name of [c.name, telegramCommandName(c.name)]) {

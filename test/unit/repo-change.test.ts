@@ -108,6 +108,22 @@ describe('change and repository input', () => {
     }
   });
 
+  it('parses /objective and /objectives', () => {
+    assert.deepEqual(parseText('/objective add digest 30m tz=Europe/Berlin Summarise the news'), {
+      kind: 'command',
+      command: { kind: 'objective', action: 'add', name: 'digest', schedule: { every: '30m', timezone: 'Europe/Berlin' }, prompt: 'Summarise the news' },
+    });
+    assert.deepEqual(parseText('/objective add weekly "0 9 * * 1" Plan the week'), {
+      kind: 'command',
+      command: { kind: 'objective', action: 'add', name: 'weekly', schedule: { cron: '0 9 * * 1' }, prompt: 'Plan the week' },
+    });
+    assert.deepEqual(parseText('/objective pause digest'), { kind: 'command', command: { kind: 'objective', action: 'pause', name: 'digest' } });
+    for (const bad of ['/objective', '/objective add digest', '/objective add digest soon Do it', '/objective add digest 30m', '/objective explode digest', '/objective add Bad 30m x']) {
+      assert.equal((parseText(bad) as { command: { kind: string } }).command.kind, 'invalid', bad);
+    }
+    assert.deepEqual(parseText('/objectives'), { kind: 'command', command: { kind: 'objectives' } });
+  });
+
   it('parses /change and /answer', () => {
     assert.deepEqual(parseText('/change demo Fix the  greeting\nplease'), { kind: 'command', command: { kind: 'change', repo: 'demo', request: 'Fix the  greeting\nplease' } });
     assert.equal((parseText('/change demo') as { command: { kind: string } }).command.kind, 'invalid');

@@ -1,0 +1,400 @@
+/**
+ * Objectives as the API, the CLI and chat manage them: each is a database record and one
+ * Temporal Schedule (cron or interval, time zone, jitter, overlap policy, catch-up window,
+ * pause on failure) whose runs are `objectiveRunWorkflow`s. Create, list (next run, last
+ * result), show, update, pause, resume, trigger now, backfill a time range, skip missed runs,
+ * delete. Every input is validated with zod first; every change writes a receipt with who,
+ * what, before and after.
+ */
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
+import { putBlob } from '../activities/blobs.js';
+import type { Db } from '../activities/db.js';
+import { isUniqueViolation } from '../activities/prisma-errors.js';
+import { lookupBinding } from '../activities/governance.js';
+import { writeReceipt } from '../activities/receipts.js';
+import {
+  BackfillSchema,
+  durationMs,
+  EventIdSchema,
+  NewObjectiveSchema,
+  ObjectivePatchSchema,
+  objectiveRunWorkflowId,
+  objectiveScheduleId,
+  type ObjectiveRunInput,
+  type ObjectiveSchedule,
+  type OverlapPolicy,
+} from '../common/objectives.js';
+import type { objectiveRunWorkflow } from '../workflows/objective.js';
+import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+
+export interface ObjectiveServiceDeps {
+  client: Client;
+  db: Db;
+  /** The task queue the run workflows (and their turns) run on. */
+  taskQueue: string;
+  /** The background queue their activities run on (never a chat worker's slots). */
+  activityQueue?: string;
+  maxSteps: number;
+  runLink?: (workflowId: string) => string | undefined;
+  /** Secrets by reference (`env:NAME` -> value); default process.env. */
+  secret?: (name: string) => string | undefined;
+}
+
+export interface Requester {
+  id: string;
+  name: string;
+}
+
+export class ObjectiveInputError extends Error {
+  override readonly name = 'ObjectiveInputError';
+  constructor(
+    message: string,
+    readonly status: 400 | 404 | 409 = 400,
+  ) {
+    super(message);
+  }
+}
+
+export interface ObjectiveView {
+  id: string;
+  name: string;
+  prompt: string;
+  chat: { platform: string; account: string; chatId: string };
+  model: string | null;
+  schedule: ObjectiveSchedule;
+  overlap: string;
+  catchupWindowMs: number;
+  pauseOnFailure: boolean;
+  paused: boolean;
+  skipBefore: string | null;
+  /** Runs on signed webhook calls (POST /hooks/objectives/{name}). */
+  webhook: boolean;
+  nextRuns: string[];
+  lastRun: { id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null; at: string } | null;
+  runsTaken: number;
+  scheduleId: string;
+  runUrl: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+const OVERLAP: Record<OverlapPolicy, ScheduleOverlapPolicy> = {
+  skip: ScheduleOverlapPolicy.SKIP,
+  'buffer-one': ScheduleOverlapPolicy.BUFFER_ONE,
+  'buffer-all': ScheduleOverlapPolicy.BUFFER_ALL,
+  'cancel-other': ScheduleOverlapPolicy.CANCEL_OTHER,
+  'terminate-other': ScheduleOverlapPolicy.TERMINATE_OTHER,
+  'allow-all': ScheduleOverlapPolicy.ALLOW_ALL,
+};
+
+function issues(err: { issues: ReadonlyArray<{ path: PropertyKey[]; message: string }> }): string {
+  return err.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message}`).join('; ');
+}
+
+type ObjectiveRow = NonNullable<Awaited<ReturnType<Db['objective']['findUnique']>>>;
+
+export function newObjectiveId(): string {
+  return `obj-${randomBytes(6).toString('hex')}`;
+}
+
+export function createObjectiveService(deps: ObjectiveServiceDeps) {
+  const { client, db } = deps;
+
+  function scheduleOptions(o: ObjectiveRow): ScheduleOptions<ScheduleOptionsStartWorkflowAction<typeof objectiveRunWorkflow>> {
+    const s = JSON.parse(o.schedule) as ObjectiveSchedule;
+    const cron = s.cron === undefined ? [] : Array.isArray(s.cron) ? s.cron : [s.cron];
+    const input: ObjectiveRunInput = { objectiveId: o.id, maxSteps: deps.maxSteps, ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}) };
+    return {
+      scheduleId: objectiveScheduleId(o.id),
+      spec: {
+        ...(cron.length ? { cronExpressions: cron } : {}),
+        ...(s.every ? { intervals: [{ every: durationMs(s.every)! }] } : {}),
+        ...(s.timezone ? { timezone: s.timezone } : {}),
+        ...(s.jitter ? { jitter: durationMs(s.jitter)! } : {}),
+      },
+      action: {
+        type: 'startWorkflow',
+        workflowType: 'objectiveRunWorkflow',
+        workflowId: objectiveRunWorkflowId(o.id),
+        taskQueue: deps.taskQueue,
+        args: [input],
+        typedSearchAttributes: [
+          { key: KindAttr, value: 'objective-run' },
+          { key: PlatformAttr, value: o.platform },
+          { key: ChatAttr, value: o.chatId },
+        ],
+        staticSummary: `Objective ${o.name}: ${o.prompt.slice(0, 150)}`,
+      },
+      policies: { overlap: OVERLAP[o.overlap as OverlapPolicy], catchupWindow: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure },
+      state: { paused: o.paused, note: o.paused ? 'paused' : 'created by Steward' },
+    };
+  }
+
+  function snapshot(o: ObjectiveRow): Record<string, unknown> {
+    return { name: o.name, prompt: o.prompt, chat: `${o.platform}:${o.chatId}`, model: o.model, schedule: JSON.parse(o.schedule), overlap: o.overlap, catchupWindowMs: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure, paused: o.paused, skipBefore: o.skipBefore?.toISOString() ?? null };
+  }
+
+  async function receipt(by: Requester, action: string, id: string, before: ObjectiveRow | null, after: ObjectiveRow | null, extra: Record<string, unknown> = {}): Promise<void> {
+    await writeReceipt(db, {
+      kind: 'objective.change',
+      workflowId: objectiveScheduleId(id),
+      actor: by.id,
+      data: { action, objectiveId: id, by: by.name, before: before ? snapshot(before) : null, after: after ? snapshot(after) : null, ...extra },
+    });
+  }
+
+  /** An objective by id or name. */
+  async function find(idOrName: string): Promise<ObjectiveRow> {
+    const o = (await db.objective.findUnique({ where: { id: idOrName } })) ?? (await db.objective.findUnique({ where: { name: idOrName } }));
+    if (!o) throw new ObjectiveInputError(`no objective ${idOrName}`, 404);
+    return o;
+  }
+
+  async function view(o: ObjectiveRow): Promise<ObjectiveView> {
+    let nextRuns: string[] = [];
+    let runsTaken = 0;
+    try {
+      const d = await client.schedule.getHandle(objectiveScheduleId(o.id)).describe();
+      nextRuns = d.state.paused ? [] : d.info.nextActionTimes.slice(0, 5).map((t) => t.toISOString());
+      runsTaken = d.info.numActionsTaken;
+    } catch (err) {
+      if (!(err instanceof ScheduleNotFoundError)) throw err;
+    }
+    const last = await db.objectiveRun.findFirst({ where: { objectiveId: o.id }, orderBy: { createdAt: 'desc' } });
+    return {
+      id: o.id,
+      name: o.name,
+      prompt: o.prompt,
+      chat: { platform: o.platform, account: o.account, chatId: o.chatId },
+      model: o.model,
+      schedule: JSON.parse(o.schedule) as ObjectiveSchedule,
+      overlap: o.overlap,
+      catchupWindowMs: o.catchupWindowMs,
+      pauseOnFailure: o.pauseOnFailure,
+      paused: o.paused,
+      skipBefore: o.skipBefore?.toISOString() ?? null,
+      webhook: o.webhookSecretRef !== null,
+      nextRuns,
+      lastRun: last ? { id: last.id, scheduledAt: last.scheduledAt?.toISOString() ?? null, status: last.status, outcome: last.outcome, error: last.error, at: last.updatedAt.toISOString() } : null,
+      runsTaken,
+      scheduleId: objectiveScheduleId(o.id),
+      runUrl: last ? (deps.runLink?.(last.id) ?? null) : null,
+      createdAt: o.createdAt.toISOString(),
+      updatedAt: o.updatedAt.toISOString(),
+    };
+  }
+
+  /** A Temporal refusal of the schedule (a bad cron, say) is the caller's error, and changes nothing. */
+  async function temporal<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      const msg = (err as Error).message ?? String(err);
+      // the SDK checks cron fields itself (a TypeError); the server answers INVALID_ARGUMENT
+      if (err instanceof TypeError || /invalid|INVALID_ARGUMENT|parse/i.test(msg)) throw new ObjectiveInputError(`Temporal refused the schedule: ${msg}`);
+      throw err;
+    }
+  }
+
+  return {
+    async create(input: unknown, by: Requester): Promise<ObjectiveView> {
+      const parsed = NewObjectiveSchema.safeParse(input);
+      if (!parsed.success) throw new ObjectiveInputError(`invalid objective: ${issues(parsed.error)}`);
+      const n = parsed.data;
+      if (await db.objective.findUnique({ where: { name: n.name } })) throw new ObjectiveInputError(`an objective named ${n.name} exists already`, 409);
+      let account = n.account ?? 'default';
+      if (n.platform !== 'http') {
+        const b = await lookupBinding(db, n.platform, n.account ?? '*', n.chatId);
+        if (b.kind !== 'bound') throw new ObjectiveInputError(`the ${n.platform} chat ${n.chatId} is not bound (bind it first: /bind or steward bindings add)`);
+        account = n.account ?? (b.binding.account === '*' ? '' : b.binding.account);
+        if (!account) throw new ObjectiveInputError(`give the bot account of the ${n.platform} chat ${n.chatId} ("account")`);
+      }
+      const row = await db.objective.create({
+        data: {
+          id: newObjectiveId(),
+          name: n.name,
+          prompt: n.prompt,
+          platform: n.platform,
+          account,
+          chatId: n.chatId,
+          model: n.model ?? null,
+          schedule: JSON.stringify(n.schedule ?? {}),
+          webhookSecretRef: n.webhook?.secretRef ?? null,
+          overlap: n.overlap,
+          catchupWindowMs: durationMs(n.catchupWindow)!,
+          pauseOnFailure: n.pauseOnFailure,
+          paused: n.paused,
+          createdBy: by.id,
+        },
+      });
+      try {
+        await temporal(() => client.schedule.create(scheduleOptions(row)));
+      } catch (err) {
+        await db.objective.delete({ where: { id: row.id } });
+        throw err;
+      }
+      await receipt(by, 'create', row.id, null, row);
+      return view(row);
+    },
+
+    async list(): Promise<ObjectiveView[]> {
+      const rows = await db.objective.findMany({ orderBy: { name: 'asc' } });
+      return Promise.all(rows.map(view));
+    },
+
+    async show(idOrName: string): Promise<ObjectiveView & { runs: Array<{ id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null }> }> {
+      const o = await find(idOrName);
+      const runs = await db.objectiveRun.findMany({ where: { objectiveId: o.id }, orderBy: { createdAt: 'desc' }, take: 20 });
+      return {
+        ...(await view(o)),
+        runs: runs.map((r) => ({ id: r.id, scheduledAt: r.scheduledAt?.toISOString() ?? null, status: r.status, outcome: r.outcome, error: r.error })),
+      };
+    },
+
+    async update(idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> {
+      const parsed = ObjectivePatchSchema.safeParse(input);
+      if (!parsed.success) throw new ObjectiveInputError(`invalid change: ${issues(parsed.error)}`);
+      const p = parsed.data;
+      const before = await find(idOrName);
+      const next = {
+        ...(p.prompt !== undefined ? { prompt: p.prompt } : {}),
+        ...(p.schedule !== undefined ? { schedule: JSON.stringify(p.schedule) } : {}),
+        ...(p.overlap !== undefined ? { overlap: p.overlap } : {}),
+        ...(p.catchupWindow !== undefined ? { catchupWindowMs: durationMs(p.catchupWindow)! } : {}),
+        ...(p.pauseOnFailure !== undefined ? { pauseOnFailure: p.pauseOnFailure } : {}),
+        ...(p.model !== undefined ? { model: p.model } : {}),
+      };
+      const candidate = { ...before, ...next } as ObjectiveRow;
+      // the schedule first: a refusal (a bad cron) leaves the record as it was
+      await temporal(() => client.schedule.getHandle(objectiveScheduleId(before.id)).update(() => {
+        const { scheduleId: _id, ...rest } = scheduleOptions(candidate);
+        return { ...rest, state: { paused: before.paused } };
+      }));
+      const after = await db.objective.update({ where: { id: before.id }, data: next });
+      await receipt(by, 'update', before.id, before, after);
+      return view(after);
+    },
+
+    async pause(idOrName: string, by: Requester): Promise<ObjectiveView> {
+      const before = await find(idOrName);
+      await client.schedule.getHandle(objectiveScheduleId(before.id)).pause(`paused by ${by.name}`);
+      const after = await db.objective.update({ where: { id: before.id }, data: { paused: true } });
+      await receipt(by, 'pause', before.id, before, after);
+      return view(after);
+    },
+
+    async resume(idOrName: string, by: Requester): Promise<ObjectiveView> {
+      const before = await find(idOrName);
+      await client.schedule.getHandle(objectiveScheduleId(before.id)).unpause(`resumed by ${by.name}`);
+      const after = await db.objective.update({ where: { id: before.id }, data: { paused: false } });
+      await receipt(by, 'resume', before.id, before, after);
+      return view(after);
+    },
+
+    /** Run now (the objective's overlap policy applies unless another is given). */
+    async trigger(idOrName: string, by: Requester, overlap?: OverlapPolicy): Promise<ObjectiveView> {
+      const o = await find(idOrName);
+      // the SDK's default for a trigger is allow-all: pass the objective's own policy instead
+      await client.schedule.getHandle(objectiveScheduleId(o.id)).trigger(OVERLAP[overlap ?? (o.overlap as OverlapPolicy)]);
+      await receipt(by, 'trigger', o.id, o, o, overlap ? { overlap } : {});
+      return view(o);
+    },
+
+    /** The runs a past time range would have had (each scheduled time once). */
+    async backfill(idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> {
+      const parsed = BackfillSchema.safeParse(input);
+      if (!parsed.success) throw new ObjectiveInputError(`invalid backfill: ${issues(parsed.error)}`);
+      const o = await find(idOrName);
+      const b = parsed.data;
+      await client.schedule.getHandle(objectiveScheduleId(o.id)).backfill({ start: new Date(b.start), end: new Date(b.end), overlap: OVERLAP[b.overlap] });
+      await receipt(by, 'backfill', o.id, o, o, { start: b.start, end: b.end, overlap: b.overlap });
+      return view(o);
+    },
+
+    /** After downtime: runs scheduled before now that have not started yet are skipped. */
+    async skipMissed(idOrName: string, by: Requester): Promise<ObjectiveView> {
+      const before = await find(idOrName);
+      const after = await db.objective.update({ where: { id: before.id }, data: { skipBefore: new Date() } });
+      await receipt(by, 'skip-missed', before.id, before, after);
+      return view(after);
+    },
+
+    /**
+     * An event for an objective's webhook: a signed HTTP call (`X-Steward-Signature`,
+     * `X-Steward-Event-Id`) or a repository push (`X-Hub-Signature-256`, `X-GitHub-Delivery`,
+     * `X-GitHub-Event`). The HMAC-SHA256 of the raw body with the shared secret must match; the
+     * event id deduplicates (a redelivery is answered, never run again); then one run starts.
+     */
+    async receiveEvent(name: string, rawBody: string, header: (name: string) => string | undefined): Promise<{ status: 202 | 200; runId: string; duplicate: boolean } | { status: 401 | 404 | 400 | 409; error: string }> {
+      const o = await db.objective.findUnique({ where: { name } });
+      if (!o || !o.webhookSecretRef) return { status: 404, error: 'no objective takes events under this name' };
+      const secret = (deps.secret ?? ((n: string) => process.env[n]))(o.webhookSecretRef.slice('env:'.length));
+      if (!secret) return { status: 401, error: 'the webhook secret of this objective is not configured' };
+      const github = header('x-hub-signature-256') !== undefined;
+      const signature = header('x-hub-signature-256') ?? header('x-steward-signature') ?? '';
+      const expected = `sha256=${createHmac('sha256', secret).update(rawBody).digest('hex')}`;
+      const a = Buffer.from(signature);
+      const b = Buffer.from(expected);
+      if (a.length !== b.length || !timingSafeEqual(a, b)) return { status: 401, error: 'the signature does not match (expected sha256=<HMAC-SHA256 of the body>)' };
+      const idParsed = EventIdSchema.safeParse(header('x-github-delivery') ?? header('x-steward-event-id') ?? '');
+      if (!idParsed.success) return { status: 400, error: `missing or bad event id (X-Steward-Event-Id or X-GitHub-Delivery): ${idParsed.error.issues[0]?.message ?? ''}` };
+      let payload: unknown;
+      try {
+        payload = JSON.parse(rawBody);
+      } catch {
+        return { status: 400, error: 'the body is not JSON' };
+      }
+      const eventId = idParsed.data;
+      const source = github ? `github ${header('x-github-event') ?? 'event'}` : 'http';
+      const runId = `${objectiveRunWorkflowId(o.id)}-event-${eventId}`;
+      const seen = await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId } } });
+      if (seen) return { status: 200, runId: seen.runId, duplicate: true };
+      if (o.paused) return { status: 409, error: `objective ${o.name} is paused` };
+      const payloadHash = await putBlob(db, JSON.stringify(payload, null, 2), 'application/json');
+      try {
+        await db.objectiveEvent.create({ data: { objectiveId: o.id, eventId, source, payloadHash, runId } });
+      } catch (err) {
+        if (isUniqueViolation(err)) return { status: 200, runId, duplicate: true }; // delivered twice at once
+        throw err;
+      }
+      const input: ObjectiveRunInput = {
+        objectiveId: o.id,
+        maxSteps: deps.maxSteps,
+        event: { id: eventId, source, payloadHash },
+        ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
+      };
+      try {
+        await client.workflow.start('objectiveRunWorkflow', {
+          workflowId: runId,
+          taskQueue: deps.taskQueue,
+          args: [input],
+          typedSearchAttributes: [
+            { key: KindAttr, value: 'objective-run' },
+            { key: PlatformAttr, value: o.platform },
+            { key: ChatAttr, value: o.chatId },
+          ],
+          staticSummary: `Objective ${o.name} on ${source} event ${eventId}`,
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      }
+      await writeReceipt(db, { kind: 'objective.run', workflowId: runId, actor: `webhook:${source}`, data: { objectiveId: o.id, name: o.name, event: eventId, source, payloadHash } });
+      return { status: 202, runId, duplicate: false };
+    },
+
+    async remove(idOrName: string, by: Requester): Promise<boolean> {
+      const o = await find(idOrName);
+      try {
+        await client.schedule.getHandle(objectiveScheduleId(o.id)).delete();
+      } catch (err) {
+        if (!(err instanceof ScheduleNotFoundError)) throw err;
+      }
+      await db.objective.delete({ where: { id: o.id } });
+      await receipt(by, 'delete', o.id, o, null);
+      return true;
+    },
+  };
+}
+
+export type ObjectiveService = ReturnType<typeof createObjectiveService>;

@@ -1,0 +1,137 @@
+/**
+ * Objectives: standing instructions run on Temporal Schedules. The input schemas shared by the
+ * API, the CLI and chat, and pure helpers. No I/O.
+ */
+import { z } from 'zod';
+import { ModelRefSchema } from './schemas.js';
+
+export const OVERLAP_POLICIES = ['skip', 'buffer-one', 'buffer-all', 'cancel-other', 'terminate-other', 'allow-all'] as const;
+export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
+
+const DURATION = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/;
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** `30s`, `15m`, `1h`, `2d` in milliseconds; undefined when malformed. */
+export function durationMs(text: string): number | undefined {
+  const m = DURATION.exec(text.trim());
+  if (!m) return undefined;
+  return Math.round(Number(m[1]) * (UNITS[m[2]!] ?? 1));
+}
+
+const Duration = (what: string, minMs: number) =>
+  z
+    .string()
+    .trim()
+    .refine((v) => {
+      const ms = durationMs(v);
+      return ms !== undefined && ms >= minMs;
+    }, `expected ${what} such as 30s, 15m, 1h or 2d (at least ${minMs / 1000}s)`);
+
+export function validTimeZone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Five or six cron fields (Temporal's cron dialect); the server checks the rest. */
+const Cron = z
+  .string()
+  .trim()
+  .min(1)
+  .max(200)
+  .refine((c) => /^@(yearly|annually|monthly|weekly|daily|hourly|every\s+\S+)$/.test(c) || (c.split(/\s+/).length >= 5 && c.split(/\s+/).length <= 7), 'expected a cron expression such as "0 9 * * 1-5"');
+
+export const ObjectiveScheduleSchema = z
+  .strictObject({
+    cron: z.union([Cron, z.array(Cron).min(1).max(10)]).optional(),
+    every: Duration('an interval', 1000).optional(),
+    timezone: z
+      .string()
+      .trim()
+      .refine(validTimeZone, 'expected an IANA time zone such as Europe/Berlin')
+      .optional(),
+    jitter: Duration('a jitter', 0).optional(),
+  })
+  .refine((s) => (s.cron !== undefined) !== (s.every !== undefined), 'give exactly one of cron or every');
+export type ObjectiveSchedule = z.infer<typeof ObjectiveScheduleSchema>;
+
+export const ObjectiveNameSchema = z
+  .string()
+  .trim()
+  .regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'a name uses lowercase letters, digits, - and _ (up to 64)');
+
+/** `POST /api/v1/objectives`. */
+export const NewObjectiveSchema = z.strictObject({
+  name: ObjectiveNameSchema,
+  prompt: z.string().trim().min(1, 'the prompt is empty').max(8000),
+  chatId: z.string().trim().min(1).max(128).regex(/^[A-Za-z0-9._@+=-]+$/, 'only letters, digits and . _ @ + = - are allowed'),
+  /** Where results go: an HTTP chat by default, or a bound Telegram/Discord chat. */
+  platform: z.enum(['http', 'telegram', 'discord']).default('http'),
+  account: z.string().trim().min(1).max(128).optional(),
+  /** Absent: the objective runs on events (webhook) and triggers only. */
+  schedule: ObjectiveScheduleSchema.optional(),
+  /** Event trigger: a signed HTTP call or a repository push webhook, with the shared secret by reference. */
+  webhook: z
+    .strictObject({ secretRef: z.string().regex(/^env:[A-Z_][A-Z0-9_]*$/, 'expected env:NAME (the variable that holds the shared secret)') })
+    .optional(),
+  overlap: z.enum(OVERLAP_POLICIES).default('skip'),
+  catchupWindow: Duration('a catch-up window', 10_000).default('1h'),
+  pauseOnFailure: z.boolean().default(false),
+  model: ModelRefSchema.optional(),
+  paused: z.boolean().default(false),
+}).refine((o) => o.schedule !== undefined || o.webhook !== undefined, 'give a schedule, a webhook, or both');
+export type NewObjective = z.infer<typeof NewObjectiveSchema>;
+
+/** `PATCH /api/v1/objectives/{id}`: any of the settings. */
+export const ObjectivePatchSchema = z
+  .strictObject({
+    prompt: z.string().trim().min(1).max(8000).optional(),
+    schedule: ObjectiveScheduleSchema.optional(),
+    overlap: z.enum(OVERLAP_POLICIES).optional(),
+    catchupWindow: Duration('a catch-up window', 10_000).optional(),
+    pauseOnFailure: z.boolean().optional(),
+    model: ModelRefSchema.optional(),
+  })
+  .refine((p) => Object.keys(p).length > 0, 'nothing to change');
+export type ObjectivePatch = z.infer<typeof ObjectivePatchSchema>;
+
+/** `POST /api/v1/objectives/{id}/backfill`: the runs a time range would have had. */
+export const BackfillSchema = z
+  .strictObject({
+    start: z.iso.datetime({ offset: true }),
+    end: z.iso.datetime({ offset: true }),
+    overlap: z.enum(OVERLAP_POLICIES).default('allow-all'),
+  })
+  .refine((b) => Date.parse(b.start) < Date.parse(b.end), 'start must be before end')
+  .refine((b) => Date.parse(b.end) - Date.parse(b.start) <= 366 * 86_400_000, 'at most a year at a time');
+
+/** The run's workflow id prefix; Temporal appends the scheduled time, so a run is never doubled. */
+export function objectiveRunWorkflowId(objectiveId: string): string {
+  return `objective-run:${objectiveId}`;
+}
+
+export function objectiveScheduleId(objectiveId: string): string {
+  return `objective:${objectiveId}`;
+}
+
+/** An event id as senders give it (GitHub's delivery id, a caller's id): bounded, printable. */
+export const EventIdSchema = z.string().trim().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an event id is 1-128 letters, digits and . _ : -');
+
+export interface ObjectiveRunInput {
+  objectiveId: string;
+  /** The event that started this run (its payload is a blob). */
+  event?: { id: string; source: string; payloadHash: string };
+  /** The task queue of the run's activities and its turn's (the background queue). */
+  activityQueue?: string;
+  maxSteps: number;
+}
+
+export interface ObjectiveRunResult {
+  status: 'done' | 'skipped' | 'failed';
+  turnId?: string;
+  outcome?: string;
+  reason?: string;
+}
