@@ -862,9 +862,9 @@ interface RecordedOutcome {
 export async function performActionOnce(ctx: ActionContext, call: LoadedToolCall, tool: ToolName): Promise<ToolOutcome> {
   const key = actionKey(ctx.turnId, call.toolCallId);
   const wf = { ...(ctx.workflow?.workflowId ? { workflowId: ctx.workflow.workflowId } : {}), ...(ctx.workflow?.runId ? { runId: ctx.workflow.runId } : {}), sessionId: ctx.sessionId };
-  const recorded = await ctx.db.receipt.findUnique({ where: { key } });
-  if (recorded) {
-    const r = JSON.parse(recorded.data) as RecordedOutcome;
+  const recorded = await ctx.db.actionExecution.findUnique({ where: { key } });
+  if (recorded?.status === 'done' || recorded?.status === 'unknown') {
+    const r = JSON.parse(recorded.result ?? '{}') as RecordedOutcome;
     return { text: r.text, ok: r.ok, detail: { ...r.detail, repeated: true } };
   }
   const approval = await ctx.db.approval.findUnique({ where: { id: approvalIdFor(ctx.turnId, call.toolCallId) } });
@@ -872,16 +872,21 @@ export async function performActionOnce(ctx: ActionContext, call: LoadedToolCall
     return { text: `The action was not run: it has no admin's approval${approval ? ` (it is ${approval.status})` : ''}.`, ok: false, detail: { refused: 'not approved' } };
   }
   // the claim: written before anything is sent; a second attempt that finds it does not act
-  try {
-    await ctx.db.receipt.create({
-      data: { key: `${key}:claim`, kind: 'action.started', workflowId: wf.workflowId ?? null, runId: wf.runId ?? null, sessionId: ctx.sessionId, actor: approval.decidedBy, data: JSON.stringify({ tool, toolCallId: call.toolCallId, approvalId: approval.id }) },
-    });
-  } catch (err) {
-    if (!isUniqueViolation(err)) throw err;
+  if (recorded?.status === 'started') {
     const text = 'The action was not run again: an earlier attempt started it and did not record how it ended (the worker may have stopped), so its outcome is unknown. Check before proposing it again.';
-    await writeReceipt(ctx.db, { key, kind: 'action.result', ...wf, data: { tool, ok: false, text, detail: { unknown: true } } });
+    const data: RecordedOutcome = { tool, ok: false, text, detail: { unknown: true } };
+    await ctx.db.actionExecution.update({ where: { key }, data: { status: 'unknown', result: JSON.stringify(data), finishedAt: new Date() } });
+    await writeReceipt(ctx.db, { key, kind: 'action.result', ...wf, data: data as unknown as Record<string, unknown> });
     return { text, ok: false, detail: { unknown: true } };
   }
+  try {
+    await ctx.db.actionExecution.create({ data: { key, approvalId: approval.id, tool, status: 'started' } });
+  } catch (err) {
+    if (!isUniqueViolation(err)) throw err;
+    // another attempt claimed it at the same moment: its outcome stands, this one does not act
+    return performActionOnce(ctx, call, tool);
+  }
+  await writeReceipt(ctx.db, { key: `${key}:claim`, kind: 'action.started', ...wf, actor: approval.decidedBy ?? undefined, data: { tool, toolCallId: call.toolCallId, approvalId: approval.id } });
   let outcome: ToolOutcome;
   try {
     outcome = await perform(ctx, call, tool, approval);
@@ -890,6 +895,7 @@ export async function performActionOnce(ctx: ActionContext, call: LoadedToolCall
     else outcome = { text: `The action failed: ${redactText((err as Error).message)}. It is not retried automatically.`, ok: false, detail: { failed: redactText((err as Error).message) } };
   }
   const data: RecordedOutcome = { tool, ok: outcome.ok, text: outcome.text, detail: redact(outcome.detail) as Record<string, unknown> };
+  await ctx.db.actionExecution.update({ where: { key }, data: { status: 'done', result: JSON.stringify(data), finishedAt: new Date() } });
   await writeReceipt(ctx.db, { key, kind: 'action.result', ...wf, actor: approval.decidedBy ?? undefined, data: data as unknown as Record<string, unknown> });
   return outcome;
 }

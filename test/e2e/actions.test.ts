@@ -384,7 +384,7 @@ describe('proposed actions end to end', () => {
     assert.equal(second.resultHash, first.resultHash, 'the retry reports the recorded outcome');
 
     // an attempt that claimed the action and died before recording it: not repeated
-    await stack.db.receipt.create({ data: { key: `${actionKey(turnId, 'call_b')}:claim`, kind: 'action.started', data: '{}' } });
+    await stack.db.actionExecution.create({ data: { key: actionKey(turnId, 'call_b'), approvalId: approvalIdFor(turnId, 'call_b'), tool: 'send_email', status: 'started' } });
     const unknown = await run('call_b');
     assert.equal(unknown.ok, false);
     assert.equal(count('Retry call_b'), 0, 'not sent again');

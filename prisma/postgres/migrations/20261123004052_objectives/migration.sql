@@ -14,6 +14,8 @@ CREATE TABLE "Objective" (
     "paused" BOOLEAN NOT NULL DEFAULT false,
     "skipBefore" TIMESTAMP(3),
     "webhookSecretRef" TEXT,
+    "watchPath" TEXT,
+    "inboundEmail" TEXT,
     "createdBy" TEXT NOT NULL,
     "createdAt" TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "updatedAt" TIMESTAMP(3) NOT NULL,
@@ -49,11 +51,30 @@ CREATE TABLE "ObjectiveEvent" (
     CONSTRAINT "ObjectiveEvent_pkey" PRIMARY KEY ("id")
 );
 
+-- CreateTable
+CREATE TABLE "ActionExecution" (
+    "key" TEXT NOT NULL,
+    "approvalId" TEXT NOT NULL,
+    "tool" TEXT NOT NULL,
+    "status" TEXT NOT NULL,
+    "result" TEXT,
+    "startedAt" TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    "finishedAt" TIMESTAMP(3),
+
+    CONSTRAINT "ActionExecution_pkey" PRIMARY KEY ("key")
+);
+
 -- CreateIndex
 CREATE UNIQUE INDEX "Objective_name_key" ON "Objective"("name");
+
+-- CreateIndex
+CREATE UNIQUE INDEX "Objective_inboundEmail_key" ON "Objective"("inboundEmail");
 
 -- CreateIndex
 CREATE INDEX "ObjectiveRun_objectiveId_createdAt_idx" ON "ObjectiveRun"("objectiveId", "createdAt");
 
 -- CreateIndex
 CREATE UNIQUE INDEX "ObjectiveEvent_objectiveId_eventId_key" ON "ObjectiveEvent"("objectiveId", "eventId");
+
+-- CreateIndex
+CREATE UNIQUE INDEX "ActionExecution_approvalId_key" ON "ActionExecution"("approvalId");

@@ -14,6 +14,8 @@ CREATE TABLE "Objective" (
     "paused" BOOLEAN NOT NULL DEFAULT false,
     "skipBefore" DATETIME,
     "webhookSecretRef" TEXT,
+    "watchPath" TEXT,
+    "inboundEmail" TEXT,
     "createdBy" TEXT NOT NULL,
     "createdAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "updatedAt" DATETIME NOT NULL
@@ -43,11 +45,28 @@ CREATE TABLE "ObjectiveEvent" (
     "createdAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
 );
 
+-- CreateTable
+CREATE TABLE "ActionExecution" (
+    "key" TEXT NOT NULL PRIMARY KEY,
+    "approvalId" TEXT NOT NULL,
+    "tool" TEXT NOT NULL,
+    "status" TEXT NOT NULL,
+    "result" TEXT,
+    "startedAt" DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    "finishedAt" DATETIME
+);
+
 -- CreateIndex
 CREATE UNIQUE INDEX "Objective_name_key" ON "Objective"("name");
+
+-- CreateIndex
+CREATE UNIQUE INDEX "Objective_inboundEmail_key" ON "Objective"("inboundEmail");
 
 -- CreateIndex
 CREATE INDEX "ObjectiveRun_objectiveId_createdAt_idx" ON "ObjectiveRun"("objectiveId", "createdAt");
 
 -- CreateIndex
 CREATE UNIQUE INDEX "ObjectiveEvent_objectiveId_eventId_key" ON "ObjectiveEvent"("objectiveId", "eventId");
+
+-- CreateIndex
+CREATE UNIQUE INDEX "ActionExecution_approvalId_key" ON "ActionExecution"("approvalId");
