@@ -248,7 +248,8 @@ export async function connectTemporal(cfg: StewardConfig['temporal'], address: s
 /** Register Steward's search attributes on a cluster that lacks them. */
 export async function ensureSearchAttributes(connection: Connection, namespace: string): Promise<void> {
   const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace });
-  const { temporal } = await import('@temporalio/proto');
+  // @temporalio/proto is CommonJS: under ESM its namespace arrives as the default export
+  const { temporal } = (await import('@temporalio/proto')).default;
   const missing = Object.keys(SEARCH_ATTRIBUTES).filter((name) => !customAttributes?.[name]);
   if (missing.length === 0) return;
   try {
