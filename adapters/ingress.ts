@@ -427,7 +427,11 @@ export function createIngress(deps: IngressDeps): Ingress {
         const all = await deps.objectives.list();
         if (all.length === 0) return 'No objectives. Add one with /objective add <name> <30m or "cron"> [tz=Zone] <prompt>.';
         return all
-          .map((o) => `${o.name}: ${o.schedule.every ? `every ${o.schedule.every}` : `cron ${String(o.schedule.cron)}`}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}, ${o.paused ? 'paused' : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`)
+          .map((o) => {
+            const when = o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : 'no schedule';
+            const on = [o.triggers.webhook ? 'webhook' : '', o.triggers.watch ? `files in ${o.triggers.watch}` : '', o.triggers.email ? `mail to ${o.triggers.email}` : ''].filter(Boolean).join(', ');
+            return `${o.name}: ${when}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}${on ? `, on ${on}` : ''}, ${o.paused ? 'paused' : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`;
+          })
           .join('\n');
       }
       case 'objective': {

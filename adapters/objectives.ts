@@ -4,9 +4,11 @@
  * pause on failure) whose runs are `objectiveRunWorkflow`s. Create, list (next run, last
  * result), show, update, pause, resume, trigger now, backfill a time range, skip missed runs,
  * delete. Every input is validated with zod first; every change writes a receipt with who,
- * what, before and after.
+ * what, before and after. Event triggers (a signed webhook, a watched workspace directory, an
+ * inbound email address) share one path: deduplicated by event id, payload stored, one run.
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { realpath, stat } from 'node:fs/promises';
 import { ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
 import { putBlob } from '../activities/blobs.js';
 import type { Db } from '../activities/db.js';
@@ -17,10 +19,12 @@ import {
   BackfillSchema,
   durationMs,
   EventIdSchema,
+  InternalEventIdSchema,
   NewObjectiveSchema,
   ObjectivePatchSchema,
   objectiveRunWorkflowId,
   objectiveScheduleId,
+  watchPathRefusal,
   type ObjectiveRunInput,
   type ObjectiveSchedule,
   type OverlapPolicy,
@@ -70,6 +74,8 @@ export interface ObjectiveView {
   skipBefore: string | null;
   /** Runs on signed webhook calls (POST /hooks/objectives/{name}). */
   webhook: boolean;
+  /** Its event triggers: a signed webhook, a watched workspace directory, an inbound email address. */
+  triggers: { webhook: boolean; watch: string | null; email: string | null };
   nextRuns: string[];
   lastRun: { id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null; at: string } | null;
   runsTaken: number;
@@ -93,6 +99,33 @@ function issues(err: { issues: ReadonlyArray<{ path: PropertyKey[]; message: str
 }
 
 type ObjectiveRow = NonNullable<Awaited<ReturnType<Db['objective']['findUnique']>>>;
+
+/** The answer to an event: a run started (202), a duplicate (200), or refused. */
+export type ObjectiveEventResult = { status: 202 | 200; runId: string; duplicate: boolean } | { status: 401 | 404 | 400 | 409; error: string };
+
+/** An event Steward observed itself (the watcher, the inbound SMTP listener). */
+export interface InternalEvent {
+  source: 'file' | 'email';
+  /** Deterministic for the same occurrence (the same change, the same Message-ID): it deduplicates. */
+  eventId: string;
+  /** Stored as a JSON blob; reaches the model after the prompt as data. */
+  payload: unknown;
+}
+
+/** A directory may be watched: it exists, is a directory, and neither it nor its real path is /, /proc, /sys or /dev. */
+export async function checkWatchDirectory(p: string): Promise<string | undefined> {
+  const refused = watchPathRefusal(p);
+  if (refused) return refused;
+  let real: string;
+  try {
+    real = await realpath(p);
+    if (!(await stat(real)).isDirectory()) return `${p} is not a directory`;
+  } catch {
+    return `${p} does not exist`;
+  }
+  const viaLink = watchPathRefusal(real);
+  return viaLink ? `${p} resolves to ${real}: ${viaLink}` : undefined;
+}
 
 export function newObjectiveId(): string {
   return `obj-${randomBytes(6).toString('hex')}`;
@@ -132,7 +165,76 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
   }
 
   function snapshot(o: ObjectiveRow): Record<string, unknown> {
-    return { name: o.name, prompt: o.prompt, chat: `${o.platform}:${o.chatId}`, model: o.model, schedule: JSON.parse(o.schedule), overlap: o.overlap, catchupWindowMs: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure, paused: o.paused, skipBefore: o.skipBefore?.toISOString() ?? null };
+    return { name: o.name, prompt: o.prompt, chat: `${o.platform}:${o.chatId}`, model: o.model, schedule: JSON.parse(o.schedule), overlap: o.overlap, catchupWindowMs: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure, paused: o.paused, skipBefore: o.skipBefore?.toISOString() ?? null, watch: o.watchPath, inboundEmail: o.inboundEmail };
+  }
+
+  /** Who follows changes (the workspace watcher refreshes its set). */
+  const listeners = new Set<() => void>();
+  function changed(): void {
+    for (const l of listeners) {
+      try {
+        l();
+      } catch {
+        // a listener's failure is its own
+      }
+    }
+  }
+
+  /** The trigger settings are valid: the directory exists, the address belongs to no other objective. */
+  async function checkTriggers(t: { watchPath?: string | null; inboundEmail?: string | null }, self?: string): Promise<void> {
+    if (t.watchPath) {
+      const refused = await checkWatchDirectory(t.watchPath);
+      if (refused) throw new ObjectiveInputError(`invalid objective: watch.path: ${refused}`);
+    }
+    if (t.inboundEmail) {
+      const owner = await db.objective.findUnique({ where: { inboundEmail: t.inboundEmail } });
+      if (owner && owner.id !== self) throw new ObjectiveInputError(`the address ${t.inboundEmail} belongs to objective ${owner.name} already`, 409);
+    }
+  }
+
+  /**
+   * A verified event: dedupe by its id (a redelivery is answered, never run again), store the
+   * payload as a blob, record the event, start one run.
+   */
+  async function startEventRun(o: ObjectiveRow, eventId: string, source: string, payload: unknown, actor: string): Promise<ObjectiveEventResult> {
+    const runId = `${objectiveRunWorkflowId(o.id)}-event-${eventId}`;
+    const seen = await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId } } });
+    if (seen) return { status: 200, runId: seen.runId, duplicate: true };
+    if (o.paused) return { status: 409, error: `objective ${o.name} is paused` };
+    const payloadHash = await putBlob(db, JSON.stringify(payload, null, 2), 'application/json');
+    try {
+      await db.objectiveEvent.create({ data: { objectiveId: o.id, eventId, source, payloadHash, runId } });
+    } catch (err) {
+      if (isUniqueViolation(err)) return { status: 200, runId, duplicate: true }; // delivered twice at once
+      throw err;
+    }
+    const input: ObjectiveRunInput = {
+      objectiveId: o.id,
+      maxSteps: deps.maxSteps,
+      event: { id: eventId, source, payloadHash },
+      ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
+    };
+    try {
+      await client.workflow.start('objectiveRunWorkflow', {
+        workflowId: runId,
+        taskQueue: deps.taskQueue,
+        args: [input],
+        typedSearchAttributes: [
+          { key: KindAttr, value: 'objective-run' },
+          { key: PlatformAttr, value: o.platform },
+          { key: ChatAttr, value: o.chatId },
+        ],
+        staticSummary: `Objective ${o.name} on ${source} event ${eventId}`,
+      });
+    } catch (err) {
+      if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
+        // nothing started: forget the event, so that a redelivery (or the watcher's retry) runs it
+        await db.objectiveEvent.delete({ where: { objectiveId_eventId: { objectiveId: o.id, eventId } } }).catch(() => undefined);
+        throw err;
+      }
+    }
+    await writeReceipt(db, { kind: 'objective.run', workflowId: runId, actor, data: { objectiveId: o.id, name: o.name, event: eventId, source, payloadHash } });
+    return { status: 202, runId, duplicate: false };
   }
 
   async function receipt(by: Requester, action: string, id: string, before: ObjectiveRow | null, after: ObjectiveRow | null, extra: Record<string, unknown> = {}): Promise<void> {
@@ -175,6 +277,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       paused: o.paused,
       skipBefore: o.skipBefore?.toISOString() ?? null,
       webhook: o.webhookSecretRef !== null,
+      triggers: { webhook: o.webhookSecretRef !== null, watch: o.watchPath, email: o.inboundEmail },
       nextRuns,
       lastRun: last ? { id: last.id, scheduledAt: last.scheduledAt?.toISOString() ?? null, status: last.status, outcome: last.outcome, error: last.error, at: last.updatedAt.toISOString() } : null,
       runsTaken,
@@ -210,6 +313,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         account = n.account ?? (b.binding.account === '*' ? '' : b.binding.account);
         if (!account) throw new ObjectiveInputError(`give the bot account of the ${n.platform} chat ${n.chatId} ("account")`);
       }
+      await checkTriggers({ watchPath: n.watch?.path ?? null, inboundEmail: n.inboundEmail ?? null });
       const row = await db.objective.create({
         data: {
           id: newObjectiveId(),
@@ -221,12 +325,18 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
           model: n.model ?? null,
           schedule: JSON.stringify(n.schedule ?? {}),
           webhookSecretRef: n.webhook?.secretRef ?? null,
+          watchPath: n.watch?.path ?? null,
+          inboundEmail: n.inboundEmail ?? null,
           overlap: n.overlap,
           catchupWindowMs: durationMs(n.catchupWindow)!,
           pauseOnFailure: n.pauseOnFailure,
           paused: n.paused,
           createdBy: by.id,
         },
+      }).catch((err: unknown) => {
+        // two creations racing for one name or address: the second changes nothing
+        if (isUniqueViolation(err)) throw new ObjectiveInputError(`an objective with this name or inbound address exists already`, 409);
+        throw err;
       });
       try {
         await temporal(() => client.schedule.create(scheduleOptions(row)));
@@ -235,6 +345,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         throw err;
       }
       await receipt(by, 'create', row.id, null, row);
+      changed();
       return view(row);
     },
 
@@ -264,15 +375,26 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         ...(p.catchupWindow !== undefined ? { catchupWindowMs: durationMs(p.catchupWindow)! } : {}),
         ...(p.pauseOnFailure !== undefined ? { pauseOnFailure: p.pauseOnFailure } : {}),
         ...(p.model !== undefined ? { model: p.model } : {}),
+        ...(p.watch !== undefined ? { watchPath: p.watch?.path ?? null } : {}),
+        ...(p.inboundEmail !== undefined ? { inboundEmail: p.inboundEmail } : {}),
       };
       const candidate = { ...before, ...next } as ObjectiveRow;
+      const hasSchedule = Object.keys(JSON.parse(candidate.schedule) as object).length > 0;
+      if (!hasSchedule && !candidate.webhookSecretRef && !candidate.watchPath && !candidate.inboundEmail) {
+        throw new ObjectiveInputError('invalid change: the objective would have no schedule and no trigger');
+      }
+      await checkTriggers({ watchPath: p.watch?.path ?? null, inboundEmail: p.inboundEmail ?? null }, before.id);
       // the schedule first: a refusal (a bad cron) leaves the record as it was
       await temporal(() => client.schedule.getHandle(objectiveScheduleId(before.id)).update(() => {
         const { scheduleId: _id, ...rest } = scheduleOptions(candidate);
         return { ...rest, state: { paused: before.paused } };
       }));
-      const after = await db.objective.update({ where: { id: before.id }, data: next });
+      const after = await db.objective.update({ where: { id: before.id }, data: next }).catch((err: unknown) => {
+        if (isUniqueViolation(err)) throw new ObjectiveInputError(`the address ${p.inboundEmail ?? ''} belongs to another objective already`, 409);
+        throw err;
+      });
       await receipt(by, 'update', before.id, before, after);
+      changed();
       return view(after);
     },
 
@@ -281,6 +403,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       await client.schedule.getHandle(objectiveScheduleId(before.id)).pause(`paused by ${by.name}`);
       const after = await db.objective.update({ where: { id: before.id }, data: { paused: true } });
       await receipt(by, 'pause', before.id, before, after);
+      changed();
       return view(after);
     },
 
@@ -289,6 +412,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       await client.schedule.getHandle(objectiveScheduleId(before.id)).unpause(`resumed by ${by.name}`);
       const after = await db.objective.update({ where: { id: before.id }, data: { paused: false } });
       await receipt(by, 'resume', before.id, before, after);
+      changed();
       return view(after);
     },
 
@@ -326,7 +450,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
      * `X-GitHub-Event`). The HMAC-SHA256 of the raw body with the shared secret must match; the
      * event id deduplicates (a redelivery is answered, never run again); then one run starts.
      */
-    async receiveEvent(name: string, rawBody: string, header: (name: string) => string | undefined): Promise<{ status: 202 | 200; runId: string; duplicate: boolean } | { status: 401 | 404 | 400 | 409; error: string }> {
+    async receiveEvent(name: string, rawBody: string, header: (name: string) => string | undefined): Promise<ObjectiveEventResult> {
       const o = await db.objective.findUnique({ where: { name } });
       if (!o || !o.webhookSecretRef) return { status: 404, error: 'no objective takes events under this name' };
       const secret = (deps.secret ?? ((n: string) => process.env[n]))(o.webhookSecretRef.slice('env:'.length));
@@ -345,42 +469,29 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       } catch {
         return { status: 400, error: 'the body is not JSON' };
       }
-      const eventId = idParsed.data;
       const source = github ? `github ${header('x-github-event') ?? 'event'}` : 'http';
-      const runId = `${objectiveRunWorkflowId(o.id)}-event-${eventId}`;
-      const seen = await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId } } });
-      if (seen) return { status: 200, runId: seen.runId, duplicate: true };
-      if (o.paused) return { status: 409, error: `objective ${o.name} is paused` };
-      const payloadHash = await putBlob(db, JSON.stringify(payload, null, 2), 'application/json');
-      try {
-        await db.objectiveEvent.create({ data: { objectiveId: o.id, eventId, source, payloadHash, runId } });
-      } catch (err) {
-        if (isUniqueViolation(err)) return { status: 200, runId, duplicate: true }; // delivered twice at once
-        throw err;
-      }
-      const input: ObjectiveRunInput = {
-        objectiveId: o.id,
-        maxSteps: deps.maxSteps,
-        event: { id: eventId, source, payloadHash },
-        ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
-      };
-      try {
-        await client.workflow.start('objectiveRunWorkflow', {
-          workflowId: runId,
-          taskQueue: deps.taskQueue,
-          args: [input],
-          typedSearchAttributes: [
-            { key: KindAttr, value: 'objective-run' },
-            { key: PlatformAttr, value: o.platform },
-            { key: ChatAttr, value: o.chatId },
-          ],
-          staticSummary: `Objective ${o.name} on ${source} event ${eventId}`,
-        });
-      } catch (err) {
-        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-      }
-      await writeReceipt(db, { kind: 'objective.run', workflowId: runId, actor: `webhook:${source}`, data: { objectiveId: o.id, name: o.name, event: eventId, source, payloadHash } });
-      return { status: 202, runId, duplicate: false };
+      return startEventRun(o, idParsed.data, source, payload, `webhook:${source}`);
+    },
+
+    /**
+     * An event Steward observed itself: a file changed in the objective's watched directory, an
+     * email reached its inbound address. The objective must have that trigger; then as a webhook
+     * event: deduplicated by the event id, the payload stored, one run started.
+     */
+    async receiveInternalEvent(objectiveId: string, event: InternalEvent): Promise<ObjectiveEventResult> {
+      const idParsed = InternalEventIdSchema.safeParse(event.eventId);
+      if (!idParsed.success) return { status: 400, error: `bad event id: ${idParsed.error.issues[0]?.message ?? ''}` };
+      const o = await db.objective.findUnique({ where: { id: objectiveId } });
+      const has = o && (event.source === 'file' ? o.watchPath !== null : o.inboundEmail !== null);
+      if (!o || !has) return { status: 404, error: `no objective ${objectiveId} takes ${event.source} events` };
+      const actor = event.source === 'file' ? `watch:${o.watchPath ?? ''}` : `email:${o.inboundEmail ?? ''}`;
+      return startEventRun(o, idParsed.data, event.source, event.payload, actor);
+    },
+
+    /** Follow changes to objectives (create, update, pause, resume, delete); returns the unsubscribe. */
+    onChange(listener: () => void): () => void {
+      listeners.add(listener);
+      return () => void listeners.delete(listener);
     },
 
     async remove(idOrName: string, by: Requester): Promise<boolean> {
@@ -392,6 +503,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       }
       await db.objective.delete({ where: { id: o.id } });
       await receipt(by, 'delete', o.id, o, null);
+      changed();
       return true;
     },
   };

@@ -63,6 +63,46 @@ export const ObjectiveNameSchema = z
   .trim()
   .regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'a name uses lowercase letters, digits, - and _ (up to 64)');
 
+/** An absolute POSIX path without `.`, `..`, repeated or trailing slashes (no I/O: symlinks stay). */
+export function normalizeAbsolutePath(p: string): string {
+  const out: string[] = [];
+  for (const seg of p.split('/')) {
+    if (seg === '' || seg === '.') continue;
+    if (seg === '..') out.pop();
+    else out.push(seg);
+  }
+  return `/${out.join('/')}`;
+}
+
+/** Directories a watch may never point at (nor under): kernel and device trees. */
+const FORBIDDEN_WATCH_ROOTS = ['/proc', '/sys', '/dev'];
+
+/** Why a (normalised, absolute) directory may not be watched; undefined when it may. No I/O. */
+export function watchPathRefusal(p: string): string | undefined {
+  if (p === '/') return 'the root directory cannot be watched';
+  const hit = FORBIDDEN_WATCH_ROOTS.find((r) => p === r || p.startsWith(`${r}/`));
+  return hit ? `${hit} cannot be watched` : undefined;
+}
+
+/** A workspace directory to watch: absolute, normalised (no trailing slash), never /, /proc, /sys or /dev. */
+export const WatchPathSchema = z
+  .string()
+  .trim()
+  .min(1)
+  .max(1024)
+  .refine((p) => !p.includes('\0'), 'the path contains a NUL byte')
+  .refine((p) => p.startsWith('/'), 'expected an absolute directory path such as /srv/workspace')
+  .transform(normalizeAbsolutePath)
+  .refine((p) => watchPathRefusal(p) === undefined, { error: (i) => watchPathRefusal(normalizeAbsolutePath(String(i.input))) ?? 'this path cannot be watched' });
+
+/** An inbound email address (stored lower-case): the objective runs on mail to it. */
+export const InboundEmailSchema = z
+  .string()
+  .trim()
+  .max(254)
+  .toLowerCase()
+  .pipe(z.email('expected an email address such as ops@steward.example.com'));
+
 /** `POST /api/v1/objectives`. */
 export const NewObjectiveSchema = z.strictObject({
   name: ObjectiveNameSchema,
@@ -77,12 +117,19 @@ export const NewObjectiveSchema = z.strictObject({
   webhook: z
     .strictObject({ secretRef: z.string().regex(/^env:[A-Z_][A-Z0-9_]*$/, 'expected env:NAME (the variable that holds the shared secret)') })
     .optional(),
+  /** Event trigger: a file changed in this workspace directory (absolute; watched recursively, .git/ ignored). */
+  watch: z.strictObject({ path: WatchPathSchema }).optional(),
+  /** Event trigger: an email to this address reached Steward's inbound SMTP listener. */
+  inboundEmail: InboundEmailSchema.optional(),
   overlap: z.enum(OVERLAP_POLICIES).default('skip'),
   catchupWindow: Duration('a catch-up window', 10_000).default('1h'),
   pauseOnFailure: z.boolean().default(false),
   model: ModelRefSchema.optional(),
   paused: z.boolean().default(false),
-}).refine((o) => o.schedule !== undefined || o.webhook !== undefined, 'give a schedule, a webhook, or both');
+}).refine(
+  (o) => o.schedule !== undefined || o.webhook !== undefined || o.watch !== undefined || o.inboundEmail !== undefined,
+  'give a schedule or at least one trigger (webhook, watch, inboundEmail)',
+);
 export type NewObjective = z.infer<typeof NewObjectiveSchema>;
 
 /** `PATCH /api/v1/objectives/{id}`: any of the settings. */
@@ -94,6 +141,10 @@ export const ObjectivePatchSchema = z
     catchupWindow: Duration('a catch-up window', 10_000).optional(),
     pauseOnFailure: z.boolean().optional(),
     model: ModelRefSchema.optional(),
+    /** A new watched directory, or null to stop watching. */
+    watch: z.strictObject({ path: WatchPathSchema }).nullable().optional(),
+    /** A new inbound address, or null to take no more email. */
+    inboundEmail: InboundEmailSchema.nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, 'nothing to change');
 export type ObjectivePatch = z.infer<typeof ObjectivePatchSchema>;
@@ -119,6 +170,9 @@ export function objectiveScheduleId(objectiveId: string): string {
 
 /** An event id as senders give it (GitHub's delivery id, a caller's id): bounded, printable. */
 export const EventIdSchema = z.string().trim().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an event id is 1-128 letters, digits and . _ : -');
+
+/** The id of an event Steward observed itself (a file change, an email's Message-ID): bounded, printable, no quotes. */
+export const InternalEventIdSchema = z.string().regex(/^[A-Za-z0-9._:@+=-]{1,200}$/, 'an event id is 1-200 letters, digits and . _ : @ + = -');
 
 export interface ObjectiveRunInput {
   objectiveId: string;

@@ -159,6 +159,27 @@ export const ConfigEnvSchema = z.object({
   STEWARD_TEMPORAL_UI_URL: url('(the Temporal UI that run links point at)'),
   STEWARD_REPO_TASK_QUEUE: z.string().trim().min(1).default('steward-repo'),
   STEWARD_BACKGROUND_TASK_QUEUE: z.string().trim().min(1).default('steward-background'),
+  // --- objective triggers: inbound email
+  STEWARD_INBOUND_SMTP_PORT: optionalString
+    .refine((v) => v === undefined || (/^\d{1,5}$/.test(v) && Number(v) >= 1 && Number(v) <= 65535), {
+      message: 'expected a TCP port number (1-65535), or nothing to keep the inbound SMTP listener off',
+    })
+    .transform((v) => (v === undefined ? undefined : Number(v))),
+  STEWARD_INBOUND_SMTP_HOST: z.string().trim().min(1).default('127.0.0.1'),
+  STEWARD_INBOUND_SMTP_ALLOW_FROM: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const entries = v.split(',').map((x) => x.trim().toLowerCase()).filter(Boolean);
+      const bad = entries.find((x) => !/^([^\s@,<>"]+@|@)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/.test(x));
+      if (bad) {
+        ctx.addIssue({ code: 'custom', message: `expected sender addresses or domains separated by commas, e.g. ops@example.com,example.org (got ${bad})` });
+        return z.NEVER;
+      }
+      return entries;
+    }),
+  STEWARD_INBOUND_SMTP_MAX_BYTES: positiveInt(1024 * 1024, 'the largest accepted inbound email in bytes'),
   STEWARD_REPO_POLICY: optionalString,
   STEWARD_SANDBOX_RO_BINDS: z
     .string()
@@ -239,11 +260,13 @@ export interface StewardConfig {
     tls?: { certPath?: string; keyPath?: string; caPath?: string; serverName?: string };
     embedded: { port: number; uiPort: number; ui: boolean; cliPath?: string };
     taskQueue: string;
-    /** The activity-only queue of objective runs (and their turns). */
+    /** The queue of objective runs (their workflows, turns and activities). */
     backgroundTaskQueue: string;
     /** Workflows a worker keeps in memory; idle sessions beyond it are evicted and replayed when they wake. */
     maxCachedWorkflows: number;
   };
+  /** The inbound SMTP listener of objectives' email triggers (off when no port is set). */
+  inboundSmtp?: { host: string; port: number; maxBytes: number; allowFrom: string[] };
   databaseUrl: string;
   logLevel: ConfigEnv['STEWARD_LOG_LEVEL'];
   telegram?: { token: string; apiRoot?: string };
@@ -420,6 +443,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
       maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
     },
+    ...(e.STEWARD_INBOUND_SMTP_PORT !== undefined
+      ? { inboundSmtp: { host: e.STEWARD_INBOUND_SMTP_HOST, port: e.STEWARD_INBOUND_SMTP_PORT, maxBytes: e.STEWARD_INBOUND_SMTP_MAX_BYTES, allowFrom: e.STEWARD_INBOUND_SMTP_ALLOW_FROM } }
+      : {}),
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,
     ...(e.TELEGRAM_BOT_TOKEN ? { telegram: { token: e.TELEGRAM_BOT_TOKEN, ...(e.TELEGRAM_API_ROOT ? { apiRoot: e.TELEGRAM_API_ROOT } : {}) } } : {}),

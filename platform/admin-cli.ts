@@ -37,7 +37,7 @@ const USAGE: Record<string, string> = {
   repos:
     'steward repos list | show NAME | remove NAME | add NAME --clone URL [--branch main] [--check "name: argv..."]... [--agent-command "argv..."] [--model provider:model] [--github owner/repo --token-ref env:NAME] [--promotion patch|draft-pr|draft-pr-after-approval] | add --file repo.json',
   objectives:
-    'steward objectives list | show ID | add NAME --chat ID [--platform http|telegram|discord] [--account A] (--every 30m | --cron "0 9 * * *") [--timezone Z] [--jitter 1m] [--overlap skip|buffer-one|buffer-all|cancel-other|terminate-other|allow-all] [--catchup 1h] [--pause-on-failure] [--model M] --prompt TEXT | update ID [--prompt T] [--every D | --cron C] [--timezone Z] [--overlap P] [--catchup D] | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO | skip-missed ID | delete ID',
+    'steward objectives list | show ID | add NAME --chat ID [--platform http|telegram|discord] [--account A] [--every 30m | --cron "0 9 * * *"] [--watch DIR] [--email ADDRESS] (a schedule, a trigger or both) [--timezone Z] [--jitter 1m] [--overlap skip|buffer-one|buffer-all|cancel-other|terminate-other|allow-all] [--catchup 1h] [--pause-on-failure] [--model M] --prompt TEXT | update ID [--prompt T] [--every D | --cron C] [--timezone Z] [--overlap P] [--catchup D] [--watch DIR|""] [--email ADDRESS|""] | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO | skip-missed ID | delete ID',
   changes: 'steward changes list [--repo R] | start REPO REQUEST... [--base BRANCH] | show ID [--json] | patch ID [--out FILE] | answer ID TEXT...',
 };
 
@@ -444,6 +444,8 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
       start: { type: 'string' },
       end: { type: 'string' },
       paused: { type: 'boolean' },
+      watch: { type: 'string' },
+      email: { type: 'string' },
     },
   });
   const target = await apiTarget(io.config(), io, values);
@@ -458,8 +460,15 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
     ...(values.jitter ? { jitter: values.jitter } : {}),
   });
   const id = () => encodeURIComponent(check(z.string().min(1).max(64), positionals[0], 'ID'));
-  type View = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; nextRuns: string[]; lastRun: { status: string } | null };
-  const line = (o: View) => [o.name, o.id, o.schedule.every ? `every ${o.schedule.every}` : `cron ${String(o.schedule.cron)}`, o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
+  type View = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; triggers?: { webhook: boolean; watch: string | null; email: string | null }; nextRuns: string[]; lastRun: { status: string } | null };
+  const when = (o: View) =>
+    [
+      o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : '',
+      o.triggers?.webhook ? 'webhook' : '',
+      o.triggers?.watch ? `watch ${o.triggers.watch}` : '',
+      o.triggers?.email ? `email ${o.triggers.email}` : '',
+    ].filter(Boolean).join(', ') || '-';
+  const line = (o: View) => [o.name, o.id, when(o), o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
   switch (sub) {
     case 'list': {
       const r = await callApi(target, 'GET', '/api/v1/objectives');
@@ -483,7 +492,10 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
         chatId: values.chat,
         ...(values.platform ? { platform: values.platform } : {}),
         ...(values.account ? { account: values.account } : {}),
-        schedule: schedule(),
+        // without a schedule it runs on its triggers only
+        ...(Object.keys(schedule()).length || (!values.watch && !values.email) ? { schedule: schedule() } : {}),
+        ...(values.watch ? { watch: { path: values.watch } } : {}),
+        ...(values.email ? { inboundEmail: values.email } : {}),
         ...(values.overlap ? { overlap: values.overlap } : {}),
         ...(values.catchup ? { catchupWindow: values.catchup } : {}),
         ...(values['pause-on-failure'] ? { pauseOnFailure: true } : {}),
@@ -492,7 +504,7 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
       });
       if (r.status !== 201) return fail(r);
       const o = r.json as unknown as View;
-      io.out(`Added objective ${o.name} (${o.id}); next run ${o.nextRuns[0] ?? '-'}.\n`);
+      io.out(`Added objective ${o.name} (${o.id}); ${when(o)}; next run ${o.nextRuns[0] ?? '-'}.\n`);
       return 0;
     }
     case 'update': {
@@ -504,6 +516,9 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
         ...(values.catchup ? { catchupWindow: values.catchup } : {}),
         ...(values['pause-on-failure'] !== undefined ? { pauseOnFailure: values['pause-on-failure'] } : {}),
         ...(values.model ? { model: values.model } : {}),
+        // an empty value removes the trigger
+        ...(values.watch !== undefined ? { watch: values.watch ? { path: values.watch } : null } : {}),
+        ...(values.email !== undefined ? { inboundEmail: values.email || null } : {}),
       });
       if (r.status !== 200) return fail(r);
       io.out(`Updated ${String(r.json.name)}.\n`);

@@ -20,6 +20,8 @@ import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import type { StewardConfig } from '../config/index.js';
 import { createChangeService } from '../adapters/changes.js';
 import { createObjectiveService } from '../adapters/objectives.js';
+import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
+import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundle } from '../workers/bundle.js';
 import { createStewardWorker } from '../workers/main.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
@@ -100,15 +102,21 @@ function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick
 }
 
 /**
- * The workers of this process: the interactive queue (every workflow, chat activities) and the
- * repo queue (repo changes' activities only: no second workflow thread), so a long coding
- * agent never holds a chat turn's activity slot.
+ * The workers of this process: the interactive queue (sessions, turns, repo-change workflows,
+ * chat activities), the background queue (objective runs: their workflows, turns and
+ * activities) and the repo queue (repo changes' activities only: no workflow thread), so
+ * neither scheduled work nor a long coding agent competes with chat for workers.
  */
 async function workersFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps): Promise<Worker[]> {
   const base = { connection, namespace: config.temporal.namespace, deps };
-  const out = [await createStewardWorker({ ...base, taskQueue: config.temporal.taskQueue, maxCachedWorkflows: config.temporal.maxCachedWorkflows, workflowBundle: await buildWorkflowBundle() })];
-  for (const queue of new Set([config.repoChanges.taskQueue, config.temporal.backgroundTaskQueue])) {
-    if (queue !== config.temporal.taskQueue) out.push(await createStewardWorker({ ...base, taskQueue: queue, activitiesOnly: true }));
+  const workflowBundle = await buildWorkflowBundle();
+  const out = [await createStewardWorker({ ...base, taskQueue: config.temporal.taskQueue, maxCachedWorkflows: config.temporal.maxCachedWorkflows, workflowBundle })];
+  if (config.temporal.backgroundTaskQueue !== config.temporal.taskQueue) {
+    // objective runs: workflows, their turns and activities, so scheduled work never competes with chat
+    out.push(await createStewardWorker({ ...base, taskQueue: config.temporal.backgroundTaskQueue, maxCachedWorkflows: Math.min(100, config.temporal.maxCachedWorkflows), workflowBundle }));
+  }
+  if (config.repoChanges.taskQueue !== config.temporal.taskQueue && config.repoChanges.taskQueue !== config.temporal.backgroundTaskQueue) {
+    out.push(await createStewardWorker({ ...base, taskQueue: config.repoChanges.taskQueue, activitiesOnly: true }));
   }
   return out;
 }
@@ -207,11 +215,17 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     const objectives = createObjectiveService({
       client,
       db,
-      taskQueue: config.temporal.taskQueue,
-      activityQueue: config.temporal.backgroundTaskQueue,
+      taskQueue: config.temporal.backgroundTaskQueue,
       maxSteps: config.model.maxSteps,
       ...(runLink ? { runLink } : {}),
     });
+    // Objective event triggers: changed files in watched workspaces, inbound email
+    const watchers = await startObjectiveWatchers({ db, objectives, log });
+    cleanups.push(() => watchers.stop());
+    if (config.inboundSmtp) {
+      const smtp = await startInboundEmail({ db, objectives, ...config.inboundSmtp, log });
+      cleanups.push(() => smtp.close());
+    }
 
     // HTTP API
     const ingress = createIngress({

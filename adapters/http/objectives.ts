@@ -48,7 +48,7 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
     createRoute({
       method: 'post',
       path: '/api/v1/objectives',
-      summary: `Create an objective: {"name", "prompt", "chatId", "platform"?, "account"?, "schedule": {"cron"?|"every"?, "timezone"?, "jitter"?}, "overlap"? (${OVERLAP_POLICIES.join(', ')}), "catchupWindow"?, "pauseOnFailure"?, "model"?, "paused"?}`,
+      summary: `Create an objective: {"name", "prompt", "chatId", "platform"?, "account"?, "schedule"?: {"cron"?|"every"?, "timezone"?, "jitter"?}, "webhook"?: {"secretRef"}, "watch"?: {"path"}, "inboundEmail"? (a schedule or at least one trigger), "overlap"? (${OVERLAP_POLICIES.join(', ')}), "catchupWindow"?, "pauseOnFailure"?, "model"?, "paused"?}`,
       security: sec,
       request: anyJson(true),
       responses: { 201: json(Loose, 'Created'), ...errors },

@@ -79,7 +79,7 @@ async function startWorkers(address: string, db: Db, models: ReturnType<typeof c
   const created: Worker[] = [];
   try {
     created.push(await createStewardWorker({ connection, namespace: 'default', taskQueue, workflowBundle: await testBundle(), deps }));
-    created.push(await createStewardWorker({ connection, namespace: 'default', taskQueue: backgroundQueue, activitiesOnly: true, deps }));
+    created.push(await createStewardWorker({ connection, namespace: 'default', taskQueue: backgroundQueue, workflowBundle: await testBundle(), deps }));
   } catch (err) {
     await connection.close();
     throw err;
@@ -158,7 +158,7 @@ describe('objectives across a restart of the worker and the Temporal server', { 
     const connectService = async (): Promise<{ client: Client; objectives: ObjectiveService }> => {
       clientConnection = await Connection.connect({ address: server!.address });
       const client = new Client({ connection: clientConnection, namespace: 'default' });
-      return { client, objectives: createObjectiveService({ client, db, taskQueue, activityQueue: backgroundQueue, maxSteps: 4 }) };
+      return { client, objectives: createObjectiveService({ client, db, taskQueue: backgroundQueue, maxSteps: 4 }) };
     };
     workers = await startWorkers(server.address, db, models, taskQueue, backgroundQueue);
     let { client, objectives } = await connectService();

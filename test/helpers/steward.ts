@@ -78,7 +78,7 @@ export interface Harness {
   changes: ChangeService;
   /** Objectives on Temporal Schedules (the service behind /objective, the API and the CLI). */
   objectives: ObjectiveService;
-  /** The activity-only queue of objective runs. */
+  /** The background queue objective runs (workflows, turns, activities) run on. */
   backgroundQueue: string;
   worker: Worker;
   send(text: string, opts?: { chatId?: string; user?: string; id?: string }): Promise<IngressResult>;
@@ -116,13 +116,13 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
-  // repo changes' and objectives' activities on activity-only workers, as in the started platform
-  const activityWorker = (queue: string) =>
+  // repo changes' activities on an activity-only worker, objectives on a full background worker, as in the started platform
+  const activityWorker = async (queue: string, workflows = false) =>
     createStewardWorker({
       connection: opts.env.nativeConnection,
       namespace: opts.env.namespace ?? 'default',
       taskQueue: queue,
-      activitiesOnly: true,
+      ...(workflows ? { workflowBundle: await testBundle() } : { activitiesOnly: true }),
       deps: {
         db: opts.db,
         models,
@@ -140,12 +140,12 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const repoQueue = `${taskQueue}-repo`;
   const backgroundQueue = `${taskQueue}-background`;
   const repoWorker = await activityWorker(repoQueue);
-  const backgroundWorker = await activityWorker(backgroundQueue);
+  // objectives: their run workflows, turns and activities all on the background queue
+  const backgroundWorker = await activityWorker(backgroundQueue, true);
   const objectives = createObjectiveService({
     client: opts.env.client,
     db: opts.db,
-    taskQueue,
-    activityQueue: backgroundQueue,
+    taskQueue: backgroundQueue,
     maxSteps: opts.maxSteps ?? 4,
     ...(opts.runLink ? { runLink: opts.runLink } : {}),
   });
