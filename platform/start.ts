@@ -254,7 +254,8 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       health: async () => {
         const checks: Record<string, string> = {};
         checks.worker = worker.getState();
-        for (const [i, w] of workers.slice(1).entries()) checks[`activityWorker${i + 1}`] = w.getState();
+        // the other queues' workers (background, repo), by task queue
+        for (const w of workers.slice(1)) checks[`worker:${w.options.taskQueue}`] = w.getState();
         try {
           await connection.healthService.check({});
           checks.temporal = 'ok';
@@ -267,7 +268,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
         } catch (err) {
           checks.database = `error: ${(err as Error).message}`;
         }
-        return { ok: checks.worker === 'RUNNING' && checks.temporal === 'ok' && checks.database === 'ok', checks };
+        return { ok: workers.every((w) => w.getState() === 'RUNNING') && checks.temporal === 'ok' && checks.database === 'ok', checks };
       },
     });
     // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
