@@ -9,6 +9,7 @@ import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@
 import type { Logger } from 'pino';
 import { getBlobText } from '../activities/blobs.js';
 import type { Db } from '../activities/db.js';
+import { describeIssues } from '../common/schemas.js';
 import { writeReceipt } from '../activities/receipts.js';
 import type { ConversationKey } from '../common/ids.js';
 import {
@@ -95,9 +96,6 @@ export interface ChangeView {
   updatedAt: string;
 }
 
-function issues(err: { issues: ReadonlyArray<{ path: PropertyKey[]; message: string }> }): string {
-  return err.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message}`).join('; ');
-}
 
 const parseJson = <T>(s: string | null): T | null => (s ? (JSON.parse(s) as T) : null);
 
@@ -158,7 +156,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
     /** Register (or replace) a repository. */
     async registerRepo(input: unknown, by: Requester): Promise<{ repo: RepoView; created: boolean }> {
       const parsed = RepoRegistrationSchema.safeParse(input);
-      if (!parsed.success) throw new ChangeInputError(`invalid repository: ${issues(parsed.error)}`);
+      if (!parsed.success) throw new ChangeInputError(`invalid repository: ${describeIssues(parsed.error)}`);
       const r = parsed.data;
       const data = {
         cloneUrl: r.cloneUrl,
@@ -196,7 +194,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
     /** Start a change: the record, then its workflow (the request travels by reference). */
     async startChange(input: unknown, by: Requester, origin?: { conversation: ConversationKey; sessionId: string }): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
       const parsed = ChangeRequestSchema.safeParse(input);
-      if (!parsed.success) throw new ChangeInputError(`invalid change request: ${issues(parsed.error)}`);
+      if (!parsed.success) throw new ChangeInputError(`invalid change request: ${describeIssues(parsed.error)}`);
       const req = parsed.data;
       const repo = await db.repo.findUnique({ where: { name: req.repo } });
       if (!repo) throw new ChangeInputError(`no repository is registered as ${req.repo} (register it with POST /api/v1/repos or steward repos add)`, 404);
@@ -273,7 +271,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
     /** Answer a change's clarifying question (validated in the workflow: only while one is open). */
     async answer(id: string, input: unknown, by: Requester): Promise<string> {
       const parsed = ChangeAnswerSchema.safeParse(input);
-      if (!parsed.success) throw new ChangeInputError(`invalid answer: ${issues(parsed.error)}`);
+      if (!parsed.success) throw new ChangeInputError(`invalid answer: ${describeIssues(parsed.error)}`);
       const row = await db.repoChange.findUnique({ where: { id } });
       if (!row) throw new ChangeInputError(`no change ${id}`, 404);
       try {

@@ -12,6 +12,7 @@ import { realpath, stat } from 'node:fs/promises';
 import { ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
 import { putBlob } from '../activities/blobs.js';
 import type { Db } from '../activities/db.js';
+import { describeIssues } from '../common/schemas.js';
 import { isUniqueViolation } from '../activities/prisma-errors.js';
 import { lookupBinding } from '../activities/governance.js';
 import { writeReceipt } from '../activities/receipts.js';
@@ -94,9 +95,6 @@ const OVERLAP: Record<OverlapPolicy, ScheduleOverlapPolicy> = {
   'allow-all': ScheduleOverlapPolicy.ALLOW_ALL,
 };
 
-function issues(err: { issues: ReadonlyArray<{ path: PropertyKey[]; message: string }> }): string {
-  return err.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message}`).join('; ');
-}
 
 type ObjectiveRow = NonNullable<Awaited<ReturnType<Db['objective']['findUnique']>>>;
 
@@ -300,10 +298,22 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     }
   }
 
+  /** Pause or resume the schedule, then the record (and the file watchers follow). */
+  async function setPaused(idOrName: string, by: Requester, paused: boolean): Promise<ObjectiveView> {
+    const before = await find(idOrName);
+    const handle = client.schedule.getHandle(objectiveScheduleId(before.id));
+    if (paused) await handle.pause(`paused by ${by.name}`);
+    else await handle.unpause(`resumed by ${by.name}`);
+    const after = await db.objective.update({ where: { id: before.id }, data: { paused } });
+    await receipt(by, paused ? 'pause' : 'resume', before.id, before, after);
+    changed();
+    return view(after);
+  }
+
   return {
     async create(input: unknown, by: Requester): Promise<ObjectiveView> {
       const parsed = NewObjectiveSchema.safeParse(input);
-      if (!parsed.success) throw new ObjectiveInputError(`invalid objective: ${issues(parsed.error)}`);
+      if (!parsed.success) throw new ObjectiveInputError(`invalid objective: ${describeIssues(parsed.error)}`);
       const n = parsed.data;
       if (await db.objective.findUnique({ where: { name: n.name } })) throw new ObjectiveInputError(`an objective named ${n.name} exists already`, 409);
       let account = n.account ?? 'default';
@@ -365,7 +375,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
 
     async update(idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> {
       const parsed = ObjectivePatchSchema.safeParse(input);
-      if (!parsed.success) throw new ObjectiveInputError(`invalid change: ${issues(parsed.error)}`);
+      if (!parsed.success) throw new ObjectiveInputError(`invalid change: ${describeIssues(parsed.error)}`);
       const p = parsed.data;
       const before = await find(idOrName);
       const next = {
@@ -398,23 +408,9 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       return view(after);
     },
 
-    async pause(idOrName: string, by: Requester): Promise<ObjectiveView> {
-      const before = await find(idOrName);
-      await client.schedule.getHandle(objectiveScheduleId(before.id)).pause(`paused by ${by.name}`);
-      const after = await db.objective.update({ where: { id: before.id }, data: { paused: true } });
-      await receipt(by, 'pause', before.id, before, after);
-      changed();
-      return view(after);
-    },
+    pause: (idOrName: string, by: Requester) => setPaused(idOrName, by, true),
 
-    async resume(idOrName: string, by: Requester): Promise<ObjectiveView> {
-      const before = await find(idOrName);
-      await client.schedule.getHandle(objectiveScheduleId(before.id)).unpause(`resumed by ${by.name}`);
-      const after = await db.objective.update({ where: { id: before.id }, data: { paused: false } });
-      await receipt(by, 'resume', before.id, before, after);
-      changed();
-      return view(after);
-    },
+    resume: (idOrName: string, by: Requester) => setPaused(idOrName, by, false),
 
     /** Run now (the objective's overlap policy applies unless another is given). */
     async trigger(idOrName: string, by: Requester, overlap?: OverlapPolicy): Promise<ObjectiveView> {
@@ -428,7 +424,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     /** The runs a past time range would have had (each scheduled time once). */
     async backfill(idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> {
       const parsed = BackfillSchema.safeParse(input);
-      if (!parsed.success) throw new ObjectiveInputError(`invalid backfill: ${issues(parsed.error)}`);
+      if (!parsed.success) throw new ObjectiveInputError(`invalid backfill: ${describeIssues(parsed.error)}`);
       const o = await find(idOrName);
       const b = parsed.data;
       await client.schedule.getHandle(objectiveScheduleId(o.id)).backfill({ start: new Date(b.start), end: new Date(b.end), overlap: OVERLAP[b.overlap] });

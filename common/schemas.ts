@@ -92,3 +92,8 @@ export const InboundMessageSchema = InboundMessageBaseSchema.refine((m) => m.tex
 });
 export type InboundMessage = z.input<typeof InboundMessageSchema>;
 export type NormalizedInbound = z.output<typeof InboundMessageSchema>;
+
+/** A zod error as one line a person can act on: `path: message; ...`. */
+export function describeIssues(err: { issues: ReadonlyArray<{ path: PropertyKey[]; message: string }> }): string {
+  return err.issues.map((i) => `${i.path.map(String).join('.') || '(body)'}: ${i.message}`).join('; ');
+}

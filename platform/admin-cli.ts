@@ -87,6 +87,12 @@ async function callApi(target: { url: string; token: string }, method: string, r
   return { status: res.status, json };
 }
 
+/** Print an API refusal; the exit code: 2 for bad input, 1 otherwise. */
+function apiFailure(io: CliIo, r: { status: number; json: Record<string, unknown> }): number {
+  io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+  return r.status === 400 ? 2 : 1;
+}
+
 function table(rows: string[][]): string {
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length))) ?? [];
   return `${rows.map((r) => r.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd()).join('\n')}\n`;
@@ -449,10 +455,7 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
     },
   });
   const target = await apiTarget(io.config(), io, values);
-  const fail = (r: { status: number; json: Record<string, unknown> }) => {
-    io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
-    return r.status === 400 ? 2 : 1;
-  };
+  const fail = (r: { status: number; json: Record<string, unknown> }) => apiFailure(io, r);
   const schedule = () => ({
     ...(values.every ? { every: values.every } : {}),
     ...(values.cron ? { cron: values.cron } : {}),
@@ -555,10 +558,7 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
     options: { url: { type: 'string' }, token: { type: 'string' }, base: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, out: { type: 'string' } },
   });
   const target = await apiTarget(io.config(), io, values);
-  const fail = (r: { status: number; json: Record<string, unknown> }) => {
-    io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
-    return r.status === 400 ? 2 : 1;
-  };
+  const fail = (r: { status: number; json: Record<string, unknown> }) => apiFailure(io, r);
   switch (sub) {
     case 'list': {
       const r = await callApi(target, 'GET', `/api/v1/changes${values.repo ? `?repo=${encodeURIComponent(values.repo)}` : ''}`);
