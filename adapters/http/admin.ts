@@ -5,6 +5,7 @@
  * writes a receipt; every request body is validated with zod before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { errorResponses, json } from './common.js';
 import type { Db } from '../../activities/db.js';
 import {
   bindChat,
@@ -19,14 +20,7 @@ import { ROLES, RoleSchema } from '../../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 
-const ErrorBody = z.object({ error: z.string() }).openapi('AdminError');
-const errors = {
-  400: { content: { 'application/json': { schema: ErrorBody } }, description: 'Invalid request' },
-  401: { content: { 'application/json': { schema: ErrorBody } }, description: 'Missing or wrong bearer token' },
-  404: { content: { 'application/json': { schema: ErrorBody } }, description: 'Not found' },
-  409: { content: { 'application/json': { schema: ErrorBody } }, description: 'Conflict: nothing changed' },
-};
-const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
+const errors = errorResponses('AdminError');
 const body = <T extends z.ZodType>(schema: T) => ({ body: { content: { 'application/json': { schema } }, required: true } });
 
 const GovernedPlatform = z.enum(['telegram', 'discord', 'openharness']);

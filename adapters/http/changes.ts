@@ -6,17 +6,11 @@
  * Bodies are validated (zod) by the change service before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { errorResponses, json } from './common.js';
 import { OPERATOR } from '../../activities/governance.js';
 import { ChangeInputError, type ChangeService } from '../changes.js';
 
-const ErrorBody = z.object({ error: z.string() }).openapi('ChangeError');
-const errors = {
-  400: { content: { 'application/json': { schema: ErrorBody } }, description: 'Invalid request' },
-  401: { content: { 'application/json': { schema: ErrorBody } }, description: 'Missing or wrong bearer token' },
-  404: { content: { 'application/json': { schema: ErrorBody } }, description: 'Not found' },
-  409: { content: { 'application/json': { schema: ErrorBody } }, description: 'Conflict: nothing changed' },
-};
-const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
+const errors = errorResponses('ChangeError');
 /** The body is validated by the service (one schema for API, CLI and chat), so the route takes any JSON. */
 const anyJson = { body: { content: { 'application/json': { schema: z.unknown().openapi({ type: 'object' }) } }, required: true } };
 const Loose = z.record(z.string(), z.unknown());

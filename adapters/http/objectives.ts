@@ -6,19 +6,13 @@
  * schema for API, CLI and chat) before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
+import { errorResponses, json } from './common.js';
 import { OPERATOR } from '../../activities/governance.js';
 import { OVERLAP_POLICIES } from '../../common/objectives.js';
 import { ObjectiveInputError, type ObjectiveService } from '../objectives.js';
 
-const ErrorBody = z.object({ error: z.string() }).openapi('ObjectiveError');
-const errors = {
-  400: { content: { 'application/json': { schema: ErrorBody } }, description: 'Invalid request' },
-  401: { content: { 'application/json': { schema: ErrorBody } }, description: 'Missing or wrong bearer token' },
-  404: { content: { 'application/json': { schema: ErrorBody } }, description: 'Not found' },
-  409: { content: { 'application/json': { schema: ErrorBody } }, description: 'Conflict: nothing changed' },
-};
+const errors = errorResponses('ObjectiveError');
 const Loose = z.record(z.string(), z.unknown());
-const json = <T extends z.ZodType>(schema: T, description: string) => ({ content: { 'application/json': { schema } }, description });
 const anyJson = (required: boolean) => ({ body: { content: { 'application/json': { schema: z.unknown().openapi({ type: 'object' }) } }, required } });
 const IdParam = z.object({ id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' } }) });
 
