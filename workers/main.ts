@@ -1,12 +1,20 @@
 /**
  * Worker processes. The interactive task queue runs the workflows (sessions, turns, repo
- * changes) and the chat activities; the repo queue runs repo changes' activities only (coding
+ * changes) and the chat activities; the background queue runs objective runs (their
+ * workflows, turns and activities); the repo queue runs repo changes' activities only (coding
  * agent, gates, promotion), so a long change never holds a chat worker's slot and costs no
- * second workflow sandbox. The background queue (objectives) comes with its feature.
+ * second workflow sandbox.
  */
-import { NativeConnection, Worker, type WorkflowBundleOption } from '@temporalio/worker';
+import type { DataConverter } from '@temporalio/common';
+import { NativeConnection, Worker, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities/index.js';
 import { workflowsPath } from './bundle.js';
+
+/** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
+export interface WorkerConcurrency {
+  maxConcurrentWorkflowTaskExecutions?: number;
+  maxConcurrentActivityTaskExecutions?: number;
+}
 
 export interface StewardWorkerOptions {
   connection: NativeConnection;
@@ -19,6 +27,14 @@ export interface StewardWorkerOptions {
   activitiesOnly?: boolean;
   maxCachedWorkflows?: number;
   identity?: string;
+  concurrency?: WorkerConcurrency;
+  /** The payload codec (encryption, compression): the same as every client's. */
+  dataConverter?: DataConverter;
+  /** Workflow and activity interceptors and sinks (OpenTelemetry). */
+  interceptors?: WorkerOptions['interceptors'];
+  sinks?: WorkerOptions['sinks'];
+  /** Worker Versioning: deployment name, build id and the default behaviour. */
+  workerDeploymentOptions?: WorkerOptions['workerDeploymentOptions'];
 }
 
 export async function createStewardWorker(opts: StewardWorkerOptions): Promise<Worker> {
@@ -35,5 +51,11 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     shutdownGraceTime: '10 seconds',
     ...(opts.maxCachedWorkflows !== undefined && !opts.activitiesOnly ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
     ...(opts.identity ? { identity: opts.identity } : {}),
+    ...(opts.concurrency?.maxConcurrentActivityTaskExecutions ? { maxConcurrentActivityTaskExecutions: opts.concurrency.maxConcurrentActivityTaskExecutions } : {}),
+    ...(opts.concurrency?.maxConcurrentWorkflowTaskExecutions && !opts.activitiesOnly ? { maxConcurrentWorkflowTaskExecutions: opts.concurrency.maxConcurrentWorkflowTaskExecutions } : {}),
+    ...(opts.dataConverter ? { dataConverter: opts.dataConverter } : {}),
+    ...(opts.interceptors ? { interceptors: opts.interceptors } : {}),
+    ...(opts.sinks ? { sinks: opts.sinks } : {}),
+    ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
   });
 }
