@@ -19,6 +19,7 @@ import { classifyModelError, ModelNotConfiguredError, runModelStep, type createM
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
 import { createObjectiveActivities } from './objectives.js';
 import { writeReceipt } from './receipts.js';
+import { recordTurn } from '../platform/metrics.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
 import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';
 
@@ -337,7 +338,7 @@ export function createActivities(deps: ActivityDeps) {
           ...(input.attachments?.length ? { attachments: input.attachments } : {}),
         }),
       );
-      await writeReceipt(db, {
+      const firstDelivery = await writeReceipt(db, {
         key: `${input.key}:delivery`,
         kind: 'delivery',
         ...wf,
@@ -354,12 +355,16 @@ export function createActivities(deps: ActivityDeps) {
         },
       });
       if (input.turnId) {
-        await writeReceipt(db, {
+        const ended = await writeReceipt(db, {
           key: `${input.turnId}:end`,
           kind: 'turn.end',
           ...wf,
           data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 },
         });
+        if (ended) recordTurn(input.kind === 'reply' ? 'replied' : 'notice');
+      } else if (firstDelivery && /:(stopped|failed)$/.test(input.key)) {
+        // the session's notice of a turn stopped by /stop, or abandoned after failing
+        recordTurn(input.key.endsWith(':stopped') ? 'stopped' : 'abandoned');
       }
       if (outcome.sent) deps.onTranscript?.(input.sessionId, input.kind === 'reply' ? 'assistant' : 'system');
       return { sent: outcome.sent, messageSeq: outcome.messageSeq };

@@ -36,6 +36,7 @@ import {
   type ToolSet,
 } from 'ai';
 import { ModelRefSchema, parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
+import { recordModelCall } from '../platform/metrics.js';
 
 export interface ModelProvidersConfig {
   openai?: { apiKey: string; baseURL?: string };
@@ -282,6 +283,7 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   const signal = opts.signal ? AbortSignal.any([opts.signal, local.signal]) : local.signal;
   let streamError: unknown;
   let completed = false;
+  const startedAt = performance.now();
   try {
     const result = streamText({
       model: languageModel,
@@ -329,8 +331,10 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     if (opts.signal?.aborted) throw abortError(opts.signal);
     if (streamError !== undefined) throw asError(streamError);
     completed = true;
+    recordModelCall({ model: req.model, seconds: (performance.now() - startedAt) / 1000, outcome: 'ok', usage });
     return { text, finishReason, usage, model: req.model, toolCalls };
   } catch (err) {
+    recordModelCall({ model: req.model, seconds: (performance.now() - startedAt) / 1000, outcome: opts.signal?.aborted ? 'cancelled' : 'error' });
     if (opts.signal?.aborted && !(err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError'))) {
       throw abortError(opts.signal);
     }

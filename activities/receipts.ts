@@ -49,7 +49,8 @@ export interface ReceiptInput {
   data: Record<string, unknown>;
 }
 
-export async function writeReceipt(db: Db, r: ReceiptInput): Promise<void> {
+/** Write a receipt; false when its key was already written (a retried activity), true otherwise. */
+export async function writeReceipt(db: Db, r: ReceiptInput): Promise<boolean> {
   try {
     await db.receipt.create({
       data: {
@@ -63,9 +64,10 @@ export async function writeReceipt(db: Db, r: ReceiptInput): Promise<void> {
       },
     });
   } catch (err) {
-    if (r.key && isUniqueViolation(err)) return; // already written by an earlier attempt
+    if (r.key && isUniqueViolation(err)) return false; // already written by an earlier attempt
     throw err;
   }
+  return true;
 }
 
 export interface ReceiptRecord {
@@ -79,12 +81,30 @@ export interface ReceiptRecord {
   at: string;
 }
 
-/** Receipts in order, for export as JSONL. */
-export async function listReceipts(db: Db, opts: { sessionId?: string; kind?: string; afterId?: number; limit?: number } = {}): Promise<ReceiptRecord[]> {
+export interface ReceiptFilter {
+  sessionId?: string;
+  /** Any of these sessions (a chat's sessions); an empty list matches nothing. */
+  sessionIds?: string[];
+  /** Receipts of this workflow id or run id. */
+  run?: string;
+  kind?: string;
+  /** Written at or after this time. */
+  since?: Date;
+  /** Written before this time. */
+  until?: Date;
+  afterId?: number;
+  limit?: number;
+}
+
+/** Receipts in order, for export as JSONL (one page: page on with `afterId`). */
+export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<ReceiptRecord[]> {
   const rows = await db.receipt.findMany({
     where: {
       ...(opts.sessionId ? { sessionId: opts.sessionId } : {}),
+      ...(opts.sessionIds ? { sessionId: { in: opts.sessionIds } } : {}),
+      ...(opts.run ? { OR: [{ workflowId: opts.run }, { runId: opts.run }] } : {}),
       ...(opts.kind ? { kind: opts.kind } : {}),
+      ...(opts.since || opts.until ? { createdAt: { ...(opts.since ? { gte: opts.since } : {}), ...(opts.until ? { lt: opts.until } : {}) } } : {}),
       ...(opts.afterId ? { id: { gt: opts.afterId } } : {}),
     },
     orderBy: { id: 'asc' },

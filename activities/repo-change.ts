@@ -52,6 +52,7 @@ import { BaseMovedError, GitHubError, openDraftPullRequest } from './github.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { deliverOnce, type Senders } from './outbox.js';
 import { writeReceipt } from './receipts.js';
+import { recordGateVerdict } from '../platform/metrics.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
 
 export interface RepoChangeSettings {
@@ -612,12 +613,13 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
         }));
       }
       await db.repoChange.update({ where: { id: input.changeId }, data: { verdict: JSON.stringify(verdict), taskState: JSON.stringify(state) } });
-      await writeReceipt(db, {
+      const recorded = await writeReceipt(db, {
         key: `change:${input.changeId}:gate:${input.patchHash}:${input.baseSha}`,
         kind: 'gate.verdict',
         ...wfRef(),
         data: { changeId: input.changeId, repo: repo.name, verdict: verdict.verdict, reasons: verdict.reasons, stats: verdict.stats, checks: verdict.checks.map((c) => ({ name: c.name, exitCode: c.exitCode, passed: c.passed })) },
       });
+      if (recorded) recordGateVerdict(verdict.verdict, 'validation');
       return verdict;
     },
 
@@ -700,12 +702,13 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
         if (current !== baseSha) {
           // The base moved since validation: the patch must still apply and pass on the new base.
           const again = await validateOn(repo, current, input.patchHash, row.draft ? TaskDraftSchema.parse(JSON.parse(row.draft)).scope : [], ctx.cancellationSignal, beat);
-          await writeReceipt(db, {
+          const recorded = await writeReceipt(db, {
             key: `change:${input.changeId}:revalidate:${current}`,
             kind: 'gate.verdict',
             ...wfRef(),
             data: { changeId: input.changeId, repo: repo.name, verdict: again.verdict, reasons: again.reasons, revalidation: true, from: baseSha, to: current },
           });
+          if (recorded) recordGateVerdict(again.verdict, 'revalidation');
           await db.repoChange.update({ where: { id: input.changeId }, data: { verdict: JSON.stringify(again) } });
           if (again.verdict !== 'pass') {
             const reason = `the base branch ${row.baseBranch} moved from ${baseSha.slice(0, 12)} to ${current.slice(0, 12)} and the change no longer passes the gate there: ${again.reasons.join('; ')}`;

@@ -208,6 +208,8 @@ export interface IngressDeps {
   changes?: ChangeService;
   /** Objectives on Temporal Schedules (/objectives, /objective). */
   objectives?: ObjectiveService;
+  /** The Temporal UI link of a workflow (for /status: the running turn's run). */
+  runLink?: (workflowId: string) => string | undefined;
 }
 
 const PROVIDER_SETUP: Record<Provider, string> = {
@@ -533,7 +535,9 @@ export function createIngress(deps: IngressDeps): Ingress {
         }
       }
       case 'status': {
-        const text = formatStatus(await status(opts.workflowId));
+        const view = await status(opts.workflowId);
+        const link = view.running ? deps.runLink?.(view.running.turnId) : undefined;
+        const text = link ? `${formatStatus(view)}\nRun: ${link}` : formatStatus(view);
         const running = deps.changes ? await deps.changes.runningInChat(conversation) : [];
         return running.length
           ? `${text}\nChanges: ${running.map((c) => `${c.id} on ${c.repo} (${c.phase}${c.question ? ': waiting for /answer' : ''})`).join('; ')}`

@@ -11,6 +11,7 @@ import { parseRateLimits, type RateLimits } from '../common/roles.js';
 import { ModelRefSchema, type Provider } from '../common/schemas.js';
 import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
+import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '../common/codec.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -66,6 +67,35 @@ const bool = (fallback: boolean) =>
     .default(fallback ? 'true' : 'false')
     .transform((v) => v === 'true' || v === '1' || v === 'yes');
 
+/** The queues a worker process can poll: chat (interactive), objectives (background), repo changes' activities (repo). */
+export const QUEUE_ROLES = ['interactive', 'background', 'repo'] as const;
+export type QueueRole = (typeof QUEUE_ROLES)[number];
+
+/** `interactive,repo` into queue roles, or the reason it is not one. */
+export function parseQueueRoles(text: string): QueueRole[] | string {
+  const names = text.split(',').map((s) => s.trim()).filter(Boolean);
+  const bad = names.filter((n) => !(QUEUE_ROLES as readonly string[]).includes(n));
+  if (names.length === 0 || bad.length > 0) {
+    return `expected queue roles separated by commas, from ${QUEUE_ROLES.join(', ')}${bad.length ? ` (got ${bad.join(', ')})` : ''}`;
+  }
+  return [...new Set(names as QueueRole[])];
+}
+
+/** `interactive=50,repo=2` (tasks each queue's worker runs at once) into a map, or the reason it is not one. */
+export function parseQueueConcurrency(text: string): Partial<Record<QueueRole, number>> | string {
+  const out: Partial<Record<QueueRole, number>> = {};
+  for (const part of text.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([a-z]+)=(\d+)$/.exec(part);
+    const role = m?.[1];
+    const n = Number(m?.[2]);
+    if (!m || !(QUEUE_ROLES as readonly string[]).includes(role!) || !Number.isInteger(n) || n < 1) {
+      return `expected role=count pairs separated by commas, roles from ${QUEUE_ROLES.join(', ')}, counts 1 or more (e.g. interactive=50,repo=2; got ${part})`;
+    }
+    out[role as QueueRole] = n;
+  }
+  return out;
+}
+
 export const ConfigEnvSchema = z.object({
   STEWARD_DATA_DIR: optionalString,
   STEWARD_CONFIG: optionalString,
@@ -106,10 +136,56 @@ export const ConfigEnvSchema = z.object({
     .int('expected a whole number of workflows (0 or more)')
     .min(0, 'expected a whole number of workflows (0 or more)')
     .default(200),
+  // --- process roles: which queues a worker process polls, slots per queue, a prebuilt bundle
+  STEWARD_WORKER_QUEUES: z
+    .string()
+    .trim()
+    .default(QUEUE_ROLES.join(','))
+    .transform((v, ctx) => {
+      const roles = parseQueueRoles(v || QUEUE_ROLES.join(','));
+      if (typeof roles === 'string') {
+        ctx.addIssue({ code: 'custom', message: roles });
+        return z.NEVER;
+      }
+      return roles;
+    }),
+  STEWARD_WORKER_CONCURRENCY: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const parsed = parseQueueConcurrency(v);
+      if (typeof parsed === 'string') {
+        ctx.addIssue({ code: 'custom', message: parsed });
+        return z.NEVER;
+      }
+      return parsed;
+    }),
+  STEWARD_WORKFLOW_BUNDLE: optionalString,
+  // --- Worker Versioning (docs/upgrades.md)
+  STEWARD_WORKER_VERSIONING: z.enum(['auto', 'on', 'off'], { error: 'expected auto, on or off' }).default('auto'),
+  STEWARD_DEPLOYMENT_NAME: z
+    .string()
+    .trim()
+    .regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$/, 'expected a deployment name of letters, digits, - and _ (up to 100, no . or :)')
+    .default('steward'),
+  STEWARD_BUILD_ID: optionalString.refine((v) => v === undefined || /^[A-Za-z0-9][A-Za-z0-9_.+-]{0,254}$/.test(v), {
+    message: 'expected a build id of letters, digits, ., +, - and _ (up to 255, no :), e.g. an image tag or a git commit',
+  }),
   DATABASE_URL: optionalString.refine((v) => v === undefined || /^(file:|postgres(ql)?:\/\/)/.test(v), {
     message: 'expected a SQLite URL (file:/path/steward.db) or a PostgreSQL URL (postgresql://user:pass@host:5432/db)',
   }),
   STEWARD_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  // --- traces (OTLP/HTTP, the standard OpenTelemetry names) and the metrics listener
+  OTEL_EXPORTER_OTLP_ENDPOINT: url('(an OTLP/HTTP collector base, e.g. http://127.0.0.1:4318; traces go to <it>/v1/traces)'),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url('(the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)'),
+  OTEL_SERVICE_NAME: z.string().trim().min(1).default('steward'),
+  STEWARD_METRICS_PORT: optionalString
+    .refine((v) => v === undefined || (/^\d{1,5}$/.test(v) && Number(v) >= 1 && Number(v) <= 65535), {
+      message: 'expected a TCP port number (1-65535), or nothing to keep the metrics listener off',
+    })
+    .transform((v) => (v === undefined ? undefined : Number(v))),
+  STEWARD_METRICS_HOST: z.string().trim().min(1).default('127.0.0.1'),
   // --- chat platforms
   TELEGRAM_BOT_TOKEN: optionalString.refine((v) => v === undefined || /^\d+:[A-Za-z0-9_-]{20,}$/.test(v), {
     message: 'expected a Telegram bot token from @BotFather (<bot id>:<secret>)',
@@ -233,6 +309,30 @@ export const ConfigEnvSchema = z.object({
       return names;
     }),
   STEWARD_ACTION_MAX_RESPONSE_BYTES: positiveInt(64 * 1024, 'the response bytes an HTTP action keeps'),
+  // --- payload codec (encryption of everything Temporal stores) and its endpoint
+  STEWARD_CODEC: z
+    .enum(['on', 'off', 'true', 'false', '1', '0', ''], { error: 'expected on or off' })
+    .default('on')
+    .transform((v) => v !== 'off' && v !== 'false' && v !== '0'),
+  STEWARD_CODEC_KEYS: optionalString.pipe(CodecKeysSchema.optional()),
+  STEWARD_CODEC_COMPRESS_ABOVE: z.coerce
+    .number({ error: 'expected a whole number of bytes (0 or more)' })
+    .int('expected a whole number of bytes (0 or more)')
+    .min(0, 'expected a whole number of bytes (0 or more)')
+    .default(DEFAULT_COMPRESS_ABOVE_BYTES),
+  STEWARD_CODEC_CORS_ORIGINS: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const origins = v.split(',').map((o) => o.trim().replace(/\/$/, '')).filter(Boolean);
+      const bad = origins.find((o) => !/^https?:\/\/[^\s/?#]+$/.test(o));
+      if (bad) {
+        ctx.addIssue({ code: 'custom', message: `expected origins (scheme://host[:port], no path) separated by commas, e.g. http://127.0.0.1:8233 (got ${bad})` });
+        return z.NEVER;
+      }
+      return origins;
+    }),
 });
 
 export type ConfigEnv = z.infer<typeof ConfigEnvSchema>;
@@ -265,10 +365,26 @@ export interface StewardConfig {
     /** Workflows a worker keeps in memory; idle sessions beyond it are evicted and replayed when they wake. */
     maxCachedWorkflows: number;
   };
+  /** What `steward worker` polls, and how many tasks each queue's worker runs at once. */
+  workers: {
+    queues: QueueRole[];
+    concurrency: Partial<Record<QueueRole, number>>;
+    /** A prebuilt workflow bundle (production images); bundled from source when unset. */
+    bundlePath?: string;
+    /** Worker Versioning: auto (versioned when a build id is set and the server supports it), on, off. */
+    versioning: { mode: 'auto' | 'on' | 'off'; deploymentName: string; buildId?: string };
+  };
   /** The inbound SMTP listener of objectives' email triggers (off when no port is set). */
   inboundSmtp?: { host: string; port: number; maxBytes: number; allowFrom: string[] };
   databaseUrl: string;
   logLevel: ConfigEnv['STEWARD_LOG_LEVEL'];
+  telemetry: {
+    /** OTLP/HTTP traces URL; no traces are exported when unset. */
+    tracesUrl?: string;
+    serviceName: string;
+    /** The unauthenticated metrics listener (`GET /metrics`); off when no port is set. */
+    metrics: { host: string; port?: number };
+  };
   telegram?: { token: string; apiRoot?: string };
   discord?: { token: string; apiUrl?: string; guildId?: string };
   governance: {
@@ -296,6 +412,16 @@ export interface StewardConfig {
     smtp?: { url: string; from: string };
     http: { allowPrivate: boolean; allowHosts: string[]; maxResponseBytes: number };
     commands: { allowlist: string[] };
+  };
+  /** The payload codec: encryption (AES-256-GCM) and compression of payloads, and its HTTP endpoint. */
+  codec: {
+    /** false (STEWARD_CODEC=off): new payloads are stored in plaintext; existing encrypted ones still decode with the keys. */
+    enabled: boolean;
+    /** STEWARD_CODEC_KEYS, encrypting key first; unset: `<dataDir>/codec-keys.json` (generated on first start). */
+    keys?: CodecKey[];
+    compressAboveBytes: number;
+    /** Browser origins allowed to call /codec/* (unset: the embedded UI's origins). */
+    corsOrigins?: string[];
   };
 }
 
@@ -373,6 +499,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   if ((e.TEMPORAL_TLS_CERT && !e.TEMPORAL_TLS_KEY) || (!e.TEMPORAL_TLS_CERT && e.TEMPORAL_TLS_KEY)) {
     problems.push('TEMPORAL_TLS_CERT/TEMPORAL_TLS_KEY: expected both paths for mutual TLS, or neither');
   }
+  if (e.STEWARD_WORKER_VERSIONING === 'on' && !e.STEWARD_BUILD_ID) {
+    problems.push('STEWARD_BUILD_ID: expected the build id of this image when STEWARD_WORKER_VERSIONING=on');
+  }
   if (e.STEWARD_SMTP_URL && !e.STEWARD_SMTP_FROM) problems.push('STEWARD_SMTP_FROM: expected the From address of emails when STEWARD_SMTP_URL is set');
   if (problems.length > 0) throw new ConfigError(problems);
 
@@ -443,11 +572,24 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
       maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
     },
+    workers: {
+      queues: e.STEWARD_WORKER_QUEUES,
+      concurrency: e.STEWARD_WORKER_CONCURRENCY,
+      ...(e.STEWARD_WORKFLOW_BUNDLE ? { bundlePath: path.resolve(cwd, e.STEWARD_WORKFLOW_BUNDLE) } : {}),
+      versioning: { mode: e.STEWARD_WORKER_VERSIONING, deploymentName: e.STEWARD_DEPLOYMENT_NAME, ...(e.STEWARD_BUILD_ID ? { buildId: e.STEWARD_BUILD_ID } : {}) },
+    },
     ...(e.STEWARD_INBOUND_SMTP_PORT !== undefined
       ? { inboundSmtp: { host: e.STEWARD_INBOUND_SMTP_HOST, port: e.STEWARD_INBOUND_SMTP_PORT, maxBytes: e.STEWARD_INBOUND_SMTP_MAX_BYTES, allowFrom: e.STEWARD_INBOUND_SMTP_ALLOW_FROM } }
       : {}),
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,
+    telemetry: {
+      ...(e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || e.OTEL_EXPORTER_OTLP_ENDPOINT
+        ? { tracesUrl: e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? `${(e.OTEL_EXPORTER_OTLP_ENDPOINT ?? '').replace(/\/+$/, '')}/v1/traces` }
+        : {}),
+      serviceName: e.OTEL_SERVICE_NAME,
+      metrics: { host: e.STEWARD_METRICS_HOST, ...(e.STEWARD_METRICS_PORT !== undefined ? { port: e.STEWARD_METRICS_PORT } : {}) },
+    },
     ...(e.TELEGRAM_BOT_TOKEN ? { telegram: { token: e.TELEGRAM_BOT_TOKEN, ...(e.TELEGRAM_API_ROOT ? { apiRoot: e.TELEGRAM_API_ROOT } : {}) } } : {}),
     ...(e.DISCORD_BOT_TOKEN
       ? { discord: { token: e.DISCORD_BOT_TOKEN, ...(e.DISCORD_API_URL ? { apiUrl: e.DISCORD_API_URL } : {}), ...(e.DISCORD_GUILD_ID ? { guildId: e.DISCORD_GUILD_ID } : {}) } }
@@ -474,6 +616,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       ...(e.STEWARD_SMTP_URL && e.STEWARD_SMTP_FROM ? { smtp: { url: e.STEWARD_SMTP_URL, from: e.STEWARD_SMTP_FROM } } : {}),
       http: { allowPrivate: e.STEWARD_ACTION_HTTP_ALLOW_PRIVATE, allowHosts: e.STEWARD_ACTION_HTTP_ALLOW_HOSTS, maxResponseBytes: e.STEWARD_ACTION_MAX_RESPONSE_BYTES },
       commands: { allowlist: e.STEWARD_ACTION_COMMANDS },
+    },
+    codec: {
+      enabled: e.STEWARD_CODEC,
+      ...(e.STEWARD_CODEC_KEYS ? { keys: e.STEWARD_CODEC_KEYS } : {}),
+      compressAboveBytes: e.STEWARD_CODEC_COMPRESS_ABOVE,
+      ...(e.STEWARD_CODEC_CORS_ORIGINS.length > 0 ? { corsOrigins: e.STEWARD_CODEC_CORS_ORIGINS } : {}),
     },
   };
 }

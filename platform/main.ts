@@ -1,17 +1,19 @@
 /**
- * The `steward` command: `start` (all-in-one on embedded defaults), `chat` (interactive chat
+ * The `steward` command: `start` (all-in-one on embedded defaults), `api` and `worker` (the
+ * process roles of a multi-machine deployment), `chat` (interactive chat
  * over the HTTP API), `migrate`, `receipts` (JSONL export), `help`.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDb, migrateDatabase } from '../activities/db.js';
+import { migrateDatabase } from '../activities/db.js';
 
-import { listReceipts } from '../activities/receipts.js';
 import { runChat } from '../adapters/cli/chat.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
 import { createLogger } from './logger.js';
 import { adminCommand } from './admin-cli.js';
+import { historiesCommand } from './histories.js';
+import { opsCommand, stdoutWriter } from './ops-cli.js';
 import { redactUrl, startSteward, startWorkerOnly } from './start.js';
 
 const USAGE = `Usage: steward <command> [options]
@@ -19,13 +21,26 @@ const USAGE = `Usage: steward <command> [options]
 Commands:
   start                 Start Steward: Temporal (embedded unless TEMPORAL_ADDRESS is set),
                         the database, the worker and the HTTP API.
-  worker                Run the workers only (interactive and repo queues), polling
-                        TEMPORAL_ADDRESS.
+  api                   The HTTP API, chat adapters and event triggers without workers,
+                        against TEMPORAL_ADDRESS (run \`steward worker\` processes beside it).
+  worker [--queues interactive,background,repo] [--concurrency interactive=N,...]
+                        Workers only, polling TEMPORAL_ADDRESS: the queues of the given
+                        roles (default STEWARD_WORKER_QUEUES, all three), each running at
+                        most N tasks at once (STEWARD_WORKER_CONCURRENCY).
   chat [--chat ID] [--user NAME] [--url URL] [--token TOKEN]
                         Chat with the agent of a running Steward.
   migrate               Apply database migrations (DATABASE_URL).
-  receipts [--session ID] [--kind KIND] [--after N] [--limit N]
-                        Print audit receipts as JSONL.
+  receipts export [--since T] [--until T] [--chat ID] [--run ID] [--kind KIND] [--limit N]
+                        Audit receipts as JSONL, streamed. T: ISO time or a duration
+                        back from now (2h); --chat: chat id or session id; --run:
+                        workflow id or run id. \`steward receipts ...\` is the same.
+  trace <message id | workflow id | run id> [--chat ID] [--json]
+                        One message's path (ingress, turn, model calls, tools,
+                        approvals, delivery) from receipts and Temporal history.
+  doctor [--json] [--timeout 5s] [--skip-sandbox]
+                        Check configuration, Temporal, namespace and search
+                        attributes, database migrations, sandbox, model provider
+                        and chat tokens; exit 1 if a check fails.
   identities list | add --name N --role R [--telegram ID] [--discord ID]
              | set-role ID ROLE | remove ID
                         People Steward knows and their roles (the first overlord is
@@ -51,14 +66,18 @@ Commands:
              | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO
              | skip-missed ID | delete ID
                         Objectives on Temporal Schedules (through the running API).
+  histories record --query Q [--limit 20] [--out DIR] [--prefix NAME] [--include-running]
+             [--force]  Record closed runs' histories (visibility query Q) as replay
+                        fixtures (default test/replay/histories), payloads decoded.
   test [files...]       Run the test suite.
   help                  Show this help.
 
 Configuration: environment variables or a JSON config file; see .env.example.`;
 
-function config(): StewardConfig {
+/** The configuration; `overrides` (command-line flags) win over the environment. */
+function config(overrides: Record<string, string> = {}): StewardConfig {
   try {
-    return loadConfig();
+    return loadConfig({ ...process.env, ...overrides });
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`${err.message}\n`);
@@ -68,12 +87,12 @@ function config(): StewardConfig {
   }
 }
 
-async function start(): Promise<void> {
+async function start(role: 'all' | 'api'): Promise<void> {
   const cfg = config();
   const log = createLogger(cfg.logLevel);
-  const steward = await startSteward(cfg, log);
+  const steward = await startSteward(cfg, log, { role });
   const out = [
-    'Steward is running.',
+    role === 'api' ? 'Steward API is running (no workers in this process: run `steward worker`).' : 'Steward is running.',
     `  API:          ${steward.apiUrl}  (health: ${steward.apiUrl}/healthz, OpenAPI: ${steward.apiUrl}/api/openapi.json)`,
     `  API token:    ${steward.apiTokenGenerated ? `${steward.apiToken}  (generated; saved in ${path.join(steward.dataDir, 'api-token')})` : `(from ${process.env.STEWARD_API_TOKEN ? 'STEWARD_API_TOKEN' : path.join(steward.dataDir, 'api-token')})`}`,
     `  Temporal:     ${steward.temporalAddress} (namespace ${steward.namespace})`,
@@ -110,11 +129,17 @@ async function start(): Promise<void> {
   process.on('SIGTERM', () => shutdown('SIGTERM'));
 }
 
-async function worker(): Promise<void> {
-  const cfg = config();
+async function worker(args: string[]): Promise<void> {
+  const { values } = parseArgs({ args, options: { queues: { type: 'string' }, concurrency: { type: 'string' } } });
+  // the flags override STEWARD_WORKER_QUEUES and STEWARD_WORKER_CONCURRENCY, with the same checks
+  const cfg = config({
+    ...(values.queues !== undefined ? { STEWARD_WORKER_QUEUES: values.queues } : {}),
+    ...(values.concurrency !== undefined ? { STEWARD_WORKER_CONCURRENCY: values.concurrency } : {}),
+  });
   const log = createLogger(cfg.logLevel);
   const w = await startWorkerOnly(cfg, log);
-  process.stdout.write(`Steward worker polling ${cfg.temporal.taskQueue} on ${cfg.temporal.address} (namespace ${cfg.temporal.namespace}).\n`);
+  const queues = w.queues.map((q) => `${q.taskQueue} (${q.role}${cfg.workers.concurrency[q.role] ? `, ${cfg.workers.concurrency[q.role]} at once` : ''})`).join(', ');
+  process.stdout.write(`Steward worker polling ${queues} on ${cfg.temporal.address} (namespace ${cfg.temporal.namespace}).\n`);
   const stop = () => {
     w.stop().catch((err: unknown) => log.error({ err }, 'worker shutdown failed'));
   };
@@ -154,31 +179,17 @@ async function migrate(): Promise<void> {
   process.stdout.write(`Migrated ${redactUrl(cfg.databaseUrl)}\n`);
 }
 
-async function receipts(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { session: { type: 'string' }, kind: { type: 'string' }, after: { type: 'string' }, limit: { type: 'string' } } });
-  const cfg = config();
-  const db = createDb(cfg.databaseUrl);
-  try {
-    const rows = await listReceipts(db, {
-      ...(values.session ? { sessionId: values.session } : {}),
-      ...(values.kind ? { kind: values.kind } : {}),
-      ...(values.after ? { afterId: Number(values.after) } : {}),
-      ...(values.limit ? { limit: Number(values.limit) } : {}),
-    });
-    for (const r of rows) process.stdout.write(`${JSON.stringify(r)}\n`);
-  } finally {
-    await db.$disconnect();
-  }
-}
-
 const [command = 'help', ...rest] = process.argv.slice(2);
 try {
   switch (command) {
     case 'start':
-      await start();
+      await start('all');
+      break;
+    case 'api':
+      await start('api');
       break;
     case 'worker':
-      await worker();
+      await worker(rest);
       break;
     case 'chat':
       await chat(rest);
@@ -187,7 +198,9 @@ try {
       await migrate();
       break;
     case 'receipts':
-      await receipts(rest);
+    case 'trace':
+    case 'doctor':
+      process.exitCode = await opsCommand(command, rest, { config, out: stdoutWriter(), err: (s) => process.stderr.write(s) });
       break;
     case 'identities':
     case 'bindings':
@@ -198,6 +211,9 @@ try {
     case 'changes':
     case 'objectives':
       process.exitCode = await adminCommand(command, rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+      break;
+    case 'histories':
+      process.exitCode = await historiesCommand(rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
       break;
     case 'help':
     case '--help':

@@ -5,30 +5,37 @@
  */
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { access, chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Client } from '@temporalio/client';
-import { DefaultLogger, Runtime, type LogLevel, type NativeConnection, type Worker } from '@temporalio/worker';
+import type { DataConverter } from '@temporalio/common';
+import { DefaultLogger, Runtime, type LogLevel, type NativeConnection, type Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import { createDb, migrateDatabase, tuneDb, type Db } from '../activities/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
 import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
+import { createCodecRoutes } from '../adapters/http/codec.js';
+import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
-import type { StewardConfig } from '../config/index.js';
+import { QUEUE_ROLES, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService } from '../adapters/changes.js';
 import { createObjectiveService } from '../adapters/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundle } from '../workers/bundle.js';
-import { createStewardWorker } from '../workers/main.js';
+import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
+import { workerVersioningFor } from '../workers/versioning.js';
+import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
-import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
+import { connectTemporal, ensureSearchAttributes, freePort, startEmbeddedTemporal } from './temporal-server.js';
 
 export interface RunningSteward {
   apiUrl: string;
+  /** The codec endpoint (`<apiUrl>/codec`) for the Temporal UI and `temporal --codec-endpoint`. */
+  codecUrl: string;
   apiToken: string;
   apiTokenGenerated: boolean;
   temporalAddress: string;
@@ -67,9 +74,13 @@ export function redactUrl(url: string): string {
   return url.replace(/\/\/([^:/@]+):([^@]+)@/, '//$1:***@');
 }
 
-/** Route the Temporal SDK's logs into Steward's structured log. */
-export function installTemporalRuntime(log: Logger): void {
+/**
+ * Route the Temporal SDK's logs into Steward's structured log, and have its metrics exported
+ * for `/metrics` (Core's Prometheus exporter on a free loopback port, scraped by Steward).
+ */
+export async function installTemporalRuntime(log: Logger): Promise<void> {
   const levels: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = { TRACE: 'trace', DEBUG: 'debug', INFO: 'info', WARN: 'warn', ERROR: 'error' };
+  const metricsAddress = `127.0.0.1:${await freePort()}`;
   try {
     Runtime.install({
       logger: new DefaultLogger('WARN', (entry) => {
@@ -77,10 +88,17 @@ export function installTemporalRuntime(log: Logger): void {
         if (entry.message.startsWith('No workflows registered')) return;
         log[levels[entry.level]]({ sdk: entry.meta }, entry.message);
       }),
+      telemetryOptions: sdkMetricsTelemetry(metricsAddress),
     });
+    useSdkMetrics(metricsAddress);
   } catch {
-    // a runtime is already installed in this process
+    // a runtime is already installed in this process (its metrics, if any, are not Steward's to serve)
   }
+}
+
+/** The workers' part of tracing: activity interceptors and the workflow spans' sink. */
+function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'interceptors' | 'sinks'> {
+  return { ...(tracing.workerInterceptors ? { interceptors: tracing.workerInterceptors } : {}), sinks: tracing.sinks };
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
@@ -101,22 +119,80 @@ function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick
   };
 }
 
+/** The task queue each queue role polls. */
+export function queueOf(config: StewardConfig, role: QueueRole): string {
+  return role === 'interactive' ? config.temporal.taskQueue : role === 'background' ? config.temporal.backgroundTaskQueue : config.repoChanges.taskQueue;
+}
+
 /**
- * The workers of this process: the interactive queue (sessions, turns, repo-change workflows,
- * chat activities), the background queue (objective runs: their workflows, turns and
- * activities) and the repo queue (repo changes' activities only: no workflow thread), so
- * neither scheduled work nor a long coding agent competes with chat for workers.
+ * The payload codec of every client and worker: STEWARD_CODEC_KEYS, else the key kept in
+ * `<dataDir>/codec-keys.json` (generated there on first start when the codec is on). With
+ * STEWARD_CODEC=off nothing new is encrypted, but payloads encrypted earlier still decode.
  */
-async function workersFor(config: StewardConfig, connection: NativeConnection, deps: ActivityDeps): Promise<Worker[]> {
-  const base = { connection, namespace: config.temporal.namespace, deps };
-  const workflowBundle = await buildWorkflowBundle();
-  const out = [await createStewardWorker({ ...base, taskQueue: config.temporal.taskQueue, maxCachedWorkflows: config.temporal.maxCachedWorkflows, workflowBundle })];
-  if (config.temporal.backgroundTaskQueue !== config.temporal.taskQueue) {
-    // objective runs: workflows, their turns and activities, so scheduled work never competes with chat
-    out.push(await createStewardWorker({ ...base, taskQueue: config.temporal.backgroundTaskQueue, maxCachedWorkflows: Math.min(100, config.temporal.maxCachedWorkflows), workflowBundle }));
+export async function payloadCodecFor(config: StewardConfig, log?: Logger): Promise<{ codec: StewardCodec; dataConverter: DataConverter }> {
+  const { keys, source, file } = await resolveCodecKeys({ ...(config.codec.keys ? { keys: config.codec.keys } : {}), dataDir: config.dataDir, generate: config.codec.enabled });
+  if (source === 'generated') log?.info({ file, keyId: keys[0]?.id }, 'generated the payload encryption key: back it up (without it, stored histories cannot be read)');
+  if (source !== 'config' && config.codec.enabled && config.temporal.address) {
+    log?.warn({ file }, 'STEWARD_CODEC_KEYS is unset: using the key file of this data directory; every Steward process of a deployment needs the same keys');
   }
-  if (config.repoChanges.taskQueue !== config.temporal.taskQueue && config.repoChanges.taskQueue !== config.temporal.backgroundTaskQueue) {
-    out.push(await createStewardWorker({ ...base, taskQueue: config.repoChanges.taskQueue, activitiesOnly: true }));
+  const codec = new StewardCodec({ keys, compressAboveBytes: config.codec.compressAboveBytes, encrypt: config.codec.enabled });
+  return { codec, dataConverter: codecDataConverter(codec) };
+}
+
+/** The workflow bundle: the prebuilt one (STEWARD_WORKFLOW_BUNDLE) when set, else bundled from source. */
+async function workflowBundleFor(config: StewardConfig): Promise<WorkflowBundleOption> {
+  const file = config.workers.bundlePath;
+  if (!file) return buildWorkflowBundle();
+  try {
+    await access(file);
+  } catch {
+    throw new Error(`STEWARD_WORKFLOW_BUNDLE: no bundle at ${file}; build one with \`node --import tsx workers/bundle.ts ${file}\` or unset it to bundle from source`);
+  }
+  return { codePath: file };
+}
+
+/**
+ * The workers of this process, one per task queue of the given roles: the interactive queue
+ * (sessions, turns, repo-change workflows, chat activities), the background queue (objective
+ * runs: their workflows, turns and activities) and the repo queue (repo changes' activities
+ * only: no workflow thread), so neither scheduled work nor a long coding agent competes with
+ * chat for workers. Roles that share a task queue share its worker.
+ */
+async function workersFor(
+  config: StewardConfig,
+  connection: NativeConnection,
+  deps: ActivityDeps,
+  roles: readonly QueueRole[] = QUEUE_ROLES,
+  dataConverter?: DataConverter,
+  telemetry?: Pick<StewardWorkerOptions, 'interceptors' | 'sinks'>,
+  /** Worker Versioning: this build's deployment version (every queue's worker); unversioned when absent. */
+  workerDeploymentOptions?: StewardWorkerOptions['workerDeploymentOptions'],
+): Promise<Worker[]> {
+  const byQueue = new Map<string, QueueRole[]>();
+  for (const role of roles) {
+    const queue = queueOf(config, role);
+    byQueue.set(queue, [...(byQueue.get(queue) ?? []), role]);
+  }
+  let bundle: Promise<WorkflowBundleOption> | undefined;
+  const out: Worker[] = [];
+  for (const [taskQueue, queueRoles] of byQueue) {
+    const activitiesOnly = queueRoles.every((r) => r === 'repo');
+    const slots = Math.max(0, ...queueRoles.map((r) => config.workers.concurrency[r] ?? 0));
+    // the background worker keeps fewer workflows cached: objective runs are short-lived
+    const cached = queueRoles.includes('interactive') ? config.temporal.maxCachedWorkflows : Math.min(100, config.temporal.maxCachedWorkflows);
+    out.push(
+      await createStewardWorker({
+        connection,
+        namespace: config.temporal.namespace,
+        deps,
+        taskQueue,
+        ...(dataConverter ? { dataConverter } : {}),
+        ...telemetry,
+        ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
+        ...(activitiesOnly ? { activitiesOnly: true } : { workflowBundle: await (bundle ??= workflowBundleFor(config)), maxCachedWorkflows: cached }),
+        ...(slots > 0 ? { concurrency: { maxConcurrentActivityTaskExecutions: slots, maxConcurrentWorkflowTaskExecutions: slots } } : {}),
+      }),
+    );
   }
   return out;
 }
@@ -134,9 +210,25 @@ function runWorkers(workers: Worker[], log: Logger): { done: Promise<void>; stop
   };
 }
 
-export async function startSteward(config: StewardConfig, log: Logger): Promise<RunningSteward> {
-  installTemporalRuntime(log);
+export interface StartOptions {
+  /**
+   * `all` (the default): everything in one process, with an embedded Temporal server unless
+   * TEMPORAL_ADDRESS is set. `api`: the HTTP API, chat adapters and event triggers without
+   * workers (`steward api`), against TEMPORAL_ADDRESS; `steward worker` processes do the work.
+   */
+  role?: 'all' | 'api';
+}
+
+export async function startSteward(config: StewardConfig, log: Logger, opts: StartOptions = {}): Promise<RunningSteward> {
+  const role = opts.role ?? 'all';
+  if (role === 'api' && !config.temporal.address) {
+    throw new Error('TEMPORAL_ADDRESS: `steward api` serves a Temporal cluster that workers poll; set host:port of its frontend (or use `steward start` for all in one)');
+  }
+  await installTemporalRuntime(log);
+  const tracing = installTracing({ ...(config.telemetry.tracesUrl ? { tracesUrl: config.telemetry.tracesUrl } : {}), serviceName: config.telemetry.serviceName }, log);
   const cleanups: Array<() => Promise<void>> = [];
+  // the last step of shutdown: spans still buffered go out
+  cleanups.push(() => tracing.flush());
   const stopAll = async () => {
     for (const fn of cleanups.reverse().splice(0)) {
       try {
@@ -152,6 +244,10 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
   try {
     await mkdir(config.dataDir, { recursive: true });
     const { token, generated } = await resolveApiToken(config);
+    const { codec, dataConverter } = await payloadCodecFor(config, log);
+    // where the API will listen (the embedded UI decodes payloads through its /codec)
+    const apiHost = config.http.host === '0.0.0.0' || config.http.host === '::' ? '127.0.0.1' : config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
+    const codecUrl = `http://${apiHost}:${config.http.port}/codec`;
 
     // Temporal
     let address: string;
@@ -167,6 +263,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
         namespace: config.temporal.namespace,
         ...(config.temporal.embedded.cliPath ? { cliPath: config.temporal.embedded.cliPath } : {}),
         log,
+        uiCodecEndpoint: codecUrl,
       });
       cleanups.push(() => server.stop());
       address = server.address;
@@ -176,7 +273,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     cleanups.push(() => connection.close());
     cleanups.push(() => nativeConnection.close());
     if (config.temporal.address) await ensureSearchAttributes(connection, config.temporal.namespace);
-    const client = new Client({ connection, namespace: config.temporal.namespace });
+    const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter, ...(tracing.clientInterceptors ? { interceptors: tracing.clientInterceptors } : {}) });
 
     // Database
     await migrateDatabase(config.databaseUrl);
@@ -198,19 +295,24 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       ...(runLink ? { runLink } : {}),
       log,
     });
-    const workers = await workersFor(config, nativeConnection, {
-      db,
-      models,
-      systemPrompt: config.model.systemPrompt,
-      log,
-      onTranscript,
-      senders,
-      ...activityOptions(config, uiUrl),
-      // an approved start_repo_change goes through the change service
-      startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
-    });
-    const worker = workers[0]!;
+    // the all-in-one start replaces its only build at restart: unversioned unless STEWARD_WORKER_VERSIONING=on
+    const versioning = role === 'api' ? undefined : await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log, { allInOne: true });
+    const workers =
+      role === 'api'
+        ? []
+        : await workersFor(config, nativeConnection, {
+            db,
+            models,
+            systemPrompt: config.model.systemPrompt,
+            log,
+            onTranscript,
+            senders,
+            ...activityOptions(config, uiUrl),
+            // an approved start_repo_change goes through the change service
+            startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
+          }, QUEUE_ROLES, dataConverter, workerTelemetry(tracing), versioning?.options);
     const running = runWorkers(workers, log);
+    void versioning?.afterStart();
     cleanups.push(() => running.stop());
     const objectives = createObjectiveService({
       client,
@@ -243,19 +345,22 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
       attachments: config.governance.attachments,
       changes,
       objectives,
+      ...(runLink ? { runLink } : {}),
     });
     const app = createHttpApp({
       ingress,
       apiToken: token,
       log,
+      metrics: renderMetrics,
+      ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
       admin: { db },
       changes,
       objectives,
       health: async () => {
         const checks: Record<string, string> = {};
-        checks.worker = worker.getState();
-        // the other queues' workers (background, repo), by task queue
-        for (const w of workers.slice(1)) checks[`worker:${w.options.taskQueue}`] = w.getState();
+        // the interactive queue's worker as `worker`, the others (background, repo) by task queue
+        for (const w of workers) checks[w.options.taskQueue === config.temporal.taskQueue ? 'worker' : `worker:${w.options.taskQueue}`] = w.getState();
+        if (role === 'api') checks.worker = 'none in this process (steward api)';
         try {
           await connection.healthService.check({});
           checks.temporal = 'ok';
@@ -273,8 +378,20 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
     });
     // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
     app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log }));
+    // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or login cookie)
+    const uiPort = config.temporal.embedded.uiPort;
+    const corsOrigins = config.codec.corsOrigins ?? [
+      `http://127.0.0.1:${uiPort}`,
+      `http://localhost:${uiPort}`,
+      ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
+    ];
+    app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log }));
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
+    if (config.telemetry.metrics.port !== undefined) {
+      const metricsServer = await startMetricsServer({ host: config.telemetry.metrics.host, port: config.telemetry.metrics.port, log });
+      cleanups.push(() => metricsServer.close());
+    }
 
     // Chat platforms (stopped first on shutdown, so nothing new arrives while the worker drains)
     const channels: RunningChannel[] = await startChannels(config, { ingress, senders, db, log });
@@ -282,6 +399,7 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
 
     return {
       apiUrl: http.url,
+      codecUrl: `${http.url}/codec`,
       apiToken: token,
       apiTokenGenerated: generated,
       temporalAddress: address,
@@ -305,11 +423,16 @@ export async function startSteward(config: StewardConfig, log: Logger): Promise<
 
 /**
  * A worker process alone (`steward worker`): connects to TEMPORAL_ADDRESS, migrates the
- * database and polls the interactive task queue until stopped.
+ * database and polls the queues of its roles (STEWARD_WORKER_QUEUES, `--queues`) until stopped.
  */
-export async function startWorkerOnly(config: StewardConfig, log: Logger): Promise<{ stop(): Promise<void>; done: Promise<void> }> {
-  installTemporalRuntime(log);
+export async function startWorkerOnly(
+  config: StewardConfig,
+  log: Logger,
+): Promise<{ stop(): Promise<void>; done: Promise<void>; queues: Array<{ role: QueueRole; taskQueue: string }> }> {
+  await installTemporalRuntime(log);
   if (!config.temporal.address) throw new Error('TEMPORAL_ADDRESS: expected host:port of the Temporal frontend the worker should poll');
+  const tracing = installTracing({ ...(config.telemetry.tracesUrl ? { tracesUrl: config.telemetry.tracesUrl } : {}), serviceName: config.telemetry.serviceName }, log);
+  const { dataConverter } = await payloadCodecFor(config, log);
   const { connection, nativeConnection } = await connectTemporal(config.temporal, config.temporal.address);
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
@@ -318,7 +441,7 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
   const runLink = runLinker(config.temporalUiUrl, config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
   const changes = createChangeService({
-    client: new Client({ connection, namespace: config.temporal.namespace }),
+    client: new Client({ connection, namespace: config.temporal.namespace, dataConverter, ...(tracing.clientInterceptors ? { interceptors: tracing.clientInterceptors } : {}) }),
     db,
     taskQueue: config.temporal.taskQueue,
     activityQueue: config.repoChanges.taskQueue,
@@ -327,6 +450,8 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
     ...(runLink ? { runLink } : {}),
     log,
   });
+  // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
+  const versioning = await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log);
   const workers = await workersFor(config, nativeConnection, {
     db,
     models,
@@ -335,15 +460,23 @@ export async function startWorkerOnly(config: StewardConfig, log: Logger): Promi
     senders: createSenders(config, log),
     ...activityOptions(config, undefined),
     startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
-  });
+  }, config.workers.queues, dataConverter, workerTelemetry(tracing), versioning.options);
+  // a worker process's metrics listener (STEWARD_METRICS_PORT): unauthenticated, for an internal interface
+  const metricsServer: MetricsServer | undefined =
+    config.telemetry.metrics.port !== undefined ? await startMetricsServer({ host: config.telemetry.metrics.host, port: config.telemetry.metrics.port, log }) : undefined;
   const running = runWorkers(workers, log);
+  // the first versioned deploy makes itself current; later builds wait for the operator (docs/upgrades.md)
+  void versioning.afterStart();
   const done = running.done.finally(async () => {
+    await metricsServer?.close();
+    await tracing.flush();
     await db.$disconnect();
     await nativeConnection.close();
     await connection.close();
   });
   return {
     done,
+    queues: config.workers.queues.map((role) => ({ role, taskQueue: queueOf(config, role) })),
     async stop() {
       await running.stop();
       await done;

@@ -91,6 +91,8 @@ export interface EmbeddedTemporalOptions {
   namespace: string;
   cliPath?: string;
   log?: Logger;
+  /** The codec endpoint the Web UI decodes payloads with (Steward's `<api url>/codec`). */
+  uiCodecEndpoint?: string;
 }
 
 async function waitForFrontend(address: string, child: ChildProcess, logFile: string, timeoutMs: number): Promise<void> {
@@ -143,7 +145,10 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
           ui: opts.ui,
           ...(opts.ui ? { uiPort: opts.uiPort } : {}),
           searchAttributes: ALL_SEARCH_ATTRIBUTES,
-          extraArgs: DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),
+          extraArgs: [
+            ...DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),
+            ...(opts.ui && opts.uiCodecEndpoint ? ['--ui-codec-endpoint', opts.uiCodecEndpoint] : []),
+          ],
         },
       });
       return {
@@ -181,6 +186,7 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
     '--sqlite-pragma',
     'synchronous=normal',
     ...(opts.ui ? ['--ui-port', String(opts.uiPort), '--ui-ip', '127.0.0.1', '--ui-disable-news-fetch'] : ['--headless']),
+    ...(opts.ui && opts.uiCodecEndpoint ? ['--ui-codec-endpoint', opts.uiCodecEndpoint] : []),
   ];
   const logFile = path.join(dir, 'server.log');
   const logStream = createWriteStream(logFile, { flags: 'a' });

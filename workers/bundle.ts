@@ -9,6 +9,13 @@ import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporali
 
 export const workflowsPath = fileURLToPath(new URL('../workflows/index.ts', import.meta.url));
 
+/**
+ * Workflow interceptor modules in every bundle: OpenTelemetry tracing. A worker running the
+ * bundle must register their `exporter` sink (createStewardWorker does, dropping spans when
+ * OTLP is not configured).
+ */
+export const workflowInterceptorModules = [fileURLToPath(new URL('../workflows/otel-interceptors.ts', import.meta.url))];
+
 /** Webpack's progress and stats stay out of the log; its warnings and errors do not. */
 const bundlerLogger = {
   trace: () => undefined,
@@ -19,8 +26,11 @@ const bundlerLogger = {
   error: (message: string) => console.error(message),
 };
 
+/** The options every Steward bundle is built with (tests build theirs with the same, quieter). */
+export const bundleOptions = { workflowsPath, workflowInterceptorModules } as const;
+
 export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  return bundleWorkflowCode({ workflowsPath, logger: bundlerLogger });
+  return bundleWorkflowCode({ ...bundleOptions, logger: bundlerLogger });
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

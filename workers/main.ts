@@ -8,7 +8,8 @@
 import type { DataConverter } from '@temporalio/common';
 import { NativeConnection, Worker, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities/index.js';
-import { workflowsPath } from './bundle.js';
+import { droppingWorkflowSinks } from '../platform/telemetry.js';
+import { workflowInterceptorModules, workflowsPath } from './bundle.js';
 
 /** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
 export interface WorkerConcurrency {
@@ -38,6 +39,7 @@ export interface StewardWorkerOptions {
 }
 
 export async function createStewardWorker(opts: StewardWorkerOptions): Promise<Worker> {
+  const fromSource = !opts.workflowBundle && !opts.activitiesOnly;
   return Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
@@ -54,8 +56,12 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     ...(opts.concurrency?.maxConcurrentActivityTaskExecutions ? { maxConcurrentActivityTaskExecutions: opts.concurrency.maxConcurrentActivityTaskExecutions } : {}),
     ...(opts.concurrency?.maxConcurrentWorkflowTaskExecutions && !opts.activitiesOnly ? { maxConcurrentWorkflowTaskExecutions: opts.concurrency.maxConcurrentWorkflowTaskExecutions } : {}),
     ...(opts.dataConverter ? { dataConverter: opts.dataConverter } : {}),
-    ...(opts.interceptors ? { interceptors: opts.interceptors } : {}),
-    ...(opts.sinks ? { sinks: opts.sinks } : {}),
+    // bundled here from source: with the interceptor modules a prebuilt bundle has
+    ...(opts.interceptors || fromSource
+      ? { interceptors: { ...opts.interceptors, ...(fromSource ? { workflowModules: [...workflowInterceptorModules, ...(opts.interceptors?.workflowModules ?? [])] } : {}) } }
+      : {}),
+    // the bundle's workflow interceptors call the `exporter` sink: always registered (dropping unless given)
+    sinks: { ...droppingWorkflowSinks(), ...opts.sinks },
     ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
   });
 }

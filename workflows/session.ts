@@ -9,8 +9,9 @@ import {
   CancellationScope,
   ChildWorkflowCancellationType,
   condition,
-  continueAsNew,
+  defineSignal,
   isCancellation,
+  makeContinueAsNewFunc,
   ParentClosePolicy,
   proxyActivities,
   setHandler,
@@ -54,6 +55,20 @@ interface RunningTurn {
 /** Chat platforms where a running turn shows an edited-in-place progress message. */
 const PANEL_PLATFORMS: readonly string[] = ['telegram', 'discord'];
 
+/**
+ * Worker Versioning: wakes an idle session (no-op) so it sees a changed current version and
+ * moves to it (`SESSION_UPGRADE_SIGNAL` in workers/versioning.ts).
+ */
+const upgradeCheckSignal = defineSignal('upgradeCheck');
+
+/**
+ * Continue as new onto the deployment's current version: the next run starts as AUTO_UPGRADE
+ * on the current build and is pinned there after its first task. Unversioned: a plain
+ * continue-as-new.
+ */
+const continueOnCurrentBuild = (next: SessionInput): Promise<never> =>
+  makeContinueAsNewFunc<typeof sessionWorkflow>({ initialVersioningBehavior: 'AUTO_UPGRADE' })(next);
+
 function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
@@ -75,6 +90,9 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
   setHandler(inboundSignal, (ref) => {
     state.enqueue(ref);
   });
+
+  // any task re-checks `timeToContinue`, which includes a changed current version
+  setHandler(upgradeCheckSignal, () => undefined);
 
   setHandler(stopSignal, async ({ by }) => {
     if (running) {
@@ -136,8 +154,12 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
     pendingSteers: state.pendingSteers.length,
   }));
 
-  const timeToContinue = () =>
-    state.shouldContinueAsNew(input.limits.maxTurnsPerRun, workflowInfo().continueAsNewSuggested);
+  // Between turns, a pinned session whose deployment has a new current version continues as
+  // new onto it (recorded in the workflow task's history, so replay sees the same answer).
+  const timeToContinue = () => {
+    const now = workflowInfo();
+    return state.shouldContinueAsNew(input.limits.maxTurnsPerRun, now.continueAsNewSuggested || now.targetWorkerDeploymentVersionChanged);
+  };
 
   for (;;) {
     await condition(() => state.queue.length > 0 || newTaskBy !== undefined || timeToContinue());
@@ -215,7 +237,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
     await notify(
       `New task started: the earlier context is cleared.${carried.queue.length ? ` ${plural(carried.queue.length, 'queued message')} will be answered in the new task.` : ''}`,
     );
-    await continueAsNew<typeof sessionWorkflow>({ ...input, settings: state.settings, carried });
+    await continueOnCurrentBuild({ ...input, settings: state.settings, carried });
   }
-  await continueAsNew<typeof sessionWorkflow>({ ...input, settings: state.settings, carried: state.carry() });
+  await continueOnCurrentBuild({ ...input, settings: state.settings, carried: state.carry() });
 }

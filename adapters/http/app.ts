@@ -9,6 +9,7 @@ import { serve } from '@hono/node-server';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
+import type { MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
@@ -162,6 +163,10 @@ export interface HttpDeps {
   changes?: ChangeService;
   /** Objectives on Temporal Schedules. */
   objectives?: ObjectiveService;
+  /** Prometheus metrics in text format, served on `GET /metrics` behind the API token. */
+  metrics?: () => Promise<{ contentType: string; body: string }>;
+  /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
+  tracing?: MiddlewareHandler;
 }
 
 function tokenMatches(header: string | undefined, token: string): boolean {
@@ -195,6 +200,22 @@ export function createHttpApp(deps: HttpDeps) {
   });
   app.notFound((c) => c.json({ error: `no route for ${c.req.method} ${new URL(c.req.url).pathname}` }, 404));
 
+  if (deps.tracing) {
+    app.use('/api/v1/*', deps.tracing);
+    app.use('/hooks/*', deps.tracing);
+  }
+  if (deps.metrics) {
+    const metrics = deps.metrics;
+    // Scrapers send the API token (Prometheus: `authorization: { credentials: <token> }`), or
+    // scrape the unauthenticated listener of STEWARD_METRICS_PORT on an internal interface.
+    app.get('/metrics', async (c) => {
+      if (!tokenMatches(c.req.header('authorization'), deps.apiToken)) {
+        return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });
+      }
+      const m = await metrics();
+      return c.body(m.body, 200, { 'content-type': m.contentType });
+    });
+  }
   app.use('/api/v1/*', async (c, next) => {
     if (!tokenMatches(c.req.header('authorization'), deps.apiToken)) {
       return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });

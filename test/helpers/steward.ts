@@ -20,7 +20,7 @@ import { createIngress, type AttachmentLimits, type Ingress, type IngressResult 
 import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
-import { workflowsPath } from '../../workers/bundle.js';
+import { bundleOptions } from '../../workers/bundle.js';
 import { createStewardWorker } from '../../workers/main.js';
 
 // Keep test output readable: the SDK's own logs at WARN and above only.
@@ -39,7 +39,7 @@ try {
 let bundlePromise: Promise<WorkflowBundleWithSourceMap> | undefined;
 /** The workflow bundle, built once per test process. */
 export function testBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundlePromise ??= bundleWorkflowCode({ workflowsPath, logger: quietLogger });
+  bundlePromise ??= bundleWorkflowCode({ ...bundleOptions, logger: quietLogger });
   return bundlePromise;
 }
 

@@ -1,0 +1,85 @@
+/**
+ * Steward's own Prometheus metrics (turns, model calls and tokens, gate verdicts), in one
+ * prom-client registry per process. Activities record into it; `/metrics` serves it next to
+ * the Temporal SDK's metrics (see platform/telemetry.ts).
+ *
+ * There is no price table in Steward, so no cost metric: cost is tokens times the
+ * provider's price, which a dashboard can apply to `steward_model_tokens_total`.
+ */
+import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+
+export const stewardRegistry = new Registry();
+
+const turns = new Counter({
+  name: 'steward_turns_total',
+  help: 'Chat and objective turns finished, by outcome (replied, notice: a turn that ended with a notice instead of a reply, stopped, abandoned).',
+  labelNames: ['outcome'] as const,
+  registers: [stewardRegistry],
+});
+
+const modelCalls = new Counter({
+  name: 'steward_model_calls_total',
+  help: 'Model calls (one streamed step each), by provider, model and outcome (ok, error, cancelled).',
+  labelNames: ['provider', 'model', 'outcome'] as const,
+  registers: [stewardRegistry],
+});
+
+const modelTokens = new Counter({
+  name: 'steward_model_tokens_total',
+  help: 'Tokens the model providers reported, by provider, model and kind (input, output).',
+  labelNames: ['provider', 'model', 'kind'] as const,
+  registers: [stewardRegistry],
+});
+
+const modelSeconds = new Histogram({
+  name: 'steward_model_call_seconds',
+  help: 'Duration of model calls (request to last streamed part), by provider, model and outcome.',
+  labelNames: ['provider', 'model', 'outcome'] as const,
+  buckets: [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320],
+  registers: [stewardRegistry],
+});
+
+const gateVerdicts = new Counter({
+  name: 'steward_gate_verdicts_total',
+  help: "Validation gate verdicts of repository changes, by verdict (pass, fail) and stage (validation, revalidation: the promotion gate's check on a moved base).",
+  labelNames: ['verdict', 'stage'] as const,
+  registers: [stewardRegistry],
+});
+
+export type TurnOutcome = 'replied' | 'notice' | 'stopped' | 'abandoned';
+export type ModelCallOutcome = 'ok' | 'error' | 'cancelled';
+
+/** A `provider:model` reference split for labels (the whole ref as the model when it has no provider). */
+function splitRef(ref: string): { provider: string; model: string } {
+  const i = ref.indexOf(':');
+  return i > 0 ? { provider: ref.slice(0, i), model: ref.slice(i + 1) } : { provider: 'unknown', model: ref };
+}
+
+/** One model call: its duration, outcome and (when it finished) the tokens it used. */
+export function recordModelCall(call: { model: string; seconds: number; outcome: ModelCallOutcome; usage?: { inputTokens: number; outputTokens: number } }): void {
+  const { provider, model } = splitRef(call.model);
+  modelCalls.inc({ provider, model, outcome: call.outcome });
+  modelSeconds.observe({ provider, model, outcome: call.outcome }, Math.max(0, call.seconds));
+  if (call.usage) {
+    if (call.usage.inputTokens > 0) modelTokens.inc({ provider, model, kind: 'input' }, call.usage.inputTokens);
+    if (call.usage.outputTokens > 0) modelTokens.inc({ provider, model, kind: 'output' }, call.usage.outputTokens);
+  }
+}
+
+/** A turn that finished (recorded once per turn, where its end receipt is first written). */
+export function recordTurn(outcome: TurnOutcome): void {
+  turns.inc({ outcome });
+}
+
+/** A validation gate verdict (recorded once per verdict, where its receipt is first written). */
+export function recordGateVerdict(verdict: string, stage: 'validation' | 'revalidation'): void {
+  gateVerdicts.inc({ verdict, stage });
+}
+
+let processMetrics = false;
+/** Node.js process metrics (CPU, memory, event loop lag) as `steward_process_*`/`steward_nodejs_*`; once per process. */
+export function enableProcessMetrics(): void {
+  if (processMetrics) return;
+  processMetrics = true;
+  collectDefaultMetrics({ register: stewardRegistry, prefix: 'steward_' });
+}

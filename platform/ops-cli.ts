@@ -1,0 +1,250 @@
+/**
+ * The operations commands of the `steward` CLI: `receipts export` (JSONL, streamed in pages),
+ * `trace` (one message's path from receipts and Temporal history) and `doctor` (is everything
+ * Steward needs there and working). Arguments are validated with zod; a bad argument prints
+ * what is wrong and exits 2 without touching anything.
+ */
+import { parseArgs } from 'node:util';
+import { Client } from '@temporalio/client';
+import type { DataConverter } from '@temporalio/common';
+import { z } from 'zod';
+import { createDb, type Db } from '../activities/db.js';
+import { listReceipts, type ReceiptFilter } from '../activities/receipts.js';
+import { parseDuration, type StewardConfig } from '../config/index.js';
+import { formatDoctor, runDoctor, tcpProbe } from './doctor.js';
+import { configuredPayloadCodec } from './histories.js';
+import { connectTemporal } from './temporal-server.js';
+import { buildTrace, formatTrace, TraceNotFoundError } from './trace.js';
+
+export interface OpsIo {
+  /** The configuration (exits on an invalid one, as the other commands do). */
+  config: () => StewardConfig;
+  /** Write to stdout; awaited, so a slow reader holds the export back instead of filling memory. */
+  out: (s: string) => void | Promise<void>;
+  err: (s: string) => void;
+  /** The environment doctor reads (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** A data converter for trace (default: Steward's payload codec with the configured keys). */
+  dataConverter?: DataConverter;
+}
+
+export const OPS_USAGE = {
+  receipts:
+    'steward receipts export [--since T] [--until T] [--chat ID] [--run ID] [--kind K] [--limit N]\n' +
+    '  T: an ISO time (2026-11-23T10:00:00Z) or a duration back from now (90s, 15m, 2h, 7d);\n' +
+    '  --chat: a chat id (every session of that chat) or a session id; --run: a workflow id or a run id.',
+  trace: 'steward trace <message id | transcript key | workflow id | run id> [--chat ID] [--json]',
+  doctor: 'steward doctor [--json] [--timeout 5s] [--skip-sandbox]',
+} as const;
+
+class UsageError extends Error {}
+
+/** stdout with backpressure: resolves once the chunk is handed to the OS or the buffer drained. */
+export function stdoutWriter(stream: NodeJS.WritableStream = process.stdout): (s: string) => Promise<void> {
+  return (s) =>
+    new Promise((resolve, reject) => {
+      const ok = stream.write(s, (err) => {
+        if (err) reject(err);
+      });
+      if (ok) resolve();
+      else stream.once('drain', () => resolve());
+    });
+}
+
+/** An ISO time, or a duration back from `now` (`2h` is two hours ago). */
+export function parseInstant(text: string, now = Date.now()): Date | undefined {
+  const t = text.trim();
+  if (/^\d+(\.\d+)?\s*(ms|s|m|h|d)$/.test(t)) {
+    const ms = parseDuration(t);
+    return ms === undefined ? undefined : new Date(now - ms);
+  }
+  if (/^\d+(\.\d+)?\s*w$/.test(t)) return new Date(now - Number.parseFloat(t) * 7 * 86_400_000);
+  if (!/^\d{4}-\d{2}-\d{2}/.test(t)) return undefined;
+  const d = new Date(t);
+  return Number.isNaN(d.getTime()) ? undefined : d;
+}
+
+const Instant = (flag: string) =>
+  z.string().transform((v, ctx) => {
+    const d = parseInstant(v);
+    if (!d) {
+      ctx.addIssue({ code: 'custom', message: `${flag}: expected an ISO time (2026-11-23T10:00:00Z) or a duration such as 90s, 15m, 2h, 7d; got ${JSON.stringify(v)}` });
+      return z.NEVER;
+    }
+    return d;
+  });
+
+const wholeNumber = (flag: string, min: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, `${flag}: expected a whole number`)
+    .transform(Number)
+    .refine((n) => n >= min && Number.isSafeInteger(n), `${flag}: expected a whole number of at least ${min}`);
+
+const Id = (flag: string) => z.string().trim().min(1, `${flag}: expected a value`).max(500, `${flag}: too long`);
+
+export const ExportArgsSchema = z
+  .object({
+    since: Instant('--since').optional(),
+    until: Instant('--until').optional(),
+    chat: Id('--chat').optional(),
+    session: Id('--session').optional(),
+    run: Id('--run').optional(),
+    kind: z.string().regex(/^[a-z.]+$/, '--kind: expected a receipt kind such as ingress, model.call, approval.decision').optional(),
+    limit: wholeNumber('--limit', 1).optional(),
+    after: wholeNumber('--after', 0).optional(),
+  })
+  .refine((a) => !(a.since && a.until) || a.since < a.until, { message: '--since must be before --until' });
+export type ExportArgs = z.infer<typeof ExportArgsSchema>;
+
+function parse<T>(schema: z.ZodType<T>, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new UsageError(r.error.issues.map((i) => i.message).join('; '));
+  return r.data;
+}
+
+const PAGE = 500;
+
+/** The sessions a `--chat` value names: a session id as is, else every session of that chat id. */
+async function sessionsOf(db: Db, chat: string): Promise<string[]> {
+  if (chat.startsWith('session:')) return [chat];
+  const rows = await db.session.findMany({ where: { chatId: chat }, select: { id: true }, take: 1000 });
+  return rows.map((r) => r.id);
+}
+
+/**
+ * Write the matching receipts as JSONL, page by page (keyset on the id), so a large table is
+ * never held in memory. Returns how many were written.
+ */
+export async function exportReceipts(db: Db, args: ExportArgs, write: (s: string) => void | Promise<void>): Promise<number> {
+  const filter: ReceiptFilter = {
+    ...(args.kind ? { kind: args.kind } : {}),
+    ...(args.since ? { since: args.since } : {}),
+    ...(args.until ? { until: args.until } : {}),
+    ...(args.run ? { run: args.run } : {}),
+  };
+  const chat = args.chat ?? args.session;
+  if (chat) filter.sessionIds = await sessionsOf(db, chat);
+  if (filter.sessionIds?.length === 0) return 0;
+  let afterId = args.after ?? 0;
+  let left = args.limit ?? Number.POSITIVE_INFINITY;
+  let written = 0;
+  while (left > 0) {
+    const want = Math.min(PAGE, left);
+    const rows = await listReceipts(db, { ...filter, afterId, limit: want });
+    if (rows.length === 0) break;
+    await write(rows.map((r) => `${JSON.stringify(r)}\n`).join(''));
+    written += rows.length;
+    left -= rows.length;
+    afterId = rows.at(-1)!.id;
+    if (rows.length < want) break; // the last page
+  }
+  return written;
+}
+
+/** The Temporal UI base for run links: STEWARD_TEMPORAL_UI_URL, else the embedded server's UI. */
+export function uiBaseOf(cfg: StewardConfig): string | undefined {
+  if (cfg.temporalUiUrl) return cfg.temporalUiUrl;
+  if (!cfg.temporal.address && cfg.temporal.embedded.ui) return `http://127.0.0.1:${cfg.temporal.embedded.uiPort}`;
+  return undefined;
+}
+
+async function receiptsCommand(args: string[], io: OpsIo): Promise<number> {
+  const rest = args[0] === 'export' ? args.slice(1) : args;
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: {
+      since: { type: 'string' },
+      until: { type: 'string' },
+      chat: { type: 'string' },
+      session: { type: 'string' },
+      run: { type: 'string' },
+      kind: { type: 'string' },
+      limit: { type: 'string' },
+      after: { type: 'string' },
+    },
+  });
+  if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
+  const parsed = parse(ExportArgsSchema, values);
+  const cfg = io.config();
+  const db = createDb(cfg.databaseUrl);
+  try {
+    const chat = parsed.chat ?? parsed.session;
+    if (chat && (await sessionsOf(db, chat)).length === 0) io.err(`No session has the chat id ${chat}: nothing to export.\n`);
+    await exportReceipts(db, parsed, io.out);
+  } finally {
+    await db.$disconnect();
+  }
+  return 0;
+}
+
+/** A client of the configured Temporal (TEMPORAL_ADDRESS or the embedded server), or why there is none. */
+async function openTemporal(cfg: StewardConfig, dataConverter: DataConverter | undefined): Promise<{ client: Client; close(): Promise<void> } | { error: string }> {
+  const address = cfg.temporal.address ?? `127.0.0.1:${cfg.temporal.embedded.port}`;
+  const probe = await tcpProbe(address, 3000);
+  if (!probe.ok) return { error: `Temporal at ${address} is not reachable (${probe.error})` };
+  const { connection, nativeConnection } = await connectTemporal(cfg.temporal, address);
+  await nativeConnection.close().catch(() => undefined);
+  // the payload codec (when keys are configured), so the turns' encrypted inputs can be read
+  const codec = dataConverter ? undefined : await configuredPayloadCodec(cfg);
+  const converter = dataConverter ?? (codec ? { payloadCodecs: [codec] } : undefined);
+  const client = new Client({ connection, namespace: cfg.temporal.namespace, ...(converter ? { dataConverter: converter } : {}) });
+  return { client, close: () => connection.close() };
+}
+
+async function traceCommand(args: string[], io: OpsIo): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, chat: { type: 'string' } } });
+  if (positionals.length !== 1) throw new UsageError(positionals.length ? `expected one id, got ${positionals.length}` : 'expected the id of a message, a workflow or a run');
+  const ref = parse(Id('id'), positionals[0]);
+  const chat = values.chat === undefined ? undefined : parse(Id('--chat'), values.chat);
+  const cfg = io.config();
+  const db = createDb(cfg.databaseUrl);
+  const temporal = await openTemporal(cfg, io.dataConverter);
+  try {
+    const trace = await buildTrace(ref, {
+      db,
+      namespace: cfg.temporal.namespace,
+      ...('client' in temporal ? { client: temporal.client } : {}),
+      ...(uiBaseOf(cfg) ? { uiBase: uiBaseOf(cfg)! } : {}),
+      ...(chat ? { chat } : {}),
+      withData: values.json === true,
+    });
+    if ('error' in temporal) trace.notes.push(`${temporal.error}: the trace has the receipts only.`);
+    await io.out(values.json ? `${JSON.stringify(trace, null, 2)}\n` : formatTrace(trace));
+    return 0;
+  } catch (err) {
+    if (err instanceof TraceNotFoundError) {
+      io.err(`${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  } finally {
+    if ('close' in temporal) await temporal.close().catch(() => undefined);
+    await db.$disconnect();
+  }
+}
+
+async function doctorCommand(args: string[], io: OpsIo): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, timeout: { type: 'string' }, 'skip-sandbox': { type: 'boolean' } } });
+  if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
+  const timeoutMs = values.timeout === undefined ? 5000 : parseDuration(values.timeout);
+  if (timeoutMs === undefined || timeoutMs < 100 || timeoutMs > 120_000) throw new UsageError('--timeout: expected a duration from 100ms to 2m, such as 5s');
+  const report = await runDoctor({ env: io.env ?? process.env, timeoutMs, ...(values['skip-sandbox'] ? { skipSandbox: true } : {}) });
+  await io.out(values.json ? `${JSON.stringify(report, null, 2)}\n` : formatDoctor(report));
+  return report.ok ? 0 : 1;
+}
+
+/** Run `receipts [export]`, `trace` or `doctor`; returns the exit code (2 for bad arguments). */
+export async function opsCommand(command: 'receipts' | 'trace' | 'doctor', args: string[], io: OpsIo): Promise<number> {
+  try {
+    if (command === 'receipts') return await receiptsCommand(args, io);
+    if (command === 'trace') return await traceCommand(args, io);
+    return await doctorCommand(args, io);
+  } catch (err) {
+    const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
+    if (!usage) throw err;
+    io.err(`steward ${command}: ${(err as Error).message}\nUsage: ${OPS_USAGE[command]}\n`);
+    return 2;
+  }
+}

@@ -1,0 +1,575 @@
+/**
+ * `steward trace <message-or-run-id>`: one message's path through Steward (ingress, the turn,
+ * its model calls, tools, approvals and delivery), rebuilt from the audit receipts in the
+ * database and the Temporal history of the runs involved, as one timeline ordered by time.
+ *
+ * What it accepts:
+ * - an inbound message: the platform's message id (as the ingress receipt records it) or the
+ *   transcript key `in:<platform>:<account>:<chat>:<message id>`;
+ * - a workflow id (a turn's, or any other Steward workflow's);
+ * - a run id.
+ *
+ * A message is matched to its turn through the turn workflow's input (its inbound transcript
+ * keys), read from the history with the client's data converter; when the history cannot be
+ * read the first turn of the session that started after the message is taken, and the trace
+ * says so.
+ */
+import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError } from '@temporalio/common';
+import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow/index.js';
+import protoModule, { type temporal } from '@temporalio/proto';
+import { z } from 'zod';
+import type { Db } from '../activities/db.js';
+
+// @temporalio/proto is CommonJS: under ESM its namespace arrives as the default export
+const EventType = protoModule.temporal.api.enums.v1.EventType;
+
+type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
+type ReceiptRow = NonNullable<Awaited<ReturnType<Db['receipt']['findFirst']>>>;
+
+export const TraceEntrySchema = z.object({
+  at: z.string(),
+  /** Milliseconds since the first entry of the timeline. */
+  ms: z.number().int().nonnegative(),
+  source: z.enum(['receipt', 'history']),
+  /** A receipt kind (`ingress`, `model.call`, ...) or a history step (`workflow.started`, `activity.completed`, `update.accepted`, ...). */
+  kind: z.string(),
+  summary: z.string(),
+  workflowId: z.string().optional(),
+  runId: z.string().optional(),
+  receiptId: z.number().int().optional(),
+  eventId: z.number().int().optional(),
+  /** Activities: scheduled to closed; timers: their duration. */
+  durationMs: z.number().int().nonnegative().optional(),
+  data: z.unknown().optional(),
+});
+export type TraceEntry = z.infer<typeof TraceEntrySchema>;
+
+export const TraceRunSchema = z.object({
+  workflowId: z.string(),
+  runId: z.string(),
+  workflowType: z.string().optional(),
+  status: z.string().optional(),
+  uiUrl: z.string().optional(),
+  /** Whether the run's history was read from Temporal. */
+  history: z.boolean(),
+});
+export type TraceRun = z.infer<typeof TraceRunSchema>;
+
+export const TraceSchema = z.object({
+  query: z.string(),
+  matched: z.enum(['message', 'workflow', 'run']),
+  message: z
+    .object({ key: z.string(), messageId: z.string().optional(), sessionId: z.string().nullable(), at: z.string(), command: z.boolean() })
+    .optional(),
+  runs: z.array(TraceRunSchema),
+  notes: z.array(z.string()),
+  timeline: z.array(TraceEntrySchema),
+});
+export type Trace = z.infer<typeof TraceSchema>;
+
+export class TraceNotFoundError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TraceNotFoundError';
+  }
+}
+
+export interface TraceOptions {
+  db: Db;
+  /** The Temporal client (with Steward's data converter, so inputs can be decoded); without it the trace uses receipts only. */
+  client?: Client;
+  namespace: string;
+  /** Base URL of the Temporal UI, for run links. */
+  uiBase?: string;
+  /** Narrow a platform message id to one chat (its chat id or session id). */
+  chat?: string;
+  /** Keep the receipts' and events' raw data in the entries (the JSON output). */
+  withData?: boolean;
+}
+
+interface Pending {
+  atMs: number;
+  entry: Omit<TraceEntry, 'at' | 'ms'>;
+  /** Tie-break of entries at the same millisecond: receipts of one run in id order, events in event order. */
+  order: number;
+}
+
+const MAX_TURN_CANDIDATES = 10;
+const MAX_RUNS = 10;
+
+function tsMs(ts: { seconds?: number | { toNumber(): number } | null; nanos?: number | null } | null | undefined): number | undefined {
+  if (!ts) return undefined;
+  const s = ts.seconds == null ? 0 : typeof ts.seconds === 'number' ? ts.seconds : ts.seconds.toNumber();
+  return s * 1000 + Math.floor((ts.nanos ?? 0) / 1e6);
+}
+
+function longNum(v: number | { toNumber(): number } | null | undefined): number {
+  return v == null ? 0 : typeof v === 'number' ? v : v.toNumber();
+}
+
+function eventName(t: HistoryEvent['eventType']): string {
+  return (typeof t === 'number' ? EventType[t] : String(t ?? '')) ?? 'EVENT_TYPE_UNSPECIFIED';
+}
+
+function parseData(r: ReceiptRow): Record<string, unknown> {
+  try {
+    const v = JSON.parse(r.data) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : { value: v };
+  } catch {
+    return { raw: r.data };
+  }
+}
+
+const str = (v: unknown): string => (typeof v === 'string' ? v : v === undefined || v === null ? '' : JSON.stringify(v));
+
+/** One line about a receipt, by kind. */
+export function describeReceipt(kind: string, d: Record<string, unknown>, actor?: string | null): string {
+  const usage = d.usage as { total?: number } | undefined;
+  switch (kind) {
+    case 'ingress':
+      return `message ${str(d.messageId)} from ${actor ?? '?'} (${str(d.platform)} chat ${str(d.chatId)}, ${str(d.chars)} chars${d.command ? ', a command' : ''})`;
+    case 'command':
+      return `command /${str(d.command)}${d.reply ? ` answered: ${str(d.reply).slice(0, 80)}` : ''}`;
+    case 'turn.start':
+      return `turn ${str(d.turnId)} started (model ${str(d.model)}, ${str(d.inbound)} message(s))`;
+    case 'model.call':
+      return d.error
+        ? `model step ${str(d.step)} attempt ${str(d.attempt)} failed in ${str(d.ms)} ms: ${str(d.error)}`
+        : `model step ${str(d.step)} attempt ${str(d.attempt)}: ${str(d.model)} ${str(d.finishReason)}, ${usage?.total ?? 0} tokens, ${str(d.ms)} ms${Array.isArray(d.toolCalls) ? `, calls ${d.toolCalls.join(', ')}` : ''}`;
+    case 'tool.call':
+      return `tool ${str(d.tool)} (${str(d.toolCallId)}) ${d.ok ? 'ok' : 'not ok'}${d.refused ? `: ${str(d.refused)}` : d.invalid ? `: ${str(d.invalid)}` : ''}`;
+    case 'approval.requested':
+      return `approval ${str(d.approvalId)} requested: ${str(d.summary)} (${str(d.notified)} admin post(s), deadline ${str(d.deadline)})`;
+    case 'approval.decision':
+      return `approval ${str(d.approvalId)} ${str(d.decision)} by ${str(d.by)}${d.reason ? `: ${str(d.reason)}` : ''}`;
+    case 'approval.refused':
+      return `approval ${str(d.approvalId)}: a decision was refused (${str(d.why)})`;
+    case 'action.started':
+      return `action ${str(d.tool)} started (approval ${str(d.approvalId)})`;
+    case 'action.result':
+      return `action ${str(d.tool)} finished${d.ok === false ? ' (failed)' : ''}`;
+    case 'delivery':
+      return `${str(d.kind)} ${d.sent ? 'delivered' : 'NOT delivered'} to ${str(d.platform)} chat ${str(d.chatId)} (${str(d.chars)} chars, ${str(d.parts)} part(s))${d.failed ? `: ${str(d.failed)}` : ''}`;
+    case 'turn.end':
+      return `turn ended with a ${str(d.kind)} (${str(d.steps)} step(s), ${usage?.total ?? 0} tokens)`;
+    default: {
+      const text = JSON.stringify(d);
+      return `${kind}: ${text.length > 160 ? `${text.slice(0, 157)}...` : text}`;
+    }
+  }
+}
+
+function uiLink(base: string | undefined, namespace: string, workflowId: string, runId: string): string | undefined {
+  if (!base) return undefined;
+  return `${base.replace(/\/$/, '')}/namespaces/${encodeURIComponent(namespace)}/workflows/${encodeURIComponent(workflowId)}/${encodeURIComponent(runId)}/history`;
+}
+
+function isNotFound(err: unknown): boolean {
+  if (err instanceof WorkflowNotFoundError) return true;
+  const code = (err as { code?: number }).code;
+  return code === 5 || /not found/i.test(String((err as Error).message ?? err));
+}
+
+function receiptEntry(r: ReceiptRow, withData: boolean): Pending {
+  const d = parseData(r);
+  return {
+    atMs: r.createdAt.getTime(),
+    order: r.id,
+    entry: {
+      source: 'receipt',
+      kind: r.kind,
+      summary: describeReceipt(r.kind, d, r.actor),
+      ...(r.workflowId ? { workflowId: r.workflowId } : {}),
+      ...(r.runId ? { runId: r.runId } : {}),
+      receiptId: r.id,
+      ...(withData ? { data: d } : {}),
+    },
+  };
+}
+
+/** The history of one run (events and the decoded start input), or why it could not be read. */
+async function readHistory(client: Client, workflowId: string, runId: string): Promise<{ events: HistoryEvent[] } | { error: string }> {
+  try {
+    const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+    return { events: history.events ?? [] };
+  } catch (err) {
+    return { error: isNotFound(err) ? 'not found in Temporal (past its retention, or another namespace)' : (err as Error).message };
+  }
+}
+
+async function decodeArgs(client: Client, payloads: temporal.api.common.v1.IPayload[] | null | undefined): Promise<unknown[]> {
+  return decodeArrayFromPayloads(client.workflow.options.loadedDataConverter, payloads ?? []);
+}
+
+/** The turn input's inbound transcript keys (undefined when it cannot be read). */
+async function inboundKeysOf(client: Client, events: HistoryEvent[]): Promise<string[] | undefined> {
+  const started = events.find((e) => e.eventType === EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED);
+  const payloads = started?.workflowExecutionStartedEventAttributes?.input?.payloads;
+  if (!payloads?.length) return undefined;
+  try {
+    const [input] = await decodeArgs(client, payloads);
+    const inbound = (input as { inbound?: Array<{ key?: unknown }> } | undefined)?.inbound;
+    return Array.isArray(inbound) ? inbound.map((m) => String(m.key)) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** History events as timeline entries: the run's start and end, activities, timers, signals, updates, children. */
+async function historyEntries(client: Client, workflowId: string, runId: string, events: HistoryEvent[], withData: boolean): Promise<{ entries: Pending[]; workflowType?: string; status: string }> {
+  const out: Pending[] = [];
+  const scheduled = new Map<number, { type: string; activityId: string; at: number; startedAt?: number; attempt?: number }>();
+  const timers = new Map<number, { timerId: string; at: number }>();
+  const updates = new Map<number, string>();
+  let workflowType: string | undefined;
+  let status = 'running';
+  const ref = { workflowId, runId };
+  const push = (e: HistoryEvent, kind: string, summary: string, extra: Partial<TraceEntry> = {}) => {
+    const at = tsMs(e.eventTime);
+    if (at === undefined) return;
+    const eventId = longNum(e.eventId);
+    out.push({ atMs: at, order: eventId, entry: { source: 'history', kind, summary, ...ref, eventId, ...extra } });
+  };
+  for (const e of events) {
+    const id = longNum(e.eventId);
+    const at = tsMs(e.eventTime) ?? 0;
+    switch (e.eventType) {
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED: {
+        const a = e.workflowExecutionStartedEventAttributes;
+        workflowType = a?.workflowType?.name ?? undefined;
+        const parent = a?.parentWorkflowExecution?.workflowId;
+        push(e, 'workflow.started', `${workflowType ?? 'workflow'} started on task queue ${a?.taskQueue?.name ?? '?'}${parent ? ` (child of ${parent})` : ''}${a?.attempt && a.attempt > 1 ? `, attempt ${a.attempt}` : ''}`);
+        break;
+      }
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: {
+        const a = e.activityTaskScheduledEventAttributes;
+        const type = a?.activityType?.name ?? 'activity';
+        scheduled.set(id, { type, activityId: a?.activityId ?? '', at });
+        push(e, 'activity.scheduled', `${type} scheduled (activity ${a?.activityId ?? '?'})`);
+        break;
+      }
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: {
+        const a = e.activityTaskStartedEventAttributes;
+        const s = scheduled.get(longNum(a?.scheduledEventId));
+        if (s) {
+          s.startedAt = at;
+          s.attempt = a?.attempt ?? 1;
+        }
+        break;
+      }
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: {
+        const a =
+          e.activityTaskCompletedEventAttributes ?? e.activityTaskFailedEventAttributes ?? e.activityTaskTimedOutEventAttributes ?? e.activityTaskCanceledEventAttributes;
+        const s = scheduled.get(longNum(a?.scheduledEventId));
+        const outcome =
+          e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED ? 'completed' : e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED ? 'failed' : e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT ? 'timed-out' : 'canceled';
+        const failure = e.activityTaskFailedEventAttributes?.failure?.message ?? e.activityTaskTimedOutEventAttributes?.failure?.message;
+        const total = s ? Math.max(0, at - s.at) : undefined;
+        const ran = s?.startedAt !== undefined ? Math.max(0, at - s.startedAt) : undefined;
+        push(
+          e,
+          `activity.${outcome}`,
+          `${s?.type ?? 'activity'} ${outcome}${total !== undefined ? ` after ${total} ms` : ''}${ran !== undefined && s?.startedAt !== s?.at ? ` (${ran} ms running)` : ''}${s?.attempt && s.attempt > 1 ? `, attempt ${s.attempt}` : ''}${failure ? `: ${failure}` : ''}`,
+          total !== undefined ? { durationMs: total } : {},
+        );
+        break;
+      }
+      case EventType.EVENT_TYPE_TIMER_STARTED: {
+        const a = e.timerStartedEventAttributes;
+        timers.set(id, { timerId: a?.timerId ?? '', at });
+        break;
+      }
+      case EventType.EVENT_TYPE_TIMER_FIRED: {
+        const t = timers.get(longNum(e.timerFiredEventAttributes?.startedEventId));
+        push(e, 'timer.fired', `timer ${t?.timerId ?? '?'} fired`, t ? { durationMs: Math.max(0, at - t.at) } : {});
+        break;
+      }
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: {
+        const a = e.workflowExecutionSignaledEventAttributes;
+        let args: unknown[] | undefined;
+        try {
+          args = withData ? await decodeArgs(client, a?.input?.payloads) : undefined;
+        } catch {
+          args = undefined;
+        }
+        push(e, 'signal', `signal ${a?.signalName ?? '?'} received`, args ? { data: args } : {});
+        break;
+      }
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: {
+        const req = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest;
+        const name = req?.input?.name ?? '?';
+        updates.set(id, name);
+        let detail = '';
+        let args: unknown[] | undefined;
+        try {
+          args = await decodeArgs(client, req?.input?.args?.payloads);
+          const d = args[0] as { approvalId?: unknown; decision?: unknown; byName?: unknown } | undefined;
+          if (d && typeof d === 'object' && 'decision' in d) detail = `: ${str(d.decision)} approval ${str(d.approvalId)}${d.byName ? ` by ${str(d.byName)}` : ''}`;
+        } catch {
+          args = undefined;
+        }
+        push(e, 'update.accepted', `update ${name} accepted${detail}`, withData && args ? { data: args } : {});
+        break;
+      }
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED: {
+        const a = e.workflowExecutionUpdateCompletedEventAttributes;
+        const name = updates.get(longNum(a?.acceptedEventId)) ?? '?';
+        push(e, 'update.completed', `update ${name} ${a?.outcome?.failure ? `failed: ${a.outcome.failure.message ?? ''}` : 'completed'}`);
+        break;
+      }
+      case EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED: {
+        const a = e.startChildWorkflowExecutionInitiatedEventAttributes;
+        push(e, 'child.initiated', `child ${a?.workflowType?.name ?? 'workflow'} ${a?.workflowId ?? ''} initiated`);
+        break;
+      }
+      case EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+      case EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED: {
+        const a = e.childWorkflowExecutionCompletedEventAttributes ?? e.childWorkflowExecutionFailedEventAttributes;
+        push(e, 'child.closed', `child ${a?.workflowExecution?.workflowId ?? ''} ${e.eventType === EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED ? 'completed' : 'failed'}`);
+        break;
+      }
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+        push(e, 'workflow.cancel-requested', `cancellation requested${e.workflowExecutionCancelRequestedEventAttributes?.cause ? `: ${e.workflowExecutionCancelRequestedEventAttributes.cause}` : ''}`);
+        break;
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: {
+        status = eventName(e.eventType).replace('EVENT_TYPE_WORKFLOW_EXECUTION_', '').toLowerCase().replaceAll('_', '-');
+        const failure = e.workflowExecutionFailedEventAttributes?.failure?.message ?? e.workflowExecutionTerminatedEventAttributes?.reason;
+        const first = out[0]?.atMs;
+        push(e, `workflow.${status}`, `${workflowType ?? 'workflow'} ${status}${first !== undefined ? ` after ${Math.max(0, at - first)} ms` : ''}${failure ? `: ${failure}` : ''}`);
+        break;
+      }
+      default:
+        break; // workflow tasks and markers: noise for this view
+    }
+  }
+  return { entries: out, ...(workflowType ? { workflowType } : {}), status };
+}
+
+interface MessageMatch {
+  key: string;
+  ingress?: ReceiptRow;
+  sessionId: string | null;
+  at: Date;
+  messageId?: string;
+  command: boolean;
+}
+
+/** The inbound message `ref` names (transcript key or platform message id), or undefined. */
+async function findMessage(db: Db, ref: string, chat: string | undefined): Promise<MessageMatch | undefined> {
+  const toMatch = (r: ReceiptRow): MessageMatch => {
+    const d = parseData(r);
+    return {
+      key: r.key?.replace(/:ingress$/, '') ?? '',
+      ingress: r,
+      sessionId: r.sessionId,
+      at: r.createdAt,
+      ...(typeof d.messageId === 'string' ? { messageId: d.messageId } : {}),
+      command: d.command === true,
+    };
+  };
+  if (ref.startsWith('in:')) {
+    const r = await db.receipt.findUnique({ where: { key: `${ref}:ingress` } });
+    if (r) return toMatch(r);
+    const m = await db.message.findUnique({ where: { key: ref } });
+    return m ? { key: m.key, sessionId: m.sessionId, at: m.createdAt, command: m.command } : undefined;
+  }
+  const rows = await db.receipt.findMany({
+    where: { kind: 'ingress', data: { contains: `"messageId":${JSON.stringify(ref)}` } },
+    orderBy: { id: 'desc' },
+    take: 50,
+  });
+  let found = rows.filter((r) => parseData(r).messageId === ref && r.key);
+  if (chat) found = found.filter((r) => r.sessionId === chat || parseData(r).chatId === chat);
+  if (found.length > 1) {
+    const keys = found.slice(0, 5).map((r) => r.key?.replace(/:ingress$/, '')).join(', ');
+    throw new TraceNotFoundError(`The message id ${ref} is in ${found.length} chats (${keys}${found.length > 5 ? ', ...' : ''}): pass the transcript key, or --chat <chat id or session id>.`);
+  }
+  if (found[0]) return toMatch(found[0]);
+  // no ingress receipt: the transcript alone (a message whose receipt is gone)
+  const msgs = await db.message.findMany({ where: { role: 'user', key: { endsWith: `:${ref}`, startsWith: 'in:' } }, take: 5 });
+  const exact = msgs.filter((m) => m.key.split(':').at(-1) === ref && (!chat || m.sessionId === chat || m.key.split(':')[3] === chat));
+  if (exact.length > 1) throw new TraceNotFoundError(`The message id ${ref} is in ${exact.length} chats: pass the transcript key, or --chat <chat id or session id>.`);
+  const m = exact[0];
+  return m ? { key: m.key, sessionId: m.sessionId, at: m.createdAt, messageId: ref, command: m.command } : undefined;
+}
+
+/** Run ids of a workflow: from its receipts, else its latest run in Temporal. */
+async function runsOf(db: Db, client: Client | undefined, workflowId: string): Promise<string[]> {
+  const rows = await db.receipt.findMany({ where: { workflowId, runId: { not: null } }, select: { runId: true }, orderBy: { id: 'asc' }, distinct: ['runId'], take: MAX_RUNS });
+  const runIds = rows.map((r) => r.runId).filter((r): r is string => r !== null);
+  if (runIds.length || !client) return runIds;
+  try {
+    const d = await client.workflow.getHandle(workflowId).describe();
+    return [d.runId];
+  } catch (err) {
+    if (isNotFound(err)) return [];
+    throw err;
+  }
+}
+
+/** The workflow of a run id: from the receipts, else a visibility query. */
+async function workflowOfRun(db: Db, client: Client | undefined, runId: string): Promise<string | undefined> {
+  const r = await db.receipt.findFirst({ where: { runId }, select: { workflowId: true } });
+  if (r?.workflowId) return r.workflowId;
+  if (!client || !/^[0-9a-fA-F-]{36}$/.test(runId)) return undefined;
+  for await (const wf of client.workflow.list({ query: `RunId = '${runId}'`, pageSize: 1 })) return wf.workflowId;
+  return undefined;
+}
+
+/** Rebuild the path of a message, a workflow or a run. Throws TraceNotFoundError when nothing matches. */
+export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace> {
+  const { db, client } = opts;
+  const withData = opts.withData ?? false;
+  const query = ref.trim();
+  if (!query) throw new TraceNotFoundError('Nothing to trace: give a message id, a workflow id or a run id.');
+  const notes: string[] = [];
+  const pending: Pending[] = [];
+  const seenReceipts = new Set<number>();
+  const addReceipts = (rows: ReceiptRow[]) => {
+    for (const r of rows) {
+      if (seenReceipts.has(r.id)) continue;
+      seenReceipts.add(r.id);
+      pending.push(receiptEntry(r, withData));
+    }
+  };
+  const histories = new Map<string, { events: HistoryEvent[] } | { error: string }>();
+  const history = async (workflowId: string, runId: string) => {
+    const k = `${workflowId}\u0000${runId}`;
+    let h = histories.get(k);
+    if (!h) {
+      h = client ? await readHistory(client, workflowId, runId) : { error: 'Temporal is not connected' };
+      histories.set(k, h);
+    }
+    return h;
+  };
+
+  let matched: Trace['matched'];
+  let message: Trace['message'];
+  let workflowId: string | undefined;
+  let runIds: string[] = [];
+
+  const msg = await findMessage(db, query, opts.chat);
+  if (msg) {
+    matched = 'message';
+    message = { key: msg.key, ...(msg.messageId ? { messageId: msg.messageId } : {}), sessionId: msg.sessionId, at: msg.at.toISOString(), command: msg.command };
+    if (msg.ingress) addReceipts([msg.ingress]);
+    else notes.push('No ingress receipt for this message: its time is the transcript\'s.');
+    if (msg.command) {
+      addReceipts(await db.receipt.findMany({ where: { key: { in: [`${msg.key}:command`] } } }));
+      notes.push('The message was a command: commands are answered at ingress and start no turn.');
+    } else if (msg.sessionId) {
+      // its turn: the first turn of the session started after it whose input holds the message
+      const candidates = await db.receipt.findMany({
+        where: { kind: 'turn.start', sessionId: msg.sessionId, ...(msg.ingress ? { id: { gt: msg.ingress.id } } : { createdAt: { gte: msg.at } }) },
+        orderBy: { id: 'asc' },
+        take: MAX_TURN_CANDIDATES,
+      });
+      let unreadable: string | undefined;
+      for (const c of candidates) {
+        if (!c.workflowId || !c.runId) continue;
+        const h = await history(c.workflowId, c.runId);
+        const keys = 'events' in h ? await inboundKeysOf(client!, h.events) : undefined;
+        if (keys === undefined) {
+          unreadable ??= 'error' in h ? h.error : 'its input could not be decoded (is the payload codec key configured?)';
+          continue;
+        }
+        if (keys.includes(msg.key)) {
+          workflowId = c.workflowId;
+          runIds = [c.runId];
+          break;
+        }
+      }
+      if (!workflowId && unreadable !== undefined) {
+        const first = candidates.find((c) => c.workflowId && c.runId);
+        if (first?.workflowId && first.runId) {
+          workflowId = first.workflowId;
+          runIds = [first.runId];
+          notes.push(`Inferred: the turn is the first one of the session that started after the message (a turn's history could not be read: ${unreadable}).`);
+        }
+      }
+      if (!workflowId) notes.push(candidates.length ? 'None of the turns that started after the message took it in (yet).' : 'No turn has started for this message yet.');
+    }
+  } else {
+    const asWorkflow = await runsOf(db, client, query);
+    if (asWorkflow.length) {
+      matched = 'workflow';
+      workflowId = query;
+      runIds = asWorkflow;
+    } else {
+      const wf = await workflowOfRun(db, client, query);
+      if (!wf) {
+        throw new TraceNotFoundError(
+          `Nothing matches ${query}: it is not an inbound message id (the platform's message id or a transcript key in:<platform>:<account>:<chat>:<id>), ` +
+            `nor a workflow id or run id known to the receipts${client ? ` or to Temporal (namespace ${opts.namespace})` : ' (Temporal was not consulted)'}.`,
+        );
+      }
+      matched = 'run';
+      workflowId = wf;
+      runIds = [query];
+    }
+  }
+
+  const runs: TraceRun[] = [];
+  if (workflowId) {
+    const wfId = workflowId;
+    addReceipts(await db.receipt.findMany({ where: matched === 'run' ? { runId: { in: runIds } } : { workflowId: wfId }, orderBy: { id: 'asc' }, take: 10_000 }));
+    for (const runId of runIds) {
+      const h = await history(wfId, runId);
+      const link = uiLink(opts.uiBase, opts.namespace, wfId, runId);
+      if ('error' in h) {
+        notes.push(`The history of run ${runId} of ${wfId} was not read: ${h.error}.`);
+        runs.push({ workflowId: wfId, runId, ...(link ? { uiUrl: link } : {}), history: false });
+        continue;
+      }
+      const { entries, workflowType, status } = await historyEntries(client!, wfId, runId, h.events, withData);
+      pending.push(...entries);
+      runs.push({ workflowId: wfId, runId, ...(workflowType ? { workflowType } : {}), status, ...(link ? { uiUrl: link } : {}), history: true });
+      // a turn traced by its id: the messages it took in, and refused decisions on its approvals
+      if (!message && workflowType === 'turnWorkflow') {
+        const keys = await inboundKeysOf(client!, h.events);
+        if (keys?.length) addReceipts(await db.receipt.findMany({ where: { key: { in: keys.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+      }
+    }
+    const approvals = await db.approval.findMany({ where: { workflowId: wfId }, select: { id: true }, take: 50 });
+    for (const a of approvals) {
+      addReceipts(await db.receipt.findMany({ where: { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(a.id)}` } }, orderBy: { id: 'asc' }, take: 20 }));
+    }
+  }
+
+  pending.sort((a, b) => a.atMs - b.atMs || (a.entry.source === b.entry.source ? a.order - b.order : a.entry.source === 'receipt' ? -1 : 1));
+  const t0 = pending[0]?.atMs ?? 0;
+  const timeline = pending.map((p) => ({ at: new Date(p.atMs).toISOString(), ms: p.atMs - t0, ...p.entry }));
+  return { query, matched, ...(message ? { message } : {}), runs, notes, timeline };
+}
+
+/** The trace as text: the runs with their UI links, then the timeline. */
+export function formatTrace(t: Trace): string {
+  const lines: string[] = [];
+  if (t.message) {
+    lines.push(`Message ${t.message.key}${t.message.sessionId ? ` (session ${t.message.sessionId})` : ''}, received ${t.message.at}`);
+  } else {
+    lines.push(`Trace of ${t.matched} ${t.query}`);
+  }
+  for (const r of t.runs) {
+    lines.push(`Run ${r.workflowId}  run id ${r.runId}${r.workflowType ? `  ${r.workflowType}` : ''}${r.status ? ` (${r.status})` : ''}`);
+    if (r.uiUrl) lines.push(`  Temporal UI: ${r.uiUrl}`);
+  }
+  for (const n of t.notes) lines.push(`Note: ${n}`);
+  lines.push('');
+  const width = Math.max(4, ...t.timeline.map((e) => `+${e.ms}`.length));
+  const kindWidth = Math.max(4, ...t.timeline.map((e) => e.kind.length));
+  for (const e of t.timeline) {
+    lines.push(`${`+${e.ms}`.padStart(width)} ms  ${e.source === 'receipt' ? 'receipt' : 'history'}  ${e.kind.padEnd(kindWidth)}  ${e.summary}`);
+  }
+  if (t.timeline.length === 0) lines.push('(nothing recorded)');
+  return `${lines.join('\n')}\n`;
+}

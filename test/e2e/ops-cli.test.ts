@@ -1,0 +1,446 @@
+/**
+ * Operations commands against real parts: `steward trace` rebuilds a real turn (a tool call an
+ * admin approved) from the receipts and the Temporal dev server's history; `steward receipts
+ * export` returns exactly the rows its filters name, paged; `steward doctor` passes on a
+ * healthy stack and names each broken part with its fix (nothing listening at the Temporal
+ * address, a namespace without Steward's search attributes, an unmigrated database, the model
+ * server down, chat tokens a loopback double rejects). Each command also runs as the real CLI
+ * (`node --import tsx platform/main.ts ...`).
+ */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { after, before, describe, it } from 'node:test';
+import { migrateDatabase } from '../../activities/db.js';
+import { OPERATOR } from '../../activities/governance.js';
+import { findTemporalCli } from '../../platform/temporal-server.js';
+import { DoctorReportSchema, runDoctor, type DoctorReport } from '../../platform/doctor.js';
+import { exportReceipts, ExportArgsSchema, parseInstant } from '../../platform/ops-cli.js';
+import { buildTrace, TraceNotFoundError, TraceSchema, type Trace } from '../../platform/trace.js';
+import { startDiscordDouble, type DiscordDouble } from '../helpers/discord-double.js';
+import { freePort, spawnProcess } from '../helpers/process.js';
+import { useStack, waitFor, withHarness } from '../helpers/steward.js';
+import { startTelegramDouble, type TelegramDouble } from '../helpers/telegram-double.js';
+
+const run = promisify(execFile);
+
+/** Run the real CLI with exactly these Steward settings (none inherited); resolves with exit code and output. */
+async function cli(args: string[], env: Record<string, string>, timeoutMs = 120_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const base: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of Object.keys(base)) if (k.startsWith('STEWARD_') || k.startsWith('TEMPORAL_') || k.startsWith('TELEGRAM_') || k.startsWith('DISCORD_') || k === 'DATABASE_URL' || k.endsWith('_API_KEY')) delete base[k];
+  const p = spawnProcess(process.execPath, ['--import', 'tsx', 'platform/main.ts', ...args], { ...base, STEWARD_LOG_LEVEL: 'warn', ...env });
+  let stdout = '';
+  let stderr = '';
+  p.child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
+  p.child.stderr?.on('data', (d: Buffer) => (stderr += d.toString()));
+  const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+  const { code } = await p.exited;
+  clearTimeout(timer);
+  return { code, stdout, stderr };
+}
+
+const byId = (r: DoctorReport, id: string) => {
+  const c = r.checks.find((x) => x.id === id);
+  assert.ok(c, `no check ${id}`);
+  return c;
+};
+
+/** A fix is one concrete line. */
+function assertFix(fix: string | null, re: RegExp): void {
+  assert.ok(fix, 'a fix is given');
+  assert.doesNotMatch(fix, /\n/);
+  assert.match(fix, re);
+}
+
+describe('steward trace and receipts export', () => {
+  const stack = useStack();
+
+  it('trace rebuilds an approved tool call: ingress, turn, model calls, approval, tool, delivery, in order, with the run', async (t) => {
+    await withHarness(
+      {
+        env: stack.env,
+        db: stack.db,
+        providers: { openaiCompatible: { baseURL: stack.model.baseURL } },
+        toolPolicy: { approvalTools: ['save_note'], approvalTimeoutMs: 120_000 },
+      },
+      async (h) => {
+        stack.model.enqueue({ toolCalls: [{ id: 'call_note', name: 'save_note', arguments: JSON.stringify({ note: 'ship on Friday' }) }] });
+        stack.model.enqueue({ text: 'Noted for Friday.' });
+        const messageId = `m-${randomUUID().slice(0, 8)}`;
+        const sent = await h.send('remember: ship on Friday', { id: messageId });
+        assert.equal(sent.kind, 'message');
+
+        const approval = await waitFor(() => stack.db.approval.findFirst({ where: { sessionId: h.sessionId, status: 'pending' } }).then((a) => a ?? undefined), 'the approval request');
+        // the admins have been asked (the receipt is written once they are): then the decision
+        await waitFor(() => stack.db.receipt.findFirst({ where: { kind: 'approval.requested', sessionId: h.sessionId } }).then((r) => r ?? undefined), 'the approval.requested receipt');
+        const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
+        assert.equal(decided.applied, true, decided.reply);
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Noted for Friday.');
+        const end = await waitFor(() => stack.db.receipt.findFirst({ where: { kind: 'turn.end', sessionId: h.sessionId } }).then((r) => r ?? undefined), 'the turn.end receipt');
+        const turnId = end.workflowId!;
+        const runId = end.runId!;
+        // the workflow closes just after its last activity
+        await stack.env.client.workflow.getHandle(turnId, runId).result();
+
+        const opts = { db: stack.db, client: stack.env.client, namespace: 'default', uiBase: 'http://127.0.0.1:8233' };
+        const trace = await buildTrace(messageId, opts);
+        TraceSchema.parse(trace);
+        assert.equal(trace.matched, 'message');
+        assert.equal(trace.message?.key, `in:http:${h.account}:${h.chatId}:${messageId}`);
+        assert.deepEqual(trace.notes, []);
+        assert.deepEqual(
+          trace.runs.map((r) => [r.workflowId, r.runId, r.workflowType, r.status, r.history]),
+          [[turnId, runId, 'turnWorkflow', 'completed', true]],
+        );
+        assert.equal(trace.runs[0]!.uiUrl, `http://127.0.0.1:8233/namespaces/default/workflows/${encodeURIComponent(turnId)}/${runId}/history`);
+
+        const tl = trace.timeline;
+        const at = (pred: (e: Trace['timeline'][number]) => boolean, what: string, from = 0) => {
+          const i = tl.findIndex((e, n) => n >= from && pred(e));
+          assert.ok(i >= 0, `${what} in the timeline:\n${tl.map((e) => `${e.ms} ${e.source} ${e.kind} ${e.summary}`).join('\n')}`);
+          return i;
+        };
+        const receipt = (kind: string, from = 0) => at((e) => e.source === 'receipt' && e.kind === kind, `receipt ${kind}`, from);
+        const iIngress = receipt('ingress');
+        const iStarted = at((e) => e.kind === 'workflow.started' && e.summary.startsWith('turnWorkflow'), 'the turn workflow start');
+        const iTurn = receipt('turn.start');
+        const iModel1 = receipt('model.call');
+        const iAsked = receipt('approval.requested');
+        const iUpdate = at((e) => e.kind === 'update.accepted' && /approvalDecision accepted: approve approval/.test(e.summary), 'the approval update');
+        const iDecision = receipt('approval.decision');
+        const iTool = receipt('tool.call');
+        const iModel2 = receipt('model.call', iTool);
+        const iDelivery = at((e) => e.source === 'receipt' && e.kind === 'delivery' && /^reply delivered/.test(e.summary), 'the reply delivery', iModel2);
+        const iEnd = receipt('turn.end');
+        const iClosed = at((e) => e.kind === 'workflow.completed', 'the turn workflow completion');
+        const order = [iIngress, iStarted, iTurn, iModel1, iAsked, iUpdate, iDecision, iTool, iModel2, iDelivery, iEnd, iClosed];
+        assert.deepEqual([...order].sort((a, b) => a - b), order, `in order: ${order.join(', ')}`);
+        assert.match(tl[iTool]!.summary, /tool save_note \(call_note\) ok/);
+        assert.match(tl[iDecision]!.summary, new RegExp(`approval ${approval.id} approved by the operator`));
+        // activities with their timings, every entry of the turn with the run id
+        const model = tl.filter((e) => e.kind === 'activity.completed' && e.summary.startsWith('modelStep'));
+        assert.equal(model.length, 2);
+        for (const e of model) assert.ok(typeof e.durationMs === 'number' && e.durationMs >= 0);
+        assert.ok(tl.some((e) => e.kind === 'activity.completed' && e.summary.startsWith('requestApproval')));
+        assert.ok(tl.some((e) => e.kind === 'activity.completed' && e.summary.startsWith('runTool')));
+        for (const e of tl.slice(iTurn)) if (e.workflowId === turnId) assert.equal(e.runId, runId);
+        assert.equal(tl[0]!.ms, 0);
+        for (let i = 1; i < tl.length; i++) assert.ok(tl[i]!.ms >= tl[i - 1]!.ms, 'relative times never go back');
+
+        // the same path by the turn's workflow id and by its run id (the message found through the turn's input)
+        for (const ref of [turnId, runId]) {
+          const t = await buildTrace(ref, opts);
+          assert.equal(t.matched, ref === runId ? 'run' : 'workflow');
+          assert.deepEqual(t.runs.map((r) => r.runId), [runId]);
+          assert.deepEqual(
+            t.timeline.filter((e) => e.source === 'receipt').map((e) => e.receiptId),
+            tl.filter((e) => e.source === 'receipt').map((e) => e.receiptId),
+          );
+        }
+        // the transcript key works too; nothing matching is a clear error
+        assert.equal((await buildTrace(trace.message!.key, opts)).runs[0]?.runId, runId);
+        await assert.rejects(buildTrace('no-such-message-or-run', opts), (err: unknown) => err instanceof TraceNotFoundError && /Nothing matches no-such-message-or-run: it is not an inbound message id/.test(err.message));
+
+        // the real CLI: JSON and the human timeline with the run's UI link
+        const env = { DATABASE_URL: stack.database.url, TEMPORAL_ADDRESS: stack.env.address, TEMPORAL_NAMESPACE: 'default', STEWARD_TEMPORAL_UI_URL: 'http://ui.example:8080' };
+        const json = await cli(['trace', messageId, '--json'], env);
+        assert.equal(json.code, 0, json.stderr);
+        const parsed = TraceSchema.parse(JSON.parse(json.stdout));
+        assert.deepEqual(parsed.runs.map((r) => [r.runId, r.uiUrl]), [[runId, `http://ui.example:8080/namespaces/default/workflows/${encodeURIComponent(turnId)}/${runId}/history`]]);
+        assert.deepEqual(parsed.timeline.map((e) => e.kind), tl.map((e) => e.kind));
+        const human = await cli(['trace', messageId], env);
+        assert.equal(human.code, 0, human.stderr);
+        t.diagnostic(`steward trace ${messageId}:\n${human.stdout}`);
+        assert.match(human.stdout, new RegExp(`Run ${turnId.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}  run id ${runId}  turnWorkflow \\(completed\\)`));
+        assert.match(human.stdout, /Temporal UI: http:\/\/ui\.example:8080\/namespaces\/default\/workflows\//);
+        assert.match(human.stdout, /^ +\+0 ms  receipt  ingress /m);
+        assert.match(human.stdout, /approval\.decision +approval \w+ approved by the operator/);
+        const missing = await cli(['trace', 'nothing-like-this'], env);
+        assert.equal(missing.code, 1);
+        assert.match(missing.stderr, /Nothing matches nothing-like-this/);
+        const noArg = await cli(['trace'], env);
+        assert.equal(noArg.code, 2);
+        assert.match(noArg.stderr, /Usage: steward trace/);
+      },
+    );
+  });
+
+  it('receipts export returns exactly the rows of a time window, a chat and a run, as JSONL in pages', async () => {
+    const db = stack.db;
+    const tag = randomUUID().slice(0, 8);
+    const chatA = `chat-a-${tag}`;
+    const chatB = `chat-b-${tag}`;
+    const sA1 = `session:telegram:bot:${chatA}`;
+    const sA2 = `session:discord:bot:${chatA}`;
+    const sB = `session:telegram:bot:${chatB}`;
+    for (const [id, platform, chatId] of [[sA1, 'telegram', chatA], [sA2, 'discord', chatA], [sB, 'telegram', chatB]] as const) {
+      await db.session.create({ data: { id, platform, account: 'bot', chatId } });
+    }
+    const base = Date.parse('2001-02-03T10:00:00Z');
+    const rows: Array<{ name: string; at: number; sessionId: string | null; workflowId: string | null; runId: string | null; kind: string }> = [
+      { name: 'a1-early', at: base - 3_600_000, sessionId: sA1, workflowId: `wf-1-${tag}`, runId: `run-1-${tag}`, kind: 'ingress' },
+      { name: 'a1-in', at: base + 60_000, sessionId: sA1, workflowId: `wf-1-${tag}`, runId: `run-1-${tag}`, kind: 'model.call' },
+      { name: 'a2-in', at: base + 120_000, sessionId: sA2, workflowId: `wf-2-${tag}`, runId: `run-2-${tag}`, kind: 'delivery' },
+      { name: 'b-in', at: base + 180_000, sessionId: sB, workflowId: `wf-3-${tag}`, runId: `run-3-${tag}`, kind: 'model.call' },
+      { name: 'none-in', at: base + 240_000, sessionId: null, workflowId: null, runId: null, kind: 'binding.change' },
+      { name: 'a1-late', at: base + 7_200_000, sessionId: sA1, workflowId: `wf-1-${tag}`, runId: `run-1b-${tag}`, kind: 'delivery' },
+    ];
+    const ids = new Map<string, number>();
+    for (const r of rows) {
+      const row = await db.receipt.create({ data: { kind: r.kind, sessionId: r.sessionId, workflowId: r.workflowId, runId: r.runId, data: JSON.stringify({ name: r.name, tag }), createdAt: new Date(r.at) } });
+      ids.set(r.name, row.id);
+    }
+    const exported = async (args: Record<string, string>) => {
+      let text = '';
+      const pages: number[] = [];
+      await exportReceipts(db, ExportArgsSchema.parse(args), (s) => {
+        text += s;
+        pages.push(s.split('\n').length - 1);
+      });
+      const lines = text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { id: number; data: { name: string }; at: string });
+      return { names: lines.map((l) => l.data.name), lines, pages };
+    };
+    const window = { since: '2001-02-03T10:00:00Z', until: '2001-02-03T11:00:00Z' };
+    assert.deepEqual((await exported(window)).names, ['a1-in', 'a2-in', 'b-in', 'none-in']);
+    assert.deepEqual((await exported({ ...window, chat: chatA })).names, ['a1-in', 'a2-in'], 'both sessions of the chat id');
+    assert.deepEqual((await exported({ chat: sA1 })).names, ['a1-early', 'a1-in', 'a1-late'], 'a session id');
+    assert.deepEqual((await exported({ run: `wf-1-${tag}` })).names, ['a1-early', 'a1-in', 'a1-late'], 'a workflow id: all its runs');
+    assert.deepEqual((await exported({ run: `run-1b-${tag}` })).names, ['a1-late'], 'a run id');
+    assert.deepEqual((await exported({ chat: chatA, kind: 'delivery' })).names, ['a2-in', 'a1-late']);
+    assert.deepEqual((await exported({ chat: chatA, limit: '2' })).names, ['a1-early', 'a1-in']);
+    assert.deepEqual((await exported({ chat: `nobody-${tag}` })).names, []);
+    const one = (await exported({ run: `run-2-${tag}` })).lines[0]!;
+    assert.deepEqual(one, { id: ids.get('a2-in'), kind: 'delivery', workflowId: `wf-2-${tag}`, runId: `run-2-${tag}`, sessionId: sA2, actor: null, data: { name: 'a2-in', tag }, at: new Date(base + 120_000).toISOString() });
+
+    // durations count back from now
+    const now = Date.now();
+    for (const [name, ago] of [['recent-3h', 3 * 3_600_000], ['recent-1h', 3_600_000], ['recent-10m', 600_000]] as const) {
+      await db.receipt.create({ data: { kind: 'command', workflowId: `wf-recent-${tag}`, data: JSON.stringify({ name }), createdAt: new Date(now - ago) } });
+    }
+    assert.deepEqual((await exported({ run: `wf-recent-${tag}`, since: '2h' })).names, ['recent-1h', 'recent-10m']);
+    assert.deepEqual((await exported({ run: `wf-recent-${tag}`, since: '2h', until: '30m' })).names, ['recent-1h']);
+    assert.ok(Math.abs(parseInstant('2h', now)!.getTime() - (now - 7_200_000)) < 5);
+    assert.equal(parseInstant('yesterday'), undefined);
+    assert.equal(ExportArgsSchema.safeParse({ since: 'soon' }).success, false);
+    assert.equal(ExportArgsSchema.safeParse({ since: '1h', until: '2h' }).success, false, 'since after until');
+    assert.equal(ExportArgsSchema.safeParse({ limit: '0' }).success, false);
+
+    // a large run: pages of 500, all rows in id order, never more than asked
+    const big = `wf-big-${tag}`;
+    await db.receipt.createMany({ data: Array.from({ length: 1203 }, (_, i) => ({ kind: 'model.call', workflowId: big, data: JSON.stringify({ name: `big-${i}` }) })) });
+    const all = await exported({ run: big });
+    assert.equal(all.names.length, 1203);
+    assert.deepEqual(all.pages, [500, 500, 203]);
+    assert.deepEqual(all.names.slice(0, 2), ['big-0', 'big-1']);
+    assert.equal(all.names.at(-1), 'big-1202');
+    assert.ok(all.lines.every((l, i) => i === 0 || l.id > all.lines[i - 1]!.id));
+    const capped = await exported({ run: big, limit: '700' });
+    assert.deepEqual(capped.pages, [500, 200]);
+
+    // the real CLI: `receipts export`, the `receipts` alias with its old flags, and a bad argument
+    const env = { DATABASE_URL: stack.database.url };
+    const viaCli = await cli(['receipts', 'export', '--chat', chatA, '--since', window.since, '--until', window.until], env);
+    assert.equal(viaCli.code, 0, viaCli.stderr);
+    assert.deepEqual(viaCli.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { data: { name: string } }).data.name), ['a1-in', 'a2-in']);
+    const alias = await cli(['receipts', '--session', sA1, '--kind', 'delivery'], env);
+    assert.equal(alias.code, 0, alias.stderr);
+    assert.deepEqual(alias.stdout.trim().split('\n').map((l) => (JSON.parse(l) as { data: { name: string } }).data.name), ['a1-late']);
+    const bigCli = await cli(['receipts', 'export', '--run', big], env);
+    assert.equal(bigCli.stdout.trim().split('\n').length, 1203);
+    const bad = await cli(['receipts', 'export', '--since', 'last tuesday'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--since: expected an ISO time/);
+    assert.equal(bad.stdout, '');
+  });
+});
+
+/** A token in Discord's format (the configuration checks it), the double's own. */
+const DC_TOKEN = 'MTIzNDU2Nzg5MDEyMzQ1Njc4.GdoCtr.abcdefghijklmnopqrstuvwxyz012345';
+
+describe('steward doctor', () => {
+  const stack = useStack();
+  let tg: TelegramDouble;
+  let dc: DiscordDouble;
+  let dir: string;
+  before(async () => {
+    tg = await startTelegramDouble();
+    dc = await startDiscordDouble({ token: DC_TOKEN });
+    dir = mkdtempSync(path.join(tmpdir(), 'steward-doctor-'));
+  });
+  after(async () => {
+    await tg?.close();
+    await dc?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const healthy = (): Record<string, string> => ({
+    STEWARD_DATA_DIR: dir,
+    DATABASE_URL: stack.database.url,
+    TEMPORAL_ADDRESS: stack.env.address,
+    TEMPORAL_NAMESPACE: 'default',
+    STEWARD_MODEL: 'openai-compatible:test-model',
+    STEWARD_MODEL_BASE_URL: stack.model.baseURL,
+    TELEGRAM_BOT_TOKEN: tg.token,
+    TELEGRAM_API_ROOT: tg.apiRoot,
+    DISCORD_BOT_TOKEN: DC_TOKEN,
+    DISCORD_API_URL: dc.apiBase,
+  });
+
+  it('passes on the healthy stack; the CLI prints JSON that validates and exits 0', async () => {
+    const env = healthy();
+    const report = await runDoctor({ env, cwd: dir });
+    DoctorReportSchema.parse(report);
+    assert.deepEqual(report.checks.map((c) => c.id), ['config', 'temporal', 'namespace', 'search-attributes', 'database', 'migrations', 'sandbox', 'model', 'telegram', 'discord']);
+    for (const c of report.checks) {
+      if (c.id === 'sandbox') continue;
+      assert.equal(c.status, 'ok', `${c.id}: ${c.message}`);
+      assert.equal(c.fix, null);
+    }
+    // bwrap is installed here; where it cannot run the check warns (with a fix) and the report stays ok
+    const sandbox = byId(report, 'sandbox');
+    assert.ok(sandbox.status === 'ok' || (sandbox.status === 'warn' && sandbox.fix), sandbox.message);
+    assert.equal(report.ok, true);
+    assert.match(byId(report, 'telegram').message, /@steward_test_bot/);
+    assert.match(byId(report, 'search-attributes').message, /All 5 Steward search attributes are registered/);
+    assert.match(byId(report, 'migrations').message, /All \d+ migrations are applied/);
+
+    const r = await cli(['doctor', '--json'], env);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const fromCli = DoctorReportSchema.parse(JSON.parse(r.stdout));
+    assert.deepEqual(fromCli.checks.map((c) => [c.id, c.status]), report.checks.map((c) => [c.id, c.status]));
+    const human = await cli(['doctor', '--skip-sandbox'], env);
+    assert.equal(human.code, 0, human.stdout + human.stderr);
+    assert.match(human.stdout, /^\[ok {2}\] Temporal reachable/m);
+    assert.match(human.stdout, /Steward is ready: 9 ok, 1 skip\./);
+  });
+
+  it('nothing listening at TEMPORAL_ADDRESS: fails with how to start it; the CLI exits 1', async () => {
+    const port = await freePort();
+    const env = { ...healthy(), TEMPORAL_ADDRESS: `127.0.0.1:${port}` };
+    const report = await runDoctor({ env, cwd: dir, skipSandbox: true, timeoutMs: 2000 });
+    const t = byId(report, 'temporal');
+    assert.equal(t.status, 'fail');
+    assert.match(t.message, new RegExp(`Nothing answers at 127\\.0\\.0\\.1:${port} \\(TEMPORAL_ADDRESS\\): ECONNREFUSED`));
+    assertFix(t.fix, new RegExp(`temporal server start-dev --port ${port}`));
+    assert.deepEqual([byId(report, 'namespace').status, byId(report, 'search-attributes').status], ['skip', 'skip']);
+    assert.equal(report.ok, false);
+    // without TEMPORAL_ADDRESS and no embedded server running: a warning on how to start it
+    const embedded = await runDoctor({ env: { ...healthy(), TEMPORAL_ADDRESS: '', STEWARD_TEMPORAL_PORT: String(port) }, cwd: dir, skipSandbox: true, timeoutMs: 2000 });
+    assert.equal(byId(embedded, 'temporal').status, 'warn');
+    assertFix(byId(embedded, 'temporal').fix, /\.\/steward start` starts the embedded server/);
+
+    const r = await cli(['doctor', '--json', '--skip-sandbox', '--timeout', '2s'], env);
+    assert.equal(r.code, 1, r.stderr);
+    const parsed = DoctorReportSchema.parse(JSON.parse(r.stdout));
+    assert.equal(parsed.checks.find((c) => c.id === 'temporal')?.status, 'fail');
+    const badArg = await cli(['doctor', '--timeout', 'forever'], env);
+    assert.equal(badArg.code, 2);
+    assert.match(badArg.stderr, /--timeout: expected a duration/);
+  });
+
+  it('a missing namespace, then one without the search attributes: each fails with a fix that works', async () => {
+    const cliPath = findTemporalCli();
+    assert.ok(cliPath, 'the temporal CLI is installed');
+    const ns = `doctor-${randomUUID().slice(0, 8)}`;
+    const env = { ...healthy(), TEMPORAL_NAMESPACE: ns };
+    const missing = await runDoctor({ env, cwd: dir, skipSandbox: true });
+    const n = byId(missing, 'namespace');
+    assert.equal(n.status, 'fail');
+    assert.match(n.message, new RegExp(`Namespace ${ns} does not exist`));
+    assertFix(n.fix, new RegExp(`temporal operator namespace create --namespace ${ns} --address ${stack.env.address}`));
+    assert.equal(missing.ok, false);
+
+    // follow the fix
+    const create = /`(temporal operator namespace create [^`]+)`/.exec(n.fix!)![1]!.split(' ');
+    await run(cliPath, create.slice(1), { timeout: 30_000 });
+    const bare = await waitFor(async () => {
+      const r = await runDoctor({ env, cwd: dir, skipSandbox: true });
+      // a new namespace reaches the operator service a moment after it can be described
+      return byId(r, 'namespace').status === 'ok' && /^Missing/.test(byId(r, 'search-attributes').message) ? r : undefined;
+    }, 'the new namespace', 30_000);
+    const sa = byId(bare, 'search-attributes');
+    assert.equal(sa.status, 'fail', sa.message);
+    assert.equal(sa.message, `Missing in namespace ${ns}: StewardPlatform, StewardChat, StewardKind, StewardRepo, StewardGate.`);
+    assertFix(sa.fix, /`for n in StewardPlatform StewardChat StewardKind StewardRepo StewardGate; do temporal operator search-attribute create --namespace \S+ --address \S+ --name \$n --type Keyword; done`/);
+    assert.equal(bare.ok, false);
+
+    const register = /`(for n in [^`]+)`/.exec(sa.fix!)![1]!.replaceAll('temporal operator', `${JSON.stringify(cliPath)} operator`);
+    await run('bash', ['-c', register], { timeout: 60_000 });
+    const fixed = await waitFor(async () => {
+      const r = await runDoctor({ env, cwd: dir, skipSandbox: true });
+      return byId(r, 'search-attributes').status === 'ok' ? r : undefined;
+    }, 'the registered search attributes', 30_000);
+    assert.equal(fixed.ok, true, JSON.stringify(fixed.checks.filter((c) => c.status === 'fail')));
+  });
+
+  it('an unmigrated database: no file, then an empty one; migrating fixes it', async () => {
+    const file = path.join(dir, `fresh-${randomUUID().slice(0, 8)}.db`);
+    const env = { ...healthy(), DATABASE_URL: `file:${file}` };
+    const none = await runDoctor({ env, cwd: dir, skipSandbox: true });
+    assert.equal(byId(none, 'database').status, 'fail');
+    assert.match(byId(none, 'database').message, /No SQLite database at/);
+    assertFix(byId(none, 'database').fix, /\.\/steward migrate` creates and migrates it/);
+    assert.equal(byId(none, 'migrations').status, 'skip');
+
+    writeFileSync(file, '');
+    const empty = await runDoctor({ env, cwd: dir, skipSandbox: true });
+    assert.equal(byId(empty, 'database').status, 'ok');
+    const m = byId(empty, 'migrations');
+    assert.equal(m.status, 'fail');
+    assert.match(m.message, /The database is not migrated: none of this release's \d+ migrations is applied \(no _prisma_migrations table\)/);
+    assertFix(m.fix, /\.\/steward migrate` applies them/);
+    assert.equal(empty.ok, false);
+
+    const r = await cli(['doctor', '--skip-sandbox'], env);
+    assert.equal(r.code, 1);
+    assert.match(r.stdout, /^\[FAIL\] Database migrations/m);
+    assert.match(r.stdout, /fix: `\.\/steward migrate` applies them/);
+    assert.match(r.stdout, /Steward is NOT ready/);
+
+    await migrateDatabase(`file:${file}`);
+    const migrated = await runDoctor({ env, cwd: dir, skipSandbox: true });
+    assert.equal(byId(migrated, 'migrations').status, 'ok');
+    assert.equal(migrated.ok, true);
+  });
+
+  it('the model server down, tokens the chat APIs reject, an invalid setting: each fails with its fix', async () => {
+    const closed = await freePort();
+    const env = { ...healthy(), STEWARD_MODEL_BASE_URL: `http://127.0.0.1:${closed}/v1`, TELEGRAM_BOT_TOKEN: `7000000001:${'Z'.repeat(35)}`, DISCORD_BOT_TOKEN: `${DC_TOKEN.slice(0, -5)}WRONG` };
+    const report = await runDoctor({ env, cwd: dir, skipSandbox: true, timeoutMs: 3000 });
+    const model = byId(report, 'model');
+    assert.equal(model.status, 'fail');
+    assert.match(model.message, new RegExp(`The openai-compatible provider at http://127\\.0\\.0\\.1:${closed}/v1 is not reachable: .*ECONNREFUSED`));
+    assertFix(model.fix, /Start the model server or correct STEWARD_MODEL_BASE_URL/);
+    const telegram = byId(report, 'telegram');
+    assert.equal(telegram.status, 'fail');
+    assert.match(telegram.message, /Telegram rejected TELEGRAM_BOT_TOKEN \(HTTP 401 Unauthorized\)/);
+    assert.doesNotMatch(JSON.stringify(report), /ZZZZZZZZZZ/, 'the token is never shown');
+    assertFix(telegram.fix, /@BotFather/);
+    const discord = byId(report, 'discord');
+    assert.equal(discord.status, 'fail');
+    assert.match(discord.message, /Discord rejected DISCORD_BOT_TOKEN \(HTTP 401/);
+    assertFix(discord.fix, /Developer Portal/);
+    assert.equal(report.ok, false);
+    // everything else is still checked and fine
+    for (const id of ['config', 'temporal', 'namespace', 'search-attributes', 'database', 'migrations']) assert.equal(byId(report, id).status, 'ok', id);
+
+    // no model configured: skipped with a note, not failed; no chat tokens: skipped
+    const bare = { ...healthy(), STEWARD_MODEL: '', STEWARD_MODEL_BASE_URL: '', TELEGRAM_BOT_TOKEN: '', DISCORD_BOT_TOKEN: '' };
+    const skipped = await runDoctor({ env: bare, cwd: dir, skipSandbox: true });
+    assert.deepEqual(['model', 'telegram', 'discord'].map((id) => byId(skipped, id).status), ['skip', 'skip', 'skip']);
+    assertFix(byId(skipped, 'model').fix, /OPENAI_API_KEY, ANTHROPIC_API_KEY or STEWARD_MODEL_BASE_URL/);
+    assert.equal(skipped.ok, true);
+
+    const invalid = await runDoctor({ env: { ...healthy(), TEMPORAL_ADDRESS: 'not an address' }, cwd: dir });
+    const c = byId(invalid, 'config');
+    assert.equal(c.status, 'fail');
+    assert.match(c.message, /TEMPORAL_ADDRESS: expected host:port/);
+    assertFix(c.fix, /Correct the listed variables/);
+    assert.ok(invalid.checks.filter((x) => x.id !== 'config').every((x) => x.status === 'skip'));
+    assert.equal(invalid.ok, false);
+  });
+});

@@ -1,0 +1,374 @@
+/**
+ * Upgrade across a deploy with Worker Versioning, on the real dev server: build A is current
+ * and a session runs turns on it; while a turn is in flight, build B (a changed workflow
+ * build: its turn workflow writes a memo A's does not, a change that would not replay A's
+ * histories) starts and becomes current. The in-flight turn finishes on A (pinned), the
+ * session continues as new onto B at once after it, later turns run on B, an idle session
+ * still on A is woken and moves too, A drains and is shut down, and every message got
+ * exactly one reply.
+ */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from '@temporalio/client';
+import type { WorkerDeploymentVersion } from '@temporalio/common';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { createModelRegistry } from '../../activities/model.js';
+import { createIngress, type Ingress } from '../../adapters/ingress.js';
+import { ConfigError, DEFAULT_SYSTEM_PROMPT, loadConfig } from '../../config/index.js';
+import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, freePort } from '../../platform/temporal-server.js';
+import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
+import { bundleOptions } from '../../workers/bundle.js';
+import { createStewardWorker } from '../../workers/main.js';
+import {
+  countPinned,
+  describeDeployment,
+  resolveWorkerVersioning,
+  serverSupportsWorkerDeployments,
+  setCurrentVersion,
+  versionString,
+  waitForDrained,
+  wakeSessionsOn,
+  workerVersioningFor,
+} from '../../workers/versioning.js';
+import { testDatabases, type TestDatabase } from '../helpers/db.js';
+import { lastUserText, startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
+import { repoRoot } from '../helpers/process.js';
+import { waitFor } from '../helpers/steward.js';
+
+const quietLogger = { trace: () => undefined, debug: () => undefined, info: () => undefined, warn: () => undefined, log: () => undefined, error: (m: string) => console.error(m) };
+
+/**
+ * Build B: the same workflows, except that the turn workflow records `stewardBuild: B` in its
+ * memo before anything else (a new command at the start of the turn: not replay-compatible
+ * with turns that started on A, so only pinning keeps an in-flight turn of A correct).
+ */
+async function bundleBuildB(dir: string): Promise<WorkflowBundleWithSourceMap> {
+  const root = path.resolve(repoRoot);
+  const wf = path.join(root, 'workflows');
+  const turn = readFileSync(path.join(wf, 'turn.ts'), 'utf8')
+    .replaceAll("from '../", `from '${root}/`)
+    .replaceAll("from './", `from '${wf}/`)
+    .replace('  setHandler,\n  workflowInfo,\n', '  setHandler,\n  upsertMemo,\n  workflowInfo,\n')
+    .replace('  const { turnId } = input;\n', "  const { turnId } = input;\n  upsertMemo({ stewardBuild: 'B' });\n");
+  assert.ok(turn.includes("upsertMemo({ stewardBuild: 'B' })") && turn.includes('  upsertMemo,\n'), 'build B changes the turn workflow');
+  writeFileSync(path.join(dir, 'turn-b.ts'), turn);
+  writeFileSync(
+    path.join(dir, 'index-b.ts'),
+    [
+      `export { sessionWorkflow } from '${wf}/session.ts';`,
+      `export { repoChangeWorkflow } from '${wf}/repo-change.ts';`,
+      `export { objectiveRunWorkflow } from '${wf}/objective.ts';`,
+      `export { turnWorkflow } from './turn-b.ts';`,
+      '',
+    ].join('\n'),
+  );
+  return bundleWorkflowCode({
+    ...bundleOptions,
+    workflowsPath: path.join(dir, 'index-b.ts'),
+    logger: quietLogger,
+    // the copy lives outside the repository: resolve packages from the repository's node_modules
+    webpackConfigHook: (c) => ({ ...c, resolve: { ...c.resolve, modules: [...(c.resolve?.modules ?? []), path.join(repoRoot, 'node_modules')] } }),
+  });
+}
+
+interface RunInfo {
+  runId: string;
+  /** Build ids of the workers that completed this run's workflow tasks, in order. */
+  builds: string[];
+  /** Child turn workflow ids this run started. */
+  turns: string[];
+  continuedAs?: string;
+}
+
+/** One run's workflow tasks (by build) and its children, from the server's history. */
+async function runInfo(client: Client, workflowId: string, runId: string): Promise<RunInfo> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  const info: RunInfo = { runId, builds: [], turns: [] };
+  for (const e of history.events ?? []) {
+    const done = e.workflowTaskCompletedEventAttributes;
+    if (done) info.builds.push(done.deploymentVersion?.buildId ?? done.workerDeploymentVersion ?? '(unversioned)');
+    const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
+    if (child?.workflowId) info.turns.push(child.workflowId);
+    const can = e.workflowExecutionContinuedAsNewEventAttributes;
+    if (can?.newExecutionRunId) info.continuedAs = can.newExecutionRunId;
+  }
+  return info;
+}
+
+/** Every run of a session, first to latest. */
+async function sessionRuns(client: Client, sessionId: string): Promise<RunInfo[]> {
+  const first = (await client.workflow.getHandle(sessionId).describe()).raw.workflowExecutionInfo?.firstRunId;
+  assert.ok(first, 'the session has a first run');
+  const runs: RunInfo[] = [];
+  for (let runId: string | undefined = first; runId && runs.length < 50; ) {
+    const r: RunInfo = await runInfo(client, sessionId, runId);
+    runs.push(r);
+    runId = r.continuedAs;
+  }
+  return runs;
+}
+
+/** The build a (closed or running) turn ran on, and the build marker B's turn writes. */
+async function turnBuild(client: Client, turnId: string): Promise<{ pinnedTo?: string; builds: string[]; marker?: string; identities: string[] }> {
+  const handle = client.workflow.getHandle(turnId);
+  const d = await handle.describe();
+  const history = await handle.fetchHistory();
+  const builds: string[] = [];
+  const identities = new Set<string>();
+  for (const e of history.events ?? []) {
+    const done = e.workflowTaskCompletedEventAttributes;
+    if (done) {
+      builds.push(done.deploymentVersion?.buildId ?? '(unversioned)');
+      if (done.identity) identities.add(done.identity);
+    }
+  }
+  const marker = d.memo?.stewardBuild;
+  return {
+    ...(d.raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId ? { pinnedTo: d.raw.workflowExecutionInfo.versioningInfo.deploymentVersion.buildId } : {}),
+    builds,
+    ...(typeof marker === 'string' ? { marker } : {}),
+    identities: [...identities],
+  };
+}
+
+describe('upgrade across a deploy (Worker Versioning)', () => {
+  let env: TestWorkflowEnvironment;
+  let model: ModelServer;
+  let database: TestDatabase;
+  let dir: string;
+  const running: Array<{ worker: Worker; run: Promise<void> }> = [];
+
+  before(async () => {
+    const cli = findTemporalCli();
+    env = await TestWorkflowEnvironment.createLocal({
+      server: {
+        ...(cli ? { executable: { type: 'existing-path' as const, path: cli } } : {}),
+        ip: '127.0.0.1',
+        log: { format: 'pretty', level: 'error' },
+        searchAttributes: ALL_SEARCH_ATTRIBUTES,
+        extraArgs: [
+          // drainage is re-checked every second here (minutes by default), so `describe` shows it at once
+          ...[...DEV_SERVER_DYNAMIC_CONFIG, 'matching.wv.VersionDrainageStatusRefreshInterval="1s"', 'matching.wv.VersionDrainageStatusVisibilityGracePeriod="1s"'].flatMap((v) => [
+            '--dynamic-config-value',
+            v,
+          ]),
+          '--http-port',
+          String(await freePort()),
+          '--metrics-port',
+          String(await freePort()),
+        ],
+      },
+    });
+    model = await startModelServer();
+    database = await testDatabases()[0]!.create();
+    dir = mkdtempSync(path.join(tmpdir(), 'steward-upgrade-'));
+  });
+  after(async () => {
+    for (const r of running) if (r.worker.getState() === 'RUNNING') r.worker.shutdown();
+    await Promise.allSettled(running.map((r) => r.run));
+    await model?.close();
+    await database?.cleanup();
+    await env?.teardown();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('keeps the in-flight turn on A, moves the session to B at continue-as-new, answers every message once, drains A', { timeout: 300_000 }, async () => {
+    const client = env.client;
+    const namespace = env.namespace ?? 'default';
+    const taskQueue = `upgrade-${randomUUID()}`;
+    const deploymentName = `steward-${randomUUID().slice(0, 8)}`;
+    const vA: WorkerDeploymentVersion = { deploymentName, buildId: 'A' };
+    const vB: WorkerDeploymentVersion = { deploymentName, buildId: 'B' };
+
+    // capability detection: the dev server serves Worker Deployments; `on` resolves to versioned options
+    assert.equal((await serverSupportsWorkerDeployments(client.connection, namespace)).supported, true);
+    const decisionA = await resolveWorkerVersioning({ mode: 'on', deploymentName, buildId: 'A' }, client.connection, namespace);
+    assert.ok(decisionA.enabled);
+    assert.deepEqual(decisionA.options, { useWorkerVersioning: true, version: vA, defaultVersioningBehavior: 'PINNED' });
+    assert.deepEqual(await resolveWorkerVersioning({ mode: 'auto', deploymentName }, client.connection, namespace), { enabled: false, reason: 'no STEWARD_BUILD_ID is set' });
+
+    const [bundleA, bundleB] = await Promise.all([bundleWorkflowCode({ ...bundleOptions, logger: quietLogger }), bundleBuildB(dir)]);
+    assert.notEqual(bundleA.code, bundleB.code);
+
+    // the model answers `echo: <the chat message(s) of the turn>`
+    const bodies = (req: RecordedRequest) => [...lastUserText(req.body).matchAll(/<chat_message[^>]*>\n?([\s\S]*?)\n?<\/chat_message>/g)].map((m) => m[1]!.trim());
+    model.setDefault((req) => ({ text: `echo: ${bodies(req).join(' + ')}` }));
+    const models = createModelRegistry({ openaiCompatible: { baseURL: model.baseURL } });
+    const logged: Array<{ level: string; msg: string; obj: object }> = [];
+    const log = {
+      info: (obj: object, msg: string) => void logged.push({ level: 'info', msg, obj }),
+      warn: (obj: object, msg: string) => void logged.push({ level: 'warn', msg, obj }),
+      error: (obj: object, msg: string) => void logged.push({ level: 'error', msg, obj }),
+    };
+    // the all-in-one start stays unversioned under `auto`, whatever the build id
+    assert.equal((await workerVersioningFor({ mode: 'auto', ...vA }, client.connection, namespace, log, { allInOne: true })).options, undefined);
+    // a worker process: versioned, as `steward worker` starts it
+    const startBuild = async (bundle: WorkflowBundleWithSourceMap, version: WorkerDeploymentVersion) => {
+      const versioning = await workerVersioningFor({ mode: 'auto', ...version }, client.connection, namespace, log);
+      assert.ok(versioning.decision.enabled, versioning.decision.reason);
+      const worker = await createStewardWorker({
+        connection: env.nativeConnection,
+        namespace,
+        taskQueue,
+        workflowBundle: bundle,
+        identity: `steward-build-${version.buildId}`,
+        deps: { db: database.db, models, systemPrompt: DEFAULT_SYSTEM_PROMPT, heartbeatEveryMs: 100, defaultModel: 'openai-compatible:test-model' },
+        workerDeploymentOptions: versioning.options,
+      });
+      const entry = { worker, run: worker.run() };
+      running.push(entry);
+      await versioning.afterStart();
+      return entry;
+    };
+
+    const ingress: Ingress = createIngress({
+      client,
+      db: database.db,
+      taskQueue,
+      defaultModel: 'openai-compatible:test-model',
+      configuredProviders: () => ['openai-compatible'],
+      // far from the limit: the session continues as new because the current version changed
+      limits: { maxSteps: 4, maxTurnsPerRun: 100 },
+    });
+    const account = `acct-${randomUUID().slice(0, 8)}`;
+    const send = (chatId: string, text: string) =>
+      ingress.handle({ id: randomUUID(), platform: 'http', account, chatId, user: 'tester', text, at: new Date().toISOString() });
+    const replies = async (sessionId: string) => (await ingress.transcript(sessionId, { limit: 1000 })).filter((m) => m.role === 'assistant').map((m) => m.text.trim());
+    const waitForReply = async (sessionId: string, text: string, timeoutMs = 60_000) => {
+      try {
+        await waitFor(async () => ((await replies(sessionId)).includes(text) ? true : undefined), `the reply "${text}" in ${sessionId}`, timeoutMs);
+      } catch (err) {
+        const rows = await ingress.transcript(sessionId, { limit: 1000 });
+        throw new Error(`${(err as Error).message}; transcript: ${JSON.stringify(rows.map((r) => [r.role, r.text.slice(0, 100)]))}`);
+      }
+    };
+
+    // --- build A: the first versioned deploy makes itself current
+    const a = await startBuild(bundleA, vA);
+    assert.ok(logged.some((l) => l.msg.startsWith('this build is now the current version')), JSON.stringify(logged));
+    assert.equal((await describeDeployment(client, deploymentName))?.currentBuildId, 'A');
+    // a second start of A (or of another build) with onlyIfUnset leaves the current version alone
+    assert.deepEqual(await setCurrentVersion(client, vA, { onlyIfUnset: true }), { changed: false, currentBuildId: 'A' });
+
+    const chat = `chat-${randomUUID().slice(0, 8)}`;
+    const idleChat = `idle-${randomUUID().slice(0, 8)}`;
+    const s1 = (await send(chat, 'm1')).workflowId;
+    await waitForReply(s1, 'echo: m1');
+    const s2 = (await send(idleChat, 'i1')).workflowId;
+    await waitForReply(s2, 'echo: i1');
+
+    // --- a turn in flight on A (its model answers slowly) while B is deployed and made current
+    const before = model.requests.length;
+    model.enqueue({ text: 'echo: m2', firstTokenDelayMs: 6000, match: (req) => bodies(req).includes('m2') });
+    await send(chat, 'm2');
+    await model.waitForRequest(before + 1, 30_000);
+    await startBuild(bundleB, vB);
+    // B registered but does not take over by itself: the operator makes it current
+    const notice = logged.find((l) => l.level === 'warn' && l.msg.startsWith('this build registered but is not current'));
+    assert.ok(notice && 'command' in notice.obj && String(notice.obj.command).includes(`--deployment-name ${deploymentName} --build-id B`), JSON.stringify(logged));
+    assert.equal((await describeDeployment(client, deploymentName))?.currentBuildId, 'A');
+    const madeB = await setCurrentVersion(client, vB, { timeoutMs: 60_000 });
+    assert.deepEqual(madeB, { changed: true, previousBuildId: 'A', currentBuildId: 'B' });
+    // a message during the in-flight turn: queued in the session on A, answered after it moves to B
+    await send(chat, 'm3');
+    assert.equal((await replies(s1)).includes('echo: m2'), false, 'm2 was still in flight when B became current');
+
+    await waitForReply(s1, 'echo: m2');
+    await waitForReply(s1, 'echo: m3');
+    await send(chat, 'm4');
+    await waitForReply(s1, 'echo: m4');
+
+    // the session: run 1 entirely on A, continued as new, run 2 entirely on B
+    const runs = await sessionRuns(client, s1);
+    assert.equal(runs.length, 2, `two runs of the session (${JSON.stringify(runs)})`);
+    const [run1, run2] = runs as [RunInfo, RunInfo];
+    assert.ok(run1.builds.length > 0 && run1.builds.every((b) => b === 'A'), `run 1 on A: ${run1.builds.join(',')}`);
+    assert.ok(run2.builds.length > 0 && run2.builds.every((b) => b === 'B'), `run 2 on B: ${run2.builds.join(',')}`);
+    assert.equal(run1.turns.length, 2, 'turns 1 and 2 started in run 1');
+    assert.equal(run2.turns.length, 2, 'turns 3 and 4 started in run 2');
+    const s1Now = await client.workflow.getHandle(s1).describe();
+    assert.equal(s1Now.raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId, 'B');
+
+    // turns: 1 and 2 (in flight during the deploy) on A only, without B's marker; 3 and 4 on B with it
+    for (const id of run1.turns) {
+      const t = await turnBuild(client, id);
+      assert.deepEqual(t.builds.filter((b) => b !== 'A'), [], `${id} ran only on A`);
+      assert.equal(t.pinnedTo, 'A', id);
+      assert.equal(t.marker, undefined, id);
+      assert.deepEqual(t.identities, ['steward-build-A'], id);
+    }
+    for (const id of run2.turns) {
+      const t = await turnBuild(client, id);
+      assert.deepEqual(t.builds.filter((b) => b !== 'B'), [], `${id} ran only on B`);
+      assert.equal(t.pinnedTo, 'B', id);
+      assert.equal(t.marker, 'B', id);
+      assert.deepEqual(t.identities, ['steward-build-B'], id);
+    }
+
+    // --- the idle session is still pinned to A until it wakes; the wake moves it to B
+    assert.equal((await client.workflow.getHandle(s2).describe()).raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId, 'A');
+    assert.ok((await countPinned(client, vA)) >= 1, 'A has pinned work left (the idle session)');
+    const woken = await wakeSessionsOn(client, vA);
+    assert.deepEqual(woken, [s2]);
+    assert.equal(await waitForDrained(client, vA, 30_000), 0, `no workflow is left on ${versionString(vA)}`);
+    assert.equal((await client.workflow.getHandle(s2).describe()).raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId, 'B');
+    // what an operator watches: the server reports A drained
+    await waitFor(async () => ((await describeDeployment(client, deploymentName))?.versions.find((v) => v.buildId === 'A')?.drainage === 'drained' ? true : undefined), 'A reported drained', 60_000);
+    const state = await describeDeployment(client, deploymentName);
+    assert.equal(state?.currentBuildId, 'B');
+
+    // --- A shuts down; everything keeps working on B alone
+    a.worker.shutdown();
+    await a.run;
+    await send(chat, 'm5');
+    await waitForReply(s1, 'echo: m5');
+    await send(idleChat, 'i2');
+    await waitForReply(s2, 'echo: i2');
+
+    // --- exactly one reply per message, none lost, none repeated
+    await sleep(1000);
+    assert.deepEqual((await replies(s1)).sort(), ['echo: m1', 'echo: m2', 'echo: m3', 'echo: m4', 'echo: m5']);
+    assert.deepEqual((await replies(s2)).sort(), ['echo: i1', 'echo: i2']);
+    assert.equal(await database.db.delivery.count({ where: { sessionId: s1 } }), 5);
+    assert.equal(await database.db.delivery.count({ where: { sessionId: s2 } }), 2);
+  });
+});
+
+describe('versioning configuration', () => {
+  it('defaults to auto with the deployment `steward` and no build id', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'steward-upgrade-cfg-'));
+    try {
+      assert.deepEqual(loadConfig({}, dir).workers.versioning, { mode: 'auto', deploymentName: 'steward' });
+      assert.deepEqual(loadConfig({ STEWARD_WORKER_VERSIONING: 'on', STEWARD_BUILD_ID: 'v1.2+abc', STEWARD_DEPLOYMENT_NAME: 'chat_bots' }, dir).workers.versioning, {
+        mode: 'on',
+        deploymentName: 'chat_bots',
+        buildId: 'v1.2+abc',
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses bad values, naming the variable', () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'steward-upgrade-cfg-'));
+    try {
+      const cases: Array<[Record<string, string>, RegExp]> = [
+        [{ STEWARD_WORKER_VERSIONING: 'yes' }, /STEWARD_WORKER_VERSIONING: expected auto, on or off/],
+        [{ STEWARD_WORKER_VERSIONING: 'on' }, /STEWARD_BUILD_ID: expected the build id of this image when STEWARD_WORKER_VERSIONING=on/],
+        [{ STEWARD_BUILD_ID: 'steward:1' }, /STEWARD_BUILD_ID: expected a build id/],
+        [{ STEWARD_DEPLOYMENT_NAME: 'my.deploy' }, /STEWARD_DEPLOYMENT_NAME: expected a deployment name/],
+      ];
+      for (const [env, re] of cases) {
+        assert.throws(() => loadConfig(env, dir), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
