@@ -159,6 +159,7 @@ export interface RecordResult {
 }
 
 const MAX_SCANNED = 10_000;
+const WorkflowIdsSchema = z.record(z.string(), z.string());
 
 /**
  * Record the histories of runs matching the query into `out`. All or nothing: histories are
@@ -228,10 +229,23 @@ export async function recordHistories(client: Client, input: RecordOptions, deps
     );
   }
 
-  // 4. write the files, then the id index (each through a temporary file and a rename)
-  await mkdir(outDir, { recursive: true });
+  // 4. the existing id index must be readable before anything is written
   const indexPath = path.join(outDir, WORKFLOW_IDS_FILE);
-  const index = existsSync(indexPath) ? (JSON.parse(await readFile(indexPath, 'utf8')) as Record<string, string>) : {};
+  let index: Record<string, string> = {};
+  if (existsSync(indexPath)) {
+    let parsedIndex: unknown;
+    try {
+      parsedIndex = JSON.parse(await readFile(indexPath, 'utf8'));
+    } catch (err) {
+      throw new HistoriesError(`${indexPath} is not JSON (${errorText(err)}): fix it or choose another --out. Nothing was written.`);
+    }
+    const checked = WorkflowIdsSchema.safeParse(parsedIndex);
+    if (!checked.success) throw new HistoriesError(`${indexPath} is not a map of file names to workflow ids: fix it or choose another --out. Nothing was written.`);
+    index = checked.data;
+  }
+
+  // 5. write the files, then the id index (each through a temporary file and a rename)
+  await mkdir(outDir, { recursive: true });
   for (const f of files) {
     await writeAtomic(path.join(outDir, f.rec.file), f.text);
     index[f.rec.file] = f.rec.workflowId;

@@ -97,6 +97,7 @@ async function start(role: 'all' | 'api'): Promise<void> {
     `  API token:    ${steward.apiTokenGenerated ? `${steward.apiToken}  (generated; saved in ${path.join(steward.dataDir, 'api-token')})` : `(from ${process.env.STEWARD_API_TOKEN ? 'STEWARD_API_TOKEN' : path.join(steward.dataDir, 'api-token')})`}`,
     `  Temporal:     ${steward.temporalAddress} (namespace ${steward.namespace})`,
     `  Temporal UI:  ${steward.temporalUiUrl ?? '(not started here)'}`,
+    `  Codec:        ${steward.codecUrl}  (${cfg.codec.enabled ? `payloads encrypted; keys ${cfg.codec.keys ? 'from STEWARD_CODEC_KEYS' : `in ${path.join(steward.dataDir, 'codec-keys.json')}`}; browsers sign in at ${steward.codecUrl}/login` : 'STEWARD_CODEC=off: new payloads are stored in plaintext'})`,
     `  Data dir:     ${steward.dataDir}`,
     `  Database:     ${redactUrl(steward.databaseUrl)}`,
     `  Model:        ${steward.model}${steward.modelConfigured ? '' : '  (NOT CONFIGURED: set OPENAI_API_KEY, ANTHROPIC_API_KEY or STEWARD_MODEL_BASE_URL; chat answers with setup help until then)'}`,
