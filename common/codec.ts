@@ -22,6 +22,7 @@ import path from 'node:path';
 import { gunzipSync, gzipSync, inflateSync } from 'node:zlib';
 import type { DataConverter, Payload, PayloadCodec } from '@temporalio/common';
 import protoModule from '@temporalio/proto';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
 // @temporalio/proto is CommonJS: under ESM its namespace arrives as the default export
@@ -203,8 +204,11 @@ export class StewardCodec implements PayloadCodec {
 }
 
 /** The data converter clients and workers share: Steward's codec behind the default converters. */
+/** `common/failure-converter.cjs`: failure messages and stack traces as encoded (so encrypted) attributes. */
+export const failureConverterPath = fileURLToPath(new URL('./failure-converter.cjs', import.meta.url));
+
 export function codecDataConverter(codec: PayloadCodec): DataConverter {
-  return { payloadCodecs: [codec] };
+  return { payloadCodecs: [codec], failureConverterPath };
 }
 
 const KeyFileSchema = z.object({

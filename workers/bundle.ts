@@ -6,6 +6,7 @@
 import { writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { failureConverterPath } from '../common/codec.js';
 
 export const workflowsPath = fileURLToPath(new URL('../workflows/index.ts', import.meta.url));
 
@@ -27,7 +28,7 @@ const bundlerLogger = {
 };
 
 /** The options every Steward bundle is built with (tests build theirs with the same, quieter). */
-export const bundleOptions = { workflowsPath, workflowInterceptorModules } as const;
+export const bundleOptions = { workflowsPath, workflowInterceptorModules, failureConverterPath } as const;
 
 export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
   return bundleWorkflowCode({ ...bundleOptions, logger: bundlerLogger });

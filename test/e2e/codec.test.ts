@@ -176,6 +176,56 @@ describe('the payload codec on the started stack', () => {
     assert.ok(encrypted >= 4, `encrypted payloads seen: ${encrypted}`);
   });
 
+  it('stores failure messages encrypted too (the failure converter encodes them)', async () => {
+    const FAIL_SECRET = `fail-${randomBytes(10).toString('hex')}`;
+    const chat = `${CHAT}-fail`;
+    // every model call of this chat is refused with a message carrying the secret
+    model.setDefault((req) =>
+      JSON.stringify(req.body).includes(chat) || JSON.stringify(req.body).includes('provoke a failure')
+        ? { status: 400, errorBody: { error: { message: `bad request: ${FAIL_SECRET}`, type: 'invalid_request_error' } } }
+        : { text: 'ok' },
+    );
+    try {
+      const r = await fetch(`${api}/api/v1/chats/${chat}/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ text: 'provoke a failure', user: 'alice' }),
+      });
+      assert.equal(r.status, 202);
+      // the turn ends (its model call refused) and records the failure
+      const probe = await Connection.connect({ address: temporalAddress });
+      try {
+        let closed = 0;
+        for (let i = 0; i < 240 && closed === 0; i++) {
+          await sleep(500);
+          const l = await probe.workflowService.listWorkflowExecutions({ namespace: 'default', pageSize: 10, query: `StewardChat = '${chat}' AND StewardKind = 'turn' AND ExecutionStatus != 'Running'` });
+          closed = l.executions?.length ?? 0;
+        }
+        assert.ok(closed > 0, `the chat's turn ended: ${steward.output().slice(-2000)}`);
+      } finally {
+        await probe.close();
+      }
+    } finally {
+      model.setDefault(() => ({ text: "ok" }));
+    }
+    const connection = await Connection.connect({ address: temporalAddress });
+    try {
+      const list = await connection.workflowService.listWorkflowExecutions({ namespace: 'default', pageSize: 100, query: `StewardChat = '${chat}'` });
+      const ids = [...new Set((list.executions ?? []).map((e) => e.execution?.workflowId ?? ''))].filter(Boolean);
+      assert.ok(ids.some((id) => id.includes(':turn:')), `the chat's turn is listed: ${ids.join(', ')}`);
+      let failures = 0;
+      for (const id of ids) {
+        const h = await connection.workflowService.getWorkflowExecutionHistory({ namespace: 'default', execution: { workflowId: id }, maximumPageSize: 1000 });
+        const text = JSON.stringify(h.history, (_k, v: unknown) => (v instanceof Uint8Array ? Buffer.from(v).toString('latin1') : v));
+        assert.ok(!text.includes(FAIL_SECRET), `${id}: the failure message is in the raw history`);
+        failures += text.split('"Encoded failure"').length - 1;
+      }
+      assert.ok(failures > 0, 'a failure was recorded, with its message encoded');
+    } finally {
+      await connection.close();
+    }
+  });
+
   it('decodes for an operator with the bearer token, and for nobody else', async () => {
     const all = [...histories.values()].flatMap((raw) => payloadsIn(JSON.parse(raw)).map((x) => x.payload)).filter((p) => encodingOf(p) === 'binary/encrypted');
     assert.ok(all.length > 0);
