@@ -32,10 +32,18 @@ _steward_bootstrap() {
 
   cd "$STEWARD_ROOT" || return 1
   local stamp="node_modules/.steward-installed"
-  if [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ] || [ package.json -nt "$stamp" ]; then
-    _steward_say "installing npm packages (npm ci)"
-    npm ci --no-audit --no-fund --loglevel=error >&2 || return 1
-    touch "$stamp"
+  _steward_needs_install() { [ ! -f "$stamp" ] || [ package-lock.json -nt "$stamp" ] || [ package.json -nt "$stamp" ]; }
+  if _steward_needs_install; then
+    # One install at a time: launches that start together wait for the first one's npm ci
+    # (the lock lives outside node_modules, which npm ci replaces).
+    exec 9>"$STEWARD_ROOT/.steward-install.lock"
+    command -v flock >/dev/null 2>&1 && flock 9
+    if _steward_needs_install; then
+      _steward_say "installing npm packages (npm ci)"
+      npm ci --no-audit --no-fund --loglevel=error >&2 || { exec 9>&-; return 1; }
+      touch "$stamp"
+    fi
+    exec 9>&-
   fi
 
   if [ -z "${TEMPORAL_ADDRESS:-}" ] && [ -z "${TEMPORAL_CLI_PATH:-}" ]; then
