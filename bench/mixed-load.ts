@@ -80,6 +80,8 @@ const config = loadConfig({
   STEWARD_MODEL_BASE_URL: model.baseURL,
   STEWARD_LOG_LEVEL: 'warn',
   ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+  // e.g. background=2,repo=1: caps on the background queues' slots, to see what they buy chat
+  ...(process.env.STEWARD_WORKER_CONCURRENCY ? { STEWARD_WORKER_CONCURRENCY: process.env.STEWARD_WORKER_CONCURRENCY } : {}),
 });
 const steward = await startSteward(config, pino({ level: 'warn' }));
 
