@@ -67,6 +67,25 @@ const bool = (fallback: boolean) =>
     .default(fallback ? 'true' : 'false')
     .transform((v) => v === 'true' || v === '1' || v === 'yes');
 
+/** USD per million input and output tokens of one model. */
+export interface ModelPrice {
+  input: number;
+  output: number;
+}
+
+/** `openai:gpt-4.1=2/8,anthropic:claude-sonnet-4-5=3/15` (USD per million input/output tokens) into a map, or the reason it is not one. */
+export function parseModelPrices(text: string): Record<string, ModelPrice> | string {
+  const out: Record<string, ModelPrice> = {};
+  for (const part of text.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([^=\s]+)=(\d+(?:\.\d+)?)\/(\d+(?:\.\d+)?)$/.exec(part);
+    if (!m || !ModelRefSchema.safeParse(m[1]).success) {
+      return `expected provider:model=input/output prices in USD per million tokens, separated by commas (e.g. openai:gpt-4.1=2/8; got ${part})`;
+    }
+    out[m[1]!] = { input: Number(m[2]), output: Number(m[3]) };
+  }
+  return out;
+}
+
 /** The queues a worker process can poll: chat (interactive), objectives (background), repo changes' activities (repo). */
 export const QUEUE_ROLES = ['interactive', 'background', 'repo'] as const;
 export type QueueRole = (typeof QUEUE_ROLES)[number];
@@ -115,6 +134,18 @@ export const ConfigEnvSchema = z.object({
   ANTHROPIC_BASE_URL: url('(an Anthropic API base URL)'),
   STEWARD_SYSTEM_PROMPT: optionalString,
   STEWARD_TURN_MAX_STEPS: positiveInt(8, 'a positive whole number of model steps per turn'),
+  STEWARD_MODEL_PRICES: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const prices = parseModelPrices(v);
+      if (typeof prices === 'string') {
+        ctx.addIssue({ code: 'custom', message: prices });
+        return z.NEVER;
+      }
+      return prices;
+    }),
   STEWARD_SESSION_MAX_TURNS: positiveInt(100, 'a positive whole number of turns before a session continues as new'),
   STEWARD_TEMPORAL_PORT: port(7233),
   STEWARD_TEMPORAL_UI_PORT: port(8233),
@@ -344,6 +375,8 @@ export interface StewardConfig {
     default: string;
     systemPrompt: string;
     maxSteps: number;
+    /** STEWARD_MODEL_PRICES: per `provider:model`, for the cost metric (no entry, no cost). */
+    prices: Record<string, ModelPrice>;
     providers: {
       openai?: { apiKey: string; baseURL?: string };
       anthropic?: { apiKey: string; baseURL?: string };
@@ -542,6 +575,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     http: { host: e.STEWARD_HTTP_HOST, port: e.STEWARD_HTTP_PORT, ...(e.STEWARD_API_TOKEN ? { apiToken: e.STEWARD_API_TOKEN } : {}) },
     model: {
       default: defaultModel,
+      prices: e.STEWARD_MODEL_PRICES,
       systemPrompt: e.STEWARD_SYSTEM_PROMPT ?? DEFAULT_SYSTEM_PROMPT,
       maxSteps: e.STEWARD_TURN_MAX_STEPS,
       providers,

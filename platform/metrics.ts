@@ -3,8 +3,8 @@
  * prom-client registry per process. Activities record into it; `/metrics` serves it next to
  * the Temporal SDK's metrics (see platform/telemetry.ts).
  *
- * There is no price table in Steward, so no cost metric: cost is tokens times the
- * provider's price, which a dashboard can apply to `steward_model_tokens_total`.
+ * Cost: `steward_model_cost_usd_total` counts tokens times the operator's prices
+ * (STEWARD_MODEL_PRICES, USD per million tokens); a model without a price has no cost sample.
  */
 import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
 
@@ -30,6 +30,19 @@ const modelTokens = new Counter({
   labelNames: ['provider', 'model', 'kind'] as const,
   registers: [stewardRegistry],
 });
+
+const modelCost = new Counter({
+  name: 'steward_model_cost_usd_total',
+  help: 'Cost of model calls in USD: reported tokens times STEWARD_MODEL_PRICES (models without a price are not counted), by provider and model.',
+  labelNames: ['provider', 'model'] as const,
+  registers: [stewardRegistry],
+});
+
+let prices: Record<string, { input: number; output: number }> = {};
+/** The price table of the cost metric (USD per million input and output tokens, by `provider:model`). */
+export function setModelPrices(table: Record<string, { input: number; output: number }>): void {
+  prices = { ...table };
+}
 
 const modelSeconds = new Histogram({
   name: 'steward_model_call_seconds',
@@ -63,6 +76,11 @@ export function recordModelCall(call: { model: string; seconds: number; outcome:
   if (call.usage) {
     if (call.usage.inputTokens > 0) modelTokens.inc({ provider, model, kind: 'input' }, call.usage.inputTokens);
     if (call.usage.outputTokens > 0) modelTokens.inc({ provider, model, kind: 'output' }, call.usage.outputTokens);
+    const price = prices[call.model];
+    if (price) {
+      const usd = (call.usage.inputTokens * price.input + call.usage.outputTokens * price.output) / 1_000_000;
+      if (usd > 0) modelCost.inc({ provider, model }, usd);
+    }
   }
 }
 

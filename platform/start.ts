@@ -28,6 +28,7 @@ import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundle } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
 import { workerVersioningFor } from '../workers/versioning.js';
+import { setModelPrices } from './metrics.js';
 import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, freePort, startEmbeddedTemporal } from './temporal-server.js';
@@ -225,6 +226,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     throw new Error('TEMPORAL_ADDRESS: `steward api` serves a Temporal cluster that workers poll; set host:port of its frontend (or use `steward start` for all in one)');
   }
   await installTemporalRuntime(log);
+  setModelPrices(config.model.prices);
   const tracing = installTracing({ ...(config.telemetry.tracesUrl ? { tracesUrl: config.telemetry.tracesUrl } : {}), serviceName: config.telemetry.serviceName }, log);
   const cleanups: Array<() => Promise<void>> = [];
   // the last step of shutdown: spans still buffered go out
@@ -430,6 +432,7 @@ export async function startWorkerOnly(
   log: Logger,
 ): Promise<{ stop(): Promise<void>; done: Promise<void>; queues: Array<{ role: QueueRole; taskQueue: string }> }> {
   await installTemporalRuntime(log);
+  setModelPrices(config.model.prices);
   if (!config.temporal.address) throw new Error('TEMPORAL_ADDRESS: expected host:port of the Temporal frontend the worker should poll');
   const tracing = installTracing({ ...(config.telemetry.tracesUrl ? { tracesUrl: config.telemetry.tracesUrl } : {}), serviceName: config.telemetry.serviceName }, log);
   const { dataConverter } = await payloadCodecFor(config, log);

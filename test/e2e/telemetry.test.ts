@@ -67,8 +67,11 @@ function parseExposition(text: string): { samples: Sample[]; types: Map<string, 
       labels[lm[1]!] = lm[2]!.replace(/\\n/g, '\n').replace(/\\"/g, '"').replace(/\\\\/g, '\\');
     }
     const raw = m[4]!;
-    const value = raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : raw === 'NaN' ? NaN : Number(raw);
-    assert.ok(raw === 'NaN' || !Number.isNaN(value), `a numeric value: ${where}`);
+    // Prometheus parses floats with Go's ParseFloat: NaN in any case (prom-client writes `Nan`
+    // for an event-loop lag not yet measured)
+    const isNaNText = /^nan$/i.test(raw);
+    const value = raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : isNaNText ? NaN : Number(raw);
+    assert.ok(isNaNText || !Number.isNaN(value), `a numeric value: ${where}`);
     samples.push({ name: m[1]!, labels, value });
   });
   return { samples, types };
@@ -107,6 +110,8 @@ function stewardEnv(dataDir: string, ports: { http: number; temporal: number; ui
     STEWARD_TEMPORAL_UI: 'false',
     STEWARD_API_TOKEN: TOKEN,
     STEWARD_MODEL: 'openai-compatible:e2e-model',
+    // the cost metric: USD per million input/output tokens
+    STEWARD_MODEL_PRICES: 'openai-compatible:e2e-model=2.5/10',
     STEWARD_MODEL_BASE_URL: model.baseURL,
     STEWARD_LOG_LEVEL: 'warn',
     // plaintext payloads, so that this test can replay the recorded histories without the keys
@@ -288,11 +293,12 @@ describe('traces and metrics of the started stack', () => {
     assert.equal(delta('steward_model_tokens_total', { ...m, kind: 'input' }), 123, 'input tokens from the model server');
     assert.equal(delta('steward_model_tokens_total', { ...m, kind: 'output' }), 45, 'output tokens from the model server');
     assert.equal(delta('steward_model_calls_total', { ...m, outcome: 'ok' }), 1);
+    // cost: 123 input tokens at $2.50 and 45 output tokens at $10 per million
+    assert.ok(types.has('steward_model_cost_usd_total'), 'the cost metric is declared');
+    assert.ok(Math.abs(delta('steward_model_cost_usd_total', m) - (123 * 2.5 + 45 * 10) / 1e6) < 1e-12, `cost ${delta('steward_model_cost_usd_total', m)}`);
     assert.equal(delta('steward_model_call_seconds_count', { ...m, outcome: 'ok' }), 1);
     assert.equal(sum(samples, 'steward_model_call_seconds_bucket', { ...m, outcome: 'ok', le: '+Inf' }), sum(samples, 'steward_model_call_seconds_count', { ...m, outcome: 'ok' }));
     assert.ok(samples.some((s) => s.name === 'steward_process_resident_memory_bytes' && s.value > 0), 'process metrics');
-    // no cost metric: Steward has no price table
-    assert.ok(![...types.keys()].some((n) => /cost/.test(n)));
 
     // the metrics listener (STEWARD_METRICS_PORT): the same, without a token
     const listener = await scrape(`http://127.0.0.1:${metricsPort}/metrics`, undefined);

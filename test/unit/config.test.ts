@@ -47,6 +47,22 @@ describe('configuration', () => {
     }
   });
 
+  it('reads process roles and model prices, and refuses bad ones with the variable named', () => {
+    const cfg = loadConfig({ STEWARD_WORKER_QUEUES: 'repo,interactive', STEWARD_WORKER_CONCURRENCY: 'repo=2', STEWARD_MODEL_PRICES: 'openai:gpt-4.1=2/8, anthropic:claude-x=3.5/15' }, tmpdir());
+    assert.deepEqual(cfg.workers.queues, ['repo', 'interactive']);
+    assert.deepEqual(cfg.workers.concurrency, { repo: 2 });
+    assert.deepEqual(cfg.model.prices, { 'openai:gpt-4.1': { input: 2, output: 8 }, 'anthropic:claude-x': { input: 3.5, output: 15 } });
+    assert.deepEqual(loadConfig({}, tmpdir()).workers.queues, ['interactive', 'background', 'repo']);
+    for (const [key, value, re] of [
+      ['STEWARD_WORKER_QUEUES', 'interactive,chatty', /STEWARD_WORKER_QUEUES: expected queue roles .*got chatty/],
+      ['STEWARD_WORKER_CONCURRENCY', 'repo=0', /STEWARD_WORKER_CONCURRENCY: expected role=count pairs/],
+      ['STEWARD_MODEL_PRICES', 'gpt-4.1=2/8', /STEWARD_MODEL_PRICES: expected provider:model=input\/output prices/],
+      ['STEWARD_MODEL_PRICES', 'openai:gpt-4.1=cheap', /STEWARD_MODEL_PRICES: expected provider:model=input\/output prices/],
+    ] as const) {
+      assert.throws(() => loadConfig({ [key]: value }, tmpdir()), (err: unknown) => err instanceof ConfigError && re.test(err.message));
+    }
+  });
+
   it('reads a config file; the environment wins', () => {
     const cwd = dir();
     const file = path.join(cwd, 'steward.json');
