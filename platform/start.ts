@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { access, chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Client } from '@temporalio/client';
+import { Client, type Connection } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
 import { DefaultLogger, Runtime, type LogLevel, type NativeConnection, type Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import type { Logger } from 'pino';
@@ -163,12 +163,15 @@ async function workersFor(
   config: StewardConfig,
   connection: NativeConnection,
   deps: ActivityDeps,
-  roles: readonly QueueRole[] = QUEUE_ROLES,
-  dataConverter?: DataConverter,
-  telemetry?: Pick<StewardWorkerOptions, 'interceptors' | 'sinks'>,
-  /** Worker Versioning: this build's deployment version (every queue's worker); unversioned when absent. */
-  workerDeploymentOptions?: StewardWorkerOptions['workerDeploymentOptions'],
+  opts: {
+    roles: readonly QueueRole[];
+    dataConverter: DataConverter;
+    telemetry: Pick<StewardWorkerOptions, 'interceptors' | 'sinks'>;
+    /** Worker Versioning: this build's deployment version (every queue's worker); unversioned when absent. */
+    workerDeploymentOptions?: StewardWorkerOptions['workerDeploymentOptions'];
+  },
 ): Promise<Worker[]> {
+  const { roles, dataConverter, telemetry, workerDeploymentOptions } = opts;
   const byQueue = new Map<string, QueueRole[]>();
   for (const role of roles) {
     const queue = queueOf(config, role);
@@ -187,7 +190,7 @@ async function workersFor(
         namespace: config.temporal.namespace,
         deps,
         taskQueue,
-        ...(dataConverter ? { dataConverter } : {}),
+        dataConverter,
         ...telemetry,
         ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
         ...(activitiesOnly ? { activitiesOnly: true } : { workflowBundle: await (bundle ??= workflowBundleFor(config)), maxCachedWorkflows: cached }),
@@ -196,6 +199,25 @@ async function workersFor(
     );
   }
   return out;
+}
+
+/** A client of the configured namespace with the payload codec and, when configured, tracing. */
+function clientFor(config: StewardConfig, connection: Connection, dataConverter: DataConverter, tracing: Tracing): Client {
+  return new Client({ connection, namespace: config.temporal.namespace, dataConverter, ...(tracing.clientInterceptors ? { interceptors: tracing.clientInterceptors } : {}) });
+}
+
+/** The change service (chat /change, the API, and approved start_repo_change actions). */
+function changeServiceFor(config: StewardConfig, client: Client, db: Db, runLink: ((workflowId: string) => string | undefined) | undefined, log: Logger) {
+  return createChangeService({
+    client,
+    db,
+    taskQueue: config.temporal.taskQueue,
+    activityQueue: config.repoChanges.taskQueue,
+    clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
+    maxQuestions: config.repoChanges.maxQuestions,
+    ...(runLink ? { runLink } : {}),
+    log,
+  });
 }
 
 function runWorkers(workers: Worker[], log: Logger): { done: Promise<void>; stop(): Promise<void> } {
@@ -275,7 +297,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     cleanups.push(() => connection.close());
     cleanups.push(() => nativeConnection.close());
     if (config.temporal.address) await ensureSearchAttributes(connection, config.temporal.namespace);
-    const client = new Client({ connection, namespace: config.temporal.namespace, dataConverter, ...(tracing.clientInterceptors ? { interceptors: tracing.clientInterceptors } : {}) });
+    const client = clientFor(config, connection, dataConverter, tracing);
 
     // Database
     await migrateDatabase(config.databaseUrl);
@@ -287,16 +309,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     const models = createModelRegistry(config.model.providers);
     const senders = createSenders(config, log);
     const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
-    const changes = createChangeService({
-      client,
-      db,
-      taskQueue: config.temporal.taskQueue,
-      activityQueue: config.repoChanges.taskQueue,
-      clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
-      maxQuestions: config.repoChanges.maxQuestions,
-      ...(runLink ? { runLink } : {}),
-      log,
-    });
+    const changes = changeServiceFor(config, client, db, runLink, log);
     // the all-in-one start replaces its only build at restart: unversioned unless STEWARD_WORKER_VERSIONING=on
     const versioning = role === 'api' ? undefined : await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log, { allInOne: true });
     const workers =
@@ -312,7 +325,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
             ...activityOptions(config, uiUrl),
             // an approved start_repo_change goes through the change service
             startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
-          }, QUEUE_ROLES, dataConverter, workerTelemetry(tracing), versioning?.options);
+          }, { roles: QUEUE_ROLES, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning?.options ? { workerDeploymentOptions: versioning.options } : {}) });
     const running = runWorkers(workers, log);
     void versioning?.afterStart();
     cleanups.push(() => running.stop());
@@ -443,16 +456,7 @@ export async function startWorkerOnly(
   const models = createModelRegistry(config.model.providers);
   const runLink = runLinker(config.temporalUiUrl, config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
-  const changes = createChangeService({
-    client: new Client({ connection, namespace: config.temporal.namespace, dataConverter, ...(tracing.clientInterceptors ? { interceptors: tracing.clientInterceptors } : {}) }),
-    db,
-    taskQueue: config.temporal.taskQueue,
-    activityQueue: config.repoChanges.taskQueue,
-    clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
-    maxQuestions: config.repoChanges.maxQuestions,
-    ...(runLink ? { runLink } : {}),
-    log,
-  });
+  const changes = changeServiceFor(config, clientFor(config, connection, dataConverter, tracing), db, runLink, log);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
   const versioning = await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log);
   const workers = await workersFor(config, nativeConnection, {
@@ -463,7 +467,7 @@ export async function startWorkerOnly(
     senders: createSenders(config, log),
     ...activityOptions(config, undefined),
     startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
-  }, config.workers.queues, dataConverter, workerTelemetry(tracing), versioning.options);
+  }, { roles: config.workers.queues, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning.options ? { workerDeploymentOptions: versioning.options } : {}) });
   // a worker process's metrics listener (STEWARD_METRICS_PORT): unauthenticated, for an internal interface
   const metricsServer: MetricsServer | undefined =
     config.telemetry.metrics.port !== undefined ? await startMetricsServer({ host: config.telemetry.metrics.host, port: config.telemetry.metrics.port, log }) : undefined;
