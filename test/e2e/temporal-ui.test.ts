@@ -237,11 +237,8 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
     }
   });
 
-  it('without a codec sign-in, the opened turn shows only ciphertext', async (t) => {
-    if (!codecOn) {
-      t.skip('the API serves no /codec endpoint: payloads are not encrypted');
-      return;
-    }
+  it('without a codec sign-in, the opened turn shows only ciphertext', async () => {
+    assert.ok(codecOn, 'the API serves the codec sign-in at /codec/login (payloads are encrypted)');
     const { context, page } = await newPage();
     try {
       const refused = page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 });
@@ -258,36 +255,35 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
   });
 
   it('signed in at /codec/login with cross-origin credentials on, the opened turn shows its decoded input and result', async () => {
+    assert.ok(codecOn, 'the API serves the codec sign-in at /codec/login');
     const { context, page } = await newPage();
     try {
-      if (codecOn) {
-        // the operator signs in once per browser: an HttpOnly cookie for <api>/codec
-        await page.goto(`${api}/codec/login`);
-        await page.locator('#token').fill(TOKEN);
-        await Promise.all([page.waitForURL(`${api}/codec/login`, { waitUntil: 'load' }), page.locator('button[type="submit"]').click()]);
-        await page.locator('#signed-in').waitFor({ timeout: 15_000 });
-        const cookie = (await context.cookies(`${api}/codec/decode`)).find((c) => c.name === 'steward_codec');
-        assert.ok(cookie?.httpOnly, 'the sign-in set the HttpOnly codec cookie');
+      // the operator signs in once per browser: an HttpOnly cookie for <api>/codec
+      await page.goto(`${api}/codec/login`);
+      await page.locator('#token').fill(TOKEN);
+      await Promise.all([page.waitForURL(`${api}/codec/login`, { waitUntil: 'load' }), page.locator('button[type="submit"]').click()]);
+      await page.locator('#signed-in').waitFor({ timeout: 15_000 });
+      const cookie = (await context.cookies(`${api}/codec/decode`)).find((c) => c.name === 'steward_codec');
+      assert.ok(cookie?.httpOnly, 'the sign-in set the HttpOnly codec cookie');
 
-        // the UI's Codec Server settings: this browser's endpoint, with cross-origin credentials
-        await page.goto(`${ui}/namespaces/${NAMESPACE}/workflows`, { waitUntil: 'domcontentloaded' });
-        await page.locator('[data-testid^="data-encoder-status"]').first().click();
-        const dialog = page.locator('[role="dialog"]:visible, dialog[open]').filter({ has: page.locator('[data-testid="data-encoder-title"]') }).first();
-        await dialog.waitFor({ timeout: 15_000 });
-        await dialog.locator('[data-testid="use-local-endpoint-input"]').check();
-        await dialog.locator('#data-encoder-endpoint-input').fill(`${api}/codec`);
-        await dialog.locator('[data-testid="data-encoder-include-credentials"]').click();
-        assert.equal(await dialog.locator('#pass-access-credentials').isChecked(), true, 'Include cross-origin credentials is on');
-        await saveScreenshot(page, shots, 'codec-settings');
-        await dialog.locator('[data-testid="confirm-modal-button"]').click();
-        await dialog.waitFor({ state: 'hidden', timeout: 15_000 });
-        const stored = await page.evaluate(() => ({ includeCredentials: localStorage.getItem('includeCredentials'), override: localStorage.getItem('overrideRemoteCodecConfiguration') }));
-        assert.deepEqual(stored, { includeCredentials: 'true', override: 'true' }, 'the UI keeps the setting in this browser');
-      }
+      // the UI's Codec Server settings: this browser's endpoint, with cross-origin credentials
+      await page.goto(`${ui}/namespaces/${NAMESPACE}/workflows`, { waitUntil: 'domcontentloaded' });
+      await page.locator('[data-testid^="data-encoder-status"]').first().click();
+      const dialog = page.locator('[role="dialog"]:visible, dialog[open]').filter({ has: page.locator('[data-testid="data-encoder-title"]') }).first();
+      await dialog.waitFor({ timeout: 15_000 });
+      await dialog.locator('[data-testid="use-local-endpoint-input"]').check();
+      await dialog.locator('#data-encoder-endpoint-input').fill(`${api}/codec`);
+      await dialog.locator('[data-testid="data-encoder-include-credentials"]').click();
+      assert.equal(await dialog.locator('#pass-access-credentials').isChecked(), true, 'Include cross-origin credentials is on');
+      await saveScreenshot(page, shots, 'codec-settings');
+      await dialog.locator('[data-testid="confirm-modal-button"]').click();
+      await dialog.waitFor({ state: 'hidden', timeout: 15_000 });
+      const stored = await page.evaluate(() => ({ includeCredentials: localStorage.getItem('includeCredentials'), override: localStorage.getItem('overrideRemoteCodecConfiguration') }));
+      assert.deepEqual(stored, { includeCredentials: 'true', override: 'true' }, 'the UI keeps the setting in this browser');
 
-      const decoded = codecOn ? page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 }) : undefined;
+      const decoded = page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 });
       const io = await openTurn(page);
-      if (decoded) assert.equal((await decoded).status(), 200, 'the codec endpoint decodes for the signed-in browser');
+      assert.equal((await decoded).status(), 200, 'the codec endpoint decodes for the signed-in browser');
       const text = await waitForPanel(page, io, 'the decoded input and result', (s) => s.includes(USER) && s.includes(`${turnId}:reply`), 'turn-decoded');
       await saveScreenshot(page, shots, 'turn-opened-decoded');
       const flat = text.replace(/\s+/g, '');
@@ -347,12 +343,9 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
     await followRunLink(run.url, run.id, 'link-opened-objective-run');
   });
 
-  it('the link in /status opens the running turn', async (t) => {
+  it('the link in /status opens the running turn', async () => {
     const link = /https?:\/\/\S+/.exec(statusReply)?.[0];
-    if (!link) {
-      t.skip('/status renders no run link yet (adapters/ingress.ts formatStatus)');
-      return;
-    }
+    assert.ok(link, `/status gives the running turn's run link: ${statusReply}`);
     await followRunLink(link, turnId, 'link-opened-status-turn');
   });
 });
