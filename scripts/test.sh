@@ -12,7 +12,11 @@ if [ "${STEWARD_TEST_PG:-1}" != "0" ] && [ -z "${STEWARD_TEST_PG_URL:-}" ] && ls
     STEWARD_PG_PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 55432)"
     export STEWARD_PG_PORT
   fi
-  if scripts/pg.sh start; then
+  # a cluster another run started is used and left running (stopping it would break that run)
+  if scripts/pg.sh status >/dev/null 2>&1; then
+    STEWARD_TEST_PG_URL="$(scripts/pg.sh url)"
+    export STEWARD_TEST_PG_URL
+  elif scripts/pg.sh start; then
     started_pg=1
     STEWARD_TEST_PG_URL="$(scripts/pg.sh url)"
     export STEWARD_TEST_PG_URL
