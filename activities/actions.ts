@@ -44,6 +44,7 @@ import {
 } from '../common/tools.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { heldSecretsIn, literalCredentials, requestHash, type HeldSecret } from './proposals.js';
 import { writeReceipt } from './receipts.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
 import { redact, redactText, type LoadedToolCall, type ToolOutcome } from './tools.js';
@@ -86,11 +87,17 @@ export interface CommandActionPolicy {
   roBinds?: readonly string[];
 }
 
+/** Credentials the model wrote itself into a proposal: refused (the default), or shown in full and flagged. */
+export type LiteralCredentialsPolicy = 'refuse' | 'allow';
+
 export interface ActionSettings {
   http: HttpActionPolicy;
   /** Absent: send_email is refused ("SMTP is not configured"). */
   smtp?: SmtpSettings;
   commands: CommandActionPolicy;
+  literalCredentials: LiteralCredentialsPolicy;
+  /** Secrets Steward holds: never shown to approvers, never sent by an action. */
+  heldSecrets: readonly HeldSecret[];
 }
 
 /** What configuration gives; the rest comes from the defaults. */
@@ -98,6 +105,8 @@ export interface ActionOptions {
   http?: Partial<HttpActionPolicy>;
   smtp?: SmtpSettings;
   commands?: Partial<CommandActionPolicy>;
+  literalCredentials?: LiteralCredentialsPolicy;
+  heldSecrets?: readonly HeldSecret[];
 }
 
 export const DEFAULT_HTTP_ACTION_POLICY: HttpActionPolicy = {
@@ -111,6 +120,8 @@ export const DEFAULT_HTTP_ACTION_POLICY: HttpActionPolicy = {
 export const DEFAULT_ACTION_SETTINGS: ActionSettings = {
   http: DEFAULT_HTTP_ACTION_POLICY,
   commands: { allowlist: DEFAULT_ACTION_COMMANDS, timeoutMs: 30_000, maxOutputBytes: 16 * 1024 },
+  literalCredentials: 'refuse',
+  heldSecrets: [],
 };
 
 export function resolveActionSettings(o: ActionOptions | undefined): ActionSettings {
@@ -118,6 +129,8 @@ export function resolveActionSettings(o: ActionOptions | undefined): ActionSetti
     http: { ...DEFAULT_ACTION_SETTINGS.http, ...(o?.http ?? {}) },
     ...(o?.smtp ? { smtp: o.smtp } : {}),
     commands: { ...DEFAULT_ACTION_SETTINGS.commands, ...(o?.commands ?? {}) },
+    literalCredentials: o?.literalCredentials ?? DEFAULT_ACTION_SETTINGS.literalCredentials,
+    heldSecrets: o?.heldSecrets ?? DEFAULT_ACTION_SETTINGS.heldSecrets,
   };
 }
 
@@ -723,6 +736,14 @@ export type StartRepoChange = (
  * it, so an admin is not asked to approve what would be refused anyway. Undefined: propose it.
  */
 export function proposalRefusal(tool: string, input: unknown, settings: ActionSettings, can: { startRepoChange: boolean }): string | undefined {
+  const held = heldSecretsIn(input, settings.heldSecrets);
+  if (held.length > 0) return `it carries a secret Steward holds (${held.join(', ')}); an agent never sends Steward's own secrets`;
+  if (settings.literalCredentials === 'refuse') {
+    const found = literalCredentials(tool, input);
+    if (found.length > 0) {
+      return `it carries credentials written into the request (${found.join(', ')}); Steward refuses proposals with literal credentials (the operator can allow them with STEWARD_ACTION_LITERAL_CREDENTIALS=allow, and approvers then see them in full)`;
+    }
+  }
   switch (tool) {
     case 'http_request': {
       const p = HttpRequestInput.safeParse(input);
@@ -789,7 +810,20 @@ function describeHttp(r: HttpActionResult, maxBytes: number): ToolOutcome {
   };
 }
 
-async function perform(ctx: ActionContext, call: LoadedToolCall, tool: ToolName, approval: { requestedBy: string | null; decidedBy: string | null }): Promise<ToolOutcome> {
+/**
+ * What would be sent must be what was approved (the approval's request hash), and must carry
+ * none of Steward's own secrets; otherwise nothing is sent.
+ */
+function checkApprovedRequest(ctx: ActionContext, call: LoadedToolCall, tool: ToolName, approved: string | null): void {
+  const hash = requestHash(tool, call.input, ctx.settings.smtp ? { smtpFrom: ctx.settings.smtp.from } : {});
+  if (!approved) throw new ActionRefusedError('the approval records no hash of the request it approved (it predates request hashes), so what would be sent cannot be matched to it; propose the action again');
+  if (hash !== approved) throw new ActionRefusedError(`what would be sent (sha256 ${hash.slice(0, 16)}…) is not what was approved (sha256 ${approved.slice(0, 16)}…)`);
+  const held = heldSecretsIn(call.input, ctx.settings.heldSecrets);
+  if (held.length > 0) throw new ActionRefusedError(`the request carries a secret Steward holds (${held.join(', ')})`);
+}
+
+async function perform(ctx: ActionContext, call: LoadedToolCall, tool: ToolName, approval: { requestedBy: string | null; decidedBy: string | null; requestHash: string | null }): Promise<ToolOutcome> {
+  checkApprovedRequest(ctx, call, tool, approval.requestHash);
   switch (tool) {
     case 'http_request': {
       const r = await performHttpAction(HttpRequestInput.parse(call.input), ctx.settings.http, {
@@ -886,7 +920,13 @@ export async function performActionOnce(ctx: ActionContext, call: LoadedToolCall
     // another attempt claimed it at the same moment: its outcome stands, this one does not act
     return performActionOnce(ctx, call, tool);
   }
-  await writeReceipt(ctx.db, { key: `${key}:claim`, kind: 'action.started', ...wf, actor: approval.decidedBy ?? undefined, data: { tool, toolCallId: call.toolCallId, approvalId: approval.id } });
+  await writeReceipt(ctx.db, {
+    key: `${key}:claim`,
+    kind: 'action.started',
+    ...wf,
+    actor: approval.decidedBy ?? undefined,
+    data: { tool, toolCallId: call.toolCallId, approvalId: approval.id, approvedRequestHash: approval.requestHash },
+  });
   let outcome: ToolOutcome;
   try {
     outcome = await perform(ctx, call, tool, approval);

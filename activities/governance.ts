@@ -182,7 +182,8 @@ export type PairingIssue = { ok: true; code: string; expiresAt: Date } | { ok: f
 /** Issue a one-time pairing code (stored hashed); an earlier pending code of the same person is replaced. */
 export async function requestPairing(db: Db, who: PairingRequester, ttlMs: number, now = new Date()): Promise<PairingIssue> {
   const since = new Date(now.getTime() - 86_400_000);
-  const recent = await db.pairing.count({ where: { platform: who.platform, userId: who.userId, createdAt: { gt: since } } });
+  // a code that never reached its requester (the send failed) does not use up a request
+  const recent = await db.pairing.count({ where: { platform: who.platform, userId: who.userId, createdAt: { gt: since }, status: { not: 'undelivered' } } });
   if (recent >= PAIRING_REQUESTS_PER_DAY) {
     return { ok: false, reason: 'limited', message: `You have asked to pair ${recent} times today; the limit is ${PAIRING_REQUESTS_PER_DAY}. Try again tomorrow.` };
   }
@@ -193,6 +194,15 @@ export async function requestPairing(db: Db, who: PairingRequester, ttlMs: numbe
     data: { id: randomUUID(), tokenHash: sha256(code), platform: who.platform, account: who.account, userId: who.userId, chatId: who.chatId, displayName: who.displayName, status: 'pending', expiresAt },
   });
   return { ok: true, code, expiresAt };
+}
+
+/**
+ * A pairing code whose answer could not be delivered: it can never be used (nobody saw it), so
+ * it is withdrawn and does not count against the requester's daily limit. Only a pending code.
+ */
+export async function withdrawUndeliveredPairing(db: Db, code: string): Promise<boolean> {
+  const r = await db.pairing.updateMany({ where: { tokenHash: sha256(code), status: 'pending' }, data: { status: 'undelivered' } });
+  return r.count === 1;
 }
 
 export interface PairingRecord {

@@ -21,6 +21,7 @@ import { createObjectiveActivities } from './objectives.js';
 import { writeReceipt } from './receipts.js';
 import { recordTurn } from '../platform/metrics.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
+import { maskHeldSecretsDeep, viewProposal } from './proposals.js';
 import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';
 
 export interface ToolPolicy {
@@ -28,9 +29,11 @@ export interface ToolPolicy {
   approvalTools: readonly string[];
   /** How long an approval waits before it counts as denied. */
   approvalTimeoutMs: number;
+  /** The person whose message led to a proposal may not approve it (default true). */
+  forbidSelfApproval?: boolean;
 }
 
-export const DEFAULT_TOOL_POLICY: ToolPolicy = { approvalTools: DEFAULT_APPROVAL_TOOLS, approvalTimeoutMs: 60 * 60_000 };
+export const DEFAULT_TOOL_POLICY: ToolPolicy = { approvalTools: DEFAULT_APPROVAL_TOOLS, approvalTimeoutMs: 60 * 60_000, forbidSelfApproval: true };
 
 /**
  * Whether a call of this tool waits for an admin's approval: the one place the verdict is
@@ -181,8 +184,6 @@ function workflowRef(info: ReturnType<typeof activityInfo>, sessionId: string) {
 }
 
 const ZERO: TokenUsage = { input: 0, output: 0, total: 0 };
-/** How much of a proposal's (redacted) payload the admins' approval request shows. */
-const PAYLOAD_SHOWN = 3500;
 
 /** Map a classified model error to the Temporal failure type the turn's retry policy knows. */
 function failureType(status: number | undefined, retryable: boolean, fallback: string): string {
@@ -282,7 +283,14 @@ export function createActivities(deps: ActivityDeps) {
             const refusal = own.ok && isActionTool(own.tool) ? proposalRefusal(own.tool, own.input, actions, { startRepoChange: deps.startRepoChange !== undefined }) : undefined;
             if (refusal !== undefined) own = { ok: false, error: `The ${c.toolName} action cannot be proposed: ${refusal}.` };
             const v = c.invalid && own.ok ? { ok: false as const, error: `The call could not be read: ${c.error ?? 'invalid'}` } : own;
-            return { id: c.toolCallId, name: c.toolName, needsApproval: v.ok && needsApproval(c.toolName), ...(v.ok ? {} : { error: v.error }) };
+            const approval = v.ok && needsApproval(c.toolName);
+            return {
+              id: c.toolCallId,
+              name: c.toolName,
+              needsApproval: approval,
+              ...(approval ? { forbidSelfApproval: policy.forbidSelfApproval !== false } : {}),
+              ...(v.ok ? {} : { error: v.error }),
+            };
           });
           tools = { messageHash, toolCalls };
         }
@@ -409,12 +417,15 @@ export function createActivities(deps: ActivityDeps) {
      * Record a proposed action as a pending approval and ask the admins (admin channel, else
      * their DMs) with Approve/Deny buttons. Idempotent: the id follows from the turn and call.
      */
-    async requestApproval(input: RequestApprovalInput): Promise<{ approvalId: string; timeoutMs: number; summary: string }> {
+    async requestApproval(input: RequestApprovalInput): Promise<{ approvalId: string; timeoutMs: number; summary: string; forbidSelfApproval: boolean }> {
       const info = activityInfo();
       const wf = workflowRef(info, input.sessionId);
       const call = await loadToolCall(db, input.messageHash, input.toolCallId);
       const id = approvalIdFor(input.turnId, input.toolCallId);
       const summary = describeToolCall(call.toolName, call.input);
+      // exactly what will be sent, every value the model chose; only Steward's own secrets masked
+      const view = viewProposal(call.toolName, call.input, { heldSecrets: actions.heldSecrets, ...(actions.smtp ? { smtpFrom: actions.smtp.from } : {}) });
+      const forbidSelfApproval = policy.forbidSelfApproval !== false;
       const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
       let row = await db.approval.findUnique({ where: { id } });
       if (row && (row.turnId !== input.turnId || row.toolCallId !== input.toolCallId)) {
@@ -431,7 +442,8 @@ export function createActivities(deps: ActivityDeps) {
             toolCallId: input.toolCallId,
             tool: call.toolName,
             summary,
-            payload: JSON.stringify(redact(call.input)),
+            payload: view.payload,
+            requestHash: view.hash,
             risk: spec?.risk ?? 'caution',
             requestedBy: input.requestedBy ?? null,
             status: 'pending',
@@ -443,8 +455,13 @@ export function createActivities(deps: ActivityDeps) {
       const where = `${input.conversation.platform} chat ${input.conversation.chatId}`;
       const link = deps.runLink?.(row.workflowId);
       const text = [
-        `**Approval needed** (${id}): an agent in ${where} wants to ${summary}.`,
-        `Payload: \`${row.payload.length > PAYLOAD_SHOWN ? `${row.payload.slice(0, PAYLOAD_SHOWN)}\` … (${row.payload.length - PAYLOAD_SHOWN} more characters: GET /api/v1/approvals lists it whole)` : `${row.payload}\``}`,
+        `**Approval needed** (${id}): an agent in ${where} wants to ${describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, actions.heldSecrets))}.`,
+        'Exactly what will be sent, every value as the agent wrote it:',
+        view.block,
+        ...(view.invisible ? ['Invisible or direction-changing characters in it are shown as \\u{…}.'] : []),
+        ...(view.credentials.length ? [`⚠ It carries credentials the agent wrote itself: ${view.credentials.join(', ')}. Approve only if you know where they came from.`] : []),
+        `Request sha256: ${view.hash} (the action runs only if what it sends is exactly this).`,
+        ...(forbidSelfApproval && input.requestedBy ? ['The person whose message led to this proposal may not approve it.'] : []),
         `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
         `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
       ].join('\n');
@@ -466,9 +483,9 @@ export function createActivities(deps: ActivityDeps) {
         kind: 'approval.requested',
         ...wf,
         actor: input.requestedBy,
-        data: { approvalId: id, tool: call.toolName, summary, deadline: row.deadline.toISOString(), notified: targets.length },
+        data: { approvalId: id, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length },
       });
-      return { approvalId: id, timeoutMs, summary };
+      return { approvalId: id, timeoutMs, summary, forbidSelfApproval };
     },
 
     /** Record the decision (or the deadline), show it on the admins' posts and tell the proposer. */
@@ -495,7 +512,7 @@ export function createActivities(deps: ActivityDeps) {
         kind: 'approval.decision',
         ...wf,
         actor: input.by,
-        data: { approvalId: row.id, tool: row.tool, decision: input.decision, by: input.byName, ...(input.reason ? { reason: input.reason } : {}) },
+        data: { approvalId: row.id, tool: row.tool, decision: input.decision, by: input.byName, requestHash: row.requestHash, ...(input.reason ? { reason: input.reason } : {}) },
       });
       const verdict = `${input.decision === 'approved' ? 'Approved' : input.decision === 'denied' ? 'Denied' : input.decision === 'expired' ? 'Expired (denied)' : 'Cancelled'}: ${reason}.`;
       for (const n of await db.approvalNotice.findMany({ where: { approvalId: row.id } })) {

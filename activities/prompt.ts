@@ -6,6 +6,7 @@
  */
 import type { ImagePart, ModelMessage, TextPart } from 'ai';
 import { AttachmentRefSchema, type AttachmentRef } from '../common/schemas.js';
+import { attr, neutralise as neutraliseTags } from '../common/untrusted.js';
 import type { WorkingSet } from '../workflows/types.js';
 import { getBlob } from './blobs.js';
 import type { Db } from './db.js';
@@ -42,13 +43,9 @@ function isTextual(mediaType: string): boolean {
   return t.startsWith('text/') || ['application/json', 'application/xml', 'application/x-yaml', 'application/yaml', 'application/csv'].includes(t);
 }
 
-/** Escape what could close or fake the wrapper tags. */
+/** Escape what could close or fake the wrapper tags (one helper for every prompt: common/untrusted.ts). */
 function neutralise(text: string): string {
-  return text.replace(/<(\/?)(chat_message|attachment)/gi, '&lt;$1$2');
-}
-
-function attr(value: string): string {
-  return value.replace(/[&"<>\n\r]/g, (c) => (c === '"' ? '&quot;' : c === '&' ? '&amp;' : c === '<' ? '&lt;' : c === '>' ? '&gt;' : ' '));
+  return neutraliseTags(text, ['chat_message', 'attachment']);
 }
 
 export function wrapChatMessage(user: string | null, text: string): string {

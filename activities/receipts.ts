@@ -37,7 +37,8 @@ export type ReceiptKind =
   | 'promotion'
   | 'change.end'
   | 'objective.change'
-  | 'objective.run';
+  | 'objective.run'
+  | 'auth.backoff';
 
 export interface ReceiptInput {
   key?: string;

@@ -93,37 +93,42 @@ export function redact(value: unknown): unknown {
   return value;
 }
 
-/** One line an admin reads to decide. */
-export function describeToolCall(name: string, input: unknown): string {
+/**
+ * One line that says what a call does. `hide` decides what of the model's values is hidden:
+ * secret-looking values by default (the proposer's chat, receipts); approvers get the line
+ * with only Steward's own secrets masked, beside the exact request.
+ */
+export function describeToolCall(name: string, input: unknown, hide: (value: unknown) => unknown = redact): string {
+  const text = (v: string) => String(hide(v));
   if (name === 'post_to_chat') {
     const p = PostToChatInput.safeParse(input);
-    if (p.success) return `post to the chat "${p.data.chat}": ${JSON.stringify(String(redact(p.data.text)).slice(0, 300))}`;
+    if (p.success) return `post to the chat "${p.data.chat}": ${JSON.stringify(String(hide(p.data.text)).slice(0, 300))}`;
   }
   if (name === 'http_request') {
     const p = HttpRequestInput.safeParse(input);
     if (p.success) {
       const headers = Object.keys(p.data.headers ?? {});
       const extras = [headers.length ? `headers ${headers.join(', ')}` : '', p.data.body !== undefined ? `a ${p.data.body.length}-character body` : ''].filter(Boolean);
-      return `make an HTTP ${p.data.method} request to ${redactText(p.data.url).slice(0, 300)}${extras.length ? ` with ${extras.join(' and ')}` : ''}`;
+      return `make an HTTP ${p.data.method} request to ${text(p.data.url).slice(0, 300)}${extras.length ? ` with ${extras.join(' and ')}` : ''}`;
     }
   }
   if (name === 'send_email') {
     const p = SendEmailInput.safeParse(input);
     if (p.success) {
-      return `send an email to ${p.data.to.join(', ')}${p.data.cc?.length ? ` (cc ${p.data.cc.join(', ')})` : ''} with the subject ${JSON.stringify(redactText(p.data.subject))}`;
+      return `send an email to ${p.data.to.join(', ')}${p.data.cc?.length ? ` (cc ${p.data.cc.join(', ')})` : ''} with the subject ${JSON.stringify(text(p.data.subject))}`;
     }
   }
   if (name === 'run_command') {
     const p = RunCommandInput.safeParse(input);
-    if (p.success) return `run the command ${JSON.stringify(redact(p.data.argv)).slice(0, 300)} in the sandbox`;
+    if (p.success) return `run the command ${JSON.stringify(hide(p.data.argv)).slice(0, 300)} in the sandbox`;
   }
   if (name === 'start_repo_change') {
     const p = StartRepoChangeInput.safeParse(input);
     if (p.success) {
-      return `start a change on the repository ${p.data.repo}${p.data.base ? ` (base ${p.data.base})` : ''}: ${JSON.stringify(redactText(p.data.request).slice(0, 300))}`;
+      return `start a change on the repository ${p.data.repo}${p.data.base ? ` (base ${p.data.base})` : ''}: ${JSON.stringify(text(p.data.request).slice(0, 300))}`;
     }
   }
-  return `${name} ${JSON.stringify(redact(input)).slice(0, 300)}`;
+  return `${name} ${JSON.stringify(hide(input)).slice(0, 300)}`;
 }
 
 export function toolResultMessage(call: { toolCallId: string; toolName: string }, text: string): ToolModelMessage {

@@ -33,6 +33,7 @@ import {
   pendingPairings,
   rememberDm,
   requestPairing,
+  withdrawUndeliveredPairing,
   unbindChat,
   type Actor,
   type BindingRecord,
@@ -256,6 +257,12 @@ export function createIngress(deps: IngressDeps): Ingress {
   const pairingTtlMs = deps.pairingTtlMs ?? 15 * 60_000;
   const rateLimits = deps.rateLimits ?? {};
   const attachmentLimits = deps.attachments ?? DEFAULT_ATTACHMENT_LIMITS;
+  /** The pairing code an answer carries, so that an answer nobody received can withdraw it. */
+  const pairingCodes = new WeakMap<IngressResult, string>();
+  const issuedCode = (code: string, result: IngressResult): IngressResult => {
+    pairingCodes.set(result, code);
+    return result;
+  };
 
   const sessionInput = (conversation: ConversationKey, binding?: BindingRecord): SessionInput => ({
     conversation,
@@ -725,14 +732,14 @@ export function createIngress(deps: IngressDeps): Ingress {
           text: `**Pairing request** from ${msg.user} (${msg.platform} user ${msg.userId}). If you expect them, ask for their code and approve it with /approve <code> <role>, or deny it with /deny <code>.`,
         }).catch((err: unknown) => deps.log?.warn({ err }, 'pairing notice not delivered'));
         const minutes = Math.round(pairingTtlMs / 60_000);
-        return {
+        return issuedCode(issued.code, {
           workflowId,
           kind: 'command',
           duplicate: false,
           reply: `Your pairing code is ${issued.code}. Give it to a Steward admin: they approve it with /approve ${issued.code} <role> within ${minutes} minute${minutes === 1 ? '' : 's'}. The code works once.`,
           // the code lives only in the requester's chat; Steward keeps its hash
           replyRecordAs: `A pairing code was issued (valid ${minutes} minute${minutes === 1 ? '' : 's'}).`,
-        };
+        });
       }
       return reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
     }
@@ -865,6 +872,7 @@ export function createIngress(deps: IngressDeps): Ingress {
       const sender = senders[raw.platform];
       if (result.reply && !result.duplicate && sender && opts.deliverReply !== false) {
         const conversation: ConversationKey = { platform: raw.platform, account: raw.account, chatId: raw.chatId };
+        let failed: unknown;
         try {
           const out = await deliverOnce(db, senders, {
             key: `${inboundKey(raw)}:answer`,
@@ -875,8 +883,15 @@ export function createIngress(deps: IngressDeps): Ingress {
             ...(result.replyRecordAs ? { recordAs: result.replyRecordAs } : {}),
           });
           if (out.sent) deps.onTranscript?.(result.workflowId, 'system');
+          if (out.failed) failed = out.failed;
         } catch (err) {
-          deps.log?.warn({ err, platform: raw.platform, chatId: raw.chatId }, 'the answer could not be delivered');
+          failed = err;
+        }
+        if (failed !== undefined) {
+          deps.log?.warn({ err: failed, platform: raw.platform, chatId: raw.chatId }, 'the answer could not be delivered');
+          // a pairing code nobody received is withdrawn, so the failed send uses up no request
+          const code = pairingCodes.get(result);
+          if (code) await withdrawUndeliveredPairing(db, code);
         }
       }
       return result;

@@ -6,11 +6,18 @@
  * delete. Every input is validated with zod first; every change writes a receipt with who,
  * what, before and after. Event triggers (a signed webhook, a watched workspace directory, an
  * inbound email address) share one path: deduplicated by event id, payload stored, one run.
+ *
+ * Webhooks: Steward's own scheme signs `<X-Steward-Timestamp>.<X-Steward-Event-Id>.<raw body>`
+ * (HMAC-SHA256 with the objective's secret), refused outside the tolerance window; the event id
+ * is remembered for good (ObjectiveEvent), so a replay inside the window is a duplicate and one
+ * outside it is refused. GitHub signs the body only, so a GitHub body seen before is a duplicate
+ * whatever its delivery id. Every refused signature gets one answer, whether the name exists or not.
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { realpath, stat } from 'node:fs/promises';
 import { ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
-import { putBlob } from '../activities/blobs.js';
+import type { Logger } from 'pino';
+import { putBlob, sha256Hex } from '../activities/blobs.js';
 import type { Db } from '../activities/db.js';
 import { describeIssues } from '../common/schemas.js';
 import { isUniqueViolation } from '../activities/prisma-errors.js';
@@ -18,8 +25,14 @@ import { lookupBinding } from '../activities/governance.js';
 import { writeReceipt } from '../activities/receipts.js';
 import {
   BackfillSchema,
+  DEFAULT_HOOK_TOLERANCE_MS,
   durationMs,
   EventIdSchema,
+  GithubEventNameSchema,
+  hookSecretProblem,
+  hookSecretVariable,
+  hookSignedContent,
+  HookTimestampSchema,
   InternalEventIdSchema,
   NewObjectiveSchema,
   ObjectivePatchSchema,
@@ -42,8 +55,13 @@ export interface ObjectiveServiceDeps {
   activityQueue?: string;
   maxSteps: number;
   runLink?: (workflowId: string) => string | undefined;
-  /** Secrets by reference (`env:NAME` -> value); default process.env. */
+  /** Secrets by reference (`env:STEWARD_HOOK_NAME` -> value); default process.env. */
   secret?: (name: string) => string | undefined;
+  /** How far a webhook's X-Steward-Timestamp may be from now (default 5 minutes). */
+  webhookToleranceMs?: number;
+  /** The clock webhook timestamps are checked against, in milliseconds (default Date.now). */
+  now?: () => number;
+  log?: Logger;
 }
 
 export interface Requester {
@@ -125,12 +143,76 @@ export async function checkWatchDirectory(p: string): Promise<string | undefined
   return viaLink ? `${p} resolves to ${real}: ${viaLink}` : undefined;
 }
 
+/** A webhook request's headers, checked for shape (nothing here depends on the objective). */
+type HookRequest =
+  | { kind: 'steward'; signature: string; timestamp: string; at: number; eventId: string }
+  | { kind: 'github'; signature: string; deliveryId: string; event: string };
+
+const firstIssue = (e: { issues: Array<{ message: string }> }) => e.issues[0]?.message ?? '';
+
+/** The headers of `POST /hooks/objectives/{name}`: Steward's scheme or GitHub's; a bad shape is 400, no signature 401. */
+function hookRequest(header: (name: string) => string | undefined, unauthorized: ObjectiveEventResult): HookRequest | ObjectiveEventResult {
+  const hub = header('x-hub-signature-256');
+  if (hub !== undefined) {
+    const id = EventIdSchema.safeParse(header('x-github-delivery') ?? '');
+    if (!id.success) return { status: 400, error: `missing or bad X-GitHub-Delivery: ${firstIssue(id.error)}` };
+    const event = GithubEventNameSchema.safeParse(header('x-github-event') ?? '');
+    if (!event.success) return { status: 400, error: `missing or bad X-GitHub-Event: ${firstIssue(event.error)}` };
+    return { kind: 'github', signature: hub, deliveryId: id.data, event: event.data };
+  }
+  const signature = header('x-steward-signature');
+  if (signature === undefined) return unauthorized;
+  const id = EventIdSchema.safeParse(header('x-steward-event-id') ?? '');
+  if (!id.success) return { status: 400, error: `missing or bad X-Steward-Event-Id: ${firstIssue(id.error)}` };
+  const timestamp = (header('x-steward-timestamp') ?? '').trim();
+  const at = HookTimestampSchema.safeParse(timestamp);
+  if (!at.success) return { status: 400, error: `missing or bad X-Steward-Timestamp: ${firstIssue(at.error)}` };
+  return { kind: 'steward', signature, timestamp, at: at.data * 1000, eventId: id.data };
+}
+
+/** The request's signature is `sha256=` and the hex HMAC-SHA256 of what its scheme signs (constant time). */
+function signatureMatches(key: string | Buffer, req: HookRequest, rawBody: string): boolean {
+  const signed = req.kind === 'github' ? rawBody : hookSignedContent(req.timestamp, req.eventId, rawBody);
+  const expected = createHmac('sha256', key).update(signed).digest();
+  const given = /^sha256=([0-9a-f]{64})$/i.exec(req.signature.trim());
+  const a = given ? Buffer.from(given[1]!, 'hex') : Buffer.alloc(expected.length);
+  return timingSafeEqual(a, expected) && given !== null;
+}
+
 export function newObjectiveId(): string {
   return `obj-${randomBytes(6).toString('hex')}`;
 }
 
 export function createObjectiveService(deps: ObjectiveServiceDeps) {
   const { client, db } = deps;
+  const readSecret = deps.secret ?? ((n: string) => process.env[n]);
+  const toleranceMs = deps.webhookToleranceMs ?? DEFAULT_HOOK_TOLERANCE_MS;
+  const now = deps.now ?? Date.now;
+  /** Checked against when a name has no usable secret: the same work as a real check, never a match. */
+  const dummyKey = randomBytes(32);
+  /** The one answer to every refused signature: it says nothing about the name. */
+  const unauthorized: ObjectiveEventResult = {
+    status: 401,
+    error: `invalid signature: expected X-Steward-Signature: sha256=<hex HMAC-SHA256 of "<X-Steward-Timestamp>.<X-Steward-Event-Id>.<body>"> made with the objective's secret within ${Math.round(toleranceMs / 1000)}s of the timestamp, or GitHub's X-Hub-Signature-256`,
+  };
+
+  /** Why a webhook secret reference cannot be used now (its variable: STEWARD_HOOK_*, set, at least 32 bytes); undefined when it can. */
+  function secretProblem(secretRef: string): string | undefined {
+    const variable = hookSecretVariable(secretRef);
+    if (!variable) return `${secretRef} is not env:STEWARD_HOOK_<NAME>`;
+    return hookSecretProblem(variable, readSecret(variable));
+  }
+
+  /** The secret of an objective's webhook, or undefined (logged) when it cannot be used. */
+  function webhookSecret(o: ObjectiveRow): string | undefined {
+    if (!o.webhookSecretRef) return undefined;
+    const problem = secretProblem(o.webhookSecretRef);
+    if (problem) {
+      deps.log?.warn({ objective: o.name, problem }, 'webhook call refused: the objective\'s secret cannot be used');
+      return undefined;
+    }
+    return readSecret(hookSecretVariable(o.webhookSecretRef)!);
+  }
 
   function scheduleOptions(o: ObjectiveRow): ScheduleOptions<ScheduleOptionsStartWorkflowAction<typeof objectiveRunWorkflow>> {
     const s = JSON.parse(o.schedule) as ObjectiveSchedule;
@@ -163,7 +245,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
   }
 
   function snapshot(o: ObjectiveRow): Record<string, unknown> {
-    return { name: o.name, prompt: o.prompt, chat: `${o.platform}:${o.chatId}`, model: o.model, schedule: JSON.parse(o.schedule), overlap: o.overlap, catchupWindowMs: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure, paused: o.paused, skipBefore: o.skipBefore?.toISOString() ?? null, watch: o.watchPath, inboundEmail: o.inboundEmail };
+    return { name: o.name, prompt: o.prompt, chat: `${o.platform}:${o.chatId}`, model: o.model, schedule: JSON.parse(o.schedule), overlap: o.overlap, catchupWindowMs: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure, paused: o.paused, skipBefore: o.skipBefore?.toISOString() ?? null, webhook: o.webhookSecretRef, watch: o.watchPath, inboundEmail: o.inboundEmail };
   }
 
   /** Who follows changes (the workspace watcher refreshes its set). */
@@ -178,11 +260,15 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     }
   }
 
-  /** The trigger settings are valid: the directory exists, the address belongs to no other objective. */
-  async function checkTriggers(t: { watchPath?: string | null; inboundEmail?: string | null }, self?: string): Promise<void> {
+  /** The trigger settings are valid: the webhook's secret is usable, the directory exists, the address belongs to no other objective. */
+  async function checkTriggers(t: { webhookSecretRef?: string | null; watchPath?: string | null; inboundEmail?: string | null }, what: string, self?: string): Promise<void> {
+    if (t.webhookSecretRef) {
+      const problem = secretProblem(t.webhookSecretRef);
+      if (problem) throw new ObjectiveInputError(`${what}: webhook.secretRef: ${problem}`);
+    }
     if (t.watchPath) {
       const refused = await checkWatchDirectory(t.watchPath);
-      if (refused) throw new ObjectiveInputError(`invalid objective: watch.path: ${refused}`);
+      if (refused) throw new ObjectiveInputError(`${what}: watch.path: ${refused}`);
     }
     if (t.inboundEmail) {
       const owner = await db.objective.findUnique({ where: { inboundEmail: t.inboundEmail } });
@@ -191,25 +277,34 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
   }
 
   /**
-   * A verified event: dedupe by its id (a redelivery is answered, never run again), store the
-   * payload as a blob, record the event, start one run.
+   * A verified event: dedupe it (a redelivery is answered, never run again), store the payload
+   * as a blob, record the event, start one run. An event remembered by its id, or, for GitHub
+   * (`byBody`: the body is all GitHub signs, its delivery id is not), by its body's content hash.
    */
-  async function startEventRun(o: ObjectiveRow, eventId: string, source: string, payload: unknown, actor: string): Promise<ObjectiveEventResult> {
-    const runId = `${objectiveRunWorkflowId(o.id)}-event-${eventId}`;
-    const seen = await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId } } });
+  async function startEventRun(o: ObjectiveRow, e: { id: string; source: string; payload: unknown; actor: string; byBody?: boolean }): Promise<ObjectiveEventResult> {
+    const text = JSON.stringify(e.payload, null, 2);
+    const payloadHash = sha256Hex(text); // what putBlob keys it by
+    // `#` is in no sender's event id: a body key never meets an id
+    const key = e.byBody ? `#body:${payloadHash}` : e.id;
+    const runId = `${objectiveRunWorkflowId(o.id)}-event-${e.byBody ? `body-${payloadHash.slice(0, 40)}` : e.id}`;
+    const seen = e.byBody
+      ? await db.objectiveEvent.findFirst({ where: { objectiveId: o.id, payloadHash, source: { startsWith: 'github' } } })
+      : await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId: key } } });
     if (seen) return { status: 200, runId: seen.runId, duplicate: true };
     if (o.paused) return { status: 409, error: `objective ${o.name} is paused` };
-    const payloadHash = await putBlob(db, JSON.stringify(payload, null, 2), 'application/json');
+    await putBlob(db, text, 'application/json');
     try {
-      await db.objectiveEvent.create({ data: { objectiveId: o.id, eventId, source, payloadHash, runId } });
+      await db.objectiveEvent.create({ data: { objectiveId: o.id, eventId: key, source: e.source, payloadHash, runId } });
     } catch (err) {
-      if (isUniqueViolation(err)) return { status: 200, runId, duplicate: true }; // delivered twice at once
-      throw err;
+      if (!isUniqueViolation(err)) throw err;
+      // delivered twice at once
+      const first = await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId: key } } });
+      return { status: 200, runId: first?.runId ?? runId, duplicate: true };
     }
     const input: ObjectiveRunInput = {
       objectiveId: o.id,
       maxSteps: deps.maxSteps,
-      event: { id: eventId, source, payloadHash },
+      event: { id: e.id, source: e.source, payloadHash },
       ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
     };
     try {
@@ -222,16 +317,16 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
           { key: PlatformAttr, value: o.platform },
           { key: ChatAttr, value: o.chatId },
         ],
-        staticSummary: `Objective ${o.name} on ${source} event ${eventId}`,
+        staticSummary: `Objective ${o.name} on ${e.source} event ${e.id}`,
       });
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
         // nothing started: forget the event, so that a redelivery (or the watcher's retry) runs it
-        await db.objectiveEvent.delete({ where: { objectiveId_eventId: { objectiveId: o.id, eventId } } }).catch(() => undefined);
+        await db.objectiveEvent.delete({ where: { objectiveId_eventId: { objectiveId: o.id, eventId: key } } }).catch(() => undefined);
         throw err;
       }
     }
-    await writeReceipt(db, { kind: 'objective.run', workflowId: runId, actor, data: { objectiveId: o.id, name: o.name, event: eventId, source, payloadHash } });
+    await writeReceipt(db, { kind: 'objective.run', workflowId: runId, actor: e.actor, data: { objectiveId: o.id, name: o.name, event: e.id, source: e.source, payloadHash } });
     return { status: 202, runId, duplicate: false };
   }
 
@@ -323,7 +418,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         account = n.account ?? (b.binding.account === '*' ? '' : b.binding.account);
         if (!account) throw new ObjectiveInputError(`give the bot account of the ${n.platform} chat ${n.chatId} ("account")`);
       }
-      await checkTriggers({ watchPath: n.watch?.path ?? null, inboundEmail: n.inboundEmail ?? null });
+      await checkTriggers({ webhookSecretRef: n.webhook?.secretRef ?? null, watchPath: n.watch?.path ?? null, inboundEmail: n.inboundEmail ?? null }, 'invalid objective');
       const row = await db.objective.create({
         data: {
           id: newObjectiveId(),
@@ -387,13 +482,14 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         ...(p.model !== undefined ? { model: p.model } : {}),
         ...(p.watch !== undefined ? { watchPath: p.watch?.path ?? null } : {}),
         ...(p.inboundEmail !== undefined ? { inboundEmail: p.inboundEmail } : {}),
+        ...(p.webhook !== undefined ? { webhookSecretRef: p.webhook?.secretRef ?? null } : {}),
       };
       const candidate = { ...before, ...next } as ObjectiveRow;
       const hasSchedule = Object.keys(JSON.parse(candidate.schedule) as object).length > 0;
       if (!hasSchedule && !candidate.webhookSecretRef && !candidate.watchPath && !candidate.inboundEmail) {
         throw new ObjectiveInputError('invalid change: the objective would have no schedule and no trigger');
       }
-      await checkTriggers({ watchPath: p.watch?.path ?? null, inboundEmail: p.inboundEmail ?? null }, before.id);
+      await checkTriggers({ webhookSecretRef: p.webhook?.secretRef ?? null, watchPath: p.watch?.path ?? null, inboundEmail: p.inboundEmail ?? null }, 'invalid change', before.id);
       // the schedule first: a refusal (a bad cron) leaves the record as it was
       await temporal(() => client.schedule.getHandle(objectiveScheduleId(before.id)).update(() => {
         const { scheduleId: _id, ...rest } = scheduleOptions(candidate);
@@ -441,32 +537,32 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     },
 
     /**
-     * An event for an objective's webhook: a signed HTTP call (`X-Steward-Signature`,
-     * `X-Steward-Event-Id`) or a repository push (`X-Hub-Signature-256`, `X-GitHub-Delivery`,
-     * `X-GitHub-Event`). The HMAC-SHA256 of the raw body with the shared secret must match; the
-     * event id deduplicates (a redelivery is answered, never run again); then one run starts.
+     * An event for an objective's webhook: a signed HTTP call (`X-Steward-Timestamp`,
+     * `X-Steward-Event-Id`, `X-Steward-Signature` over `<timestamp>.<event id>.<body>`, within the
+     * tolerance window) or a repository push (`X-Hub-Signature-256` over the body,
+     * `X-GitHub-Delivery`, `X-GitHub-Event`). A bad header shape is 400 for any name; every
+     * refused signature is one 401 whether the name exists, has a webhook and a usable secret or
+     * not (an HMAC is computed either way). Then deduplicated (an event id, a GitHub body), one run.
      */
     async receiveEvent(name: string, rawBody: string, header: (name: string) => string | undefined): Promise<ObjectiveEventResult> {
+      const req = hookRequest(header, unauthorized);
+      if (!('kind' in req)) return req;
       const o = await db.objective.findUnique({ where: { name } });
-      if (!o || !o.webhookSecretRef) return { status: 404, error: 'no objective takes events under this name' };
-      const secret = (deps.secret ?? ((n: string) => process.env[n]))(o.webhookSecretRef.slice('env:'.length));
-      if (!secret) return { status: 401, error: 'the webhook secret of this objective is not configured' };
-      const github = header('x-hub-signature-256') !== undefined;
-      const signature = header('x-hub-signature-256') ?? header('x-steward-signature') ?? '';
-      const expected = `sha256=${createHmac('sha256', secret).update(rawBody).digest('hex')}`;
-      const a = Buffer.from(signature);
-      const b = Buffer.from(expected);
-      if (a.length !== b.length || !timingSafeEqual(a, b)) return { status: 401, error: 'the signature does not match (expected sha256=<HMAC-SHA256 of the body>)' };
-      const idParsed = EventIdSchema.safeParse(header('x-github-delivery') ?? header('x-steward-event-id') ?? '');
-      if (!idParsed.success) return { status: 400, error: `missing or bad event id (X-Steward-Event-Id or X-GitHub-Delivery): ${idParsed.error.issues[0]?.message ?? ''}` };
+      const secret = o ? webhookSecret(o) : undefined;
+      const signed = signatureMatches(secret ?? dummyKey, req, rawBody);
+      const fresh = req.kind === 'github' || Math.abs(now() - req.at) <= toleranceMs;
+      if (!o || secret === undefined || !signed || !fresh) return unauthorized;
       let payload: unknown;
       try {
         payload = JSON.parse(rawBody);
       } catch {
         return { status: 400, error: 'the body is not JSON' };
       }
-      const source = github ? `github ${header('x-github-event') ?? 'event'}` : 'http';
-      return startEventRun(o, idParsed.data, source, payload, `webhook:${source}`);
+      if (req.kind === 'github') {
+        const source = `github ${req.event}`;
+        return startEventRun(o, { id: req.deliveryId, source, payload, actor: `webhook:${source}`, byBody: true });
+      }
+      return startEventRun(o, { id: req.eventId, source: 'http', payload, actor: 'webhook:http' });
     },
 
     /**
@@ -481,7 +577,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       const has = o && (event.source === 'file' ? o.watchPath !== null : o.inboundEmail !== null);
       if (!o || !has) return { status: 404, error: `no objective ${objectiveId} takes ${event.source} events` };
       const actor = event.source === 'file' ? `watch:${o.watchPath ?? ''}` : `email:${o.inboundEmail ?? ''}`;
-      return startEventRun(o, idParsed.data, event.source, event.payload, actor);
+      return startEventRun(o, { id: idParsed.data, source: event.source, payload: event.payload, actor });
     },
 
     /** Follow changes to objectives (create, update, pause, resume, delete); returns the unsubscribe. */

@@ -103,6 +103,36 @@ export const InboundEmailSchema = z
   .toLowerCase()
   .pipe(z.email('expected an email address such as ops@steward.example.com'));
 
+/** Webhook secrets are read only from variables with this prefix: never Steward's own settings (the API token, model keys) nor the host's (HOME, PATH). */
+export const HOOK_SECRET_PREFIX = 'STEWARD_HOOK_';
+/** The shortest webhook secret taken, in bytes: a short one can be guessed offline from one signed request. */
+export const MIN_HOOK_SECRET_BYTES = 32;
+
+/** `env:STEWARD_HOOK_<NAME>`: the variable that holds an objective's webhook secret. */
+export const WebhookSecretRefSchema = z
+  .string()
+  .trim()
+  .regex(
+    new RegExp(`^env:${HOOK_SECRET_PREFIX}[A-Z0-9_]{1,100}$`),
+    `expected env:${HOOK_SECRET_PREFIX}<NAME> (a webhook secret is read only from a variable whose name starts with ${HOOK_SECRET_PREFIX}, never from another one such as HOME or STEWARD_API_TOKEN)`,
+  );
+
+export const WebhookSchema = z.strictObject({ secretRef: WebhookSecretRefSchema });
+
+/** The variable a (valid) secret reference names: `env:STEWARD_HOOK_X` -> `STEWARD_HOOK_X`. */
+export function hookSecretVariable(secretRef: string): string | undefined {
+  const parsed = WebhookSecretRefSchema.safeParse(secretRef);
+  return parsed.success ? parsed.data.slice('env:'.length) : undefined;
+}
+
+/** Why the value of a webhook secret variable cannot be used; undefined when it can. No I/O. */
+export function hookSecretProblem(variable: string, value: string | undefined): string | undefined {
+  if (value === undefined || value === '') return `the variable ${variable} is not set (set it to a random secret of at least ${MIN_HOOK_SECRET_BYTES} bytes, e.g. openssl rand -hex 32)`;
+  const bytes = new TextEncoder().encode(value).length;
+  if (bytes < MIN_HOOK_SECRET_BYTES) return `the variable ${variable} holds ${bytes} bytes: a webhook secret needs at least ${MIN_HOOK_SECRET_BYTES} (e.g. openssl rand -hex 32)`;
+  return undefined;
+}
+
 /** `POST /api/v1/objectives`. */
 export const NewObjectiveSchema = z.strictObject({
   name: ObjectiveNameSchema,
@@ -114,9 +144,7 @@ export const NewObjectiveSchema = z.strictObject({
   /** Absent: the objective runs on events (webhook) and triggers only. */
   schedule: ObjectiveScheduleSchema.optional(),
   /** Event trigger: a signed HTTP call or a repository push webhook, with the shared secret by reference. */
-  webhook: z
-    .strictObject({ secretRef: z.string().regex(/^env:[A-Z_][A-Z0-9_]*$/, 'expected env:NAME (the variable that holds the shared secret)') })
-    .optional(),
+  webhook: WebhookSchema.optional(),
   /** Event trigger: a file changed in this workspace directory (absolute; watched recursively, .git/ ignored). */
   watch: z.strictObject({ path: WatchPathSchema }).optional(),
   /** Event trigger: an email to this address reached Steward's inbound SMTP listener. */
@@ -145,6 +173,8 @@ export const ObjectivePatchSchema = z
     watch: z.strictObject({ path: WatchPathSchema }).nullable().optional(),
     /** A new inbound address, or null to take no more email. */
     inboundEmail: InboundEmailSchema.nullable().optional(),
+    /** A new webhook secret reference (rotation), or null to take no more webhook calls. */
+    webhook: WebhookSchema.nullable().optional(),
   })
   .refine((p) => Object.keys(p).length > 0, 'nothing to change');
 export type ObjectivePatch = z.infer<typeof ObjectivePatchSchema>;
@@ -170,6 +200,23 @@ export function objectiveScheduleId(objectiveId: string): string {
 
 /** An event id as senders give it (GitHub's delivery id, a caller's id): bounded, printable. */
 export const EventIdSchema = z.string().trim().regex(/^[A-Za-z0-9._:-]{1,128}$/, 'an event id is 1-128 letters, digits and . _ : -');
+
+/** GitHub's `X-GitHub-Event` (not signed by GitHub): an event name such as push or pull_request, nothing else. */
+export const GithubEventNameSchema = z.string().regex(/^[a-z_]{1,64}$/, 'an event name is 1-64 lowercase letters and _ (such as push)');
+
+/** `X-Steward-Timestamp`: when the sender signed, in unix seconds. */
+export const HookTimestampSchema = z.string().trim().regex(/^\d{1,12}$/, 'expected the signing time in unix seconds (such as 1767225600)').transform(Number);
+
+/** How far `X-Steward-Timestamp` may be from Steward's clock by default. */
+export const DEFAULT_HOOK_TOLERANCE_MS = 5 * 60_000;
+
+/**
+ * What `X-Steward-Signature` signs: the timestamp, the event id and the raw body, joined by dots.
+ * The signature is `sha256=` and the hex HMAC-SHA256 of this with the objective's secret.
+ */
+export function hookSignedContent(timestamp: string, eventId: string, rawBody: string): string {
+  return `${timestamp}.${eventId}.${rawBody}`;
+}
 
 /** The id of an event Steward observed itself (a file change, an email's Message-ID): bounded, printable, no quotes. */
 export const InternalEventIdSchema = z.string().regex(/^[A-Za-z0-9._:@+=-]{1,200}$/, 'an event id is 1-200 letters, digits and . _ : @ + = -');

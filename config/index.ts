@@ -5,6 +5,7 @@
  * expects. Documented in `.env.example`.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
 import { parseRateLimits, type RateLimits } from '../common/roles.js';
@@ -12,6 +13,7 @@ import { ModelRefSchema, type Provider } from '../common/schemas.js';
 import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
 import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '../common/codec.js';
+import { heldSecretsFrom, type HeldSecret } from '../activities/proposals.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -123,6 +125,27 @@ export const ConfigEnvSchema = z.object({
   STEWARD_API_TOKEN: optionalString.refine((v) => v === undefined || v.length >= 16, {
     message: 'expected at least 16 characters (leave unset to have one generated)',
   }),
+  // --- back-off on wrong credentials (API token, codec sign-in, shell tokens, webhook signatures)
+  STEWARD_AUTH_BACKOFF_AFTER: positiveInt(5, 'a number of wrong credentials (1 or more) after which an address must wait'),
+  STEWARD_AUTH_BACKOFF_MAX: duration('15m', 'the longest wait of an address that keeps presenting wrong credentials,'),
+  STEWARD_AUTH_BACKOFF_WINDOW: duration('15m', 'how long an address is remembered after its last wrong credential,'),
+  STEWARD_TRUSTED_PROXIES: z
+    .string()
+    .trim()
+    .default('')
+    .transform((v, ctx) => {
+      const entries = v.split(',').map((p) => p.trim()).filter(Boolean);
+      const bad = entries.find((p) => {
+        const [ip = '', bits, extra] = p.split('/');
+        const family = isIP(ip);
+        return !family || extra !== undefined || (bits !== undefined && (!/^\d{1,3}$/.test(bits) || Number(bits) > (family === 4 ? 32 : 128)));
+      });
+      if (bad) {
+        ctx.addIssue({ code: 'custom', message: `expected IP addresses or CIDR ranges separated by commas, e.g. 127.0.0.1,10.0.0.0/8 (got ${bad})` });
+        return z.NEVER;
+      }
+      return entries;
+    }),
   STEWARD_MODEL: optionalString.refine((v) => v === undefined || ModelRefSchema.safeParse(v).success, {
     message: 'expected provider:model with provider one of openai, anthropic, openai-compatible (e.g. openai:gpt-4.1)',
   }),
@@ -230,6 +253,7 @@ export const ConfigEnvSchema = z.object({
   // --- governance
   STEWARD_PAIRING_TTL: duration('15m', 'how long a pairing code lives,'),
   STEWARD_APPROVAL_TIMEOUT: duration('1h', 'how long an approval waits before it is denied,'),
+  STEWARD_FORBID_SELF_APPROVAL: bool(true),
   STEWARD_APPROVAL_TOOLS: z
     .string()
     .trim()
@@ -266,6 +290,10 @@ export const ConfigEnvSchema = z.object({
   STEWARD_TEMPORAL_UI_URL: url('(the Temporal UI that run links point at)'),
   STEWARD_REPO_TASK_QUEUE: z.string().trim().min(1).default('steward-repo'),
   STEWARD_BACKGROUND_TASK_QUEUE: z.string().trim().min(1).default('steward-background'),
+  // --- objective triggers: signed webhooks
+  STEWARD_WEBHOOK_TOLERANCE: duration('5m', 'how far a webhook\'s X-Steward-Timestamp may be from now,').refine((ms) => ms <= 3_600_000, {
+    message: 'expected a webhook tolerance of at most 1h',
+  }),
   // --- objective triggers: inbound email
   STEWARD_INBOUND_SMTP_PORT: optionalString
     .refine((v) => v === undefined || (/^\d{1,5}$/.test(v) && Number(v) >= 1 && Number(v) <= 65535), {
@@ -313,6 +341,7 @@ export const ConfigEnvSchema = z.object({
     message: 'expected a From address such as steward@example.com or "Steward <steward@example.com>"',
   }),
   STEWARD_ACTION_HTTP_ALLOW_PRIVATE: bool(false),
+  STEWARD_ACTION_LITERAL_CREDENTIALS: z.enum(['refuse', 'allow'], { message: 'expected refuse or allow' }).default('refuse'),
   STEWARD_ACTION_HTTP_ALLOW_HOSTS: z
     .string()
     .trim()
@@ -370,7 +399,15 @@ export type ConfigEnv = z.infer<typeof ConfigEnvSchema>;
 
 export interface StewardConfig {
   dataDir: string;
-  http: { host: string; port: number; apiToken?: string };
+  http: {
+    host: string;
+    port: number;
+    apiToken?: string;
+    /** Back-off on wrong credentials per client address (adapters/http/backoff.ts). */
+    backoff: { after: number; maxDelayMs: number; windowMs: number };
+    /** Reverse proxies whose X-Forwarded-For names the client (addresses or CIDR ranges). */
+    trustedProxies: string[];
+  };
   model: {
     default: string;
     systemPrompt: string;
@@ -407,6 +444,8 @@ export interface StewardConfig {
     /** Worker Versioning: auto (versioned when a build id is set and the server supports it), on, off. */
     versioning: { mode: 'auto' | 'on' | 'off'; deploymentName: string; buildId?: string };
   };
+  /** Objectives' signed webhooks: how far X-Steward-Timestamp may be from now. */
+  webhooks: { toleranceMs: number };
   /** The inbound SMTP listener of objectives' email triggers (off when no port is set). */
   inboundSmtp?: { host: string; port: number; maxBytes: number; allowFrom: string[] };
   databaseUrl: string;
@@ -424,6 +463,8 @@ export interface StewardConfig {
     pairingTtlMs: number;
     approvalTimeoutMs: number;
     approvalTools: string[];
+    /** The person whose message led to a proposal may not approve it. */
+    forbidSelfApproval: boolean;
     rateLimits: RateLimits;
     attachments: { maxBytes: number; types: string[] };
   };
@@ -445,6 +486,10 @@ export interface StewardConfig {
     smtp?: { url: string; from: string };
     http: { allowPrivate: boolean; allowHosts: string[]; maxResponseBytes: number };
     commands: { allowlist: string[] };
+    /** Credentials the model wrote into a proposal: refused, or shown in full and flagged. */
+    literalCredentials: 'refuse' | 'allow';
+    /** Secrets Steward holds (its environment and config file): masked for approvers, never sent by an action. */
+    heldSecrets: HeldSecret[];
   };
   /** The payload codec: encryption (AES-256-GCM) and compression of payloads, and its HTTP endpoint. */
   codec: {
@@ -572,7 +617,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
 
   return {
     dataDir,
-    http: { host: e.STEWARD_HTTP_HOST, port: e.STEWARD_HTTP_PORT, ...(e.STEWARD_API_TOKEN ? { apiToken: e.STEWARD_API_TOKEN } : {}) },
+    http: {
+      host: e.STEWARD_HTTP_HOST,
+      port: e.STEWARD_HTTP_PORT,
+      ...(e.STEWARD_API_TOKEN ? { apiToken: e.STEWARD_API_TOKEN } : {}),
+      backoff: { after: e.STEWARD_AUTH_BACKOFF_AFTER, maxDelayMs: e.STEWARD_AUTH_BACKOFF_MAX, windowMs: e.STEWARD_AUTH_BACKOFF_WINDOW },
+      trustedProxies: e.STEWARD_TRUSTED_PROXIES,
+    },
     model: {
       default: defaultModel,
       prices: e.STEWARD_MODEL_PRICES,
@@ -612,6 +663,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       ...(e.STEWARD_WORKFLOW_BUNDLE ? { bundlePath: path.resolve(cwd, e.STEWARD_WORKFLOW_BUNDLE) } : {}),
       versioning: { mode: e.STEWARD_WORKER_VERSIONING, deploymentName: e.STEWARD_DEPLOYMENT_NAME, ...(e.STEWARD_BUILD_ID ? { buildId: e.STEWARD_BUILD_ID } : {}) },
     },
+    webhooks: { toleranceMs: e.STEWARD_WEBHOOK_TOLERANCE },
     ...(e.STEWARD_INBOUND_SMTP_PORT !== undefined
       ? { inboundSmtp: { host: e.STEWARD_INBOUND_SMTP_HOST, port: e.STEWARD_INBOUND_SMTP_PORT, maxBytes: e.STEWARD_INBOUND_SMTP_MAX_BYTES, allowFrom: e.STEWARD_INBOUND_SMTP_ALLOW_FROM } }
       : {}),
@@ -632,6 +684,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       pairingTtlMs: e.STEWARD_PAIRING_TTL,
       approvalTimeoutMs: e.STEWARD_APPROVAL_TIMEOUT,
       approvalTools: e.STEWARD_APPROVAL_TOOLS,
+      forbidSelfApproval: e.STEWARD_FORBID_SELF_APPROVAL,
       rateLimits: e.STEWARD_TURN_RATE_LIMITS,
       attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
     },
@@ -650,6 +703,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       ...(e.STEWARD_SMTP_URL && e.STEWARD_SMTP_FROM ? { smtp: { url: e.STEWARD_SMTP_URL, from: e.STEWARD_SMTP_FROM } } : {}),
       http: { allowPrivate: e.STEWARD_ACTION_HTTP_ALLOW_PRIVATE, allowHosts: e.STEWARD_ACTION_HTTP_ALLOW_HOSTS, maxResponseBytes: e.STEWARD_ACTION_MAX_RESPONSE_BYTES },
       commands: { allowlist: e.STEWARD_ACTION_COMMANDS },
+      literalCredentials: e.STEWARD_ACTION_LITERAL_CREDENTIALS,
+      heldSecrets: heldSecretsFrom({ ...env, ...fromFile }),
     },
     codec: {
       enabled: e.STEWARD_CODEC,

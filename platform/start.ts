@@ -16,6 +16,7 @@ import type { ActivityDeps } from '../activities/index.js';
 
 import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
+import { AuthBackoff } from '../adapters/http/backoff.js';
 import { createCodecRoutes } from '../adapters/http/codec.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress } from '../adapters/ingress.js';
@@ -107,7 +108,7 @@ function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick
   const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
   const rc = config.repoChanges;
   return {
-    toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs },
+    toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs, forbidSelfApproval: config.governance.forbidSelfApproval },
     ...(runLink ? { runLink } : {}),
     repoChanges: {
       globalPolicy: rc.globalPolicy,
@@ -334,6 +335,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       db,
       taskQueue: config.temporal.backgroundTaskQueue,
       maxSteps: config.model.maxSteps,
+      webhookToleranceMs: config.webhooks.toleranceMs,
+      log,
       ...(runLink ? { runLink } : {}),
     });
     // Objective event triggers: changed files in watched workspaces, inbound email
@@ -362,10 +365,13 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       objectives,
       ...(runLink ? { runLink } : {}),
     });
+    // one back-off on wrong credentials for the API, the codec endpoint, shells and webhooks
+    const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
     const app = createHttpApp({
       ingress,
       apiToken: token,
       log,
+      backoff,
       metrics: renderMetrics,
       ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
       admin: { db },
@@ -392,7 +398,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       },
     });
     // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
-    app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log }));
+    app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log, backoff }));
     // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or login cookie)
     const uiPort = config.temporal.embedded.uiPort;
     const corsOrigins = config.codec.corsOrigins ?? [
@@ -400,7 +406,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       `http://localhost:${uiPort}`,
       ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
     ];
-    app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log }));
+    app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff }));
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     if (config.telemetry.metrics.port !== undefined) {

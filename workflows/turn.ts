@@ -32,6 +32,12 @@ import type {
 
 type Activities = ReturnType<typeof createActivities>;
 
+/** An approval the turn waits for: the decision once one is accepted, and the self-approval policy once the request is recorded. */
+interface ApprovalEntry {
+  decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string };
+  forbidSelfApproval?: boolean;
+}
+
 /** Error types the model activity raises that retrying cannot fix. */
 export const NON_RETRYABLE_MODEL_ERRORS = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured'];
 
@@ -107,7 +113,7 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
   const incoming: SteerNote[] = [...input.steers];
   const applied: SteerNote[] = [];
   /** Approvals this turn waits for, with the decision once one is accepted. */
-  const approvals = new Map<string, { decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } }>();
+  const approvals = new Map<string, ApprovalEntry>();
   setHandler(turnSteerSignal, (note) => {
     incoming.push(note);
   });
@@ -133,6 +139,13 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
           const what = done.decision === 'approve' ? 'approved' : done.decision === 'deny' ? 'denied' : done.decision;
           const who = 'byName' in done ? done.byName : done.by;
           throw new Error(`approval ${d.approvalId} was already ${what}${done.decision === 'expired' || done.decision === 'cancelled' ? '' : ` by ${who}`}`);
+        }
+        // the person whose message led to the proposal may not approve it (the policy comes with
+        // the call; in histories from before that, with the request, so a self-approval that
+        // comes sooner is refused until it is known)
+        if (d.decision === 'approve' && requestedBy !== undefined && d.by === requestedBy) {
+          if (entry.forbidSelfApproval === undefined) throw new Error('the approval request is still being recorded; try again in a moment');
+          if (entry.forbidSelfApproval) throw new Error('the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides');
         }
       },
     },
@@ -170,7 +183,7 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
     status.phase = 'approval';
     // Known before the admins are asked, so that the quickest click already counts.
     const id = approvalIdFor(turnId, call.id);
-    const entry: { decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } } = {};
+    const entry: ApprovalEntry = call.forbidSelfApproval !== undefined ? { forbidSelfApproval: call.forbidSelfApproval } : {};
     approvals.set(id, entry);
     status.approvalId = id;
     const req = await toolActs.requestApproval({
@@ -181,6 +194,7 @@ export async function turnWorkflow(input: TurnInput): Promise<TurnResult> {
       toolCallId: call.id,
       ...(requestedBy ? { requestedBy } : {}),
     });
+    entry.forbidSelfApproval ??= req.forbidSelfApproval === true;
     await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
     try {
       const decided = await condition(() => entry.decision !== undefined, req.timeoutMs);

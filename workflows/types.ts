@@ -98,6 +98,8 @@ export interface ToolCallRef {
   error?: string;
   /** Policy: an admin must approve it before it runs. */
   needsApproval: boolean;
+  /** Policy: the person whose message led to it may not approve it (absent in older histories). */
+  forbidSelfApproval?: boolean;
 }
 
 export type ApprovalVerdict = 'approve' | 'deny';

@@ -9,12 +9,13 @@ import { serve } from '@hono/node-server';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
-import type { MiddlewareHandler } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
+import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import type { ObjectiveService } from '../objectives.js';
@@ -102,6 +103,7 @@ const Health = z.object({ ok: z.boolean(), checks: z.record(z.string(), z.string
 const errors = {
   400: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Malformed or invalid request' },
   401: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Missing or wrong bearer token' },
+  429: { content: { 'application/json': { schema: ErrorSchema } }, description: 'Too many wrong credentials from this address: wait for Retry-After seconds' },
 };
 
 const postMessage = createRoute({
@@ -167,6 +169,11 @@ export interface HttpDeps {
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
   tracing?: MiddlewareHandler;
+  /**
+   * Back-off on wrong credentials per client address (backoff.ts); share one with the codec
+   * and OpenHarness routes mounted on this app. Default: one of its own with default settings.
+   */
+  backoff?: AuthBackoff;
 }
 
 function tokenMatches(header: string | undefined, token: string): boolean {
@@ -179,6 +186,21 @@ function tokenMatches(header: string | undefined, token: string): boolean {
 
 export function createHttpApp(deps: HttpDeps) {
   const account = deps.account ?? 'default';
+  const backoff = deps.backoff ?? new AuthBackoff({ db: deps.admin?.db, log: deps.log });
+  /** The API token check, through the back-off: the refusal, or undefined when the request may go on. */
+  const refuseToken = (c: Context): Response | undefined => {
+    const client = backoff.client(c);
+    const header = c.req.header('authorization');
+    const ok = tokenMatches(header, deps.apiToken);
+    const wait = backoff.waitMs(client, ok);
+    if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
+    if (!ok) {
+      if (header) backoff.failure(client, 'api'); // no credential at all is not a guess
+      return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });
+    }
+    backoff.success(client);
+    return undefined;
+  };
   const app = new OpenAPIHono({
     defaultHook: (result, c) => {
       if (!result.success) {
@@ -209,17 +231,15 @@ export function createHttpApp(deps: HttpDeps) {
     // Scrapers send the API token (Prometheus: `authorization: { credentials: <token> }`), or
     // scrape the unauthenticated listener of STEWARD_METRICS_PORT on an internal interface.
     app.get('/metrics', async (c) => {
-      if (!tokenMatches(c.req.header('authorization'), deps.apiToken)) {
-        return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });
-      }
+      const refused = refuseToken(c);
+      if (refused) return refused;
       const m = await metrics();
       return c.body(m.body, 200, { 'content-type': m.contentType });
     });
   }
   app.use('/api/v1/*', async (c, next) => {
-    if (!tokenMatches(c.req.header('authorization'), deps.apiToken)) {
-      return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });
-    }
+    const refused = refuseToken(c);
+    if (refused) return refused;
     await next();
     return undefined;
   });
@@ -246,14 +266,21 @@ export function createHttpApp(deps: HttpDeps) {
   if (deps.objectives) {
     registerObjectiveRoutes(app, deps.objectives);
     const objectives = deps.objectives;
-    // Event triggers: signed by the objective's shared secret instead of the API token.
+    // Event triggers: signed by the objective's shared secret instead of the API token. A
+    // wrong signature (the service's 401) counts as a wrong credential of the sender's address.
     app.post(
       '/hooks/objectives/:name',
       bodyLimit({ maxSize: 256 * 1024, onError: (c) => c.json({ error: 'request body is larger than 262144 bytes' }, 413) }),
       async (c) => {
         const name = c.req.param('name');
         if (!/^[a-z0-9][a-z0-9_-]{0,63}$/.test(name)) return c.json({ error: 'no objective takes events under this name' }, 404);
+        const client = backoff.client(c);
+        const wait = backoff.waitMs(client);
+        if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
         const r = await objectives.receiveEvent(name, await c.req.text(), (h) => c.req.header(h));
+        // a wrong signature is a guess; a call that presents none is not counted (as on the other surfaces)
+        const signed = c.req.header('x-steward-signature') !== undefined || c.req.header('x-hub-signature-256') !== undefined;
+        if ('error' in r && r.status === 401 && signed) backoff.failure(client, 'webhook');
         return 'error' in r ? c.json({ error: r.error }, r.status) : c.json({ runId: r.runId, duplicate: r.duplicate }, r.status);
       },
     );

@@ -8,6 +8,9 @@
  * the `steward_codec` cookie that `POST /codec/login` sets after checking the token, for a
  * browser whose UI has no access token to pass (the UI must then send credentials).
  * CORS: only the configured origins (the Temporal UI's) get CORS headers, with credentials.
+ * Wrong credentials (a wrong token at sign-in, a wrong bearer token or cookie) count towards
+ * the back-off of the client's address (backoff.ts): past the threshold it is answered 429
+ * with Retry-After, except the operator's correct credential from loopback.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Payload, PayloadCodec } from '@temporalio/common';
@@ -16,6 +19,7 @@ import { bodyLimit } from 'hono/body-limit';
 import { getCookie, setCookie } from 'hono/cookie';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 
 export const CODEC_COOKIE = 'steward_codec';
 /** Largest encode/decode request body (bytes). */
@@ -31,6 +35,8 @@ export interface CodecRoutesDeps {
   corsOrigins: string[];
   log?: Logger;
   now?: () => number;
+  /** Back-off on wrong credentials per client address (share the HTTP app's); default: one of its own. */
+  backoff?: AuthBackoff;
 }
 
 const Base64 = z.string().regex(/^[A-Za-z0-9+/_-]*={0,2}$/, 'expected base64');
@@ -77,6 +83,7 @@ input[type=password]{width:100%;padding:.4rem;font-family:monospace}button{margi
 
 export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
   const now = deps.now ?? (() => Date.now());
+  const backoff = deps.backoff ?? new AuthBackoff({ log: deps.log });
   const origins = new Set(deps.corsOrigins.map((o) => o.replace(/\/$/, '')));
   const app = new Hono();
 
@@ -155,10 +162,18 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
     if (!form.success) {
       return c.html(page('Bad form', `<p>${escapeHtml(form.error.issues.map((i) => i.message).join('; '))}. <a href="/codec/login">Try again</a>.</p>`), 400);
     }
-    if (!sameSecret(form.data.token, deps.apiToken)) {
+    const client = backoff.client(c);
+    const right = sameSecret(form.data.token, deps.apiToken);
+    const wait = backoff.waitMs(client, right);
+    if (wait > 0) {
+      return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), 'cache-control': 'no-store' });
+    }
+    if (!right) {
+      backoff.failure(client, 'codec');
       deps.log?.warn('codec: sign-in with a wrong token');
       return c.html(page('Wrong token', '<h1>Wrong token</h1><p>That is not the operator API token. <a href="/codec/login">Try again</a>.</p>'), 401);
     }
+    backoff.success(client);
     setCookie(c, CODEC_COOKIE, cookieValue(), { httpOnly: true, sameSite: 'Lax', path: '/codec', maxAge: COOKIE_TTL_SECONDS, secure: isHttps(c) });
     deps.log?.info('codec: a browser signed in');
     const endpoint = `${new URL(c.req.url).origin}/codec`;
@@ -177,8 +192,16 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
 
   const convert = (direction: 'encode' | 'decode') =>
     app.post(`/codec/${direction}`, bodyLimit({ maxSize: CODEC_MAX_BODY_BYTES, onError: (c) => c.json({ error: `request body is larger than ${CODEC_MAX_BODY_BYTES} bytes` }, 413) }), async (c) => {
+      const client = backoff.client(c);
       const by = authenticated(c);
-      if (!by) return c.json({ error: 'missing or wrong credentials: send Authorization: Bearer <API token>, or sign in at /codec/login' }, 401, { 'www-authenticate': 'Bearer' });
+      const wait = backoff.waitMs(client, by !== undefined);
+      if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
+      if (!by) {
+        // no credential at all (a browser not signed in yet) is not a guess
+        if (c.req.header('authorization') || getCookie(c, CODEC_COOKIE) !== undefined) backoff.failure(client, 'codec');
+        return c.json({ error: 'missing or wrong credentials: send Authorization: Bearer <API token>, or sign in at /codec/login' }, 401, { 'www-authenticate': 'Bearer' });
+      }
+      backoff.success(client);
       if (!/^application\/json\b/i.test(c.req.header('content-type') ?? '')) return c.json({ error: 'expected Content-Type: application/json' }, 415);
       let raw: unknown;
       try {

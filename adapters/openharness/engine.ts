@@ -31,6 +31,9 @@
  * |                              | 415  |           | a request_id reused for another text; 413 body too large; 415 not JSON;   |
  * |                              | 405  |           | 405 a method other than POST. Nothing is recorded.                        |
  * | unauthorized                 | 401  | false     | missing, unknown or revoked bearer token                                 |
+ * | rate_limited                 | 429  | true      | too many wrong bearer tokens from this address (adapters/http/backoff.ts):|
+ * |                              |      |           | `Retry-After` and details.retry_after_seconds say when to try again; the  |
+ * |                              |      |           | operator's token from loopback is never refused this way                  |
  * | protocol_version_unsupported | 400  | false     | protocol_version has a major other than 1 (details list what is served)   |
  * | forbidden                    | 200  | false     | ingress refused the sender: its role may not do this (a viewer talking,   |
  * |                              |      |           | a member's admin command), or the shell's identity is gone                |
@@ -57,8 +60,10 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Db } from '../../activities/db.js';
 import { sha256 } from '../../activities/governance.js';
+import { parseText } from '../../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
+import { AuthBackoff, retryAfterSeconds } from '../http/backoff.js';
 import { inboundKey, OPERATOR_USER_ID, type Ingress, type IngressResult, type RejectReason } from '../ingress.js';
 import { verifyShellToken } from './shells.js';
 
@@ -233,6 +238,8 @@ export interface OpenHarnessDeps {
   now?: () => number;
   /** How long a continuation token lives after issue or last use (default one hour). */
   continuationTtlMs?: number;
+  /** Back-off on wrong bearer tokens per client address (share the HTTP app's); default: one of its own. */
+  backoff?: AuthBackoff;
 }
 
 interface Principal {
@@ -353,6 +360,18 @@ function renderMessage(row: Row, kind: 'reply' | 'notice' | 'command'): ActionDi
   };
 }
 
+/**
+ * The answer to a retried request_id whose command was answered without a transcript entry
+ * (a pairing request): the first answer is not kept, so a retry says so and changes nothing.
+ */
+function unrecordedRetry(intent: string): string {
+  const parsed = parseText(intent);
+  if (parsed.kind === 'command' && parsed.command.kind === 'pair') {
+    return 'This request_id already asked to pair, and that answer is not kept: a pairing code lives only in the answer that issued it (Steward keeps its hash). If the answer was lost, send /pair again with a new request_id; a new code replaces the old one.';
+  }
+  return 'This request_id was already handled; its answer is not kept. Send the command again with a new request_id.';
+}
+
 function textMessage(text: string, kind: 'command' | 'notice'): ActionDirective {
   return {
     action_type: 'render_message',
@@ -368,6 +387,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
   const now = deps.now ?? (() => Date.now());
   const pollMs = Math.max(10, deps.pollMs ?? (deps.events ? 1000 : 250));
   const ttlMs = deps.continuationTtlMs ?? DEFAULT_CONTINUATION_TTL_MS;
+  const backoff = deps.backoff ?? new AuthBackoff({ db, log: deps.log });
   const supportedCapabilities: Record<string, unknown> = {
     [CAPABILITY_APPROVAL]: { decided_by: 'admin', approve: '/approve-action <id>', deny: '/deny-action <id> [reason]' },
     [CAPABILITY_CONTINUATION]: { ttl_ms: ttlMs, wait_ms: deps.waitMs },
@@ -640,7 +660,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
       case 'invalid':
         return new Refusal(400, 'invalid_request', result.reply ?? 'The message was not accepted.', details);
       case 'unknown-sender':
-        return new Refusal(200, 'forbidden', "Steward does not know this shell's identity any more (it was removed); ask the operator to issue a new shell token.", details);
+        return new Refusal(200, 'forbidden', "Steward does not know this shell's identity any more (it was removed): send /pair to ask an admin for access (the code comes back in the answer), or ask the operator to issue a new shell token.", details);
       default:
         return new Refusal(200, 'forbidden', result.reply ?? 'Steward refused this message.', details);
     }
@@ -668,6 +688,12 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
         throw new Refusal(400, 'invalid_request', 'invalid request: this request_id was already used for a different user_intent; use a new request_id for a new message', { request_id: id });
       }
       seq ??= stored?.seq;
+    }
+    if (seq === undefined && result.kind === 'command') {
+      // A command answered without a transcript entry: /pair from a shell Steward does not
+      // know (its identity was removed). Its reply holds the pairing code, which lives only in
+      // this answer (Steward keeps its hash), so it is answered here and never through the outbox.
+      return { sessionId, outcome: { directives: [textMessage(result.reply ?? unrecordedRetry(intent), 'command')] } };
     }
     if (seq === undefined) throw new Error('ingress recorded the message without a transcript seq');
 
@@ -733,7 +759,12 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
     async (c) => {
       const started = now();
       const env: Envelope = { denials: [], started };
-      const principal = await authenticate(c.req.header('authorization'));
+      const client = backoff.client(c);
+      const header = c.req.header('authorization');
+      const presented = bearer(header);
+      // the operator's token from loopback never waits; anyone else waits without a token check
+      const wait = backoff.waitMs(client, presented !== undefined && deps.operatorToken !== '' && safeEqual(presented, deps.operatorToken));
+      const principal = wait > 0 ? undefined : await authenticate(header);
       const text = await c.req.text();
       let raw: unknown;
       let malformed = false;
@@ -743,10 +774,17 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
         malformed = true;
       }
       Object.assign(env, echoIds(raw));
+      if (wait > 0) {
+        const seconds = retryAfterSeconds(wait);
+        deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'rate_limited', reason: 'auth-backoff' }, 'openharness request refused');
+        return fail(c, env, 429, 'rate_limited', `Too many wrong bearer tokens from this address: try again in ${seconds} second${seconds === 1 ? '' : 's'}.`, { reason: 'auth-backoff', retry_after_seconds: seconds }, { 'retry-after': String(seconds) });
+      }
       if (!principal) {
+        if (header) backoff.failure(client, 'openharness'); // no credential at all is not a guess
         deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'unauthorized' }, 'openharness request refused');
         return fail(c, env, 401, 'unauthorized', 'Missing or wrong bearer token: send Authorization: Bearer <shell token>.', undefined, { 'www-authenticate': 'Bearer' });
       }
+      if (principal.shellId === OPERATOR_SHELL_ID) backoff.success(client); // a shell token does not clear the address's record
       const type = c.req.header('content-type');
       if (type !== undefined && !/^application\/([a-z0-9.+-]*\+)?json\b/i.test(type)) {
         return fail(c, env, 415, 'invalid_request', 'invalid request: expected Content-Type: application/json');

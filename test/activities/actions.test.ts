@@ -31,6 +31,7 @@ import {
 } from '../../activities/actions.js';
 import { approvalRequired } from '../../activities/index.js';
 import { sandboxAvailable } from '../../activities/sandbox.js';
+import { heldSecretsFrom, heldSecretsIn, literalCredentials, requestHash, showInvisible, viewProposal } from '../../activities/proposals.js';
 import { describeToolCall, redact, redactText, validateToolCall } from '../../activities/tools.js';
 import { ACTION_TOOLS, DEFAULT_ACTION_COMMANDS } from '../../common/tools.js';
 import { loadConfig } from '../../config/index.js';
@@ -474,12 +475,107 @@ describe('redaction of proposals and receipts', () => {
   });
 });
 
+describe('what an approver sees (finding: approvers approved blind)', () => {
+  const hook = {
+    method: 'POST' as const,
+    url: 'https://bob:hunter2@api.example.com/v1/hook?token=abc123&q=weather',
+    headers: { 'X-Api-Key': 'k-1234567', 'Content-Type': 'application/json', Authorization: 'Basic Ym9iOmh1bnRlcjI=' },
+    body: '{"token":"smuggled-value","name":"x"}',
+  };
+
+  it('shows every value the model chose, in full: headers, body fields, URL userinfo and query', () => {
+    const v = viewProposal('http_request', hook);
+    for (const value of ['X-Api-Key: k-1234567', 'Authorization: Basic Ym9iOmh1bnRlcjI=', '"token":"smuggled-value"', 'https://bob:hunter2@api.example.com/v1/hook?token=abc123&q=weather']) {
+      assert.ok(v.block.includes(value), `the approver sees ${value}`);
+    }
+    assert.ok(!v.block.includes('[redacted]'), 'nothing the model chose is hidden');
+    assert.match(v.block, /^```\nPOST https:\/\/bob:hunter2@api\.example\.com/);
+    assert.deepEqual(JSON.parse(v.payload), hook, 'the payload is the input as the model wrote it, in full');
+    assert.deepEqual(v.credentials, ['header X-Api-Key', 'header Authorization', 'URL userinfo', 'URL query parameter token', 'body field token']);
+  });
+
+  it("masks only Steward's own secrets, in every form, and names where they come from", () => {
+    const held = heldSecretsFrom({
+      STEWARD_API_TOKEN: 'api-token-0123456789',
+      TELEGRAM_BOT_TOKEN: '123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef',
+      STEWARD_SMTP_URL: 'smtp://steward:smtp-password-1@mail.example.com',
+      STEWARD_CODEC_KEYS: 'k1:codec-key-aaaaaaaa,k2:codec-key-bbbbbbbb',
+      STEWARD_HOOK_DEPLOY: 'hook-secret-0123456789abcdef0123456789',
+      HOME: '/root/not-a-secret',
+      SHORT_TOKEN: 'abc',
+    });
+    assert.deepEqual([...new Set(held.map((h) => h.name))].sort(), ['STEWARD_API_TOKEN', 'STEWARD_CODEC_KEYS', 'STEWARD_HOOK_DEPLOY', 'STEWARD_SMTP_URL', 'TELEGRAM_BOT_TOKEN']);
+    assert.ok(held.some((h) => h.value === 'codec-key-aaaaaaaa'), 'each key of a key list');
+    assert.ok(!held.some((h) => h.value.includes('/root')), 'HOME is not a secret');
+    const b64 = Buffer.from('api-token-0123456789').toString('base64');
+    const input = { method: 'POST', url: `https://x.example/?k=${encodeURIComponent('smtp-password-1')}`, headers: { 'X-A': `Basic ${b64}` }, body: 'codec-key-bbbbbbbb and api-token-0123456789' };
+    assert.deepEqual(heldSecretsIn(input, held).sort(), ['STEWARD_API_TOKEN', 'STEWARD_CODEC_KEYS', 'STEWARD_SMTP_URL']);
+    const v = viewProposal('http_request', input, { heldSecrets: held });
+    for (const leak of ['api-token-0123456789', b64, 'smtp-password-1', 'codec-key-bbbbbbbb']) assert.ok(!v.block.includes(leak) && !v.payload.includes(leak), leak);
+    assert.match(v.block, /\[Steward's secret STEWARD_API_TOKEN\]/);
+    assert.deepEqual(v.heldSecrets.sort(), ['STEWARD_API_TOKEN', 'STEWARD_CODEC_KEYS', 'STEWARD_SMTP_URL']);
+    // such a proposal is refused before any admin is asked
+    const settings = { ...DEFAULT_ACTION_SETTINGS, literalCredentials: 'allow' as const, heldSecrets: held };
+    assert.match(proposalRefusal('http_request', input, settings, { startRepoChange: true }) ?? '', /carries a secret Steward holds \(.*STEWARD_API_TOKEN.*\)/);
+    assert.match(proposalRefusal('run_command', { argv: ['echo', 'api-token-0123456789'] }, settings, { startRepoChange: true }) ?? '', /STEWARD_API_TOKEN/);
+  });
+
+  it('refuses literal credentials by default; allowed, they are flagged; ordinary fields are not credentials', () => {
+    const refuse = DEFAULT_ACTION_SETTINGS;
+    assert.match(proposalRefusal('http_request', hook, refuse, { startRepoChange: true }) ?? '', /literal credentials.*STEWARD_ACTION_LITERAL_CREDENTIALS=allow/);
+    assert.equal(proposalRefusal('http_request', hook, { ...refuse, literalCredentials: 'allow' }, { startRepoChange: true }), undefined);
+    const cases: Array<[string, unknown, string[]]> = [
+      ['http_request', { method: 'GET', url: 'https://u@x.example/' }, ['URL userinfo']],
+      ['http_request', { method: 'GET', url: 'https://x.example/?api_key=1&page=2' }, ['URL query parameter api_key']],
+      ['http_request', { method: 'POST', url: 'https://x.example/', body: 'user=a&password=b' }, ['body field password']],
+      ['http_request', { method: 'POST', url: 'https://x.example/', body: '{"auth":{"client_secret":"s"},"list":[{"access_token":"t"}]}' }, ['body field auth', 'body field list[0].access_token']],
+      ['http_request', { method: 'POST', url: 'https://x.example/', headers: { Cookie: 'sid=1' } }, ['header Cookie']],
+      ['http_request', { method: 'POST', url: 'https://x.example/', body: 'see sk-abcdefghijklmnopqrstuvwx' }, ['a value shaped like an access token']],
+      ['run_command', { argv: ['mysql', '--password=pw1'] }, ['argument 1 (password=…)']],
+      ['run_command', { argv: ['tool', '--token', 'abc'] }, ['argument 2 (after --token)']],
+      // not credentials
+      ['http_request', { method: 'POST', url: 'https://x.example/v1/chat?page=2', headers: { 'Content-Type': 'application/json', 'Idempotency-Key': 'k1' }, body: '{"max_tokens":100,"token_type":"bearer","key":"name","monkey":"x"}' }, []],
+      ['send_email', { to: ['a@example.com'], subject: 'Your password reset', text: 'Hello' }, []],
+      ['run_command', { argv: ['wc', '-l'] }, []],
+    ];
+    for (const [tool, input, want] of cases) assert.deepEqual(literalCredentials(tool, input), want, JSON.stringify(input));
+  });
+
+  it('makes invisible and direction-changing characters visible, and no backtick run closes the block', () => {
+    assert.equal(showInvisible('pay\u202Eevil\u200B\u0007ok\n\tline'), 'pay\\u{202E}evil\\u{200B}\\u{0007}ok\n\tline');
+    const v = viewProposal('send_email', { to: ['a@example.com'], subject: 'Hi', text: 'a ```` b\u2066hidden\u2069' }, { smtpFrom: 'steward@example.com' });
+    assert.match(v.block, /^`````\nFrom: steward@example\.com\nTo: a@example\.com\nSubject: Hi\n\na ```` b\\u\{2066\}hidden\\u\{2069\}\n`````$/);
+    assert.equal(v.invisible, true);
+  });
+
+  it('hashes the exact request: the same request hashes the same whatever the header order; any change, a new hash', () => {
+    const a = requestHash('http_request', { method: 'POST', url: 'https://x.example/', headers: { A: '1', B: '2' }, body: 'x' });
+    assert.match(a, /^[0-9a-f]{64}$/);
+    assert.equal(requestHash('http_request', { method: 'POST', url: 'https://x.example/', headers: { B: '2', A: '1' }, body: 'x' }), a);
+    for (const changed of [
+      { method: 'PUT', url: 'https://x.example/', headers: { A: '1', B: '2' }, body: 'x' },
+      { method: 'POST', url: 'https://x.example/?', headers: { A: '1', B: '2' }, body: 'x' },
+      { method: 'POST', url: 'https://x.example/', headers: { A: '1', B: '3' }, body: 'x' },
+      { method: 'POST', url: 'https://x.example/', headers: { A: '1', B: '2' }, body: 'x ' },
+    ]) {
+      assert.notEqual(requestHash('http_request', changed), a, JSON.stringify(changed));
+    }
+    const mail = { to: ['a@example.com'], subject: 's', text: 't' };
+    assert.notEqual(requestHash('send_email', mail, { smtpFrom: 'a@x.example' }), requestHash('send_email', mail, { smtpFrom: 'b@x.example' }), 'the From address Steward adds counts');
+  });
+});
+
 describe('proposed action settings', () => {
   const cwd = () => mkdtempSync(path.join(tmpdir(), 'steward-config-'));
 
   it('default to no SMTP, no private addresses, the small command set and 64 KiB', () => {
     const c = loadConfig({}, cwd());
-    assert.deepEqual(c.actions, { http: { allowPrivate: false, allowHosts: [], maxResponseBytes: 65536 }, commands: { allowlist: [...DEFAULT_ACTION_COMMANDS] } });
+    assert.deepEqual(c.actions, {
+      http: { allowPrivate: false, allowHosts: [], maxResponseBytes: 65536 },
+      commands: { allowlist: [...DEFAULT_ACTION_COMMANDS] },
+      literalCredentials: 'refuse',
+      heldSecrets: [],
+    });
   });
 
   it('read SMTP, the HTTP policy and the command allowlist; refuse bad values without showing the SMTP URL', () => {
@@ -498,7 +594,13 @@ describe('proposed action settings', () => {
       smtp: { url: 'smtp://steward:pw@mail.example.com:587', from: 'Steward <steward@example.com>' },
       http: { allowPrivate: true, allowHosts: ['hooks.internal.example', '*.corp.example', '10.0.0.5', '[fd00::1]'], maxResponseBytes: 1024 },
       commands: { allowlist: ['echo', 'wc'] },
+      literalCredentials: 'refuse',
+      heldSecrets: [],
     });
+    assert.equal(loadConfig({ STEWARD_ACTION_LITERAL_CREDENTIALS: 'allow' }, cwd()).actions.literalCredentials, 'allow');
+    assert.throws(() => loadConfig({ STEWARD_ACTION_LITERAL_CREDENTIALS: 'maybe' }, cwd()), /STEWARD_ACTION_LITERAL_CREDENTIALS: expected refuse or allow/);
+    assert.equal(loadConfig({}, cwd()).governance.forbidSelfApproval, true);
+    assert.equal(loadConfig({ STEWARD_FORBID_SELF_APPROVAL: 'false' }, cwd()).governance.forbidSelfApproval, false);
     assert.throws(() => loadConfig({ STEWARD_SMTP_URL: 'smtp://mail.example.com' }, cwd()), /STEWARD_SMTP_FROM: expected the From address/);
     assert.throws(
       () => loadConfig({ STEWARD_SMTP_URL: 'http://user:hunter2@mail.example.com', STEWARD_SMTP_FROM: 'a@example.com' }, cwd()),

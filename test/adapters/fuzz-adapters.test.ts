@@ -27,6 +27,7 @@ import { pino } from 'pino';
 import { z } from 'zod';
 import { createDiscordAdapter, createDiscordSender, type DiscordAdapter, type DiscordSender } from '../../adapters/discord/index.js';
 import { createHttpApp, MAX_BODY_BYTES, startHttpServer } from '../../adapters/http/app.js';
+import { AuthBackoff } from '../../adapters/http/backoff.js';
 import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult, RejectReason } from '../../adapters/ingress.js';
 import { chatIdFor, createOpenHarnessRoutes, MAX_OPENHARNESS_BODY_BYTES, OPENHARNESS_PATH, type ErrorCode, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
 import { issueShell, revokeShell, type IssuedShell } from '../../adapters/openharness/shells.js';
@@ -1165,7 +1166,8 @@ describe('OpenHarness engine under random requests', () => {
     shell = await issueShell(dbh.db, { name: 'fuzz shell', role: 'member', createdBy: 'test' });
     revoked = await issueShell(dbh.db, { name: 'revoked shell', role: 'member', createdBy: 'test' });
     await revokeShell(dbh.db, revoked.id);
-    const routes = createOpenHarnessRoutes({ ingress: rec.ingress, db: dbh.db, operatorToken: OH_OPERATOR, waitMs: 0, pollMs: 10 });
+    // the fuzzer sends wrong tokens on purpose: a back-off that never engages keeps every answer a 401
+    const routes = createOpenHarnessRoutes({ ingress: rec.ingress, db: dbh.db, operatorToken: OH_OPERATOR, waitMs: 0, pollMs: 10, backoff: new AuthBackoff({ after: Number.MAX_SAFE_INTEGER }) });
     server = await startHttpServer(routes, { host: '127.0.0.1', port: 0 });
   });
   after(async () => {
@@ -1398,7 +1400,7 @@ describe('HTTP API under random requests', () => {
 
   before(async () => {
     dbh = await testDatabases()[0]!.create();
-    const app = createHttpApp({ ingress: rec.ingress, apiToken: API_TOKEN, health: async () => ({ ok: true, checks: {} }), admin: { db: dbh.db } });
+    const app = createHttpApp({ ingress: rec.ingress, apiToken: API_TOKEN, health: async () => ({ ok: true, checks: {} }), admin: { db: dbh.db }, backoff: new AuthBackoff({ after: Number.MAX_SAFE_INTEGER }) });
     server = await startHttpServer(app, { host: '127.0.0.1', port: 0 });
   });
   after(async () => {

@@ -13,7 +13,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { Hono } from 'hono';
 import { pino } from 'pino';
-import { bindChat, createIdentity, sha256 } from '../../activities/governance.js';
+import { bindChat, createIdentity, OPERATOR, sha256 } from '../../activities/governance.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { chatIdFor, createOpenHarnessRoutes, OPENHARNESS_PATH, type OpenHarnessDeps, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
 import { issueShell, listShells, revokeShell, ShellError, verifyShellToken, type IssuedShell } from '../../adapters/openharness/shells.js';
@@ -366,6 +366,38 @@ describe('OpenHarness engine (POST /api/openharness/v1)', () => {
     assert.deepEqual([lost.status, lost.body.response.error?.code, lost.body.response.error?.details?.reason], [200, 'forbidden', 'unknown-sender']);
     assert.match(lost.body.response.error?.message ?? '', /does not know this shell's identity/);
     assert.equal(model.requests.length, requests);
+  });
+
+  it('a shell whose identity was removed can /pair: the code comes back in the answer, and a retry uses no second request', async () => {
+    const orphan = await shell();
+    await dbh.db.identity.delete({ where: { id: orphan.identityId } });
+    const session = `sess-${randomUUID().slice(0, 8)}`;
+    const pairings = () => dbh.db.pairing.count({ where: { platform: 'openharness', userId: orphan.id } });
+    const body = message('/pair', { session, requestId: `pair-${randomUUID()}` });
+    const r = await post(orphan.token, body);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.body.response.status, 'success');
+    const [d] = directives(r);
+    assert.equal(d?.action_type, 'render_message');
+    assert.equal(d?.payload?.kind, 'command');
+    const code = /Your pairing code is ([A-Z0-9]+)\./.exec(String(d?.payload?.text))?.[1];
+    assert.ok(code, `the code is in the answer: ${JSON.stringify(texts(r))}`);
+    assert.equal(await pairings(), 1);
+    const row = await dbh.db.pairing.findFirstOrThrow({ where: { platform: 'openharness', userId: orphan.id } });
+    assert.equal(row.tokenHash, sha256(code), 'the code shown is the pending one');
+
+    // the same request_id again (a shell that lost the answer): answered, no second request used
+    const again = await post(orphan.token, body);
+    assert.equal(again.status, 200, JSON.stringify(again.body));
+    assert.equal(again.body.response.status, 'success');
+    assert.match(texts(again)[0] ?? '', /already asked to pair/);
+    assert.equal(await pairings(), 1);
+
+    // an admin approves the code: the shell is known again
+    const decided = await h.ingress.decidePairing(code, { approve: 'member' }, OPERATOR);
+    assert.equal(decided.ok, true);
+    const who = await post(orphan.token, message('/whoami', { session }));
+    assert.match(texts(who)[0] ?? '', new RegExp(`You are ${orphan.name}`));
   });
 
   it('a member over the rate limit is rate_limited (retryable)', async () => {

@@ -4,8 +4,9 @@
  * receives and stores what nodemailer sends, and an HTTP server on 127.0.0.1. An approved
  * email arrives; a denied or expired one never does; an HTTP action to a private or loopback
  * address is refused with a reason the model gets; an approved HTTP action to an allowed
- * local server works and the admins saw its Authorization header redacted; a retried
- * activity sends nothing twice.
+ * local server works and the admins saw every value it sends, in full, with its hash;
+ * credentials the model wrote are refused by default, Steward's own secrets always; a request
+ * that differs from the approved hash is not sent; a retried activity sends nothing twice.
  */
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
@@ -20,6 +21,7 @@ import { createIdentity, OPERATOR } from '../../activities/governance.js';
 import { createActivities, type RunToolResult } from '../../activities/index.js';
 import { createModelRegistry } from '../../activities/model.js';
 import { sandboxAvailable } from '../../activities/sandbox.js';
+import { requestHash } from '../../activities/proposals.js';
 import { approvalIdFor } from '../../common/ids.js';
 import { changeModel } from '../helpers/change-model.js';
 import { createGitFixture } from '../helpers/git-fixture.js';
@@ -156,7 +158,7 @@ describe('proposed actions end to end', () => {
       assert.equal(approval.risk, 'dangerous');
       const post = await sender.waitForPost((p) => p.chatId === adminChat && p.text.includes(approval.id));
       assert.match(post.text, /wants to send an email to ops@example\.test \(cc lead@example\.test\) with the subject "Weekly report"/);
-      assert.match(post.text, /"text":"All systems nominal\.\\nSee you Monday\."/, 'the full payload is shown');
+      assert.ok(post.text.includes('From: Steward <steward@example.test>\nTo: ops@example.test\nCc: lead@example.test\nSubject: Weekly report\n\nAll systems nominal.\nSee you Monday.'), 'the whole email is shown');
       assert.equal(smtp.messages.length, before, 'nothing is sent before the approval');
 
       const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
@@ -235,32 +237,41 @@ describe('proposed actions end to end', () => {
     });
   });
 
-  it('an approved HTTP action to an allowed local server: the admins saw Authorization redacted, the server got it, the model gets status and body', async () => {
-    const { id: adminChat } = await adminOnce();
+  it('an HTTP action carrying credentials the model wrote is refused by default, and no admin is asked', async () => {
+    await adminOnce();
     await withHarness(opts(), async (h) => {
-      const secret = 'Bearer top-secret-0123456789';
       stack.model.enqueue({
-        toolCalls: [
-          {
-            id: 'call_hook',
-            name: 'http_request',
-            arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${web.port}/hook?token=qs-secret-42&team=ops`, headers: { Authorization: secret, 'Content-Type': 'application/json' }, body: '{"event":"deploy"}' }),
-          },
-        ],
+        toolCalls: [{ id: 'call_cred', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${web.port}/hook`, headers: { 'X-Api-Key': 'exfiltrated-0123' }, body: '{}' }) }],
       });
+      stack.model.enqueue({ text: 'Understood.' });
+      const n = stack.model.requests.length;
+      const sent = web.requests.length;
+      await h.send('send the key along');
+      await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Understood.');
+      assert.match(JSON.stringify(stack.model.requests[n + 1]?.body), /cannot be proposed: it carries credentials written into the request \(header X-Api-Key\)/);
+      assert.equal(await stack.db.approval.count({ where: { sessionId: h.sessionId } }), 0, 'no admin was asked');
+      assert.equal(web.requests.length, sent, 'nothing was sent');
+    });
+  });
+
+  it('an approved HTTP action with credentials the operator allows: the admins saw every value in full and its hash, the server got exactly that', async () => {
+    const { id: adminChat } = await adminOnce();
+    await withHarness(opts({ actions: { ...opts().actions, literalCredentials: 'allow' } }), async (h) => {
+      const secret = 'Bearer top-secret-0123456789';
+      const input = { method: 'POST', url: `http://127.0.0.1:${web.port}/hook?token=qs-secret-42&team=ops`, headers: { Authorization: secret, 'Content-Type': 'application/json' }, body: '{"event":"deploy","token":"body-secret-7"}' };
+      stack.model.enqueue({ toolCalls: [{ id: 'call_hook', name: 'http_request', arguments: JSON.stringify(input) }] });
       stack.model.enqueue({ text: 'The webhook answered.' });
       const n = stack.model.requests.length;
       await h.send('trigger the deploy webhook');
       const approval = await pendingApproval(h.sessionId, 'call_hook');
-      const payload = JSON.parse(approval.payload) as { headers: Record<string, string>; url: string; body: string };
-      assert.equal(payload.headers.Authorization, '[redacted]');
-      assert.equal(payload.headers['Content-Type'], 'application/json');
-      assert.equal(payload.url, `http://127.0.0.1:${web.port}/hook?token=[redacted]&team=ops`);
-      assert.equal(payload.body, '{"event":"deploy"}');
+      const hash = requestHash('http_request', input);
+      assert.equal(approval.requestHash, hash, 'the approval holds the hash of the exact request');
+      assert.deepEqual(JSON.parse(approval.payload), input, 'the API lists the input in full');
       const post = await sender.waitForPost((p) => p.chatId === adminChat && p.text.includes(approval.id));
-      assert.match(post.text, /wants to make an HTTP POST request to http:\/\/127\.0\.0\.1:\d+\/hook\?token=\[redacted\]&team=ops with headers Authorization, Content-Type and a 18-character body/);
-      assert.match(post.text, /"Authorization":"\[redacted\]"/);
-      for (const leak of ['top-secret', 'qs-secret']) assert.ok(!post.text.includes(leak), `the admins never see ${leak}`);
+      for (const value of [`Authorization: ${secret}`, 'token=qs-secret-42&team=ops', '"token":"body-secret-7"', `POST ${input.url}`]) assert.ok(post.text.includes(value), `the admins see ${value}`);
+      assert.ok(!post.text.includes('[redacted]'), 'nothing the model chose is hidden from the approvers');
+      assert.match(post.text, /It carries credentials the agent wrote itself: header Authorization, URL query parameter token, body field token/);
+      assert.ok(post.text.includes(`Request sha256: ${hash}`));
       assert.equal(web.requests.length, 0, 'nothing sent before the approval');
 
       const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
@@ -271,16 +282,61 @@ describe('proposed actions end to end', () => {
       const got = web.requests[0]!;
       assert.equal(got.method, 'POST');
       assert.equal(got.url, '/hook?token=qs-secret-42&team=ops');
-      assert.equal(got.headers.authorization, secret, 'the real value goes to the server');
-      assert.equal(got.body, '{"event":"deploy"}');
+      assert.equal(got.headers.authorization, secret, 'what the admins saw is what the server got');
+      assert.equal(got.body, input.body);
       const toModel = JSON.stringify(stack.model.requests[n + 1]?.body);
       assert.match(toModel, /HTTP POST http:\/\/127\.0\.0\.1:\d+\/hook\?token=\[redacted\]&team=ops answered 201 Created \(15 bytes\)/);
       assert.match(toModel, /received deploy/);
 
       const receipts = await stack.db.receipt.findMany({ where: { sessionId: h.sessionId } });
+      const data = (kind: string) => receipts.filter((r) => r.kind === kind).map((r) => JSON.parse(r.data) as Record<string, unknown>);
+      assert.deepEqual(data('approval.requested').map((d) => d.requestHash), [hash]);
+      assert.deepEqual(data('approval.decision').map((d) => d.requestHash), [hash]);
+      assert.deepEqual(data('action.started').map((d) => d.approvedRequestHash), [hash]);
       const all = receipts.map((r) => r.data).join('\n');
       assert.ok(all.includes('"status":201'), 'the status is stored');
-      for (const leak of ['top-secret', 'qs-secret']) assert.ok(!all.includes(leak), `receipts never hold ${leak}`);
+      for (const leak of ['top-secret', 'qs-secret', 'body-secret']) assert.ok(!all.includes(leak), `receipts (the audit log) never hold ${leak}`);
+    });
+  });
+
+  it("a proposal carrying a secret Steward holds is refused before any admin sees it", async () => {
+    const { id: adminChat } = await adminOnce();
+    const held = 'held-api-token-0123456789';
+    await withHarness(opts({ actions: { ...opts().actions, literalCredentials: 'allow', heldSecrets: [{ name: 'STEWARD_API_TOKEN', value: held }] } }), async (h) => {
+      stack.model.enqueue({
+        toolCalls: [{ id: 'call_held', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${web.port}/collect`, body: `{"note":"${Buffer.from(held).toString('base64')}"}` }) }],
+      });
+      stack.model.enqueue({ text: 'I will not.' });
+      const n = stack.model.requests.length;
+      const posts = sender.live(adminChat).length;
+      const sent = web.requests.length;
+      await h.send('post the API token to my collector');
+      await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'I will not.');
+      assert.match(JSON.stringify(stack.model.requests[n + 1]?.body), /it carries a secret Steward holds \(STEWARD_API_TOKEN\); an agent never sends Steward's own secrets/);
+      assert.equal(await stack.db.approval.count({ where: { sessionId: h.sessionId } }), 0);
+      assert.equal(sender.live(adminChat).length, posts, 'no admin was asked');
+      assert.equal(web.requests.length, sent);
+    });
+  });
+
+  it('an approved action whose request no longer matches the approved hash is refused and sends nothing', async () => {
+    await adminOnce();
+    await withHarness(opts(), async (h) => {
+      stack.model.enqueue({ toolCalls: [{ id: 'call_swap', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${web.port}/hook`, body: '{"event":"swap"}' }) }] });
+      stack.model.enqueue({ text: 'Noted.' });
+      const n = stack.model.requests.length;
+      const sent = web.requests.length;
+      await h.send('call the hook');
+      const approval = await pendingApproval(h.sessionId, 'call_swap');
+      // what was approved is not what would be sent
+      await stack.db.approval.update({ where: { id: approval.id }, data: { requestHash: requestHash('http_request', { method: 'POST', url: `http://127.0.0.1:${web.port}/hook`, body: '{"event":"other"}' }) } });
+      const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
+      assert.equal(decided.applied, true, decided.reply);
+      await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Noted.');
+      assert.match(JSON.stringify(stack.model.requests[n + 1]?.body), /The action was refused: what would be sent \(sha256 [0-9a-f]{16}…\) is not what was approved/);
+      assert.equal(web.requests.length, sent, 'nothing was sent');
+      const recorded = await stack.db.actionExecution.findUniqueOrThrow({ where: { key: actionKey(approval.turnId, 'call_swap') } });
+      assert.match(recorded.result ?? '', /not what was approved/);
     });
   });
 
@@ -363,6 +419,7 @@ describe('proposed actions end to end', () => {
           tool: 'send_email',
           summary: 'send an email',
           payload: '{}',
+          requestHash: requestHash('send_email', calls.find((c) => c.toolCallId === toolCallId)!.input, { smtpFrom: 'steward@example.test' }),
           risk: 'dangerous',
           status,
           decidedBy: 'Ada',

@@ -228,10 +228,15 @@ describe('objectives on Temporal Schedules', () => {
   it('event triggers: a signed HTTP call and a repository push run the objective once per event id', async () => {
     await withHarness(opts(), async (h) => {
       const TOKEN = 'objectives-hook-token-0123456789';
-      const secret = `hook-${tag()}${tag()}`;
-      process.env.STEWARD_TEST_HOOK_SECRET = secret;
+      const secret = `hook-${randomBytes(24).toString('hex')}`;
+      process.env.STEWARD_HOOK_OBJECTIVES_TEST = secret;
       const server = await startHttpServer(createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), objectives: h.objectives }), { host: '127.0.0.1', port: 0 });
-      const sign = (body: string, key = secret) => `sha256=${createHmac('sha256', key).update(body).digest('hex')}`;
+      const hmac = (content: string, key = secret) => `sha256=${createHmac('sha256', key).update(content).digest('hex')}`;
+      /** Steward's scheme: the signature covers the timestamp, the event id and the body. */
+      const signed = (body: string, eventId: string, key = secret) => {
+        const ts = String(Math.floor(Date.now() / 1000));
+        return { 'x-steward-timestamp': ts, 'x-steward-event-id': eventId, 'x-steward-signature': hmac(`${ts}.${eventId}.${body}`, key) };
+      };
       const hook = (name: string, body: string, headers: Record<string, string>) => fetch(`${server.url}/hooks/objectives/${name}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
       try {
         const name = `on-push-${tag()}`;
@@ -241,25 +246,26 @@ describe('objectives on Temporal Schedules', () => {
           if (text.includes(name)) seen.push(text);
           return { text: 'reviewed the push' };
         });
-        const o = await h.objectives.create({ name, prompt: `Review what was pushed (${name})`, chatId: h.chatId, account: h.account, webhook: { secretRef: 'env:STEWARD_TEST_HOOK_SECRET' } }, OP);
+        const o = await h.objectives.create({ name, prompt: `Review what was pushed (${name})`, chatId: h.chatId, account: h.account, webhook: { secretRef: 'env:STEWARD_HOOK_OBJECTIVES_TEST' } }, OP);
         assert.equal(o.webhook, true);
         assert.deepEqual(o.nextRuns, [], 'no schedule: it runs on events and triggers only');
 
         const body = JSON.stringify({ text: 'release notes are ready', marker: 'evt-one' });
-        assert.equal((await hook(name, body, { 'x-steward-signature': sign(body, 'wrong'), 'x-steward-event-id': 'e1' })).status, 401);
-        assert.equal((await hook(name, body, { 'x-steward-signature': sign(body) })).status, 400, 'an event id is required');
-        assert.equal((await hook('nobody', body, { 'x-steward-signature': sign(body), 'x-steward-event-id': 'e1' })).status, 404);
+        assert.equal((await hook(name, body, signed(body, 'e1', 'wrong'))).status, 401);
+        const { 'x-steward-event-id': _id, ...noId } = signed(body, 'e1');
+        assert.equal((await hook(name, body, noId)).status, 400, 'an event id is required');
+        assert.equal((await hook('nobody', body, signed(body, 'e1'))).status, 401, 'an unknown name: the same answer as a bad signature');
         assert.equal(await stack.db.objectiveRun.count({ where: { objectiveId: o.id } }), 0, 'refused events run nothing');
 
-        const first = await hook(name, body, { 'x-steward-signature': sign(body), 'x-steward-event-id': 'e1' });
+        const first = await hook(name, body, signed(body, 'e1'));
         assert.equal(first.status, 202);
-        const again = await hook(name, body, { 'x-steward-signature': sign(body), 'x-steward-event-id': 'e1' });
+        const again = await hook(name, body, signed(body, 'e1'));
         assert.equal(again.status, 200);
         assert.equal(((await again.json()) as { duplicate: boolean }).duplicate, true);
 
-        // a GitHub push webhook: its own signature and delivery headers
+        // a GitHub push webhook: its own signature (over the body) and delivery headers
         const push = JSON.stringify({ ref: 'refs/heads/main', after: 'abc123', marker: 'evt-push' });
-        const pushed = await hook(name, push, { 'x-hub-signature-256': sign(push), 'x-github-delivery': '72d3162e-cc78-11e3-81ab-4c9367dc0958', 'x-github-event': 'push' });
+        const pushed = await hook(name, push, { 'x-hub-signature-256': hmac(push), 'x-github-delivery': '72d3162e-cc78-11e3-81ab-4c9367dc0958', 'x-github-event': 'push' });
         assert.equal(pushed.status, 202);
 
         const runs = await settled(o.id, 2);
@@ -271,11 +277,11 @@ describe('objectives on Temporal Schedules', () => {
 
         await h.objectives.pause(o.id, OP);
         const late = JSON.stringify({ marker: 'late' });
-        assert.equal((await hook(name, late, { 'x-steward-signature': sign(late), 'x-steward-event-id': 'e9' })).status, 409);
+        assert.equal((await hook(name, late, signed(late, 'e9'))).status, 409);
         assert.equal(await stack.db.objectiveEvent.count({ where: { objectiveId: o.id } }), 2);
         await h.objectives.remove(o.id, OP);
       } finally {
-        delete process.env.STEWARD_TEST_HOOK_SECRET;
+        delete process.env.STEWARD_HOOK_OBJECTIVES_TEST;
         await server.close();
       }
     });

@@ -12,6 +12,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Db } from '../../activities/db.js';
 import { bindChat, createIdentity, OPERATOR } from '../../activities/governance.js';
+import { DeliveryError } from '../../activities/outbox.js';
 import { createModelRegistry } from '../../activities/model.js';
 import { createIngress, type Ingress, type IngressResult } from '../../adapters/ingress.js';
 import { replyKey, sessionWorkflowId } from '../../common/ids.js';
@@ -225,6 +226,35 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('a pairing code whose answer could not be delivered is withdrawn and uses up none of the day\'s requests', async () => {
+      const base = recordingSender();
+      const blocked = new Set<string>();
+      const flaky = {
+        ...base,
+        async send(conv: Parameters<typeof base.send>[0], part: Parameters<typeof base.send>[1]) {
+          if (blocked.has(conv.chatId)) throw new DeliveryError('Forbidden: bot was blocked by the user', { permanent: true, status: 403 });
+          return base.send(conv, part);
+        },
+      };
+      await withHarness(harness({ senders: { telegram: flaky } }), async (h) => {
+        const tg = telegram(h.ingress);
+        const newcomer = { id: uid(), name: 'Ivy' };
+        blocked.add(newcomer.id);
+        for (let i = 0; i < 4; i++) {
+          const r = await tg.send(newcomer, '/pair');
+          assert.match(r.reply ?? '', /Your pairing code is/, `attempt ${i + 1} is not limited`);
+        }
+        const rows = await stack.db.pairing.findMany({ where: { userId: newcomer.id } });
+        assert.deepEqual(rows.map((r) => r.status), ['undelivered', 'undelivered', 'undelivered', 'undelivered'], 'codes nobody received cannot be used');
+        blocked.delete(newcomer.id);
+        const ok = await tg.send(newcomer, '/pair');
+        const code = /code is ([A-Z2-9]{8})/.exec(ok.reply ?? '')?.[1];
+        assert.ok(code);
+        await base.waitForPost((p) => p.chatId === newcomer.id && p.text.includes(code));
+        assert.equal((await stack.db.pairing.findFirstOrThrow({ where: { userId: newcomer.id, status: 'pending' } })).userId, newcomer.id, 'the delivered code stays pending');
+      });
+    });
+
     it('roles: a member trying an admin command is refused; a viewer cannot start turns; members are rate limited, admins are not', async () => {
       await withHarness(harness({ rateLimits: { member: { count: 2, windowMs: 3_600_000 } } }), async (h) => {
         const tg = telegram(h.ingress);
@@ -355,6 +385,46 @@ for (const database of testDatabases()) {
         assert.equal(r?.applied, true, r?.reply);
         const row = await stack.db.approval.findFirstOrThrow({ where: { summary: { contains: 'fast' }, tool: 'post_to_chat', decidedBy: 'Quinn' } });
         assert.equal(row.status, 'approved');
+      });
+    });
+
+    it('self-approval: the admin whose message led to a proposal may not approve it; another admin may; the policy can allow it', async () => {
+      await withHarness(harness({ toolPolicy: { approvalTools: ['post_to_chat'], approvalTimeoutMs: 10 * 60_000 } }), async (h) => {
+        const tg = telegram(h.ingress);
+        const asker = await person(stack.db, 'admin', 'Sam');
+        const other = await person(stack.db, 'admin', 'Alex');
+        const name = `self${uid()}`;
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: `-100${uid()}`, name, createdBy: 'test' });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_self', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'self' }) }] });
+        stack.model.enqueue({ text: 'Posted after review.' });
+        await tg.send(asker, 'post it');
+        const notice = await sender.waitForPost((p) => p.chatId === asker.id && p.text.includes('Approval needed') && p.text.includes('"self"'));
+        assert.match(notice.text, /The person whose message led to this proposal may not approve it/);
+        const id = /\(([a-z0-9]{8})\)/.exec(notice.text)![1]!;
+        const byAsker = await tg.send(asker, `/approve-action ${id}`);
+        assert.match(byAsker.reply ?? '', /Not applied: .*the person whose message led to this proposal may not approve it \(policy STEWARD_FORBID_SELF_APPROVAL\)/);
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id } })).status, 'pending', 'nothing changed');
+        // a denial by the asker is fine: it only stops their own proposal
+        const byOther = await tg.send(other, `/approve-action ${id}`);
+        assert.match(byOther.reply ?? '', /Approved/);
+        await sender.waitForPost((p) => p.chatId === asker.id && p.text === 'Posted after review.');
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id } })).decidedBy, 'Alex');
+        assert.equal((await receipts(stack.db, 'approval.refused', (d) => d.approvalId === id)).length, 1);
+      });
+      await withHarness(harness({ toolPolicy: { approvalTools: ['post_to_chat'], approvalTimeoutMs: 10 * 60_000, forbidSelfApproval: false } }), async (h) => {
+        const tg = telegram(h.ingress);
+        const asker = await person(stack.db, 'admin', 'Solo');
+        const name = `solo${uid()}`;
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: `-100${uid()}`, name, createdBy: 'test' });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_solo', name: 'post_to_chat', arguments: JSON.stringify({ chat: name, text: 'solo' }) }] });
+        stack.model.enqueue({ text: 'Posted alone.' });
+        await tg.send(asker, 'post it');
+        const notice = await sender.waitForPost((p) => p.chatId === asker.id && p.text.includes('Approval needed') && p.text.includes('"solo"'));
+        assert.ok(!notice.text.includes('may not approve it'));
+        const id = /\(([a-z0-9]{8})\)/.exec(notice.text)![1]!;
+        const r = await tg.send(asker, `/approve-action ${id}`);
+        assert.match(r.reply ?? '', /Approved/);
+        await sender.waitForPost((p) => p.chatId === asker.id && p.text === 'Posted alone.');
       });
     });
 
