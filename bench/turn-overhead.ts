@@ -1,11 +1,13 @@
 /**
  * Platform overhead per turn, with a zero-latency scripted model (the OpenAI-compatible test
  * server echoing at once): message in through the HTTP API -> reply recorded in the
- * transcript. Runs the all-in-one stack in this process on the embedded Temporal dev server.
- * Prints JSON. Not a test: figures depend on the machine.
+ * transcript. Runs the all-in-one stack in this process on the embedded Temporal dev server,
+ * through the same phases as the plain-Temporal floor (bench/floor.ts, bench/phases.ts).
+ * Prints JSON. Not a test: figures depend on the machine; compare them with the floor run
+ * beside them (bench/compare.ts).
  *
- *   node --import tsx bench/turn-overhead.ts            (60 s sustained phase)
- *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --import tsx bench/turn-overhead.ts
+ *   node --expose-gc --import tsx bench/turn-overhead.ts            (60 s sustained phase)
+ *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/turn-overhead.ts
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,12 +18,12 @@ import { loadConfig } from '../config/index.js';
 import { startSteward } from '../platform/start.js';
 import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort } from '../test/helpers/process.js';
+import { historyCost, phaseSettings, runPhases } from './phases.js';
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
-const IDLE_SESSIONS = Number(process.env.BENCH_IDLE_SESSIONS ?? 1000);
-const SEQUENTIAL_TURNS = Number(process.env.BENCH_SEQUENTIAL_TURNS ?? 200);
-const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 50);
 const TOKEN = 'bench-token-0123456789abcdef';
+const CACHE = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
+const HISTORY_TURNS = 10;
+const settings = phaseSettings();
 
 const model = await startModelServer();
 const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-bench-'));
@@ -35,6 +37,7 @@ const config = loadConfig({
   STEWARD_MODEL: 'openai-compatible:bench',
   STEWARD_MODEL_BASE_URL: model.baseURL,
   STEWARD_LOG_LEVEL: 'warn',
+  STEWARD_WORKER_MAX_CACHED_WORKFLOWS: String(CACHE),
   ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
 });
 const steward = await startSteward(config, pino({ level: 'warn' }));
@@ -71,66 +74,40 @@ async function turn(chatId: string): Promise<number> {
   return performance.now() - t0;
 }
 
-function stats(ms: number[]) {
-  const s = [...ms].sort((a, b) => a - b);
-  const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? 0;
-  return { turns: s.length, p50_ms: +q(0.5).toFixed(1), p90_ms: +q(0.9).toFixed(1), p99_ms: +q(0.99).toFixed(1), max_ms: +(s.at(-1) ?? 0).toFixed(1) };
+/** History events and workflow tasks of a session's HISTORY_TURNS turns: the session's runs and every workflow they started. */
+async function sessionCost(chatId: string) {
+  const seen = new Set<string>();
+  const histories: Array<Awaited<ReturnType<ReturnType<typeof steward.client.workflow.getHandle>['fetchHistory']>>> = [];
+  const visit = async (workflowId: string, runId?: string) => {
+    const key = `${workflowId}/${runId ?? ''}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    const h = await steward.client.workflow.getHandle(workflowId, runId).fetchHistory();
+    histories.push(h);
+    for (const e of h.events ?? []) {
+      const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
+      if (child?.workflowId) await visit(child.workflowId);
+    }
+  };
+  await visit(sessionWorkflowId({ platform: 'http', account: 'default', chatId }));
+  return historyCost(histories as never);
 }
 
-const mb = (n: number) => +(n / 1024 / 1024).toFixed(1);
 try {
-  for (let i = 0; i < 20; i++) await turn('warmup');
-
-  const one: number[] = [];
-  for (let i = 0; i < SEQUENTIAL_TURNS; i++) one.push(await turn('one'));
-
-  const many: number[] = [];
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async (_, c) => {
-      for (let i = 0; i < 10; i++) many.push(await turn(`conc-${c}`));
-    }),
-  );
-
-  let sustained = 0;
-  const until = performance.now() + SECONDS * 1000;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async (_, c) => {
-      while (performance.now() < until) {
-        await turn(`sustain-${c}`);
-        sustained++;
-      }
-    }),
-  );
-  const elapsed = (performance.now() - t0) / 1000;
-
-  const memBefore = process.memoryUsage();
-  for (let i = 0; i < IDLE_SESSIONS; i += CONCURRENCY) {
-    await Promise.all(Array.from({ length: Math.min(CONCURRENCY, IDLE_SESSIONS - i) }, (_, k) => turn(`idle-${i + k}`)));
-  }
-  await new Promise((r) => setTimeout(r, 2000));
-  (globalThis as { gc?: () => void }).gc?.();
-  const memAfter = process.memoryUsage();
-
+  const results = await runPhases(turn, settings);
+  for (let i = 0; i < HISTORY_TURNS; i++) await turn('history');
+  await new Promise((r) => setTimeout(r, 500)); // the last turn's closing tasks
+  const cost = await sessionCost('history');
   console.log(
     JSON.stringify(
       {
         bench: 'turn-overhead',
-        node: process.version,
-        cpus: (await import('node:os')).cpus().length,
+        cache: CACHE,
         database: config.databaseUrl.startsWith('file:') ? 'sqlite' : 'postgresql',
         temporal: 'embedded dev server (SQLite)',
-        latency_1_conversation: stats(one),
-        [`latency_${CONCURRENCY}_conversations`]: stats(many),
-        sustained: { seconds: +elapsed.toFixed(1), conversations: CONCURRENCY, turns: sustained, turns_per_s: +(sustained / elapsed).toFixed(1) },
-        idle_sessions: {
-          sessions: IDLE_SESSIONS + CONCURRENCY * 2 + 2,
-          process_rss_mb: mb(memAfter.rss),
-          heap_used_mb: mb(memAfter.heapUsed),
-          rss_growth_for_idle_sessions_mb: mb(memAfter.rss - memBefore.rss),
-          note: 'API, worker and ingress in one process (the all-in-one start); the Temporal server is a separate process',
-        },
-        targets: { p50_ms_1_conversation: 50, turns_per_s: 50, worker_rss_mb_1000_idle: 300 },
+        ...results,
+        per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
+        note: 'API, worker and ingress in one process (the all-in-one start); the Temporal server is a separate process',
       },
       null,
       2,

@@ -1,0 +1,103 @@
+/**
+ * Steward against the plain-Temporal floor, in one run: BENCH_ROUNDS rounds (3), each running
+ * bench/floor.ts and then bench/turn-overhead.ts as processes of their own (so each process's
+ * memory is its own), alternating which goes first; every round is printed, then the medians
+ * and the ratios of the medians (Steward / floor; for throughput, Steward / floor as well, so
+ * higher is better there and lower everywhere else). Every BENCH_* setting is passed to both.
+ * Prints JSON. Not a test.
+ *
+ *   npm run bench:compare
+ *   BENCH_ROUNDS=5 BENCH_SECONDS=30 npm run bench:compare
+ */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
+
+type Json = Record<string, unknown>;
+
+function run(script: string): Promise<Json> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', path.join(here, script)], { stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    child.stderr.on('data', (b: Buffer) => (err += b.toString()));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const start = out.indexOf('{');
+      if (code !== 0 || start < 0) return reject(new Error(`${script} exited with ${code}: ${err.split('\n').filter((l) => !l.includes('[INFO]')).slice(-20).join('\n')}`));
+      try {
+        resolve(JSON.parse(out.slice(start)) as Json);
+      } catch (e) {
+        reject(new Error(`${script} printed no JSON: ${(e as Error).message}`));
+      }
+    });
+  });
+}
+
+/** The figures compared, as paths into each benchmark's JSON. */
+const METRICS: Record<string, string> = {
+  p50_ms_1_conversation: 'latency_1_conversation.p50_ms',
+  p99_ms_1_conversation: 'latency_1_conversation.p99_ms',
+  p50_ms_n_conversations: 'latency_n_conversations.p50_ms',
+  p99_ms_n_conversations: 'latency_n_conversations.p99_ms',
+  turns_per_s: 'sustained.turns_per_s',
+  rss_mb_idle_sessions: 'idle_sessions.process_rss_mb',
+  rss_growth_mb_idle_sessions: 'idle_sessions.rss_growth_for_idle_sessions_mb',
+  p50_ms_wake_after_idle: 'wake_after_idle.p50_ms',
+  history_events_per_turn: 'per_turn.history_events',
+  workflow_tasks_per_turn: 'per_turn.workflow_tasks',
+};
+
+const pick = (j: Json, p: string): number => {
+  let v: unknown = j;
+  for (const k of p.split('.')) v = (v as Json | undefined)?.[k];
+  return typeof v === 'number' ? v : NaN;
+};
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
+const rounds: Array<{ round: number; order: string[]; floor: Record<string, number>; steward: Record<string, number> }> = [];
+for (let r = 1; r <= ROUNDS; r++) {
+  const order = r % 2 === 1 ? ['floor', 'steward'] : ['steward', 'floor'];
+  const got: Record<string, Json> = {};
+  for (const which of order) got[which] = await run(which === 'floor' ? 'floor.ts' : 'turn-overhead.ts');
+  const figures = (j: Json) => Object.fromEntries(Object.entries(METRICS).map(([name, p]) => [name, pick(j, p)]));
+  const round = { round: r, order, floor: figures(got.floor!), steward: figures(got.steward!) };
+  rounds.push(round);
+  console.error(`round ${r}/${ROUNDS}: ${JSON.stringify(round)}`);
+}
+
+const medians = (side: 'floor' | 'steward') => Object.fromEntries(Object.keys(METRICS).map((m) => [m, +median(rounds.map((r) => r[side][m]!)).toFixed(1)]));
+const floor = medians('floor');
+const steward = medians('steward');
+const ratios = Object.fromEntries(Object.keys(METRICS).map((m) => [m, floor[m] ? +(steward[m]! / floor[m]!).toFixed(2) : null]));
+console.log(
+  JSON.stringify(
+    {
+      bench: 'compare',
+      rounds: ROUNDS,
+      settings: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_'))),
+      per_round: rounds,
+      median: { floor, steward },
+      ratio_steward_to_floor: ratios,
+      targets: {
+        p50_ms_1_conversation: '<= 1.5',
+        p99_ms_1_conversation: '<= 2',
+        p50_ms_n_conversations: '<= 1.5',
+        turns_per_s: '>= 0.7',
+        rss_mb_idle_sessions: '<= 1 (and <= 300 MB with the shipped defaults)',
+        history_events_per_turn: '<= 1.5',
+        workflow_tasks_per_turn: '<= 1.5',
+      },
+    },
+    null,
+    2,
+  ),
+);
