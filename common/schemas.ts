@@ -1,21 +1,16 @@
 /**
- * Zod schemas shared by adapters, activities and workflows. Pure: no I/O, safe for the
- * workflow bundle.
+ * Zod schemas shared by adapters and activities. Pure: no I/O. Workflows check by the plain
+ * values in common/limits.ts instead (zod stays out of the workflow bundle).
  */
 import { z } from 'zod';
+import { MAX_MESSAGE_CHARS, MAX_STEER_CHARS, MODEL_REF_MESSAGE, MODEL_REF_PATTERN, PROVIDERS, THINK_LEVELS } from './limits.js';
 
-export const PROVIDERS = ['openai', 'anthropic', 'openai-compatible'] as const;
+export { MAX_MESSAGE_CHARS, MAX_STEER_CHARS, PROVIDERS, THINK_LEVELS };
 export const ProviderSchema = z.enum(PROVIDERS);
 export type Provider = z.infer<typeof ProviderSchema>;
 
 /** `provider:model`, e.g. `openai:gpt-4.1` or `openai-compatible:llama3.1`. */
-export const ModelRefSchema = z
-  .string()
-  .trim()
-  .regex(
-    /^(openai|anthropic|openai-compatible):[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$/,
-    'expected provider:model with provider one of openai, anthropic, openai-compatible (e.g. openai:gpt-4.1)',
-  );
+export const ModelRefSchema = z.string().trim().regex(MODEL_REF_PATTERN, MODEL_REF_MESSAGE);
 export type ModelRef = z.infer<typeof ModelRefSchema>;
 
 export function parseModelRef(ref: string): { provider: Provider; model: string } {
@@ -24,7 +19,6 @@ export function parseModelRef(ref: string): { provider: Provider; model: string 
   return { provider: ProviderSchema.parse(parsed.slice(0, idx)), model: parsed.slice(idx + 1) };
 }
 
-export const THINK_LEVELS = ['off', 'low', 'medium', 'high'] as const;
 export const ThinkLevelSchema = z.enum(THINK_LEVELS);
 export type ThinkLevel = z.infer<typeof ThinkLevelSchema>;
 
@@ -32,9 +26,6 @@ export const PLATFORMS = ['http', 'cli', 'telegram', 'discord', 'openharness'] a
 export const PlatformSchema = z.enum(PLATFORMS);
 export type Platform = z.infer<typeof PlatformSchema>;
 
-/** Limits that bound what one inbound message may carry. */
-export const MAX_MESSAGE_CHARS = 32_000;
-export const MAX_STEER_CHARS = 4_000;
 
 const idPart = z
   .string()

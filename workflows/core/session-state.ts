@@ -2,7 +2,7 @@
  * The session's state as a small pure class: queue, settings, working set, counters.
  * The workflow hosts it; unit tests drive it directly.
  */
-import { MAX_STEER_CHARS, ModelRefSchema, ThinkLevelSchema } from '../../common/schemas.js';
+import { MAX_STEER_CHARS, MODEL_REF_MESSAGE, MODEL_REF_PATTERN, THINK_LEVELS } from '../../common/limits.js';
 import {
   MAX_NOTES,
   MAX_QUEUE,
@@ -77,11 +77,8 @@ export class SessionState {
 
   static validateSettings(change: SettingsChange): void {
     if (change.model === undefined && change.think === undefined) throw new Error('nothing to change');
-    if (change.model !== undefined) {
-      const r = ModelRefSchema.safeParse(change.model);
-      if (!r.success) throw new Error(r.error.issues[0]?.message ?? 'invalid model');
-    }
-    if (change.think !== undefined && !ThinkLevelSchema.safeParse(change.think).success) {
+    if (change.model !== undefined && !MODEL_REF_PATTERN.test(change.model.trim())) throw new Error(MODEL_REF_MESSAGE);
+    if (change.think !== undefined && !(THINK_LEVELS as readonly string[]).includes(change.think)) {
       throw new Error('think must be one of off, low, medium, high');
     }
   }
