@@ -97,6 +97,20 @@ export interface ChangeView {
 }
 
 
+/** A change's patch and where the change stands (GET /api/v1/changes/{id}/patch). */
+export interface ChangePatch {
+  patch: string;
+  hash: string;
+  /** running, done, failed, refused, cancelled */
+  status: string;
+  /** The validation gate's verdict, null before the gate ran. */
+  verdict: 'pass' | 'fail' | null;
+  reasons: string[];
+  /** The change ended done with its result: the patch passed the gates and was promoted. */
+  promoted: boolean;
+  error: string | null;
+}
+
 const parseJson = <T>(s: string | null): T | null => (s ? (JSON.parse(s) as T) : null);
 
 /** A fresh change id: lowercase, so it is also a valid agent-harness task id. */
@@ -262,10 +276,24 @@ export function createChangeService(deps: ChangeServiceDeps) {
     },
 
     /** The patch artifact (git apply-able), by the change's content hash. */
-    async getPatch(id: string): Promise<{ patch: string; hash: string } | undefined> {
+    /**
+     * The patch the change's agent produced, with where the change stands: `promoted` only when
+     * the change ended done with its result (patch artifact or draft PR) after the gates; a
+     * patch of a change refused, failed, cancelled or still running is not.
+     */
+    async getPatch(id: string): Promise<ChangePatch | undefined> {
       const r = await db.repoChange.findUnique({ where: { id } });
       if (!r?.patchHash) return undefined;
-      return { patch: await getBlobText(db, r.patchHash), hash: r.patchHash };
+      const verdict = parseJson<GateVerdict>(r.verdict);
+      return {
+        patch: await getBlobText(db, r.patchHash),
+        hash: r.patchHash,
+        status: r.status,
+        verdict: verdict?.verdict ?? null,
+        reasons: verdict?.reasons ?? [],
+        promoted: r.status === 'done' && r.result !== null,
+        error: r.error,
+      };
     },
 
     /** Answer a change's clarifying question (validated in the workflow: only while one is open). */

@@ -714,3 +714,23 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     },
   };
 }
+
+/** Where the embedded Temporal UI is served under Steward's own origin (the dev server's `--ui-public-path`). */
+export const EMBEDDED_UI_PATH = '/ui';
+
+/** The API's base URL as a local client reaches it (a wildcard listen address becomes 127.0.0.1). */
+export function localApiUrl(cfg: Pick<StewardConfig, 'http'>): string {
+  const h = cfg.http.host;
+  const host = h === '0.0.0.0' || h === '::' ? '127.0.0.1' : h.includes(':') ? `[${h}]` : h;
+  return `http://${host}:${cfg.http.port}`;
+}
+
+/**
+ * The base of run links into the Temporal UI: STEWARD_TEMPORAL_UI_URL, else the embedded UI that
+ * `steward start` serves at `<api>/ui` (when it starts the dev server with its UI), else none.
+ */
+export function temporalUiBase(cfg: Pick<StewardConfig, 'http' | 'temporal' | 'temporalUiUrl'>): string | undefined {
+  if (cfg.temporalUiUrl) return cfg.temporalUiUrl;
+  if (!cfg.temporal.address && cfg.temporal.embedded.ui) return `${localApiUrl(cfg)}${EMBEDDED_UI_PATH}`;
+  return undefined;
+}

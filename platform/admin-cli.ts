@@ -38,7 +38,8 @@ const USAGE: Record<string, string> = {
     'steward repos list | show NAME | remove NAME | add NAME --clone URL [--branch main] [--check "name: argv..."]... [--agent-command "argv..."] [--model provider:model] [--github owner/repo --token-ref env:NAME] [--promotion patch|draft-pr|draft-pr-after-approval] | add --file repo.json',
   objectives:
     'steward objectives list | show ID | add NAME --chat ID [--platform http|telegram|discord] [--account A] [--every 30m | --cron "0 9 * * *"] [--watch DIR] [--email ADDRESS] (a schedule, a trigger or both) [--timezone Z] [--jitter 1m] [--overlap skip|buffer-one|buffer-all|cancel-other|terminate-other|allow-all] [--catchup 1h] [--pause-on-failure] [--model M] --prompt TEXT | update ID [--prompt T] [--every D | --cron C] [--timezone Z] [--overlap P] [--catchup D] [--watch DIR|""] [--email ADDRESS|""] | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO | skip-missed ID | delete ID',
-  changes: 'steward changes list [--repo R] | start REPO REQUEST... [--base BRANCH] | show ID [--json] | patch ID [--out FILE] | answer ID TEXT...',
+  changes: 'steward changes list [--repo R] | start REPO REQUEST... [--base BRANCH] | show ID [--json] | patch ID [--out FILE] [--include-refused] | answer ID TEXT...',
+  ui: 'steward ui [--url URL] [--token TOKEN]',
 };
 
 function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
@@ -555,7 +556,7 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { url: { type: 'string' }, token: { type: 'string' }, base: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, out: { type: 'string' } },
+    options: { url: { type: 'string' }, token: { type: 'string' }, base: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, out: { type: 'string' }, 'include-refused': { type: 'boolean' } },
   });
   const target = await apiTarget(io.config(), io, values);
   const fail = (r: { status: number; json: Record<string, unknown> }) => apiFailure(io, r);
@@ -599,19 +600,31 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
     }
     case 'patch': {
       const id = check(ChangeIdArg, positionals[0], 'ID');
+      const includeRefused = values['include-refused'] === true;
       let res: Response;
       try {
-        res = await fetch(`${target.url}/api/v1/changes/${id}/patch`, { headers: { authorization: `Bearer ${target.token}` } });
+        res = await fetch(`${target.url}/api/v1/changes/${id}/patch${includeRefused ? '?include=refused' : ''}`, { headers: { authorization: `Bearer ${target.token}` } });
       } catch {
         throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
       }
+      if (res.status === 409) {
+        const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+        io.err(`${String(json.error ?? 'the change was not promoted')}; --include-refused saves it anyway.\n`);
+        return 1;
+      }
       if (res.status !== 200) return fail({ status: res.status, json: ((await res.json().catch(() => ({}))) as Record<string, unknown>) });
       const patch = await res.text();
+      const promoted = res.headers.get('x-steward-promoted') === 'true';
+      const standing = `status ${res.headers.get('x-steward-change-status') ?? '?'}, gate verdict ${res.headers.get('x-steward-gate-verdict') ?? '?'}`;
+      const refusedNote = `REFUSED: change ${id} was not promoted (${standing}); review why before applying it (steward changes show ${id}).`;
       if (values.out) {
         const { writeFile } = await import('node:fs/promises');
         await writeFile(values.out, patch);
-        io.out(`Wrote ${values.out} (${patch.length} bytes; apply with git apply).\n`);
-      } else io.out(patch);
+        io.out(promoted ? `Wrote ${values.out} (${patch.length} bytes; apply with git apply).\n` : `Wrote ${values.out} (${patch.length} bytes), ${refusedNote}\n`);
+      } else {
+        io.out(patch);
+        if (!promoted) io.err(`${refusedNote}\n`);
+      }
       return 0;
     }
     case 'answer': {
@@ -626,6 +639,25 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
     default:
       throw new UsageError(`usage: ${USAGE.changes}`);
   }
+}
+
+/** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
+async function ui(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
+  if (positionals.length > 0) throw new UsageError(`usage: ${USAGE.ui}`);
+  const target = await apiTarget(io.config(), io, values);
+  let res: Response;
+  try {
+    res = await fetch(`${target.url}/codec/links`, { method: 'POST', headers: { authorization: `Bearer ${target.token}` } });
+  } catch {
+    throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
+  }
+  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
+  if (res.status === 401) throw new UsageError('the API token was refused (check STEWARD_API_TOKEN or --token)');
+  if (res.status !== 201 || typeof json.url !== 'string') return apiFailure(io, { status: res.status, json });
+  const opens = typeof json.ui === 'string' ? `it signs the browser in and opens ${json.ui}` : 'it signs the browser in to the codec endpoint (this Steward serves no Temporal UI)';
+  io.out(`${json.url}\n  (${opens}; it works once, until ${String(json.expiresAt)})\n`);
+  return 0;
 }
 
 /** Run `steward <command> <sub> ...`; resolves with the exit code. */
@@ -649,6 +681,8 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await changes(sub, rest, io);
       case 'objectives':
         return await objectives(sub, rest, io);
+      case 'ui':
+        return await ui(args, io);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

@@ -6,6 +6,7 @@
  * Checks: configuration, Temporal reachable, namespace, search attributes, database reachable,
  * migrations applied, sandbox, model provider, Telegram and Discord tokens. `ok` is false when
  * any check fails; warnings (the embedded Temporal server not running, no sandbox) do not.
+ * The report ends with one line naming the features this machine cannot offer (capabilities.ts).
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
@@ -19,6 +20,7 @@ import { databaseKind, pgConfig, sqlitePath } from '../activities/db.js';
 import { sandboxAvailable } from '../activities/sandbox.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
 import { connectTemporal, SEARCH_ATTRIBUTES } from './temporal-server.js';
+import { unavailableFeatures, unavailableLine } from './capabilities.js';
 
 const IndexedValueType = protoModule.temporal.api.enums.v1.IndexedValueType;
 
@@ -39,6 +41,8 @@ export type DoctorCheck = z.infer<typeof DoctorCheckSchema>;
 export const DoctorReportSchema = z.object({
   ok: z.boolean(),
   checks: z.array(DoctorCheckSchema),
+  /** Features this machine cannot offer (no sandbox, no git), with why and the fix; empty when all work. */
+  unavailable: z.array(z.object({ features: z.string(), reason: z.string(), fix: z.string() })),
 });
 export type DoctorReport = z.infer<typeof DoctorReportSchema>;
 
@@ -407,7 +411,7 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
         .filter((id) => id !== 'config')
         .map((id) => check(id, 'skip', 'The configuration is invalid.')),
     ];
-    return { ok: false, checks };
+    return { ok: false, checks, unavailable: [] };
   }
   const configCheck = check('config', 'ok', `The configuration is valid (data directory ${cfg.dataDir}, model ${cfg.model.default}).`);
   const guard = async (ids: string[], p: Promise<DoctorCheck[]>): Promise<DoctorCheck[]> => {
@@ -417,16 +421,17 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
       return ids.map((id, i) => (i === 0 ? check(id, 'fail', `The check itself failed: ${errText(err)}.`, 'Run again with STEWARD_LOG_LEVEL=debug and report the error.') : check(id, 'skip', 'An earlier check failed.')));
     }
   };
-  const [temporal, database, sandbox, model, telegram, discord] = await Promise.all([
+  const [temporal, database, sandbox, model, telegram, discord, unavailable] = await Promise.all([
     guard(['temporal', 'namespace', 'search-attributes'], temporalChecks(cfg, timeoutMs)),
     guard(['database', 'migrations'], databaseChecks(cfg, timeoutMs)),
     opts.skipSandbox ? Promise.resolve([check('sandbox', 'skip', 'Not checked (--skip-sandbox).')]) : guard(['sandbox'], sandboxCheck().then((c) => [c])),
     guard(['model'], modelCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['telegram'], telegramCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['discord'], discordCheck(cfg, timeoutMs).then((c) => [c])),
+    unavailableFeatures(opts.skipSandbox ? { sandbox: async () => ({ ok: true }) } : {}),
   ]);
   const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...telegram, ...discord];
-  return { ok: checks.every((c) => c.status !== 'fail'), checks };
+  return { ok: checks.every((c) => c.status !== 'fail'), checks, unavailable };
 }
 
 const MARK: Record<CheckStatus, string> = { ok: 'ok  ', warn: 'WARN', fail: 'FAIL', skip: 'skip' };
@@ -437,5 +442,7 @@ export function formatDoctor(r: DoctorReport): string {
   const lines = r.checks.flatMap((c) => [`[${MARK[c.status]}] ${c.title.padEnd(width)}  ${c.message}`, ...(c.fix && c.status !== 'ok' ? [`       ${' '.repeat(width)}  fix: ${c.fix}`] : [])]);
   const counts = CHECK_STATUSES.map((s) => [s, r.checks.filter((c) => c.status === s).length] as const).filter(([, n]) => n > 0);
   lines.push('', `${r.ok ? 'Steward is ready' : 'Steward is NOT ready'}: ${counts.map(([s, n]) => `${n} ${s}`).join(', ')}.`);
+  const unavailable = unavailableLine(r.unavailable);
+  if (unavailable) lines.push(`Unavailable on this machine: ${unavailable}.`);
   return `${lines.join('\n')}\n`;
 }

@@ -15,6 +15,7 @@ import { adminCommand } from './admin-cli.js';
 import { historiesCommand } from './histories.js';
 import { opsCommand, stdoutWriter } from './ops-cli.js';
 import { redactUrl, startSteward, startWorkerOnly } from './start.js';
+import { unavailableFeatures, unavailableLine } from './capabilities.js';
 
 const USAGE = `Usage: steward <command> [options]
 
@@ -59,8 +60,9 @@ Commands:
              --token-ref env:NAME] [--promotion P] | add --file repo.json
                         Repositories Steward may change (through the running API).
   changes list [--repo R] | start REPO REQUEST... [--base B] | show ID [--json]
-             | patch ID [--out FILE] | answer ID TEXT...
-                        Governed repository changes (through the running API).
+             | patch ID [--out FILE] [--include-refused] | answer ID TEXT...
+                        Governed repository changes (through the running API); a
+                        patch that was not promoted only with --include-refused.
   objectives list | show ID | add NAME --chat ID (--every D | --cron C) --prompt T
              [--timezone Z] [--overlap P] [--catchup D] [--pause-on-failure] | update ID ...
              | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO
@@ -69,7 +71,12 @@ Commands:
   histories record --query Q [--limit 20] [--out DIR] [--prefix NAME] [--include-running]
              [--force]  Record closed runs' histories (visibility query Q) as replay
                         fixtures (default test/replay/histories), payloads decoded.
-  test [files...]       Run the test suite.
+  ui [--url URL] [--token TOKEN]
+                        Print a one-time link that signs a browser in and opens the
+                        Temporal UI of a running \`steward start\` (payloads decoded).
+  test [files...]       Run the test suite (installs the system packages it needs
+                        when it can; skips suites whose parts are missing, except
+                        with CI=true).
   help                  Show this help.
 
 Configuration: environment variables or a JSON config file; see .env.example.`;
@@ -96,12 +103,17 @@ async function start(role: 'all' | 'api'): Promise<void> {
     `  API:          ${steward.apiUrl}  (health: ${steward.apiUrl}/healthz, OpenAPI: ${steward.apiUrl}/api/openapi.json)`,
     `  API token:    ${steward.apiTokenGenerated ? `${steward.apiToken}  (generated; saved in ${path.join(steward.dataDir, 'api-token')})` : `(from ${process.env.STEWARD_API_TOKEN ? 'STEWARD_API_TOKEN' : path.join(steward.dataDir, 'api-token')})`}`,
     `  Temporal:     ${steward.temporalAddress} (namespace ${steward.namespace})`,
-    `  Temporal UI:  ${steward.temporalUiUrl ?? '(not started here)'}`,
-    `  Codec:        ${steward.codecUrl}  (${cfg.codec.enabled ? `payloads encrypted; keys ${cfg.codec.keys ? 'from STEWARD_CODEC_KEYS' : `in ${path.join(steward.dataDir, 'codec-keys.json')}`}; browsers sign in at ${steward.codecUrl}/login` : 'STEWARD_CODEC=off: new payloads are stored in plaintext'})`,
+    `  Temporal UI:  ${
+      steward.temporalUiSignInUrl
+        ? `${steward.temporalUiSignInUrl}  (opens ${steward.temporalUiUrl}/ signed in, payloads decoded; the link works once, within an hour: \`./steward ui\` prints another)`
+        : (cfg.temporalUiUrl ?? '(not started here)')
+    }`,
+    `  Codec:        ${steward.codecUrl}  (${cfg.codec.enabled ? `payloads encrypted; keys ${cfg.codec.keys ? 'from STEWARD_CODEC_KEYS' : `in ${path.join(steward.dataDir, 'codec-keys.json')}`}` : 'STEWARD_CODEC=off: new payloads are stored in plaintext'}; other UIs and the CLI: see README)`,
     `  Data dir:     ${steward.dataDir}`,
     `  Database:     ${redactUrl(steward.databaseUrl)}`,
     `  Model:        ${steward.model}${steward.modelConfigured ? '' : '  (NOT CONFIGURED: set OPENAI_API_KEY, ANTHROPIC_API_KEY or STEWARD_MODEL_BASE_URL; chat answers with setup help until then)'}`,
     `  Chats:        ${steward.channels.length ? steward.channels.map((c) => `${c.platform} (bot ${c.account})`).join(', ') : 'HTTP API and CLI only (set TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN for chat platforms)'}`,
+    ...(unavailableLine(steward.unavailable) ? [`  Unavailable:  ${unavailableLine(steward.unavailable)}`] : []),
     '',
     'Chat with it:  ./steward chat      Stop: Ctrl-C',
   ];
@@ -141,6 +153,8 @@ async function worker(args: string[]): Promise<void> {
   const w = await startWorkerOnly(cfg, log);
   const queues = w.queues.map((q) => `${q.taskQueue} (${q.role}${cfg.workers.concurrency[q.role] ? `, ${cfg.workers.concurrency[q.role]} at once` : ''})`).join(', ');
   process.stdout.write(`Steward worker polling ${queues} on ${cfg.temporal.address} (namespace ${cfg.temporal.namespace}).\n`);
+  const unavailable = unavailableLine(await unavailableFeatures());
+  if (unavailable) process.stdout.write(`Unavailable on this machine: ${unavailable}\n`);
   const stop = () => {
     w.stop().catch((err: unknown) => log.error({ err }, 'worker shutdown failed'));
   };
@@ -211,6 +225,7 @@ try {
     case 'repos':
     case 'changes':
     case 'objectives':
+    case 'ui':
       process.exitCode = await adminCommand(command, rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
       break;
     case 'histories':

@@ -10,7 +10,7 @@ import type { DataConverter } from '@temporalio/common';
 import { z } from 'zod';
 import { createDb, type Db } from '../activities/db.js';
 import { listReceipts, type ReceiptFilter } from '../activities/receipts.js';
-import { parseDuration, type StewardConfig } from '../config/index.js';
+import { parseDuration, temporalUiBase, type StewardConfig } from '../config/index.js';
 import { formatDoctor, runDoctor, tcpProbe } from './doctor.js';
 import { configuredPayloadCodec } from './histories.js';
 import { connectTemporal } from './temporal-server.js';
@@ -142,13 +142,6 @@ export async function exportReceipts(db: Db, args: ExportArgs, write: (s: string
   return written;
 }
 
-/** The Temporal UI base for run links: STEWARD_TEMPORAL_UI_URL, else the embedded server's UI. */
-export function uiBaseOf(cfg: StewardConfig): string | undefined {
-  if (cfg.temporalUiUrl) return cfg.temporalUiUrl;
-  if (!cfg.temporal.address && cfg.temporal.embedded.ui) return `http://127.0.0.1:${cfg.temporal.embedded.uiPort}`;
-  return undefined;
-}
-
 async function receiptsCommand(args: string[], io: OpsIo): Promise<number> {
   const rest = args[0] === 'export' ? args.slice(1) : args;
   const { values, positionals } = parseArgs({
@@ -201,12 +194,13 @@ async function traceCommand(args: string[], io: OpsIo): Promise<number> {
   const cfg = io.config();
   const db = createDb(cfg.databaseUrl);
   const temporal = await openTemporal(cfg, io.dataConverter);
+  const uiBase = temporalUiBase(cfg);
   try {
     const trace = await buildTrace(ref, {
       db,
       namespace: cfg.temporal.namespace,
       ...('client' in temporal ? { client: temporal.client } : {}),
-      ...(uiBaseOf(cfg) ? { uiBase: uiBaseOf(cfg)! } : {}),
+      ...(uiBase ? { uiBase } : {}),
       ...(chat ? { chat } : {}),
       withData: values.json === true,
     });

@@ -18,10 +18,12 @@ import { createModelRegistry } from '../activities/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
 import { AuthBackoff } from '../adapters/http/backoff.js';
 import { createCodecRoutes } from '../adapters/http/codec.js';
+import { BrowserSignIn } from '../adapters/http/sign-in.js';
+import { createTemporalUiProxy } from '../adapters/http/temporal-ui.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
-import { QUEUE_ROLES, type QueueRole, type StewardConfig } from '../config/index.js';
+import { EMBEDDED_UI_PATH, localApiUrl, QUEUE_ROLES, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService } from '../adapters/changes.js';
 import { createObjectiveService } from '../adapters/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
@@ -33,6 +35,7 @@ import { setModelPrices } from './metrics.js';
 import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, freePort, startEmbeddedTemporal } from './temporal-server.js';
+import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
 
 export interface RunningSteward {
   apiUrl: string;
@@ -41,7 +44,10 @@ export interface RunningSteward {
   apiToken: string;
   apiTokenGenerated: boolean;
   temporalAddress: string;
+  /** The Temporal UI: the embedded one served at `<apiUrl>/ui`, when this process started it. */
   temporalUiUrl?: string;
+  /** A one-time link that signs a browser in and opens that UI (single use, within an hour). */
+  temporalUiSignInUrl?: string;
   namespace: string;
   dataDir: string;
   databaseUrl: string;
@@ -49,6 +55,8 @@ export interface RunningSteward {
   modelConfigured: boolean;
   /** Chat platforms receiving messages, with their bot accounts. */
   channels: Array<{ platform: string; account: string }>;
+  /** What this machine cannot do (no sandbox, no git), for the banner; empty for `steward api`. */
+  unavailable: UnavailableFeature[];
   db: Db;
   client: Client;
   /** Emits `transcript` (session id, role) whenever a message lands in a session's transcript. */
@@ -270,13 +278,14 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     await mkdir(config.dataDir, { recursive: true });
     const { token, generated } = await resolveApiToken(config);
     const { codec, dataConverter } = await payloadCodecFor(config, log);
-    // where the API will listen (the embedded UI decodes payloads through its /codec)
-    const apiHost = config.http.host === '0.0.0.0' || config.http.host === '::' ? '127.0.0.1' : config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
-    const codecUrl = `http://${apiHost}:${config.http.port}/codec`;
+    // what this machine cannot do (probed meanwhile; the workers' features, so not for `steward api`)
+    const unavailable = role === 'api' ? Promise.resolve([]) : unavailableFeatures();
 
-    // Temporal
+    // Temporal. The embedded server's Web UI listens on loopback under /ui and is served through
+    // the API's origin (<api>/ui), where its relative codec endpoint (/codec) is the API's own.
     let address: string;
     let uiUrl: string | undefined;
+    let uiUpstream: string | undefined;
     if (config.temporal.address) {
       address = config.temporal.address;
     } else {
@@ -288,11 +297,15 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
         namespace: config.temporal.namespace,
         ...(config.temporal.embedded.cliPath ? { cliPath: config.temporal.embedded.cliPath } : {}),
         log,
-        uiCodecEndpoint: codecUrl,
+        uiCodecEndpoint: '/codec',
+        uiPublicPath: EMBEDDED_UI_PATH,
       });
       cleanups.push(() => server.stop());
       address = server.address;
-      uiUrl = server.uiUrl;
+      if (server.uiUrl) {
+        uiUpstream = new URL(server.uiUrl).origin;
+        uiUrl = `${localApiUrl(config)}${EMBEDDED_UI_PATH}`;
+      }
     }
     const { connection, nativeConnection } = await connectTemporal(config.temporal, address);
     cleanups.push(() => connection.close());
@@ -399,16 +412,20 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     });
     // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
     app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log, backoff }));
-    // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or login cookie)
+    // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or
+    // the browser sign-in), and the embedded UI behind the same sign-in
+    const signIn = new BrowserSignIn({ apiToken: token });
     const uiPort = config.temporal.embedded.uiPort;
     const corsOrigins = config.codec.corsOrigins ?? [
       `http://127.0.0.1:${uiPort}`,
       `http://localhost:${uiPort}`,
       ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
     ];
-    app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff }));
+    app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+    if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
+    const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;
     if (config.telemetry.metrics.port !== undefined) {
       const metricsServer = await startMetricsServer({ host: config.telemetry.metrics.host, port: config.telemetry.metrics.port, log });
       cleanups.push(() => metricsServer.close());
@@ -417,6 +434,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // Chat platforms (stopped first on shutdown, so nothing new arrives while the worker drains)
     const channels: RunningChannel[] = await startChannels(config, { ingress, senders, db, log });
     for (const ch of channels) cleanups.push(() => ch.stop());
+    const missing = await unavailable;
+    for (const u of missing) log.warn({ features: u.features, reason: u.reason, fix: u.fix }, 'unavailable on this machine');
 
     return {
       apiUrl: http.url,
@@ -424,13 +443,15 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       apiToken: token,
       apiTokenGenerated: generated,
       temporalAddress: address,
-      ...(uiUrl ? { temporalUiUrl: uiUrl } : {}),
+      ...(uiUpstream ? { temporalUiUrl: `${http.url}${EMBEDDED_UI_PATH}` } : {}),
+      ...(uiSignInUrl ? { temporalUiSignInUrl: uiSignInUrl } : {}),
       namespace: config.temporal.namespace,
       dataDir: config.dataDir,
       databaseUrl: config.databaseUrl,
       model: config.model.default,
       modelConfigured: models.isConfigured(config.model.default),
       channels: channels.map((c) => ({ platform: c.platform, account: c.account })),
+      unavailable: missing,
       db,
       client,
       events,

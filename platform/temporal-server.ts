@@ -91,8 +91,13 @@ export interface EmbeddedTemporalOptions {
   namespace: string;
   cliPath?: string;
   log?: Logger;
-  /** The codec endpoint the Web UI decodes payloads with (Steward's `<api url>/codec`). */
+  /**
+   * The codec endpoint the Web UI decodes payloads with: `/codec` (relative) when Steward serves
+   * the UI under its own origin, so the browser calls the endpoint of the origin it is on.
+   */
   uiCodecEndpoint?: string;
+  /** The Web UI's base path (`--ui-public-path`), e.g. `/ui` when Steward serves it there; default `/`. */
+  uiPublicPath?: string;
 }
 
 async function waitForFrontend(address: string, child: ChildProcess, logFile: string, timeoutMs: number): Promise<void> {
@@ -116,6 +121,12 @@ async function waitForFrontend(address: string, child: ChildProcess, logFile: st
   const tail = existsSync(logFile) ? readFileSync(logFile, 'utf8').split('\n').slice(-20).join('\n') : '';
   const why = child.exitCode !== null || child.signalCode !== null ? `it exited (${child.exitCode ?? child.signalCode})` : `no answer after ${timeoutMs / 1000} s (${String(lastError)})`;
   throw new Error(`The embedded Temporal server did not start: ${why}. Its log (${logFile}):\n${tail}`);
+}
+
+/** The Web UI's codec endpoint and base path, as dev server flags. */
+function uiArgs(opts: EmbeddedTemporalOptions): string[] {
+  if (!opts.ui) return [];
+  return [...(opts.uiCodecEndpoint ? ['--ui-codec-endpoint', opts.uiCodecEndpoint] : []), ...(opts.uiPublicPath ? ['--ui-public-path', opts.uiPublicPath] : [])];
 }
 
 /** Start the Temporal dev server; falls back to the SDK's download where there is internet. */
@@ -147,13 +158,13 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
           searchAttributes: ALL_SEARCH_ATTRIBUTES,
           extraArgs: [
             ...DEV_SERVER_DYNAMIC_CONFIG.flatMap((v) => ['--dynamic-config-value', v]),
-            ...(opts.ui && opts.uiCodecEndpoint ? ['--ui-codec-endpoint', opts.uiCodecEndpoint] : []),
+            ...uiArgs(opts),
           ],
         },
       });
       return {
         address: env.address,
-        ...(opts.ui ? { uiUrl: `http://127.0.0.1:${opts.uiPort}` } : {}),
+        ...(opts.ui ? { uiUrl: `http://127.0.0.1:${opts.uiPort}${opts.uiPublicPath ?? ''}` } : {}),
         namespace: opts.namespace,
         stop: () => env.teardown(),
       };
@@ -186,7 +197,7 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
     '--sqlite-pragma',
     'synchronous=normal',
     ...(opts.ui ? ['--ui-port', String(opts.uiPort), '--ui-ip', '127.0.0.1', '--ui-disable-news-fetch'] : ['--headless']),
-    ...(opts.ui && opts.uiCodecEndpoint ? ['--ui-codec-endpoint', opts.uiCodecEndpoint] : []),
+    ...uiArgs(opts),
   ];
   const logFile = path.join(dir, 'server.log');
   const logStream = createWriteStream(logFile, { flags: 'a' });
@@ -209,7 +220,7 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
   process.once('exit', killOnExit);
   return {
     address,
-    ...(opts.ui ? { uiUrl: `http://127.0.0.1:${opts.uiPort}` } : {}),
+    ...(opts.ui ? { uiUrl: `http://127.0.0.1:${opts.uiPort}${opts.uiPublicPath ?? ''}` } : {}),
     namespace: opts.namespace,
     async stop() {
       process.removeListener('exit', killOnExit);

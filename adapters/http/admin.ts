@@ -273,7 +273,14 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
   );
 
   app.openapi(
-    createRoute({ method: 'post', path: '/api/v1/pairings/{code}/deny', summary: 'Deny a pairing code (the requester is told)', security: sec, request: { params: Code }, responses: { 200: json(Decision, 'Decided'), ...errors } }),
+    createRoute({
+      method: 'post',
+      path: '/api/v1/pairings/{code}/deny',
+      summary: 'Deny a pairing code (the requester is told)',
+      security: sec,
+      request: { params: Code, body: { content: { 'application/json': { schema: { type: 'object' as const } } }, required: false, description: 'Optional: no options. An empty body (with or without Content-Type: application/json) means no options.' } },
+      responses: { 200: json(Decision, 'Decided'), ...errors },
+    }),
     async (c) => {
       const r = await decidePairingAsOperator(c.req.valid('param').code, 'deny');
       return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
@@ -303,7 +310,15 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
         path: `/api/v1/approvals/{id}/${action}`,
         summary: action === 'approve' ? 'Approve a waiting action (accepted once)' : 'Deny a waiting action (accepted once)',
         security: sec,
-        request: { params: IdParam },
+        request: {
+          params: IdParam,
+          // read by the handler itself (a plain schema: no validator parses the body first)
+          body: {
+            content: { 'application/json': { schema: action === 'deny' ? { type: 'object' as const, properties: { reason: { type: 'string' as const, minLength: 1, maxLength: 500 } }, additionalProperties: false } : { type: 'object' as const } } },
+            required: false,
+            description: `Optional${action === 'deny' ? ': {"reason"?}' : ': no options'}. An empty body (with or without Content-Type: application/json) means no options.`,
+          },
+        },
         responses: { 200: json(Decision, 'Applied'), ...errors },
       }),
       async (c) => {

@@ -2,7 +2,9 @@
  * Repositories and governed changes over HTTP (bearer token = the operator):
  *   POST /api/v1/repos, GET /api/v1/repos, GET/DELETE /api/v1/repos/{name}
  *   POST /api/v1/changes (202 with its id), GET /api/v1/changes, GET /api/v1/changes/{id},
- *   GET /api/v1/changes/{id}/patch (text/x-diff, git apply-able), POST /api/v1/changes/{id}/answer
+ *   GET /api/v1/changes/{id}/patch (text/x-diff, git apply-able; a patch that was not promoted
+ *   only with ?include=refused, and always with the change's status and verdict in headers),
+ *   POST /api/v1/changes/{id}/answer
  * Bodies are validated (zod) by the change service before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
@@ -112,19 +114,40 @@ export function registerChangeRoutes(app: OpenAPIHono, changes: ChangeService): 
     },
   );
 
+  const patchHeaders = {
+    'x-steward-change-status': z.string().openapi({ description: 'The change: running, done, failed, refused or cancelled' }),
+    'x-steward-gate-verdict': z.string().openapi({ description: "The validation gate's verdict: pass, fail, or none (the gate has not run)" }),
+    'x-steward-promoted': z.string().openapi({ description: 'true when the patch passed the gates and was promoted (patch artifact or draft PR)' }),
+  };
   app.openapi(
     createRoute({
       method: 'get',
       path: '/api/v1/changes/{id}/patch',
-      summary: "The change's patch artifact (git apply-able), stored by content hash",
+      summary:
+        "The change's patch (git apply-able), stored by content hash. A patch that was not promoted (the change was refused, failed, was cancelled or is still running) is served only with ?include=refused; the headers always say the change's status and gate verdict",
       security: sec,
-      request: { params: IdParam },
-      responses: { 200: { content: { 'text/x-diff': { schema: z.string() } }, description: 'The patch' }, ...errors },
+      request: {
+        params: IdParam,
+        query: z.object({
+          include: z.enum(['refused']).optional().openapi({ param: { name: 'include', in: 'query' }, description: 'refused: also serve a patch that was not promoted' }),
+        }),
+      },
+      responses: {
+        200: { content: { 'text/x-diff': { schema: z.string() } }, headers: z.object(patchHeaders), description: 'The patch (promoted, or asked for with ?include=refused)' },
+        ...errors,
+        409: { ...errors[409], headers: z.object(patchHeaders), description: 'The change was not promoted: ask with ?include=refused to get its patch anyway' },
+      },
     }),
     async (c) => {
-      const p = await changes.getPatch(c.req.valid('param').id);
+      const id = c.req.valid('param').id;
+      const p = await changes.getPatch(id);
       if (!p) return c.json({ error: 'no patch for this change (no such change, or its agent has not produced one)' }, 404);
-      return c.body(p.patch, 200, { 'content-type': 'text/x-diff; charset=utf-8', etag: `"sha256-${p.hash}"`, 'x-content-sha256': p.hash });
+      const headers = { 'x-steward-change-status': p.status, 'x-steward-gate-verdict': p.verdict ?? 'none', 'x-steward-promoted': String(p.promoted) };
+      if (!p.promoted && c.req.valid('query').include !== 'refused') {
+        const why = [`status ${p.status}`, `gate verdict ${p.verdict ?? 'none'}${p.reasons.length ? ` (${p.reasons.join('; ')})` : ''}`, ...(p.error ? [p.error] : [])].join(', ');
+        return c.json({ error: `change ${id} was not promoted (${why}): its patch is served only on request, with ?include=refused` }, 409, headers);
+      }
+      return c.body(p.patch, 200, { 'content-type': 'text/x-diff; charset=utf-8', etag: `"sha256-${p.hash}"`, 'x-content-sha256': p.hash, ...headers });
     },
   );
 

@@ -5,26 +5,30 @@
  * codec, so the Temporal Web UI and `temporal --codec-endpoint` show decrypted payloads.
  *
  * Authentication: `Authorization: Bearer <operator API token>` (the CLI's `--codec-auth`), or
- * the `steward_codec` cookie that `POST /codec/login` sets after checking the token, for a
- * browser whose UI has no access token to pass (the UI must then send credentials).
- * CORS: only the configured origins (the Temporal UI's) get CORS headers, with credentials.
- * Wrong credentials (a wrong token at sign-in, a wrong bearer token or cookie) count towards
- * the back-off of the client's address (backoff.ts): past the threshold it is answered 429
- * with Retry-After, except the operator's correct credential from loopback.
+ * the browser sign-in cookie (sign-in.ts), for a browser whose UI has no access token to pass:
+ *  - `GET /codec/login` is a form; posting the API token to it sets the cookie;
+ *  - `GET /codec/login/<token>` redeems a one-time sign-in link (the banner of `steward start`
+ *    prints one; `POST /codec/links` with the bearer token issues another, for `steward ui`);
+ *  - when Steward serves the embedded Temporal UI itself (`uiPath`, e.g. `/ui`), a sign-in sends
+ *    the browser on to the UI (or to `next`, a path under it); the UI and this endpoint share
+ *    the origin, so the cookie goes with the UI's decode calls and nothing needs setting in it.
+ * CORS: only the configured origins (a Temporal UI elsewhere) get CORS headers, with credentials.
+ * Wrong credentials (a wrong token at sign-in, a wrong or used sign-in link, a wrong bearer
+ * token or cookie) count towards the back-off of the client's address (backoff.ts): past the
+ * threshold it is answered 429 with Retry-After, except the operator's correct credential from
+ * loopback.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Payload, PayloadCodec } from '@temporalio/common';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import { getCookie, setCookie } from 'hono/cookie';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
+import { BrowserSignIn, LINK_TOKEN, sameSecret, SIGN_IN_COOKIE, SIGN_IN_TTL_SECONDS } from './sign-in.js';
 
-export const CODEC_COOKIE = 'steward_codec';
+export const CODEC_COOKIE = SIGN_IN_COOKIE;
 /** Largest encode/decode request body (bytes). */
 export const CODEC_MAX_BODY_BYTES = 16 * 1024 * 1024;
-const COOKIE_TTL_SECONDS = 12 * 60 * 60;
 const ALLOWED_HEADERS = 'content-type, authorization, x-namespace';
 
 export interface CodecRoutesDeps {
@@ -37,6 +41,13 @@ export interface CodecRoutesDeps {
   now?: () => number;
   /** Back-off on wrong credentials per client address (share the HTTP app's); default: one of its own. */
   backoff?: AuthBackoff;
+  /** Browser sign-ins (share it with the Temporal UI proxy); default: one of its own keyed by apiToken. */
+  signIn?: BrowserSignIn;
+  /**
+   * Where this server serves the embedded Temporal UI (e.g. `/ui`), if it does: a browser that
+   * signs in is sent there, and `next` may name a path under it.
+   */
+  uiPath?: string;
 }
 
 const Base64 = z.string().regex(/^[A-Za-z0-9+/_-]*={0,2}$/, 'expected base64');
@@ -45,7 +56,10 @@ const PayloadJson = z.looseObject({
   data: Base64.nullish(),
 });
 const PayloadsBody = z.object({ payloads: z.array(PayloadJson, { error: 'expected payloads: an array of {metadata, data}' }) });
-const LoginForm = z.object({ token: z.string({ error: 'expected a token field' }).trim().min(1, 'expected a token').max(4096, 'token too long') });
+const LoginForm = z.object({
+  token: z.string({ error: 'expected a token field' }).trim().min(1, 'expected a token').max(4096, 'token too long'),
+  next: z.string().max(2048).optional(),
+});
 
 const fromB64 = (s: string) => new Uint8Array(Buffer.from(s, s.includes('-') || s.includes('_') ? 'base64url' : 'base64'));
 const toB64 = (b: Uint8Array) => Buffer.from(b).toString('base64');
@@ -64,12 +78,6 @@ function toJson(p: Payload): { metadata: Record<string, string>; data: string } 
   };
 }
 
-function sameSecret(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
-}
-
 const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
 
 function page(title: string, body: string): string {
@@ -82,30 +90,52 @@ input[type=password]{width:100%;padding:.4rem;font-family:monospace}button{margi
 }
 
 export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
-  const now = deps.now ?? (() => Date.now());
   const backoff = deps.backoff ?? new AuthBackoff({ log: deps.log });
+  const signIn = deps.signIn ?? new BrowserSignIn({ apiToken: deps.apiToken, ...(deps.now ? { now: deps.now } : {}) });
   const origins = new Set(deps.corsOrigins.map((o) => o.replace(/\/$/, '')));
+  const uiPath = deps.uiPath?.replace(/\/+$/, '');
   const app = new Hono();
 
-  /** The cookie value: its expiry and an HMAC of it keyed by the API token (a new token voids every cookie). */
-  const cookieMac = (expires: number) => createHmac('sha256', deps.apiToken).update(`steward-codec-cookie/v1\n${expires}`).digest('base64url');
-  const cookieValue = () => {
-    const expires = Math.floor(now() / 1000) + COOKIE_TTL_SECONDS;
-    return `v1.${expires}.${cookieMac(expires)}`;
-  };
-  const cookieValid = (value: string | undefined): boolean => {
-    const m = /^v1\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(value ?? '');
-    if (!m) return false;
-    const expires = Number(m[1]);
-    return expires > now() / 1000 && sameSecret(m[2]!, cookieMac(expires));
-  };
-  const authenticated = (c: Context): 'bearer' | 'cookie' | undefined => {
+  const bearerValid = (c: Context): boolean => {
     const bearer = /^Bearer\s+(.+)$/i.exec(c.req.header('authorization') ?? '')?.[1]?.trim();
-    if (bearer !== undefined && sameSecret(bearer, deps.apiToken)) return 'bearer';
-    if (cookieValid(getCookie(c, CODEC_COOKIE))) return 'cookie';
-    return undefined;
+    return bearer !== undefined && sameSecret(bearer, deps.apiToken);
   };
-  const isHttps = (c: Context) => new URL(c.req.url).protocol === 'https:' || c.req.header('x-forwarded-proto') === 'https';
+  const authenticated = (c: Context): 'bearer' | 'cookie' | undefined => (bearerValid(c) ? 'bearer' : signIn.signedIn(c) ? 'cookie' : undefined);
+  /** Where a signed-in browser goes next: `next` when it is a path under the UI, else the UI; undefined without a UI. */
+  const nextPath = (next: string | undefined): string | undefined => {
+    if (!uiPath) return undefined;
+    if (next !== undefined && next.length <= 2048 && (next === uiPath || next.startsWith(`${uiPath}/`) || next.startsWith(`${uiPath}?`)) && !/[\\\s]|%2e/i.test(next) && !next.includes('/..')) {
+      return next;
+    }
+    return `${uiPath}/`;
+  };
+  const noStore = { 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' };
+  const loginForm = (next: string | undefined, notice = '') =>
+    `<h1>Steward sign-in</h1>${notice}
+<p>Sign in with the operator API token so this browser may ${uiPath ? 'open the Temporal UI and ' : ''}decode payloads (for ${SIGN_IN_TTL_SECONDS / 3600} hours).</p>
+<form method="post" action="/codec/login"><label for="token">API token</label><br>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus><br>
+${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(next)}">` : ''}<button type="submit">Sign in</button></form>
+<p>The token is in the data directory (<code>.data/api-token</code>) or <code>STEWARD_API_TOKEN</code>; <code>./steward ui</code> prints a one-time sign-in link instead.</p>`;
+  /** The answer to a browser that has just signed in: on to the UI, or a page saying what to set in a UI elsewhere. */
+  const signedIn = (c: Context, next: string | undefined): Response => {
+    signIn.setCookie(c);
+    deps.log?.info('codec: a browser signed in');
+    const to = nextPath(next);
+    if (to !== undefined) return c.redirect(to, 303);
+    const endpoint = `${new URL(c.req.url).origin}/codec`;
+    return c.html(
+      page(
+        'Signed in',
+        `<h1 id="signed-in">Signed in</h1>
+<p>This browser may now decode payloads for the next ${SIGN_IN_TTL_SECONDS / 3600} hours.</p>
+<p>In the Temporal UI, open the Codec Server settings, set the endpoint to <code>${escapeHtml(endpoint)}</code> and turn on
+<em>Include cross-origin credentials</em> (the <code>temporalio/ui</code> image: <code>TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true</code>).</p>`,
+      ),
+      200,
+      noStore,
+    );
+  };
 
   // CORS: the allowed origins only, with credentials; everyone else gets no CORS headers.
   app.use('/codec/*', async (c, next) => {
@@ -132,20 +162,7 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
     return undefined;
   });
 
-  app.get('/codec/login', (c) =>
-    c.html(
-      page(
-        'Steward codec sign-in',
-        `<h1>Steward codec endpoint</h1>
-<p>Sign in with the operator API token so this browser may decode payloads for the Temporal UI.</p>
-<form method="post" action="/codec/login"><label for="token">API token</label><br>
-<input id="token" name="token" type="password" autocomplete="current-password" required autofocus><br>
-<button type="submit">Sign in</button></form>`,
-      ),
-      200,
-      { 'cache-control': 'no-store' },
-    ),
-  );
+  app.get('/codec/login', (c) => c.html(page('Steward sign-in', loginForm(c.req.query('next'))), 200, noStore));
 
   app.post('/codec/login', bodyLimit({ maxSize: 16 * 1024, onError: (c) => c.html(page('Too large', '<p>The form is too large.</p>'), 413) }), async (c) => {
     const type = c.req.header('content-type') ?? '';
@@ -166,28 +183,51 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
     const right = sameSecret(form.data.token, deps.apiToken);
     const wait = backoff.waitMs(client, right);
     if (wait > 0) {
-      return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), 'cache-control': 'no-store' });
+      return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...noStore });
     }
     if (!right) {
       backoff.failure(client, 'codec');
       deps.log?.warn('codec: sign-in with a wrong token');
-      return c.html(page('Wrong token', '<h1>Wrong token</h1><p>That is not the operator API token. <a href="/codec/login">Try again</a>.</p>'), 401);
+      return c.html(page('Wrong token', '<h1>Wrong token</h1><p>That is not the operator API token. <a href="/codec/login">Try again</a>.</p>'), 401, noStore);
     }
     backoff.success(client);
-    setCookie(c, CODEC_COOKIE, cookieValue(), { httpOnly: true, sameSite: 'Lax', path: '/codec', maxAge: COOKIE_TTL_SECONDS, secure: isHttps(c) });
-    deps.log?.info('codec: a browser signed in');
-    const endpoint = `${new URL(c.req.url).origin}/codec`;
-    return c.html(
-      page(
-        'Signed in',
-        `<h1 id="signed-in">Signed in</h1>
-<p>This browser may now decode payloads for the next ${COOKIE_TTL_SECONDS / 3600} hours.</p>
-<p>In the Temporal UI, open the Codec Server settings, set the endpoint to <code>${escapeHtml(endpoint)}</code> and turn on
-<em>Include cross-origin credentials</em> (the <code>temporalio/ui</code> image: <code>TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true</code>).</p>`,
-      ),
-      200,
-      { 'cache-control': 'no-store' },
-    );
+    return signedIn(c, form.data.next);
+  });
+
+  // A one-time sign-in link: redeemed once, then it is a wrong credential like any other.
+  app.get('/codec/login/:token', (c) => {
+    // a HEAD (a link checker, a preview) never uses the link up
+    if (c.req.method === 'HEAD') return c.body(null, 200, noStore);
+    const client = backoff.client(c);
+    const wait = backoff.waitMs(client);
+    if (wait > 0) {
+      return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...noStore });
+    }
+    const token = c.req.param('token');
+    if (!signIn.redeem(token)) {
+      if (LINK_TOKEN.test(token)) deps.log?.warn('codec: a sign-in link that was used already, expired or never issued');
+      backoff.failure(client, 'codec');
+      const notice = `<p id="link-refused"><strong>This sign-in link was used already or has expired</strong> (a link works once, within ${Math.round(signIn.linkTtlMs / 60_000)} minutes of being printed). Sign in with the token below, or print a new link with <code>./steward ui</code>.</p>`;
+      return c.html(page('Sign-in link refused', loginForm(c.req.query('next'), notice)), 401, noStore);
+    }
+    backoff.success(client);
+    return signedIn(c, c.req.query('next'));
+  });
+
+  // A new one-time sign-in link for the operator (bearer token): `steward ui`.
+  app.post('/codec/links', (c) => {
+    const client = backoff.client(c);
+    const right = bearerValid(c);
+    const wait = backoff.waitMs(client, right);
+    if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
+    if (!right) {
+      if (c.req.header('authorization')) backoff.failure(client, 'codec');
+      return c.json({ error: 'missing or wrong bearer token' }, 401, { 'www-authenticate': 'Bearer' });
+    }
+    backoff.success(client);
+    const link = signIn.issueLink();
+    const origin = new URL(c.req.url).origin;
+    return c.json({ url: `${origin}/codec/login/${link.token}`, expiresAt: link.expiresAt.toISOString(), ...(uiPath ? { ui: `${origin}${uiPath}/` } : {}) }, 201, { 'cache-control': 'no-store' });
   });
 
   const convert = (direction: 'encode' | 'decode') =>
@@ -198,7 +238,7 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
       if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
       if (!by) {
         // no credential at all (a browser not signed in yet) is not a guess
-        if (c.req.header('authorization') || getCookie(c, CODEC_COOKIE) !== undefined) backoff.failure(client, 'codec');
+        if (c.req.header('authorization') || signIn.hasCookie(c)) backoff.failure(client, 'codec');
         return c.json({ error: 'missing or wrong credentials: send Authorization: Bearer <API token>, or sign in at /codec/login' }, 401, { 'www-authenticate': 'Bearer' });
       }
       backoff.success(client);

@@ -3,7 +3,8 @@
  *   POST /api/v1/objectives (201), GET /api/v1/objectives, GET/PATCH/DELETE /api/v1/objectives/{id},
  *   POST /api/v1/objectives/{id}/{pause|resume|trigger|backfill|skip-missed}
  * `{id}` is the objective's id or name. Bodies are validated by the objective service (one
- * schema for API, CLI and chat) before anything changes.
+ * schema for API, CLI and chat) before anything changes. An action's body is optional: an empty
+ * one (even sent with `Content-Type: application/json`, as curl users do) means no options.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
@@ -14,6 +15,18 @@ import { ObjectiveInputError, type ObjectiveService } from '../objectives.js';
 const errors = errorResponses('ObjectiveError');
 const Loose = z.record(z.string(), z.unknown());
 const anyJson = (required: boolean) => ({ body: { content: { 'application/json': { schema: z.unknown().openapi({ type: 'object' }) } }, required } });
+/**
+ * An action's options: optional, and read by the handler itself (a plain OpenAPI schema, so no
+ * validator parses the body first): an empty body, with or without `Content-Type:
+ * application/json`, means no options.
+ */
+const optionalOptions = (description: string) => ({
+  body: {
+    content: { 'application/json': { schema: { type: 'object' as const, description } } },
+    required: false,
+    description: `Optional. ${description} An empty body (with or without Content-Type: application/json) means no options.`,
+  },
+});
 const IdParam = z.object({ id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' } }) });
 
 export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveService): void {
@@ -100,7 +113,12 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
                 ? 'Skip runs scheduled before now that have not started (after downtime)'
                 : `${action[0]!.toUpperCase()}${action.slice(1)} the schedule`,
         security: sec,
-        request: { params: IdParam, ...anyJson(false) },
+        request: {
+          params: IdParam,
+          ...optionalOptions(
+            action === 'backfill' ? '{"start", "end", "overlap"?}: the time range (required) and the overlap policy.' : action === 'trigger' ? '{"overlap"?}: the overlap policy of this run.' : 'This action takes no options.',
+          ),
+        },
         responses: { 200: json(Loose, 'Done'), ...errors },
       }),
       async (c) => {

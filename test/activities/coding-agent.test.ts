@@ -26,6 +26,7 @@ import {
 import { createModelRegistry, type ModelRegistry } from '../../activities/model.js';
 import { sandboxAvailable } from '../../activities/sandbox.js';
 import { startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
+import { needs } from '../helpers/requirements.js';
 
 const MODEL = 'openai-compatible:test-model';
 
@@ -111,7 +112,7 @@ const allBodies = (server: ModelServer) => JSON.stringify(server.requests.map((r
 
 // --- suite --------------------------------------------------------------------------------
 
-describe('coding agent', () => {
+describe('coding agent', { skip: await needs('bubblewrap') }, () => {
   let server: ModelServer;
   let models: ModelRegistry;
 

@@ -10,6 +10,7 @@ import { homedir, networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { runSandboxed, sandboxArgs, sandboxAvailable, SandboxRefusedError, type SandboxRequest, type SandboxResult } from '../../activities/sandbox.js';
+import { needs } from '../helpers/requirements.js';
 
 const isRoot = process.getuid?.() === 0;
 const have = (p: string) => existsSync(p);
@@ -40,7 +41,7 @@ async function waitGone(marker: string, ms = 5000): Promise<number[]> {
   return left;
 }
 
-describe('sandbox (bubblewrap)', () => {
+describe('sandbox (bubblewrap)', { skip: await needs('bubblewrap') }, () => {
   let base: string; // host temp dir: base/work is the work tree, base/sibling is not mounted
   let work: string;
   let sibling: string;

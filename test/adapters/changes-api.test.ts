@@ -1,7 +1,9 @@
 /**
  * Repositories and changes through the HTTP API and the CLI, against the real stack (Temporal
  * dev server, database, worker, git, bubblewrap, scripted model): register, start, read the
- * phase and records, download the patch, answer; bad input is refused and changes nothing.
+ * phase and records, download the patch, answer; bad input is refused and changes nothing. The
+ * patch of a change the gate refused is served only on explicit request (?include=refused,
+ * the CLI's --include-refused), always with its status and verdict in headers.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -13,12 +15,13 @@ import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { changeModel } from '../helpers/change-model.js';
 import { createGitFixture, gitInput } from '../helpers/git-fixture.js';
+import { needs } from '../helpers/requirements.js';
 import { useStack, waitFor, withHarness } from '../helpers/steward.js';
 
 const TOKEN = 'changes-test-token-0123456789';
 const DRAFT = { intent: 'feature', goal: 'Greet Steward', scope: ['greeting.txt'], acceptance: ['sh test.sh exits 0'], constraints: [], assumptions: [], open_questions: [], risk_signals: [], summary: 'greet' };
 
-describe('repositories and changes over HTTP and the CLI', () => {
+describe('repositories and changes over HTTP and the CLI', { skip: await needs('bubblewrap') }, () => {
   const stack = useStack();
 
   it('registers a repository, starts a change, shows it and serves its patch; the CLI does the same', async () => {
@@ -78,6 +81,11 @@ describe('repositories and changes over HTTP and the CLI', () => {
           assert.equal(patch.status, 200);
           assert.match(patch.headers.get('content-type') ?? '', /text\/x-diff/);
           assert.equal(patch.headers.get('x-content-sha256'), view.result?.patchHash);
+          assert.deepEqual(
+            ['x-steward-change-status', 'x-steward-gate-verdict', 'x-steward-promoted'].map((h) => patch.headers.get(h)),
+            ['done', 'pass', 'true'],
+            'a promoted patch says so',
+          );
           const text = await patch.text();
           const check = fx.cloneAt(fx.head());
           gitInput(check, text, 'apply', '-');
@@ -110,6 +118,31 @@ describe('repositories and changes over HTTP and the CLI', () => {
           assert.match(readFileSync(patchFile, 'utf8'), /\+Hello, Steward/);
           assert.equal(await adminCommand('changes', ['show', 'nope'], io), 2);
           assert.equal(await adminCommand('changes', ['list', '--repo', 'cli-demo'], io), 0);
+
+          // a change the validation gate refuses (its check fails): its patch only on request
+          stack.model.setDefault(changeModel({ intake: () => DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, world\n' } }] }));
+          const refusedStart = await api('POST', '/api/v1/changes', { repo: 'api-demo', request: 'Make the greeting greet the world' });
+          assert.equal(refusedStart.status, 202);
+          const refusedId = ((await refusedStart.json()) as { id: string }).id;
+          await waitFor(async () => ((await h.changes.getChange(refusedId))?.status !== 'running' ? true : undefined), 'the refused change', 60_000);
+          assert.equal((await h.changes.getChange(refusedId))?.status, 'refused');
+          const withheld = await api('GET', `/api/v1/changes/${refusedId}/patch`);
+          assert.equal(withheld.status, 409, 'not served by default');
+          assert.deepEqual(['x-steward-change-status', 'x-steward-gate-verdict', 'x-steward-promoted'].map((h) => withheld.headers.get(h)), ['refused', 'fail', 'false']);
+          assert.match(((await withheld.json()) as { error: string }).error, /was not promoted \(status refused, gate verdict fail.*\?include=refused/);
+          const asked = await api('GET', `/api/v1/changes/${refusedId}/patch?include=refused`);
+          assert.equal(asked.status, 200, 'served when asked for');
+          assert.deepEqual(['x-steward-change-status', 'x-steward-gate-verdict', 'x-steward-promoted'].map((h) => asked.headers.get(h)), ['refused', 'fail', 'false']);
+          assert.match(await asked.text(), /\+Hello, world/);
+          assert.equal((await api('GET', `/api/v1/changes/${refusedId}/patch?include=everything`)).status, 400);
+          out.length = 0;
+          err.length = 0;
+          const refusedFile = path.join(scratch, 'refused.patch');
+          assert.equal(await adminCommand('changes', ['patch', refusedId, '--out', refusedFile], io), 1, 'the CLI does not save it unasked');
+          assert.match(err.join(''), /not promoted.*--include-refused/);
+          assert.equal(await adminCommand('changes', ['patch', refusedId, '--out', refusedFile, '--include-refused'], io), 0);
+          assert.match(out.join(''), /Wrote .*refused\.patch .*REFUSED: change chg-[a-f0-9]{12} was not promoted \(status refused, gate verdict fail\)/);
+          assert.match(readFileSync(refusedFile, 'utf8'), /\+Hello, world/);
         } finally {
           await server.close();
         }

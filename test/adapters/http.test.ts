@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import type { Ingress, SessionStatusView } from '../../adapters/ingress.js';
+import { ObjectiveInputError, type ObjectiveService } from '../../adapters/objectives.js';
 import type { InboundMessage } from '../../common/schemas.js';
 
 const TOKEN = 'http-test-token-0123456789';
@@ -138,5 +139,67 @@ describe('HTTP API', () => {
     assert.equal(doc.components.schemas.PostMessage?.properties?.text?.maxLength, 32_000);
     assert.equal(doc.components.schemas.PostMessage?.properties?.text?.minLength, 1);
     assert.ok(doc.components.securitySchemes.bearer);
+  });
+});
+
+describe('HTTP API: action routes take an empty body as no options', () => {
+  const calls: Array<{ action: string; id: string; input?: unknown; overlap?: string }> = [];
+  const view = (id: string) => ({ id, name: id });
+  // a recording objective service (the real one is covered by test/e2e/objectives.test.ts)
+  const objectives = {
+    pause: async (id: string) => (calls.push({ action: 'pause', id }), view(id)),
+    resume: async (id: string) => (calls.push({ action: 'resume', id }), view(id)),
+    skipMissed: async (id: string) => (calls.push({ action: 'skip-missed', id }), view(id)),
+    trigger: async (id: string, _by: unknown, overlap?: string) => (calls.push({ action: 'trigger', id, ...(overlap ? { overlap } : {}) }), view(id)),
+    backfill: async (id: string, input: unknown) => {
+      calls.push({ action: 'backfill', id, input });
+      if (typeof input !== 'object' || input === null || !('start' in input)) throw new ObjectiveInputError('invalid backfill: expected {"start", "end"}');
+      return view(id);
+    },
+  } as unknown as ObjectiveService;
+  let server: { url: string; close(): Promise<void> };
+  before(async () => {
+    server = await startHttpServer(createHttpApp({ ingress: recordingIngress().ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), objectives }), { host: '127.0.0.1', port: 0 });
+  });
+  after(async () => {
+    await server.close();
+  });
+  const post = (path: string, body: string | undefined, type: string | undefined) =>
+    fetch(`${server.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, ...(type ? { 'content-type': type } : {}) }, ...(body !== undefined ? { body } : {}) });
+
+  it('answers an action sent with Content-Type: application/json and no body (as curl users send it) like one with no body at all', async () => {
+    for (const action of ['pause', 'resume', 'trigger', 'skip-missed'] as const) {
+      for (const [body, type] of [[undefined, 'application/json'], ['', 'application/json'], ['  \n', 'application/json; charset=utf-8'], [undefined, undefined], ['{}', 'application/json']] as const) {
+        calls.length = 0;
+        const r = await post(`/api/v1/objectives/daily/${action}`, body, type);
+        assert.equal(r.status, 200, `${action} with body ${JSON.stringify(body)} and type ${type}: ${await r.clone().text()}`);
+        assert.deepEqual(calls, [{ action, id: 'daily' }]);
+      }
+    }
+    // options still count, and bad ones are still refused
+    calls.length = 0;
+    assert.equal((await post('/api/v1/objectives/daily/trigger', '{"overlap":"allow-all"}', 'application/json')).status, 200);
+    assert.deepEqual(calls, [{ action: 'trigger', id: 'daily', overlap: 'allow-all' }]);
+    assert.equal((await post('/api/v1/objectives/daily/trigger', '{"overlap":"nope"}', 'application/json')).status, 400);
+    const malformed = await post('/api/v1/objectives/daily/pause', '{oops', 'application/json');
+    assert.equal(malformed.status, 400);
+    assert.match(((await malformed.json()) as { error: string }).error, /malformed JSON/);
+    assert.equal((await post('/api/v1/objectives/daily/pause', 'x', 'text/plain')).status, 415);
+    // backfill needs its range: an empty body is no options, and so an invalid backfill
+    calls.length = 0;
+    const backfill = await post('/api/v1/objectives/daily/backfill', undefined, 'application/json');
+    assert.equal(backfill.status, 400);
+    assert.match(((await backfill.json()) as { error: string }).error, /invalid backfill/);
+    assert.deepEqual(calls, [{ action: 'backfill', id: 'daily', input: {} }]);
+  });
+
+  it('the OpenAPI document says the action body is optional and that an empty one means no options', async () => {
+    const doc = (await (await fetch(`${server.url}/api/openapi.json`)).json()) as { paths: Record<string, Record<string, { requestBody?: { required?: boolean; description?: string } }>> };
+    for (const action of ['pause', 'resume', 'trigger', 'backfill', 'skip-missed']) {
+      const body = doc.paths[`/api/v1/objectives/{id}/${action}`]?.post?.requestBody;
+      assert.ok(body, action);
+      assert.notEqual(body.required, true, `${action}: the body is optional`);
+      assert.match(body.description ?? '', /An empty body \(with or without Content-Type: application\/json\) means no options/, action);
+    }
   });
 });

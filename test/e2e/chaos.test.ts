@@ -15,11 +15,12 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { findTemporalCli } from '../../platform/temporal-server.js';
 import { runChaos, summaryLine } from '../chaos/chaos.js';
+import { needs } from '../helpers/requirements.js';
 
 const seedEnv = process.env.CHAOS_SEED;
 const seed = seedEnv !== undefined && /^\d{1,10}$/.test(seedEnv) ? Number(seedEnv) : undefined;
 
-describe('chaos (short form)', { skip: findTemporalCli() ? false : 'no temporal CLI' }, () => {
+describe('chaos (short form)', { skip: findTemporalCli() ? await needs('bubblewrap') : 'no temporal CLI' }, () => {
   it('loses and doubles no turn through kills, a server restart, a rolling restart and duplicate deliveries', { timeout: 295_000 }, async () => {
     const r = await runChaos({
       ...(seed !== undefined ? { seed } : {}),

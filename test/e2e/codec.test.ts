@@ -3,9 +3,11 @@
  * server) encrypts every payload it stores. A message carrying a planted secret goes through
  * the HTTP API and the model saves the secret as a note (so it is in the turn's payloads); the
  * raw histories read from the server without the codec hold neither the secret nor the reply
- * anywhere, while the turn's payloads decoded do hold the secret. The codec endpoint decodes them for the operator (bearer token, the
- * login cookie, `temporal workflow show --codec-endpoint`), and CORS admits the UI's origin
- * only.
+ * anywhere, while the turn's payloads decoded do hold the secret. The codec endpoint decodes
+ * them for the operator (bearer token, the browser sign-in cookie from the token form or a
+ * one-time link, `temporal workflow show --codec-endpoint`), and CORS admits the embedded UI's
+ * own origins only. The embedded UI, served through the API at `/ui`, is pointed at the
+ * same origin's `/codec` (the browser check is test/e2e/temporal-ui.test.ts).
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -17,6 +19,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { Connection } from '@temporalio/client';
+import { loadConfig } from '../../config/index.js';
+import { adminCommand } from '../../platform/admin-cli.js';
 import { findTemporalCli } from '../../platform/temporal-server.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
@@ -314,23 +318,31 @@ describe('the payload codec on the started stack', () => {
     assert.equal(fromEvil.headers.get('access-control-allow-origin'), null);
   });
 
-  it('signs a browser in with the token (an HttpOnly cookie) and decodes with the cookie', async () => {
-    const form = await fetch(`${api}/codec/login`);
+  it('signs a browser in with the token (an HttpOnly cookie), sends it on to the UI, and decodes with the cookie', async () => {
+    const form = await fetch(`${api}/codec/login?next=${encodeURIComponent('/ui/namespaces/default/workflows')}`);
     assert.equal(form.status, 200);
-    assert.match(await form.text(), /<form method="post" action="\/codec\/login">[\s\S]*name="token"/);
+    const formHtml = await form.text();
+    assert.match(formHtml, /<form method="post" action="\/codec\/login">[\s\S]*name="token"/);
+    assert.match(formHtml, /name="next" value="\/ui\/namespaces\/default\/workflows"/);
 
     const wrong = await fetch(`${api}/codec/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'token=not-the-token', redirect: 'manual' });
     assert.equal(wrong.status, 401);
     assert.equal(wrong.headers.get('set-cookie'), null);
 
-    const login = await fetch(`${api}/codec/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token: TOKEN }).toString(), redirect: 'manual' });
-    assert.equal(login.status, 200);
-    assert.match(await login.text(), /Signed in/);
+    const signIn = (next?: string) =>
+      fetch(`${api}/codec/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token: TOKEN, ...(next ? { next } : {}) }).toString(), redirect: 'manual' });
+    const login = await signIn();
+    assert.equal(login.status, 303, 'a browser that signed in is sent to the UI Steward serves');
+    assert.equal(login.headers.get('location'), '/ui/');
+    assert.equal((await signIn('/ui/namespaces/default/workflows?query=x')).headers.get('location'), '/ui/namespaces/default/workflows?query=x', 'or back where it came from');
+    for (const away of ['https://evil.example/ui/', '//evil.example/ui/', '/api/v1/repos', '/ui/../api/v1/repos', '/ui/%2E%2e/api/v1/repos', '/uix']) {
+      assert.equal((await signIn(away)).headers.get('location'), '/ui/', `never away from the UI: ${away}`);
+    }
     const setCookie = login.headers.get('set-cookie') ?? '';
     assert.match(setCookie, /^steward_codec=v1\.\d+\.[A-Za-z0-9_-]+;/);
     assert.match(setCookie, /HttpOnly/i);
     assert.match(setCookie, /SameSite=Lax/i);
-    assert.match(setCookie, /Path=\/codec/);
+    assert.match(setCookie, /Path=\/(;|$)/, 'for the codec endpoint and the UI under the same origin');
     assert.ok(!setCookie.includes(TOKEN), 'the cookie is not the token');
     const cookie = setCookie.split(';')[0]!;
 
@@ -344,10 +356,53 @@ describe('the payload codec on the started stack', () => {
     assert.equal((await codecPost('decode', JSON.stringify(enc), { cookie: altered })).status, 401);
   });
 
-  it('points the embedded Temporal UI at the codec endpoint', async () => {
-    const r = await fetch(`http://127.0.0.1:${uiPort}/api/v1/settings`);
+  it('issues one-time sign-in links to the operator only; a link signs in once', async () => {
+    assert.equal((await fetch(`${api}/codec/links`, { method: 'POST' })).status, 401);
+    assert.equal((await fetch(`${api}/codec/links`, { method: 'POST', headers: { authorization: 'Bearer wrong' } })).status, 401);
+    const issued = await fetch(`${api}/codec/links`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(issued.status, 201);
+    const link = (await issued.json()) as { url: string; expiresAt: string; ui: string };
+    assert.match(link.url, new RegExp(`^${api.replace(/[.]/g, '\\.')}/codec/login/[A-Za-z0-9_-]{43}$`));
+    assert.equal(link.ui, `${api}/ui/`);
+    const ttl = Date.parse(link.expiresAt) - Date.now();
+    assert.ok(ttl > 55 * 60_000 && ttl <= 60 * 60_000, `valid for an hour: ${link.expiresAt}`);
+
+    assert.equal((await fetch(link.url, { method: 'HEAD', redirect: 'manual' })).status, 200, 'a HEAD does not use the link up');
+    const first = await fetch(link.url, { redirect: 'manual' });
+    assert.equal(first.status, 303);
+    assert.equal(first.headers.get('location'), '/ui/');
+    assert.match(first.headers.get('set-cookie') ?? '', /^steward_codec=v1\./);
+    const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const ui = await fetch(`${api}/ui/api/v1/settings`, { headers: { cookie } });
+    assert.equal(ui.status, 200, 'the cookie opens the UI behind Steward');
+
+    const second = await fetch(link.url, { redirect: 'manual' });
+    assert.equal(second.status, 401, 'a link works once');
+    assert.equal(second.headers.get('set-cookie'), null);
+    assert.match(await second.text(), /used already or has expired/);
+
+    // `steward ui` prints a new one
+    const out: string[] = [];
+    const err: string[] = [];
+    const io = (token: string) => ({ config: () => loadConfig({}, tmpdir()), out: (x: string) => void out.push(x), err: (x: string) => void err.push(x), api: { url: api, token } });
+    assert.equal(await adminCommand('ui', [], io(TOKEN)), 0);
+    const printed = new RegExp(`^(${api.replace(/[.]/g, '\\.')}/codec/login/[A-Za-z0-9_-]{43})\n  \\(it signs the browser in and opens ${api.replace(/[.]/g, '\\.')}/ui/; it works once, until \\S+\\)\n$`).exec(out.join(''));
+    assert.ok(printed, out.join(''));
+    assert.equal((await fetch(printed[1]!, { redirect: 'manual' })).status, 303, 'the printed link signs in');
+    assert.equal(await adminCommand('ui', [], io('not-the-token')), 2);
+    assert.match(err.join(''), /API token was refused/);
+  });
+
+  it("points the embedded Temporal UI at the same origin's codec endpoint and serves it at <api>/ui", async () => {
+    // the dev server's own UI (loopback) runs under /ui with a relative codec endpoint
+    const r = await fetch(`http://127.0.0.1:${uiPort}/ui/api/v1/settings`);
     assert.equal(r.status, 200);
-    const settings = (await r.json()) as { Codec?: { Endpoint?: string } };
-    assert.equal(settings.Codec?.Endpoint, `${api}/codec`);
+    const settings = (await r.json()) as { Codec?: { Endpoint?: string; IncludeCredentials?: boolean } };
+    assert.equal(settings.Codec?.Endpoint, '/codec', 'relative: the origin the browser is on, Steward\'s');
+    // through Steward: only signed in
+    assert.equal((await fetch(`${api}/ui/api/v1/settings`)).status, 401);
+    const page = await fetch(`${api}/ui/`, { headers: { accept: 'text/html' }, redirect: 'manual' });
+    assert.equal(page.status, 303);
+    assert.equal(page.headers.get('location'), `/codec/login?next=${encodeURIComponent('/ui/')}`);
   });
 });

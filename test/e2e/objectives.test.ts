@@ -198,6 +198,12 @@ describe('objectives on Temporal Schedules', () => {
         assert.equal((await api('POST', '/api/v1/objectives', { name: apiName, prompt: 'x', chatId: h.chatId, schedule: { every: '1h' } })).status, 409);
         assert.equal((await api('PATCH', `/api/v1/objectives/${id}`, { overlap: 'allow-all' })).status, 200);
         assert.equal((await api('PATCH', `/api/v1/objectives/${id}`, {})).status, 400);
+        // an action sent with Content-Type: application/json and no body: no options
+        const bare = (action: string) => fetch(`${server.url}/api/v1/objectives/${id}/${action}`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' } });
+        const resumed = await bare('resume');
+        assert.equal(resumed.status, 200, await resumed.clone().text());
+        assert.equal(((await resumed.json()) as { paused: boolean }).paused, false);
+        assert.equal(((await (await bare('pause')).json()) as { paused: boolean }).paused, true);
         assert.equal((await api('POST', `/api/v1/objectives/${id}/trigger`, { overlap: 'nope' })).status, 400);
         assert.equal((await api('POST', `/api/v1/objectives/${id}/trigger`)).status, 200);
         await settled(id, 1);

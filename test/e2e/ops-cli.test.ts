@@ -316,6 +316,13 @@ describe('steward doctor', () => {
     assert.equal(human.code, 0, human.stdout + human.stderr);
     assert.match(human.stdout, /^\[ok {2}\] Temporal reachable/m);
     assert.match(human.stdout, /Steward is ready: 9 ok, 1 skip\./);
+    // the one line on what this machine cannot do: none where the sandbox works
+    if (sandbox.status === 'ok') {
+      assert.deepEqual(fromCli.unavailable, []);
+      assert.doesNotMatch(human.stdout, /Unavailable/);
+    } else {
+      assert.match((await cli(['doctor'], env)).stdout, /\nUnavailable on this machine: commands \(run_command\) and repository changes refused \(no sandbox: /);
+    }
   });
 
   it('nothing listening at TEMPORAL_ADDRESS: fails with how to start it; the CLI exits 1', async () => {

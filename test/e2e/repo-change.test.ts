@@ -22,6 +22,7 @@ import { createGitFixture, git, gitInput, stewardTempDirs, type GitFixture } fro
 import { preloadOpenApi, startGitHubDouble } from '../helpers/github-double.js';
 import { harnessErrors } from '../helpers/harness-schemas.js';
 import { waitFor, withHarness, type Harness, type HarnessOptions } from '../helpers/steward.js';
+import { needs } from '../helpers/requirements.js';
 import { useStack } from '../helpers/steward.js';
 
 const OP = { id: OPERATOR.id, name: OPERATOR.name };
@@ -74,7 +75,7 @@ function changeIdOf(reply: string | undefined): string {
   return m[1]!;
 }
 
-describe('repo changes end to end', () => {
+describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
   const stack = useStack();
   const fixtures: GitFixture[] = [];
   const fixture = (files: Record<string, string> = SEED) => {

@@ -21,6 +21,7 @@ import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli } from '../../platform/tempo
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { freePort, repoRoot, spawnProcess, type Spawned } from '../helpers/process.js';
+import { needs } from '../helpers/requirements.js';
 
 const TOKEN = 'roles-token-0123456789abcdef';
 const NAMESPACE = 'steward-ops';
@@ -84,7 +85,7 @@ function startTlsProxy(opts: { port: number; target: number; cert: string; key: 
   });
 }
 
-describe('process roles on another cluster and namespace (mutual TLS)', () => {
+describe('process roles on another cluster and namespace (mutual TLS)', { skip: await needs('openssl') }, () => {
   let dir: string;
   let server: ChildProcess | undefined;
   let serverPort: number;

@@ -41,7 +41,7 @@ describe('the started stack', () => {
     steward = spawnProcess('./steward', ['start'], stewardEnv);
     const m = await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 120_000);
     api = m[1] ?? '';
-    await steward.waitForOutput(/Temporal UI:\s+http:\/\/127\.0\.0\.1:\d+/);
+    await steward.waitForOutput(/Temporal UI:\s+http:\/\/127\.0\.0\.1:\d+\/codec\/login\//);
   });
 
   after(async () => {
@@ -70,11 +70,18 @@ describe('the started stack', () => {
     assert.equal(body.ok, true);
   });
 
-  it('serves the Temporal Web UI', async () => {
-    const ui = /Temporal UI:\s+(http:\/\/\S+)/.exec(steward.output())?.[1] ?? '';
-    const r = await fetch(ui);
+  it('serves the Temporal Web UI at <api>/ui, opened signed in by the link it prints', async () => {
+    const link = /Temporal UI:\s+(http:\/\/\S+)/.exec(steward.output())?.[1] ?? '';
+    assert.ok(link.startsWith(`${api}/codec/login/`), link);
+    const signIn = await fetch(link, { redirect: 'manual' });
+    assert.equal(signIn.status, 303);
+    assert.equal(signIn.headers.get('location'), '/ui/');
+    const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const r = await fetch(`${api}/ui/`, { headers: { cookie, accept: 'text/html' } });
     assert.equal(r.status, 200);
     assert.match(await r.text(), /<html/i);
+    // without the sign-in: the sign-in form
+    assert.equal((await fetch(`${api}/ui/`, { headers: { accept: 'text/html' }, redirect: 'manual' })).status, 303);
   });
 
   it('prints where everything is', () => {

@@ -1,13 +1,18 @@
 /**
  * The Temporal UI as Steward's run inspector, in a real browser: `./steward start` with the
- * embedded dev server, its Web UI and the payload codec on, chat turns through the HTTP API,
- * then headless Chromium (the system's chromium, driven by playwright-core):
+ * embedded dev server, its Web UI served through Steward's own origin at `<api>/ui` and the
+ * payload codec on, chat turns through the HTTP API, then headless Chromium (the system's
+ * chromium, driven by playwright-core), each page in a fresh browser profile:
+ *  - opens the one-time sign-in link the start banner prints and, with nothing set in the UI,
+ *    sees the turn's decoded input and result (the UI calls the same origin's /codec with the
+ *    sign-in cookie); the link works once;
+ *  - without the sign-in gets no plaintext: the UI at `<api>/ui` sends it to the sign-in form,
+ *    its API and the codec endpoint answer 401, and the dev server's own UI port shows only
+ *    ciphertext;
  *  - filters the runs by Steward's search attributes (StewardChat, StewardKind) and sees
  *    exactly the expected workflows;
- *  - opens the turn without signing in to the codec endpoint and sees only ciphertext;
- *  - signs in at `<api>/codec/login`, turns on "Include cross-origin credentials" in the UI's
- *    Codec Server settings, and sees the turn's decoded input and result;
- *  - follows run links Steward gives and lands on exactly that run.
+ *  - follows run links Steward gives (signing in with the API token on the way) and lands on
+ *    exactly that run.
  * Screenshots go to test-artifacts/temporal-ui/ (gitignored); their paths are printed.
  */
 import assert from 'node:assert/strict';
@@ -18,6 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
+import { needs } from '../helpers/requirements.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
 
@@ -61,18 +67,21 @@ async function listedWorkflowIds(page: Page): Promise<string[]> {
   return [...ids].sort();
 }
 
-describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout: 600_000 }, () => {
+describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await needs('chromium')), timeout: 600_000 }, () => {
   let model: ModelServer | undefined;
   let steward: Spawned | undefined;
   let browser: Browser | undefined;
   let api = '';
+  /** The UI as Steward serves it: `<api>/ui`. */
   let ui = '';
+  /** The one-time sign-in link the banner printed. */
+  let bannerLink = '';
+  /** The dev server's own UI port (loopback), behind the proxy. */
+  let uiPort = 0;
   let dataDir = '';
   let turnId = '';
   let otherTurnId = '';
   let statusReply = '';
-  /** The API serves the codec endpoint (and so payloads are encrypted). */
-  let codecOn = false;
   const shots = artifactDir('temporal-ui');
 
   const call = async (method: string, route: string, body?: unknown) => {
@@ -98,7 +107,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
     return (r.body as { running?: { turnId: string } | null }).running?.turnId;
   };
 
-  /** A fresh page in its own browser context (its own cookies and local storage). */
+  /** A fresh page in its own browser context (its own cookies and local storage: a fresh profile). */
   const newPage = async (): Promise<{ context: BrowserContext; page: Page }> => {
     assert.ok(browser, 'the browser is running');
     const context = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
@@ -106,13 +115,29 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
     context.setDefaultNavigationTimeout(60_000);
     return { context, page: await context.newPage() };
   };
+  /** A one-time sign-in link, as `./steward ui` asks for one. */
+  const freshLink = async (): Promise<string> => {
+    const r = await fetch(`${api}/codec/links`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}` } });
+    assert.equal(r.status, 201);
+    const body = (await r.json()) as { url: string; ui: string };
+    assert.equal(body.ui, `${ui}/`);
+    return body.url;
+  };
+  /** A fresh page signed in through a one-time link (it lands on the UI). */
+  const signedInPage = async (): Promise<{ context: BrowserContext; page: Page }> => {
+    const p = await newPage();
+    await p.page.goto(await freshLink(), { waitUntil: 'domcontentloaded' });
+    assert.ok(p.page.url().startsWith(`${ui}/`), `the link lands on the UI: ${p.page.url()}`);
+    return p;
+  };
 
   before(async () => {
     // fail early (before starting the platform) when there is no browser to drive
     browser = await launchChromium();
     model = await startModelServer();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-ui-e2e-'));
-    const [httpPort, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
+    const [httpPort, temporalPort] = [await freePort(), await freePort()];
+    uiPort = await freePort();
     steward = spawnProcess('./steward', ['start'], {
       ...process.env,
       STEWARD_DATA_DIR: dataDir,
@@ -125,7 +150,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
       STEWARD_MODEL: 'openai-compatible:ui-e2e-model',
       STEWARD_MODEL_BASE_URL: model.baseURL,
       STEWARD_LOG_LEVEL: 'warn',
-      // the codec on, with the key generated in the data dir and CORS for the embedded UI
+      // the codec on, with the key generated in the data dir and the default CORS origins
       STEWARD_CODEC: 'on',
       STEWARD_CODEC_KEYS: '',
       STEWARD_CODEC_CORS_ORIGINS: '',
@@ -133,9 +158,12 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
       TEMPORAL_ADDRESS: '',
     });
     api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
-    ui = ((await steward.waitForOutput(/Temporal UI:\s+(http:\/\/\S+)/, 60_000))[1] ?? '').replace(/\/$/, '');
+    const banner = await steward.waitForOutput(/Temporal UI:\s+(http:\/\/\S+)\s+\(opens (http:\/\/\S+) signed in/, 60_000);
+    bannerLink = banner[1] ?? '';
+    ui = (banner[2] ?? '').replace(/\/$/, '');
     await steward.waitForOutput(/Steward is running/, 60_000);
-    codecOn = (await fetch(`${api}/codec/login`)).status === 200;
+    assert.equal(ui, `${api}/ui`, 'the UI is served through the API origin');
+    assert.match(bannerLink, new RegExp(`^${api.replace(/[.]/g, '\\.')}/codec/login/[A-Za-z0-9_-]{43}$`), 'the banner prints a one-time sign-in link');
     try {
       await startTurns();
     } catch (err) {
@@ -178,8 +206,8 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
   });
 
   /** Open the workflow list filtered by a visibility query (`?query=`) and wait until it shows `expected`. */
-  async function openFiltered(page: Page, query: string, expected: string[]): Promise<string[]> {
-    const url = `${ui}/namespaces/${NAMESPACE}/workflows?query=${encodeURIComponent(query)}`;
+  async function openFiltered(page: Page, query: string, expected: string[], base = ui): Promise<string[]> {
+    const url = `${base}/namespaces/${NAMESPACE}/workflows?query=${encodeURIComponent(query)}`;
     const want = JSON.stringify([...expected].sort());
     let shown: string[] = [];
     // visibility is eventually consistent: reload a few times before giving up
@@ -198,8 +226,8 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
   }
 
   /** From the list filtered to the chat's turns, open the turn; answers its Input/Result panel. */
-  async function openTurn(page: Page): Promise<Locator> {
-    const listed = await openFiltered(page, `StewardChat="${CHAT}" AND StewardKind="turn"`, [turnId]);
+  async function openTurn(page: Page, base = ui): Promise<Locator> {
+    const listed = await openFiltered(page, `StewardChat="${CHAT}" AND StewardKind="turn"`, [turnId], base);
     assert.deepEqual(listed, [turnId]);
     await page.locator(`${ROW} a[href*="/workflows/${encodeURIComponent(turnId)}/"]`).first().click();
     await page.locator('[data-testid="workflow-id-heading"]').filter({ hasText: turnId }).waitFor({ timeout: 30_000 });
@@ -221,8 +249,85 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
     }
   }
 
-  it('filters the runs by a Steward search attribute and shows exactly the expected ones', async () => {
+  it('the link the banner printed opens the UI in a fresh browser, signed in, and the turn shows its decoded input and result', async () => {
     const { context, page } = await newPage();
+    try {
+      await page.goto(bannerLink, { waitUntil: 'domcontentloaded' });
+      assert.ok(page.url().startsWith(`${ui}/`), `the link signs in and lands on the UI: ${page.url()}`);
+      const cookie = (await context.cookies(api)).find((c) => c.name === 'steward_codec');
+      assert.ok(cookie?.httpOnly, 'the link set the HttpOnly sign-in cookie');
+      assert.ok(!page.url().includes(bannerLink.split('/').pop()!), 'the token is not in the UI address');
+
+      const decoded = page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 });
+      const io = await openTurn(page);
+      assert.equal((await decoded).status(), 200, "the UI decodes through the same origin's codec endpoint with the cookie");
+      const text = await waitForPanel(page, io, 'the decoded input and result', (t) => t.includes(USER) && t.includes(`${turnId}:reply`), 'turn-decoded');
+      await saveScreenshot(page, shots, 'turn-opened-decoded');
+      const flat = text.replace(/\s+/g, '');
+      assert.ok(flat.includes(`"chatId":"${CHAT}"`), 'the input names the chat');
+      assert.ok(flat.includes(`"user":"${USER}"`), 'the input names the sender');
+      assert.ok(flat.includes('"outcome":"replied"'), 'the result says the turn replied');
+      assert.ok(flat.includes(`"replyKey":"${turnId}:reply"`), 'the result holds the reply key');
+      assert.equal(await page.locator('[data-testid="data-encoder-status-error"]').count(), 0, 'no codec error is shown');
+      const stored = await page.evaluate(() => ({ includeCredentials: localStorage.getItem('includeCredentials'), override: localStorage.getItem('overrideRemoteCodecConfiguration') }));
+      assert.deepEqual(stored, { includeCredentials: null, override: null }, 'nothing was set in the UI');
+    } finally {
+      await context.close();
+    }
+    // the link works once
+    const again = await newPage();
+    try {
+      const r = await again.page.goto(bannerLink, { waitUntil: 'domcontentloaded' });
+      assert.equal(r?.status(), 401, 'a used link is refused');
+      await again.page.locator('#link-refused').waitFor({ timeout: 15_000 });
+      assert.deepEqual((await again.context.cookies(api)).filter((c) => c.name === 'steward_codec'), [], 'and signs nobody in');
+    } finally {
+      await again.context.close();
+    }
+  });
+
+  it('a browser without the sign-in gets no plaintext: the sign-in form instead of the UI, 401 from its API and the codec, ciphertext on the dev server\'s own port', async () => {
+    const { context, page } = await newPage();
+    try {
+      const runPath = `/ui/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(turnId)}`;
+      await page.goto(`${api}${runPath}`, { waitUntil: 'domcontentloaded' });
+      const at = new URL(page.url());
+      assert.equal(at.pathname, '/codec/login', `sent to the sign-in form: ${page.url()}`);
+      assert.equal(at.searchParams.get('next'), runPath, 'and back to the run afterwards');
+      await page.locator('#token').waitFor();
+      const shown = await page.locator('body').innerText();
+      for (const plain of [USER, CHAT, REPLY, turnId]) assert.ok(!shown.includes(plain), `${plain} is not shown`);
+      // the UI's API and the codec endpoint, called from this page, refuse it
+      const calls = await page.evaluate(
+        async ([uiApi, codec]) => {
+          const history = await fetch(uiApi!);
+          const decode = await fetch(codec!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"payloads":[]}' });
+          return { history: history.status, historyBody: await history.text(), decode: decode.status };
+        },
+        [`${ui}/api/v1/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(turnId)}/history`, `${api}/codec/decode`],
+      );
+      assert.equal(calls.history, 401, "the UI's API behind Steward needs the sign-in");
+      assert.ok(!calls.historyBody.includes(USER), 'and gives nothing away');
+      assert.equal(calls.decode, 401, 'the codec endpoint needs the sign-in');
+    } finally {
+      await context.close();
+    }
+
+    // the dev server's own UI (loopback only, what Steward proxies): its codec endpoint is
+    // relative (/codec), which that origin does not serve, so payloads stay ciphertext
+    const direct = await newPage();
+    try {
+      const io = await openTurn(direct.page, `http://127.0.0.1:${uiPort}/ui`);
+      const text = await waitForPanel(direct.page, io, 'the encrypted input', (t) => /Input\s*"[A-Za-z0-9+/=]{40,}"/.test(t), 'turn-encrypted');
+      await saveScreenshot(direct.page, shots, 'turn-opened-encrypted');
+      for (const plain of [USER, CHAT, '"outcome"', `${turnId}:reply`]) assert.ok(!text.includes(plain), `${plain} is not readable without the codec`);
+    } finally {
+      await direct.context.close();
+    }
+  });
+
+  it('filters the runs by a Steward search attribute and shows exactly the expected ones', async () => {
+    const { context, page } = await signedInPage();
     try {
       const expected = [sessionOf(CHAT), turnId].sort();
       const shown = await openFiltered(page, `StewardChat="${CHAT}"`, expected);
@@ -237,76 +342,26 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
     }
   });
 
-  it('without a codec sign-in, the opened turn shows only ciphertext', async () => {
-    assert.ok(codecOn, 'the API serves the codec sign-in at /codec/login (payloads are encrypted)');
-    const { context, page } = await newPage();
-    try {
-      const refused = page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 });
-      const io = await openTurn(page);
-      assert.equal((await refused).status(), 401, 'the codec endpoint refuses the browser that has not signed in');
-      // the input shows as the raw payload data: one quoted base64 string
-      const text = await waitForPanel(page, io, 'the encrypted input', (s) => /Input\s*"[A-Za-z0-9+/=]{40,}"/.test(s), 'turn-encrypted');
-      await saveScreenshot(page, shots, 'turn-opened-encrypted');
-      for (const plain of [USER, CHAT, '"outcome"', `${turnId}:reply`]) assert.ok(!text.includes(plain), `${plain} is not readable without the codec`);
-      assert.ok(await page.locator('[data-testid="data-encoder-status-error"]').isVisible(), 'the UI reports that the codec server could not decode');
-    } finally {
-      await context.close();
-    }
-  });
-
-  it('signed in at /codec/login with cross-origin credentials on, the opened turn shows its decoded input and result', async () => {
-    assert.ok(codecOn, 'the API serves the codec sign-in at /codec/login');
-    const { context, page } = await newPage();
-    try {
-      // the operator signs in once per browser: an HttpOnly cookie for <api>/codec
-      await page.goto(`${api}/codec/login`);
-      await page.locator('#token').fill(TOKEN);
-      await Promise.all([page.waitForURL(`${api}/codec/login`, { waitUntil: 'load' }), page.locator('button[type="submit"]').click()]);
-      await page.locator('#signed-in').waitFor({ timeout: 15_000 });
-      const cookie = (await context.cookies(`${api}/codec/decode`)).find((c) => c.name === 'steward_codec');
-      assert.ok(cookie?.httpOnly, 'the sign-in set the HttpOnly codec cookie');
-
-      // the UI's Codec Server settings: this browser's endpoint, with cross-origin credentials
-      await page.goto(`${ui}/namespaces/${NAMESPACE}/workflows`, { waitUntil: 'domcontentloaded' });
-      await page.locator('[data-testid^="data-encoder-status"]').first().click();
-      const dialog = page.locator('[role="dialog"]:visible, dialog[open]').filter({ has: page.locator('[data-testid="data-encoder-title"]') }).first();
-      await dialog.waitFor({ timeout: 15_000 });
-      await dialog.locator('[data-testid="use-local-endpoint-input"]').check();
-      await dialog.locator('#data-encoder-endpoint-input').fill(`${api}/codec`);
-      await dialog.locator('[data-testid="data-encoder-include-credentials"]').click();
-      assert.equal(await dialog.locator('#pass-access-credentials').isChecked(), true, 'Include cross-origin credentials is on');
-      await saveScreenshot(page, shots, 'codec-settings');
-      await dialog.locator('[data-testid="confirm-modal-button"]').click();
-      await dialog.waitFor({ state: 'hidden', timeout: 15_000 });
-      const stored = await page.evaluate(() => ({ includeCredentials: localStorage.getItem('includeCredentials'), override: localStorage.getItem('overrideRemoteCodecConfiguration') }));
-      assert.deepEqual(stored, { includeCredentials: 'true', override: 'true' }, 'the UI keeps the setting in this browser');
-
-      const decoded = page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 });
-      const io = await openTurn(page);
-      assert.equal((await decoded).status(), 200, 'the codec endpoint decodes for the signed-in browser');
-      const text = await waitForPanel(page, io, 'the decoded input and result', (s) => s.includes(USER) && s.includes(`${turnId}:reply`), 'turn-decoded');
-      await saveScreenshot(page, shots, 'turn-opened-decoded');
-      const flat = text.replace(/\s+/g, '');
-      assert.ok(flat.includes(`"chatId":"${CHAT}"`), 'the input names the chat');
-      assert.ok(flat.includes(`"user":"${USER}"`), 'the input names the sender');
-      assert.ok(flat.includes('"outcome":"replied"'), 'the result says the turn replied');
-      assert.ok(flat.includes(`"replyKey":"${turnId}:reply"`), 'the result holds the reply key');
-    } finally {
-      await context.close();
-    }
-  });
-
   it('answers /status with the running turn', () => {
     assert.match(statusReply, /^Running: turn 1, step \d+ \(model\)/, statusReply);
     assert.match(turnId, new RegExp(`^${sessionOf(CHAT)}:turn:1:`));
   });
 
-  /** Follow a run link in a fresh page and wait until the UI shows that workflow. */
-  async function followRunLink(link: string, workflowId: string, shot: string): Promise<void> {
-    assert.ok(link.startsWith(`${ui}/namespaces/${NAMESPACE}/workflows/`), `${link} points at the embedded UI`);
-    const { context, page } = await newPage();
+  /**
+   * Follow a run link in a fresh page and wait until the UI shows that workflow. `signIn`: `link`
+   * signs the browser in with a one-time link first; `form` follows the run link unsigned and
+   * signs in with the API token on the form it is sent to, which sends it on to the run.
+   */
+  async function followRunLink(link: string, workflowId: string, shot: string, signIn: 'link' | 'form'): Promise<void> {
+    assert.ok(link.startsWith(`${ui}/namespaces/${NAMESPACE}/workflows/`), `${link} points at the UI Steward serves`);
+    const { context, page } = signIn === 'link' ? await signedInPage() : await newPage();
     try {
       await page.goto(link, { waitUntil: 'domcontentloaded' });
+      if (signIn === 'form') {
+        assert.equal(new URL(page.url()).pathname, '/codec/login', `an unsigned browser is sent to the sign-in form: ${page.url()}`);
+        await page.locator('#token').fill(TOKEN);
+        await Promise.all([page.waitForURL((u) => u.pathname.startsWith('/ui/'), { waitUntil: 'domcontentloaded' }), page.locator('button[type="submit"]').click()]);
+      }
       const heading = page.locator('[data-testid="workflow-id-heading"]');
       await heading
         .filter({ hasText: workflowId })
@@ -318,7 +373,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
       await saveScreenshot(page, shots, shot);
       assert.equal((await heading.innerText()).replace(/\s+/g, ''), workflowId.replace(/\s+/g, ''), 'the page is that run and no other');
       // the link names the workflow only; the UI settles on its latest run
-      assert.ok(decodeURIComponent(new URL(page.url()).pathname).startsWith(`/namespaces/${NAMESPACE}/workflows/${workflowId}/`), page.url());
+      assert.ok(decodeURIComponent(new URL(page.url()).pathname).startsWith(`/ui/namespaces/${NAMESPACE}/workflows/${workflowId}/`), page.url());
     } finally {
       await context.close();
     }
@@ -340,12 +395,12 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip(), timeout:
       90_000,
       500,
     );
-    await followRunLink(run.url, run.id, 'link-opened-objective-run');
+    await followRunLink(run.url, run.id, 'link-opened-objective-run', 'link');
   });
 
-  it('the link in /status opens the running turn', async () => {
+  it('the link in /status opens the running turn, after the sign-in form', async () => {
     const link = /https?:\/\/\S+/.exec(statusReply)?.[0];
     assert.ok(link, `/status gives the running turn's run link: ${statusReply}`);
-    await followRunLink(link, turnId, 'link-opened-status-turn');
+    await followRunLink(link, turnId, 'link-opened-status-turn', 'form');
   });
 });

@@ -3,8 +3,9 @@
  * Playwright download) driven by playwright-core, and screenshots saved as test artifacts.
  *
  * The executable is, in order: STEWARD_CHROMIUM, /usr/bin/chromium, /usr/bin/chromium-browser,
- * then `chromium` or `chromium-browser` on PATH. Without one a browser test fails and says to
- * `apt-get install chromium`, unless STEWARD_TEST_BROWSER=0 asks to skip browser tests.
+ * then `chromium` or `chromium-browser` on PATH. Without one a browser suite is skipped with
+ * how to install it (`needs('chromium')`, requirements.ts), or fails with CI=true;
+ * STEWARD_TEST_BROWSER=0 switches browser tests off.
  */
 import { accessSync, constants, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -37,7 +38,7 @@ export function findChromium(env: NodeJS.ProcessEnv = process.env): string | und
   return undefined;
 }
 
-const INSTALL_HINT = '`apt-get install chromium` (CI installs it), or set STEWARD_CHROMIUM to its path; STEWARD_TEST_BROWSER=0 skips the browser tests';
+const INSTALL_HINT = '`apt-get install chromium` (./steward test installs it when it can), or set STEWARD_CHROMIUM to its path; STEWARD_TEST_BROWSER=0 skips the browser tests';
 
 /** Why no Chromium can be driven, with how to fix it. */
 export function noChromiumMessage(env: NodeJS.ProcessEnv = process.env): string {
@@ -47,8 +48,8 @@ export function noChromiumMessage(env: NodeJS.ProcessEnv = process.env): string 
 }
 
 /**
- * Why a browser test should be skipped (a string for node:test's `skip`), or false to run it.
- * Only STEWARD_TEST_BROWSER=0 skips: a missing browser is a failure (see `launchChromium`).
+ * Whether browser tests are switched off (STEWARD_TEST_BROWSER=0): the reason, a string for
+ * node:test's `skip`, or false. A missing browser is `needs('chromium')`'s business.
  */
 export function browserSkip(env: NodeJS.ProcessEnv = process.env): string | false {
   if (env.STEWARD_TEST_BROWSER === '0') return 'STEWARD_TEST_BROWSER=0: browser tests are switched off';

@@ -1,8 +1,11 @@
 /**
  * Replays recorded histories of real runs (test/replay/histories/*.json, written by
  * scripts/record-histories.ts) against the current workflow code. A change that would break
- * running histories fails here before it ships. JSON histories also guard the protobufjs 8
- * dedupe that `historyFromJSON` needs (see TOOLCHAIN.md).
+ * running histories fails here before it ships. Reading the JSON histories also guards what
+ * `historyFromJSON` needs: `@temporalio/common` (protobufjs/ext/protojson) and
+ * `@temporalio/proto` (the message types) must share one protobufjs 8, which is why
+ * package.json lists protobufjs 8 itself, so npm installs that one at the top of node_modules
+ * and not a 7.x copy another dependency (gRPC's proto-loader, the OTLP exporter) needs.
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
