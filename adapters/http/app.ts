@@ -3,7 +3,7 @@
  * health, and an OpenAPI description generated from the same zod schemas that validate
  * requests. Every rejected request is answered before anything reaches ingress.
  */
-import { randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
@@ -16,6 +16,7 @@ import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
+import { sameSecret } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import type { ObjectiveService } from '../objectives.js';
@@ -178,10 +179,7 @@ export interface HttpDeps {
 
 function tokenMatches(header: string | undefined, token: string): boolean {
   const m = /^Bearer\s+(.+)$/i.exec(header ?? '');
-  if (!m?.[1]) return false;
-  const a = Buffer.from(m[1].trim());
-  const b = Buffer.from(token);
-  return a.length === b.length && timingSafeEqual(a, b);
+  return m?.[1] ? sameSecret(m[1].trim(), token) : false;
 }
 
 export function createHttpApp(deps: HttpDeps) {

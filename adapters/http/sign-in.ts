@@ -27,6 +27,7 @@ const MAX_PENDING_LINKS = 200;
 /** A link token: 32 random bytes, base64url. */
 export const LINK_TOKEN = /^[A-Za-z0-9_-]{43}$/;
 
+/** Constant-time equality of two secrets (the API token, shell tokens, cookie MACs). */
 export function sameSecret(a: string, b: string): boolean {
   const x = Buffer.from(a);
   const y = Buffer.from(b);

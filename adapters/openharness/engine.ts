@@ -51,7 +51,7 @@
  * when the shell marks `environment_state.privacy_tier: 'public'`; a `secret` request logs
  * ids only (not even error messages).
  */
-import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -64,6 +64,7 @@ import { parseText } from '../../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import { AuthBackoff, retryAfterSeconds } from '../http/backoff.js';
+import { sameSecret } from '../http/sign-in.js';
 import { inboundKey, OPERATOR_USER_ID, type Ingress, type IngressResult, type RejectReason } from '../ingress.js';
 import { verifyShellToken } from './shells.js';
 
@@ -310,11 +311,6 @@ function bearer(header: string | undefined): string | undefined {
   return m?.[1];
 }
 
-function safeEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
-}
 
 function issuesText(issues: readonly z.core.$ZodIssue[]): { message: string; issues: Array<{ path: string; message: string }> } {
   const list = issues.map((i) => ({ path: i.path.map(String).join('.') || '(body)', message: i.message }));
@@ -396,7 +392,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
   async function authenticate(header: string | undefined): Promise<Principal | undefined> {
     const token = bearer(header);
     if (!token) return undefined;
-    if (deps.operatorToken && safeEqual(token, deps.operatorToken)) {
+    if (deps.operatorToken && sameSecret(token, deps.operatorToken)) {
       return { shellId: OPERATOR_SHELL_ID, name: 'operator', userId: OPERATOR_USER_ID, account: OPERATOR_SHELL_ID };
     }
     const shell = await verifyShellToken(db, token);
@@ -763,7 +759,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
       const header = c.req.header('authorization');
       const presented = bearer(header);
       // the operator's token from loopback never waits; anyone else waits without a token check
-      const wait = backoff.waitMs(client, presented !== undefined && deps.operatorToken !== '' && safeEqual(presented, deps.operatorToken));
+      const wait = backoff.waitMs(client, presented !== undefined && deps.operatorToken !== '' && sameSecret(presented, deps.operatorToken));
       const principal = wait > 0 ? undefined : await authenticate(header);
       const text = await c.req.text();
       let raw: unknown;

@@ -23,6 +23,7 @@ import { ConfigError, loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { lastUserText } from '../helpers/model-server.js';
 import { useStack, waitFor, withHarness, type Harness, type HarnessOptions } from '../helpers/steward.js';
+import { objectiveRuns } from '../helpers/objective-runs.js';
 
 const OP = { id: OPERATOR.id, name: OPERATOR.name };
 const tag = () => randomBytes(3).toString('hex');
@@ -31,12 +32,7 @@ type Batch = { objectiveId: string; eventId: string; files: number; result: Obje
 describe('objective event triggers: workspace files and inbound email', () => {
   const stack = useStack();
   const opts = (): HarnessOptions => ({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } } });
-  const runsOf = (objectiveId: string) => stack.db.objectiveRun.findMany({ where: { objectiveId }, orderBy: { createdAt: 'asc' } });
-  const settled = async (objectiveId: string, n: number, timeoutMs = 30_000) =>
-    waitFor(async () => {
-      const runs = await runsOf(objectiveId);
-      return runs.length >= n && runs.every((r) => r.status !== 'running') ? runs : undefined;
-    }, `${n} settled runs of ${objectiveId}`, timeoutMs);
+  const { runsOf, settled } = objectiveRuns(() => stack.db);
   const eventsOf = (objectiveId: string) => stack.db.objectiveEvent.findMany({ where: { objectiveId }, orderBy: { id: 'asc' } });
   const payloadOf = async (objectiveId: string, eventId: string) => {
     const e = await stack.db.objectiveEvent.findUniqueOrThrow({ where: { objectiveId_eventId: { objectiveId, eventId } } });

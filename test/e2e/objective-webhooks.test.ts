@@ -26,6 +26,7 @@ import { startObjectiveWatchers } from '../../adapters/objective-watchers.js';
 import { createObjectiveService, type ObjectiveEventResult, type ObjectiveService } from '../../adapters/objectives.js';
 import { lastUserText } from '../helpers/model-server.js';
 import { useStack, waitFor, withHarness, type Harness, type HarnessOptions } from '../helpers/steward.js';
+import { objectiveRuns } from '../helpers/objective-runs.js';
 
 const OP = { id: OPERATOR.id, name: OPERATOR.name };
 const tag = () => randomBytes(3).toString('hex');
@@ -64,12 +65,7 @@ function assertInsideEvent(prompt: string, marker?: string): void {
 describe('objective webhooks: replay, injection, secrets, name discovery', () => {
   const stack = useStack();
   const opts = (): HarnessOptions => ({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } } });
-  const runsOf = (objectiveId: string) => stack.db.objectiveRun.findMany({ where: { objectiveId }, orderBy: { createdAt: 'asc' } });
-  const settled = async (objectiveId: string, n: number, timeoutMs = 30_000) =>
-    waitFor(async () => {
-      const runs = await runsOf(objectiveId);
-      return runs.length >= n && runs.every((r) => r.status !== 'running') ? runs : undefined;
-    }, `${n} settled runs of ${objectiveId}`, timeoutMs);
+  const { settled } = objectiveRuns(() => stack.db);
   const eventCount = (objectiveId: string) => stack.db.objectiveEvent.count({ where: { objectiveId } });
   /** A STEWARD_HOOK_ variable holding a fresh 64-character secret, removed when the suite ends. */
   const vars: string[] = [];

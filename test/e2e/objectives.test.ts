@@ -18,6 +18,7 @@ import { objectiveScheduleId } from '../../common/objectives.js';
 import { lastUserText, type RecordedRequest } from '../helpers/model-server.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, waitFor, withHarness, type Harness, type HarnessOptions } from '../helpers/steward.js';
+import { objectiveRuns } from '../helpers/objective-runs.js';
 
 const OP = { id: OPERATOR.id, name: OPERATOR.name };
 const tag = () => randomBytes(3).toString('hex');
@@ -31,12 +32,7 @@ describe('objectives on Temporal Schedules', () => {
     runLink: (id) => `http://127.0.0.1:8233/namespaces/default/workflows/${encodeURIComponent(id)}`,
     ...extra,
   });
-  const runsOf = (objectiveId: string) => stack.db.objectiveRun.findMany({ where: { objectiveId }, orderBy: { createdAt: 'asc' } });
-  const settled = async (objectiveId: string, n: number, timeoutMs = 30_000) =>
-    waitFor(async () => {
-      const runs = await runsOf(objectiveId);
-      return runs.length >= n && runs.every((r) => r.status !== 'running') ? runs : undefined;
-    }, `${n} settled runs of ${objectiveId}`, timeoutMs);
+  const { runsOf, settled } = objectiveRuns(() => stack.db);
   const reply = (marker: string, text: string) => (req: RecordedRequest) => (lastUserText(req.body).includes(marker) ? { text } : { text: 'ok' });
 
   it('runs on its schedule into the chat; pause, resume, trigger and delete behave and are receipted', async () => {
