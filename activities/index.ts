@@ -299,6 +299,7 @@ export function createActivities(deps: ActivityDeps) {
           kind: 'model.call',
           ...wf,
           data: {
+            turnId: input.turnId,
             step: input.step,
             attempt: info.attempt,
             model: out.model,
@@ -318,7 +319,7 @@ export function createActivities(deps: ActivityDeps) {
           key: `${input.turnId}:model:${input.step}:${info.attempt}`,
           kind: 'model.call',
           ...wf,
-          data: { step: input.step, attempt: info.attempt, model: input.settings.model, error: c.message, status: c.status, retryable: c.retryable, ms: Date.now() - started },
+          data: { turnId: input.turnId, step: input.step, attempt: info.attempt, model: input.settings.model, error: c.message, status: c.status, retryable: c.retryable, ms: Date.now() - started },
         });
         throw ApplicationFailure.create({
           type: failureType(c.status, c.retryable, c.type),
@@ -408,7 +409,7 @@ export function createActivities(deps: ActivityDeps) {
         key: `${input.turnId}:tool:${input.toolCallId}`,
         kind: 'tool.call',
         ...wf,
-        data: { tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...(redact(outcome.detail) as Record<string, unknown>) },
+        data: { turnId: input.turnId, tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...(redact(outcome.detail) as Record<string, unknown>) },
       });
       return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };
     },
@@ -483,7 +484,7 @@ export function createActivities(deps: ActivityDeps) {
         kind: 'approval.requested',
         ...wf,
         actor: input.requestedBy,
-        data: { approvalId: id, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length },
+        data: { approvalId: id, turnId: input.turnId, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length },
       });
       return { approvalId: id, timeoutMs, summary, forbidSelfApproval };
     },

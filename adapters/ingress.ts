@@ -117,7 +117,16 @@ export interface TranscriptEntry {
 export interface SessionStatusView {
   workflowId: string;
   exists: boolean;
-  running: null | { turnId: string; step: number; phase: string; startedAt: string; tool?: string; approvalId?: string };
+  running: null | {
+    turnId: string;
+    /** The workflow the turn runs in: the session (turns run inside it), or the turn's own workflow in older sessions. */
+    runWorkflowId: string;
+    step: number;
+    phase: string;
+    startedAt: string;
+    tool?: string;
+    approvalId?: string;
+  };
   queueLength: number;
   model: string;
   think: string;
@@ -323,8 +332,9 @@ export function createIngress(deps: IngressDeps): Ingress {
       if (err instanceof WorkflowNotFoundError) return base;
       throw err;
     }
-    let turn: TurnStatus | undefined;
-    if (s.running) {
+    let turn: TurnStatus | undefined = s.running?.turn;
+    if (s.running && !turn) {
+      // a turn started as its own workflow (sessions recorded before turns ran inline)
       try {
         turn = await client.workflow.getHandle(s.running.turnId).query(turnStatusQuery);
       } catch {
@@ -337,6 +347,7 @@ export function createIngress(deps: IngressDeps): Ingress {
       running: s.running
         ? {
             turnId: s.running.turnId,
+            runWorkflowId: s.running.turn ? sessionId : s.running.turnId,
             step: turn?.step ?? 0,
             phase: turn?.phase ?? 'starting',
             startedAt: turn?.startedAt ?? s.running.startedAt,
@@ -375,7 +386,7 @@ export function createIngress(deps: IngressDeps): Ingress {
       return { reply: `Approval ${row.id} (${row.summary}): ${r.message}`, applied: true };
     } catch (err) {
       if (err instanceof WorkflowUpdateFailedError) return refuse(`Not applied: ${err.cause?.message ?? err.message}.`);
-      if (err instanceof WorkflowNotFoundError) return refuse(`The turn that waited for approval ${row.id} has ended; nothing changed.`);
+      if (err instanceof WorkflowNotFoundError) return refuse(`The run that waited for approval ${row.id} has ended; nothing changed.`);
       throw err;
     }
   }
@@ -543,7 +554,7 @@ export function createIngress(deps: IngressDeps): Ingress {
       }
       case 'status': {
         const view = await status(opts.workflowId);
-        const link = view.running ? deps.runLink?.(view.running.turnId) : undefined;
+        const link = view.running ? deps.runLink?.(view.running.runWorkflowId) : undefined;
         const text = link ? `${formatStatus(view)}\nRun: ${link}` : formatStatus(view);
         const running = deps.changes ? await deps.changes.runningInChat(conversation) : [];
         return running.length

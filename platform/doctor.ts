@@ -19,7 +19,7 @@ import { z } from 'zod';
 import { databaseKind, pgConfig, sqlitePath } from '../activities/db.js';
 import { sandboxAvailable } from '../activities/sandbox.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
-import { connectTemporal, SEARCH_ATTRIBUTES } from './temporal-server.js';
+import { connectTemporal, indexedValueTypeName, SEARCH_ATTRIBUTES } from './temporal-server.js';
 import { unavailableFeatures, unavailableLine } from './capabilities.js';
 
 const IndexedValueType = protoModule.temporal.api.enums.v1.IndexedValueType;
@@ -186,7 +186,7 @@ async function temporalChecks(cfg: StewardConfig, timeoutMs: number): Promise<Do
       const problems: string[] = [];
       const missing: string[] = [];
       for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
-        const want = IndexedValueType[`INDEXED_VALUE_TYPE_${type.toUpperCase()}` as keyof typeof IndexedValueType];
+        const want = IndexedValueType[indexedValueTypeName(type) as keyof typeof IndexedValueType];
         const have = customAttributes?.[name];
         if (have === undefined || have === null) missing.push(name);
         else if (have !== want) problems.push(`${name} is ${String(IndexedValueType[have as number] ?? have).replace('INDEXED_VALUE_TYPE_', '')}, expected ${type}`);
@@ -196,7 +196,9 @@ async function temporalChecks(cfg: StewardConfig, timeoutMs: number): Promise<Do
         out.push(check('search-attributes', 'ok', `All ${all.length} Steward search attributes are registered in ${ns} (${all.join(', ')}).`));
       } else {
         // the CLI pairs each --name with a --type, so one command per attribute
-        const create = `for n in ${missing.join(' ')}; do temporal operator search-attribute create --namespace ${ns} --address ${address} --name $n --type Keyword; done`;
+        const create = missing
+          .map((n) => `temporal operator search-attribute create --namespace ${ns} --address ${address} --name ${n} --type ${SEARCH_ATTRIBUTES[n as keyof typeof SEARCH_ATTRIBUTES]}`)
+          .join(' && ');
         out.push(
           check(
             'search-attributes',
@@ -204,7 +206,7 @@ async function temporalChecks(cfg: StewardConfig, timeoutMs: number): Promise<Do
             [missing.length ? `Missing in namespace ${ns}: ${missing.join(', ')}.` : '', problems.length ? `Wrong type: ${problems.join('; ')}.` : ''].filter(Boolean).join(' '),
             missing.length
               ? `Register them: \`${create}\` (\`./steward start\` with TEMPORAL_ADDRESS set registers them too).`
-              : 'Steward needs these as Keyword attributes: use a namespace where they are free, or remove and re-create them as Keyword.',
+              : 'Steward needs these types: use a namespace where the names are free, or remove and re-create them with the expected type.',
           ),
         );
       }

@@ -4,6 +4,12 @@
  * test reads: the JSON that `temporal workflow show -o json` writes, one history per file, and
  * each file's workflow id in `workflow-ids.json` (replay needs it: child ids derive from it).
  *
+ * A chat's turns run inside its session workflow (since the patch `steward-inline-turn`): their
+ * activities, delivery markers, steering and approval updates are in the session's history, so
+ * record sessions (`StewardKind = 'session'`, or by `StewardChat`, `StewardUser`). Turn workflows
+ * (`StewardKind = 'turn'`) are objective runs' turns, and chat turns of sessions that started
+ * them as children before that patch. Each recorded session says which shape it has.
+ *
  * Payloads are decoded through the configured payload codec before they are written, so the
  * fixtures replay without keys: recorded histories hold plaintext. Only closed runs are recorded
  * unless asked (a running workflow's history is incomplete). Nothing is overwritten unless
@@ -51,7 +57,7 @@ export function fixtureName(workflowType: string, prefix: string, runId: string)
 }
 
 export const RecordOptionsSchema = z.object({
-  query: z.string().trim().min(1, "expected a visibility query, e.g. --query \"WorkflowType='turnWorkflow' AND StewardChat='chat-1'\""),
+  query: z.string().trim().min(1, "expected a visibility query, e.g. --query \"WorkflowType='sessionWorkflow' AND StewardChat='chat-1'\""),
   limit: z.coerce
     .number({ error: 'expected a whole number of histories (1-1000)' })
     .int('expected a whole number of histories (1-1000)')
@@ -148,6 +154,48 @@ export interface RecordedHistory {
   events: number;
   payloads: number;
   decoded: number;
+  /** Sessions: the turns their history ran inside itself, and the child turn workflows it started. */
+  turns?: SessionTurns;
+}
+
+export interface SessionTurns {
+  /** Turns that ran inside the session (patch `steward-inline-turn`): distinct turn ids of its model steps. */
+  inline: number;
+  /** Turns started as child turn workflows (sessions from before that patch). */
+  children: number;
+}
+
+/** A Payload's value in proto JSON when it is plain JSON (undefined otherwise). */
+function plainJson(p: Json | undefined): Json | undefined {
+  if (!isObject(p) || payloadEncoding(p) !== 'json/plain' || typeof p.data !== 'string') return undefined;
+  try {
+    return JSON.parse(Buffer.from(p.data, 'base64').toString('utf8')) as Json;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * How a session history (proto JSON, payloads decoded) ran its turns: inside itself (the turn
+ * ids in its model steps' inputs) or as child turn workflows.
+ */
+export function sessionTurns(history: Json): SessionTurns {
+  const events = isObject(history) && Array.isArray(history.events) ? history.events : [];
+  const inline = new Set<string>();
+  let children = 0;
+  for (const e of events) {
+    if (!isObject(e)) continue;
+    if (e.eventType === 'EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED') {
+      const a = e.startChildWorkflowExecutionInitiatedEventAttributes;
+      if (isObject(a) && isObject(a.workflowType) && a.workflowType.name === 'turnWorkflow') children++;
+    } else if (e.eventType === 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED') {
+      const a = e.activityTaskScheduledEventAttributes;
+      if (!isObject(a) || !isObject(a.activityType) || a.activityType.name !== 'modelStep' || !isObject(a.input) || !Array.isArray(a.input.payloads)) continue;
+      const input = plainJson(a.input.payloads[0]);
+      if (isObject(input) && typeof input.turnId === 'string') inline.add(input.turnId);
+    }
+  }
+  return { inline: inline.size, children };
 }
 
 export interface RecordResult {
@@ -217,7 +265,8 @@ export async function recordHistories(client: Client, input: RecordOptions, deps
     }
     const file = fixtureName(run.type, opts.prefix, run.runId);
     const events = Array.isArray((json as JsonObject).events) ? ((json as JsonObject).events as Json[]).length : 0;
-    files.push({ rec: { file, workflowId: run.workflowId, runId: run.runId, type: run.type, status: run.status, events, ...counts }, text: `${JSON.stringify(json, null, 2)}\n` });
+    const turns = run.type === 'sessionWorkflow' ? { turns: sessionTurns(json) } : {};
+    files.push({ rec: { file, workflowId: run.workflowId, runId: run.runId, type: run.type, status: run.status, events, ...counts, ...turns }, text: `${JSON.stringify(json, null, 2)}\n` });
   }
 
   // 3. never replace a fixture silently
@@ -264,6 +313,13 @@ async function writeAtomic(file: string, text: string): Promise<void> {
 function errorText(err: unknown): string {
   const e = err as { details?: unknown; message?: unknown };
   return typeof e?.details === 'string' && e.details ? e.details : err instanceof Error ? err.message : String(err);
+}
+
+function describeTurns(t: SessionTurns): string {
+  const n = (k: number, what: string) => `${k} ${what}${k === 1 ? '' : 's'}`;
+  if (t.children === 0) return `${n(t.inline, 'turn')} inside the session`;
+  if (t.inline === 0) return n(t.children, 'child turn workflow');
+  return `${n(t.inline, 'turn')} inside the session, ${n(t.children, 'child turn workflow')}`;
 }
 
 export interface HistoriesIo {
@@ -336,7 +392,7 @@ export async function historiesCommand(args: string[], io: HistoriesIo): Promise
     }
     for (const w of result.written) {
       const replacedNote = result.replaced.includes(w.file) ? ', replaced' : '';
-      io.out(`wrote ${path.join(result.outDir, w.file)} (${w.type} ${w.workflowId}, run ${w.runId}, ${w.status}, ${w.events} events, ${w.payloads} payloads${codec ? `, ${w.decoded} decoded` : ''}${replacedNote})\n`);
+      io.out(`wrote ${path.join(result.outDir, w.file)} (${w.type} ${w.workflowId}, run ${w.runId}, ${w.status}, ${w.events} events, ${w.payloads} payloads${codec ? `, ${w.decoded} decoded` : ''}${w.turns ? `, ${describeTurns(w.turns)}` : ''}${replacedNote})\n`);
     }
     io.out(`Recorded ${result.written.length} histor${result.written.length === 1 ? 'y' : 'ies'} into ${result.outDir} (workflow ids in ${WORKFLOW_IDS_FILE}).\n`);
     io.out(

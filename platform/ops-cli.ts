@@ -1,6 +1,7 @@
 /**
  * The operations commands of the `steward` CLI: `receipts export` (JSONL, streamed in pages),
- * `trace` (one message's path from receipts and Temporal history) and `doctor` (is everything
+ * `trace` (one message's or turn's path from receipts and Temporal history: a chat turn's part of
+ * its session's history, since turns run inside the session) and `doctor` (is everything
  * Steward needs there and working). Arguments are validated with zod; a bad argument prints
  * what is wrong and exits 2 without touching anything.
  */
@@ -33,7 +34,7 @@ export const OPS_USAGE = {
     'steward receipts export [--since T] [--until T] [--chat ID] [--run ID] [--kind K] [--limit N]\n' +
     '  T: an ISO time (2026-11-23T10:00:00Z) or a duration back from now (90s, 15m, 2h, 7d);\n' +
     '  --chat: a chat id (every session of that chat) or a session id; --run: a workflow id or a run id.',
-  trace: 'steward trace <message id | transcript key | workflow id | run id> [--chat ID] [--json]',
+  trace: 'steward trace <message id | transcript key | turn id | workflow id | run id> [--chat ID] [--json]',
   doctor: 'steward doctor [--json] [--timeout 5s] [--skip-sandbox]',
 } as const;
 
@@ -188,7 +189,7 @@ async function openTemporal(cfg: StewardConfig, dataConverter: DataConverter | u
 
 async function traceCommand(args: string[], io: OpsIo): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, chat: { type: 'string' } } });
-  if (positionals.length !== 1) throw new UsageError(positionals.length ? `expected one id, got ${positionals.length}` : 'expected the id of a message, a workflow or a run');
+  if (positionals.length !== 1) throw new UsageError(positionals.length ? `expected one id, got ${positionals.length}` : 'expected the id of a message, a turn, a workflow or a run');
   const ref = parse(Id('id'), positionals[0]);
   const chat = values.chat === undefined ? undefined : parse(Id('--chat'), values.chat);
   const cfg = io.config();

@@ -14,7 +14,19 @@ import type { StewardConfig } from '../config/index.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes.js';
 
 /** Steward's custom search attributes (names and types), registered on every server it uses. */
-export const SEARCH_ATTRIBUTES = { StewardPlatform: 'Keyword', StewardChat: 'Keyword', StewardKind: 'Keyword', StewardRepo: 'Keyword', StewardGate: 'Keyword' } as const;
+export const SEARCH_ATTRIBUTES = {
+  StewardPlatform: 'Keyword',
+  StewardChat: 'Keyword',
+  StewardKind: 'Keyword',
+  StewardRepo: 'Keyword',
+  StewardGate: 'Keyword',
+  StewardUser: 'KeywordList',
+} as const;
+
+/** The proto enum's name of a search attribute type (`KeywordList` -> `KEYWORD_LIST`). */
+export function indexedValueTypeName(type: (typeof SEARCH_ATTRIBUTES)[keyof typeof SEARCH_ATTRIBUTES]): string {
+  return `INDEXED_VALUE_TYPE_${type === 'KeywordList' ? 'KEYWORD_LIST' : type.toUpperCase()}`;
+}
 
 /** Dynamic config the dev server needs for Steward: updates and update-with-start. */
 export const DEV_SERVER_DYNAMIC_CONFIG = [
@@ -272,7 +284,12 @@ export async function ensureSearchAttributes(connection: Connection, namespace: 
   try {
     await connection.operatorService.addSearchAttributes({
       namespace,
-      searchAttributes: Object.fromEntries(missing.map((name) => [name, temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD])),
+      searchAttributes: Object.fromEntries(
+        missing.map((name) => {
+          const type = indexedValueTypeName(SEARCH_ATTRIBUTES[name as keyof typeof SEARCH_ATTRIBUTES]);
+          return [name, temporal.api.enums.v1.IndexedValueType[type as keyof typeof temporal.api.enums.v1.IndexedValueType]];
+        }),
+      ),
     });
   } catch (err) {
     if (!/already exists/i.test(String(err))) throw err;

@@ -6,13 +6,23 @@
  * What it accepts:
  * - an inbound message: the platform's message id (as the ingress receipt records it) or the
  *   transcript key `in:<platform>:<account>:<chat>:<message id>`;
- * - a workflow id (a turn's, or any other Steward workflow's);
+ * - a turn id (`<session id>:turn:<n>:<epoch>`), whether the turn ran inside its session
+ *   (chat turns since the patch `steward-inline-turn`) or as its own turn workflow;
+ * - a workflow id (any Steward workflow's: a session, an objective run's turn, a repo change);
  * - a run id.
  *
- * A message is matched to its turn through the turn workflow's input (its inbound transcript
- * keys), read from the history with the client's data converter; when the history cannot be
- * read the first turn of the session that started after the message is taken, and the trace
- * says so.
+ * A chat turn runs inside the session workflow: its path is the part of the session run's
+ * history that belongs to it (the inbound signals of its messages, its activities, found by
+ * the turn id in their inputs, the local-activity markers of its delivery and progress panel,
+ * the steering and approval updates and the /stop that reached it while it ran), with its
+ * receipts (`data.turnId`, keys `<turn id>:...`, its approvals'). Turns that ran as their own
+ * workflow (objective runs, and chat turns of sessions from before that patch) are traced as
+ * that workflow.
+ *
+ * A message is matched to its turn through the turn's input (its inbound transcript keys: the
+ * turn workflow's start input, or the inline turn's first model step input), read from the
+ * history with the client's data converter; when the history cannot be read the first turn
+ * of the session that started after the message is taken, and the trace says so.
  */
 import type { Client } from '@temporalio/client';
 import { WorkflowNotFoundError } from '@temporalio/common';
@@ -20,6 +30,7 @@ import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-wor
 import protoModule, { type temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import type { Db } from '../activities/db.js';
+import { approvalIdFor } from '../common/ids.js';
 
 // @temporalio/proto is CommonJS: under ESM its namespace arrives as the default export
 const EventType = protoModule.temporal.api.enums.v1.EventType;
@@ -56,12 +67,26 @@ export const TraceRunSchema = z.object({
 });
 export type TraceRun = z.infer<typeof TraceRunSchema>;
 
+/** The turn a message led to (or a turn id names): where it ran. */
+export const TraceTurnSchema = z.object({
+  turnId: z.string(),
+  /** The workflow it ran in: its session's (inline) or its own turn workflow. */
+  workflowId: z.string(),
+  runId: z.string(),
+  /** Whether it ran inside the session workflow (no workflow of its own). */
+  inline: z.boolean(),
+  /** The transcript keys of the messages it took in, when its input could be read. */
+  inbound: z.array(z.string()).optional(),
+});
+export type TraceTurn = z.infer<typeof TraceTurnSchema>;
+
 export const TraceSchema = z.object({
   query: z.string(),
-  matched: z.enum(['message', 'workflow', 'run']),
+  matched: z.enum(['message', 'turn', 'workflow', 'run']),
   message: z
     .object({ key: z.string(), messageId: z.string().optional(), sessionId: z.string().nullable(), at: z.string(), command: z.boolean() })
     .optional(),
+  turn: TraceTurnSchema.optional(),
   runs: z.array(TraceRunSchema),
   notes: z.array(z.string()),
   timeline: z.array(TraceEntrySchema),
@@ -202,6 +227,36 @@ async function decodeArgs(client: Client, payloads: temporal.api.common.v1.IPayl
   return decodeArrayFromPayloads(client.workflow.options.loadedDataConverter, payloads ?? []);
 }
 
+/** One payload decoded with the client's data converter (undefined when there is none or it cannot be decoded). */
+async function decodeOne(client: Client, payload: temporal.api.common.v1.IPayload | null | undefined): Promise<unknown> {
+  if (!payload) return undefined;
+  try {
+    return (await decodeArgs(client, [payload]))[0];
+  } catch {
+    return undefined;
+  }
+}
+
+/** The summary an event carries for the Temporal UI (activities and local activities of inline turns: `Turn 3: reply`). */
+async function userSummary(client: Client, e: HistoryEvent): Promise<string | undefined> {
+  const v = await decodeOne(client, e.userMetadata?.summary);
+  return typeof v === 'string' && v ? v : undefined;
+}
+
+interface LocalActivityMarker {
+  type: string;
+  attempt: number;
+}
+
+/** A local activity's marker (`core_local_activity`): its activity type and attempt, from the marker data. */
+async function localActivityOf(client: Client, e: HistoryEvent): Promise<LocalActivityMarker | undefined> {
+  const a = e.markerRecordedEventAttributes;
+  if (a?.markerName !== 'core_local_activity') return undefined;
+  const d = (await decodeOne(client, a.details?.data?.payloads?.[0])) as Record<string, unknown> | undefined;
+  if (!d || typeof d !== 'object') return { type: 'local activity', attempt: 1 };
+  return { type: typeof d.activity_type === 'string' ? d.activity_type : 'local activity', attempt: typeof d.attempt === 'number' ? d.attempt : 1 };
+}
+
 /** The turn input's inbound transcript keys (undefined when it cannot be read). */
 async function inboundKeysOf(client: Client, events: HistoryEvent[]): Promise<string[] | undefined> {
   const started = events.find((e) => e.eventType === EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED);
@@ -219,7 +274,7 @@ async function inboundKeysOf(client: Client, events: HistoryEvent[]): Promise<st
 /** History events as timeline entries: the run's start and end, activities, timers, signals, updates, children. */
 async function historyEntries(client: Client, workflowId: string, runId: string, events: HistoryEvent[], withData: boolean): Promise<{ entries: Pending[]; workflowType?: string; status: string }> {
   const out: Pending[] = [];
-  const scheduled = new Map<number, { type: string; activityId: string; at: number; startedAt?: number; attempt?: number }>();
+  const scheduled = new Map<number, { type: string; activityId: string; at: number; startedAt?: number; attempt?: number; label?: string }>();
   const timers = new Map<number, { timerId: string; at: number }>();
   const updates = new Map<number, string>();
   let workflowType: string | undefined;
@@ -245,8 +300,9 @@ async function historyEntries(client: Client, workflowId: string, runId: string,
       case EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: {
         const a = e.activityTaskScheduledEventAttributes;
         const type = a?.activityType?.name ?? 'activity';
-        scheduled.set(id, { type, activityId: a?.activityId ?? '', at });
-        push(e, 'activity.scheduled', `${type} scheduled (activity ${a?.activityId ?? '?'})`);
+        const label = await userSummary(client, e);
+        scheduled.set(id, { type, activityId: a?.activityId ?? '', at, ...(label ? { label } : {}) });
+        push(e, 'activity.scheduled', `${type} scheduled (activity ${a?.activityId ?? '?'})${label ? `: ${label}` : ''}`);
         break;
       }
       case EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: {
@@ -273,7 +329,7 @@ async function historyEntries(client: Client, workflowId: string, runId: string,
         push(
           e,
           `activity.${outcome}`,
-          `${s?.type ?? 'activity'} ${outcome}${total !== undefined ? ` after ${total} ms` : ''}${ran !== undefined && s?.startedAt !== s?.at ? ` (${ran} ms running)` : ''}${s?.attempt && s.attempt > 1 ? `, attempt ${s.attempt}` : ''}${failure ? `: ${failure}` : ''}`,
+          `${s?.type ?? 'activity'} ${outcome}${total !== undefined ? ` after ${total} ms` : ''}${ran !== undefined && s?.startedAt !== s?.at ? ` (${ran} ms running)` : ''}${s?.attempt && s.attempt > 1 ? `, attempt ${s.attempt}` : ''}${s?.label ? ` [${s.label}]` : ''}${failure ? `: ${failure}` : ''}`,
           total !== undefined ? { durationMs: total } : {},
         );
         break;
@@ -292,11 +348,24 @@ async function historyEntries(client: Client, workflowId: string, runId: string,
         const a = e.workflowExecutionSignaledEventAttributes;
         let args: unknown[] | undefined;
         try {
-          args = withData ? await decodeArgs(client, a?.input?.payloads) : undefined;
+          args = withData || a?.signalName === 'inbound' ? await decodeArgs(client, a?.input?.payloads) : undefined;
         } catch {
           args = undefined;
         }
-        push(e, 'signal', `signal ${a?.signalName ?? '?'} received`, args ? { data: args } : {});
+        const key = a?.signalName === 'inbound' ? (args?.[0] as { key?: unknown } | undefined)?.key : undefined;
+        push(e, 'signal', `signal ${a?.signalName ?? '?'} received${typeof key === 'string' ? ` (message ${key})` : ''}`, withData && args ? { data: args } : {});
+        break;
+      }
+      case EventType.EVENT_TYPE_MARKER_RECORDED: {
+        // local activities (an inline turn's delivery and progress panel); patch markers are noise here
+        const la = await localActivityOf(client, e);
+        if (!la) break;
+        const failure = e.markerRecordedEventAttributes?.failure?.message;
+        const label = await userSummary(client, e);
+        const outcome = failure ? 'failed' : 'completed';
+        // at the marker's time: the workflow task that ran it completed after it had (the
+        // marker's own times are the workflow's clock when the task started, not the activity's)
+        push(e, `local-activity.${outcome}`, `${la.type} ${outcome} (local activity${label ? `: ${label}` : ''})${la.attempt > 1 ? `, attempt ${la.attempt}` : ''}${failure ? `: ${failure}` : ''}`);
         break;
       }
       case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: {
@@ -348,10 +417,215 @@ async function historyEntries(client: Client, workflowId: string, runId: string,
         break;
       }
       default:
-        break; // workflow tasks and markers: noise for this view
+        break; // workflow tasks: noise for this view
     }
   }
   return { entries: out, ...(workflowType ? { workflowType } : {}), status };
+}
+
+const TURN_ID = /^(.+):turn:(\d+):([0-9a-f]{8})$/;
+
+/** The label an inline turn gives its activities in the Temporal UI (`Turn 3`), from its id. */
+function turnLabel(turnId: string): string | undefined {
+  const m = TURN_ID.exec(turnId);
+  return m ? `Turn ${m[2]}` : undefined;
+}
+
+/** The turn id a receipt belongs to (`data.turnId`, else its key `<turn id>:start`). */
+function turnIdOfReceipt(r: ReceiptRow): string | undefined {
+  const d = parseData(r);
+  if (typeof d.turnId === 'string' && d.turnId) return d.turnId;
+  return r.key?.endsWith(':start') ? r.key.slice(0, -':start'.length) : undefined;
+}
+
+/** Where a turn ran, from one of its receipts: its own turn workflow, or (inline) its session's run. */
+function turnFromReceipt(r: ReceiptRow, turnId: string): TraceTurn | undefined {
+  if (!r.workflowId || !r.runId) return undefined;
+  return { turnId, workflowId: r.workflowId, runId: r.runId, inline: r.workflowId !== turnId };
+}
+
+type ScheduledInput = (e: HistoryEvent) => Promise<{ input?: Record<string, unknown>; unreadable: boolean }>;
+
+/** Activity inputs of a history's ActivityTaskScheduled events, decoded once each. */
+function scheduledInputs(client: Client): ScheduledInput {
+  const cache = new WeakMap<HistoryEvent, Promise<{ input?: Record<string, unknown>; unreadable: boolean }>>();
+  return (e) => {
+    let p = cache.get(e);
+    if (!p) {
+      p = (async () => {
+        const payload = e.activityTaskScheduledEventAttributes?.input?.payloads?.[0];
+        if (!payload) return { unreadable: false };
+        const v = await decodeOne(client, payload);
+        return v && typeof v === 'object' && !Array.isArray(v) ? { input: v as Record<string, unknown>, unreadable: false } : { unreadable: true };
+      })();
+      cache.set(e, p);
+    }
+    return p;
+  };
+}
+
+const isScheduled = (e: HistoryEvent) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED;
+
+/**
+ * An inline turn's inbound transcript keys: the input of its first model step in the session's
+ * history. `unreadable` when an input of a model step could not be decoded.
+ */
+async function inlineInboundKeys(events: HistoryEvent[], turnId: string, inputOf: ScheduledInput): Promise<{ keys?: string[]; unreadable: boolean }> {
+  let unreadable = false;
+  for (const e of events) {
+    if (!isScheduled(e) || e.activityTaskScheduledEventAttributes?.activityType?.name !== 'modelStep') continue;
+    const { input, unreadable: bad } = await inputOf(e);
+    if (bad) unreadable = true;
+    if (input?.turnId === turnId && Array.isArray(input.inbound)) return { keys: input.inbound.map(String), unreadable: false };
+  }
+  return { unreadable };
+}
+
+const ACTIVITY_CLOSE_TYPES = new Set<unknown>([
+  EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED,
+]);
+const WORKFLOW_TASK_TYPES = new Set<unknown>([
+  EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+  EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+  EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+  EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+  EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+]);
+
+function scheduledIdOf(e: HistoryEvent): number | undefined {
+  const a =
+    e.activityTaskStartedEventAttributes ??
+    e.activityTaskCompletedEventAttributes ??
+    e.activityTaskFailedEventAttributes ??
+    e.activityTaskTimedOutEventAttributes ??
+    e.activityTaskCanceledEventAttributes ??
+    e.activityTaskCancelRequestedEventAttributes;
+  return a ? longNum(a.scheduledEventId) : undefined;
+}
+
+/** Updates and signals that act on the running turn (its steering, its approvals, /stop, /new). */
+const TURN_UPDATES = new Set(['steer', 'approvalDecision']);
+const TURN_SIGNALS = new Set(['stop', 'newTask']);
+
+/**
+ * The events of a session run's history that belong to one inline turn. Turns run one at a
+ * time, so the turn is a stretch of the history: from its first activity (and the progress
+ * panel posted just before it) to its delivery (and the panel cleared after it), found by the
+ * turn id in its activities' inputs (its approvals' ids in settleApproval's, its key in the
+ * stopped or failed notice's) and its label in its local activities' summaries. In that
+ * stretch: its activities and local activities, timers, the steering and approval updates and
+ * /stop; from anywhere in the run: the inbound signals of its messages. When the inputs cannot
+ * be decoded, the stretch is taken from the times of the turn's receipts (`inferred`).
+ */
+async function inlineTurnEvents(
+  client: Client,
+  events: HistoryEvent[],
+  turn: { turnId: string; inbound?: string[] },
+  approvalIds: Set<string>,
+  inputOf: ScheduledInput,
+  window?: { from: number; to: number },
+): Promise<{ events: HistoryEvent[]; inferred: boolean }> {
+  const { turnId } = turn;
+  const label = turnLabel(turnId);
+  const laType = new Map<number, string>(); // index -> local activity type
+  const mine = new Set<number>(); // indexes
+  const scheduledMine = new Set<number>(); // event ids
+  let unreadable = false;
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i]!;
+    if (isScheduled(e)) {
+      const { input, unreadable: bad } = await inputOf(e);
+      if (bad) unreadable = true;
+      if (!input) continue;
+      const type = e.activityTaskScheduledEventAttributes?.activityType?.name;
+      const belongs =
+        input.turnId === turnId ||
+        (type === 'settleApproval' && typeof input.approvalId === 'string' && approvalIds.has(input.approvalId)) ||
+        (type === 'deliver' && typeof input.key === 'string' && input.key.startsWith(`${turnId}:`));
+      if (!belongs) continue;
+      mine.add(i);
+      scheduledMine.add(longNum(e.eventId));
+      if (type === 'requestApproval' && typeof input.toolCallId === 'string') approvalIds.add(approvalIdFor(turnId, input.toolCallId));
+    } else if (ACTIVITY_CLOSE_TYPES.has(e.eventType)) {
+      const sid = scheduledIdOf(e);
+      if (sid !== undefined && scheduledMine.has(sid)) mine.add(i);
+    } else if (e.eventType === EventType.EVENT_TYPE_MARKER_RECORDED) {
+      const la = await localActivityOf(client, e);
+      if (!la) continue;
+      laType.set(i, la.type);
+      const summary = await userSummary(client, e);
+      if (label && summary?.startsWith(`${label}: `)) mine.add(i);
+    }
+  }
+  let inferred = false;
+  if (mine.size === 0 && unreadable && window) {
+    // the inputs cannot be read: the stretch between the turn's first model step and its last receipt
+    inferred = true;
+    let lo = -1;
+    let hi = -1;
+    for (let i = 0; i < events.length; i++) {
+      const e = events[i]!;
+      const at = tsMs(e.eventTime) ?? 0;
+      if (isScheduled(e) && e.activityTaskScheduledEventAttributes?.activityType?.name === 'modelStep' && at <= window.from) lo = i;
+      if (at <= window.to) hi = i;
+    }
+    if (lo >= 0) for (let i = lo; i <= hi; i++) mine.add(i);
+  }
+  if (mine.size === 0) return { events: [], inferred };
+  let lo = Math.min(...mine);
+  let hi = Math.max(...mine);
+  // the panel posted just before the first model step, and cleared just after the delivery
+  while (lo > 0 && laType.get(lo - 1) === 'updateProgress') lo--;
+  for (let j = hi + 1; j < events.length; j++) {
+    const e = events[j]!;
+    if (laType.get(j) === 'clearProgress') hi = j;
+    else if (!WORKFLOW_TASK_TYPES.has(e.eventType)) break;
+  }
+  const inbound = new Set(turn.inbound ?? []);
+  const acceptedUpdates = new Set<number>();
+  const out: HistoryEvent[] = [];
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i]!;
+    const inSpan = i >= lo && i <= hi;
+    switch (e.eventType) {
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: {
+        const a = e.workflowExecutionSignaledEventAttributes;
+        if (a?.signalName === 'inbound') {
+          if (!inbound.size) break;
+          const arg = (await decodeOne(client, a.input?.payloads?.[0])) as { key?: unknown } | undefined;
+          if (typeof arg?.key === 'string' && inbound.has(arg.key)) out.push(e);
+        } else if (inSpan && TURN_SIGNALS.has(a?.signalName ?? '')) out.push(e);
+        break;
+      }
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+        if (inSpan && TURN_UPDATES.has(e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name ?? '')) {
+          acceptedUpdates.add(longNum(e.eventId));
+          out.push(e);
+        }
+        break;
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+        if (acceptedUpdates.has(longNum(e.workflowExecutionUpdateCompletedEventAttributes?.acceptedEventId))) out.push(e);
+        break;
+      case EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+      case EventType.EVENT_TYPE_TIMER_STARTED:
+      case EventType.EVENT_TYPE_TIMER_FIRED:
+      case EventType.EVENT_TYPE_TIMER_CANCELED:
+        if (inSpan) out.push(e);
+        break;
+      case EventType.EVENT_TYPE_MARKER_RECORDED:
+        if (inSpan && laType.has(i)) out.push(e);
+        break;
+      default:
+        if (inSpan && ACTIVITY_CLOSE_TYPES.has(e.eventType)) out.push(e);
+        break;
+    }
+  }
+  return { events: out, inferred };
 }
 
 interface MessageMatch {
@@ -425,12 +699,29 @@ async function workflowOfRun(db: Db, client: Client | undefined, runId: string):
   return undefined;
 }
 
-/** Rebuild the path of a message, a workflow or a run. Throws TraceNotFoundError when nothing matches. */
+/** The type and status of a run, from its whole history. */
+function runInfo(events: HistoryEvent[]): { workflowType?: string; status: string } {
+  const type = events[0]?.workflowExecutionStartedEventAttributes?.workflowType?.name ?? undefined;
+  const last = events.at(-1);
+  const name = last ? eventName(last.eventType) : '';
+  const closed = [
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+  ].includes(last?.eventType as never);
+  const status = closed ? name.replace('EVENT_TYPE_WORKFLOW_EXECUTION_', '').toLowerCase().replaceAll('_', '-') : 'running';
+  return { ...(type ? { workflowType: type } : {}), status };
+}
+
+/** Rebuild the path of a message, a turn, a workflow or a run. Throws TraceNotFoundError when nothing matches. */
 export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace> {
   const { db, client } = opts;
   const withData = opts.withData ?? false;
   const query = ref.trim();
-  if (!query) throw new TraceNotFoundError('Nothing to trace: give a message id, a workflow id or a run id.');
+  if (!query) throw new TraceNotFoundError('Nothing to trace: give a message id, a turn id, a workflow id or a run id.');
   const notes: string[] = [];
   const pending: Pending[] = [];
   const seenReceipts = new Set<number>();
@@ -451,9 +742,25 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
     }
     return h;
   };
+  const inputOf = client ? scheduledInputs(client) : undefined;
+  const undecodable = 'is the payload codec key configured?';
+
+  /** A turn's inbound transcript keys, from its own workflow's input or (inline) its first model step's; or why they cannot be read. */
+  const inboundOf = async (t: TraceTurn): Promise<{ keys?: string[]; unreadable?: string }> => {
+    const h = await history(t.workflowId, t.runId);
+    if ('error' in h) return { unreadable: h.error };
+    if (!t.inline) {
+      const keys = await inboundKeysOf(client!, h.events);
+      return keys ? { keys } : { unreadable: `its input could not be decoded (${undecodable})` };
+    }
+    const r = await inlineInboundKeys(h.events, t.turnId, inputOf!);
+    if (r.keys) return { keys: r.keys };
+    return { unreadable: r.unreadable ? `its model step's input could not be decoded (${undecodable})` : `its first model step is not in run ${t.runId} of ${t.workflowId}` };
+  };
 
   let matched: Trace['matched'];
   let message: Trace['message'];
+  let turn: TraceTurn | undefined;
   let workflowId: string | undefined;
   let runIds: string[] = [];
 
@@ -473,30 +780,28 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
         orderBy: { id: 'asc' },
         take: MAX_TURN_CANDIDATES,
       });
+      const turns = candidates.flatMap((c) => {
+        const id = turnIdOfReceipt(c);
+        const t = id ? turnFromReceipt(c, id) : undefined;
+        return t ? [t] : [];
+      });
       let unreadable: string | undefined;
-      for (const c of candidates) {
-        if (!c.workflowId || !c.runId) continue;
-        const h = await history(c.workflowId, c.runId);
-        const keys = 'events' in h ? await inboundKeysOf(client!, h.events) : undefined;
-        if (keys === undefined) {
-          unreadable ??= 'error' in h ? h.error : 'its input could not be decoded (is the payload codec key configured?)';
+      for (const t of turns) {
+        const r = await inboundOf(t);
+        if (!r.keys) {
+          unreadable ??= r.unreadable;
           continue;
         }
-        if (keys.includes(msg.key)) {
-          workflowId = c.workflowId;
-          runIds = [c.runId];
+        if (r.keys.includes(msg.key)) {
+          turn = { ...t, inbound: r.keys };
           break;
         }
       }
-      if (!workflowId && unreadable !== undefined) {
-        const first = candidates.find((c) => c.workflowId && c.runId);
-        if (first?.workflowId && first.runId) {
-          workflowId = first.workflowId;
-          runIds = [first.runId];
-          notes.push(`Inferred: the turn is the first one of the session that started after the message (a turn's history could not be read: ${unreadable}).`);
-        }
+      if (!turn && unreadable !== undefined && turns[0]) {
+        turn = turns[0];
+        notes.push(`Inferred: the turn is the first one of the session that started after the message (a turn's history could not be read: ${unreadable}).`);
       }
-      if (!workflowId) notes.push(candidates.length ? 'None of the turns that started after the message took it in (yet).' : 'No turn has started for this message yet.');
+      if (!turn) notes.push(candidates.length ? 'None of the turns that started after the message took it in (yet).' : 'No turn has started for this message yet.');
     }
   } else {
     const asWorkflow = await runsOf(db, client, query);
@@ -505,20 +810,70 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
       workflowId = query;
       runIds = asWorkflow;
     } else {
-      const wf = await workflowOfRun(db, client, query);
-      if (!wf) {
-        throw new TraceNotFoundError(
-          `Nothing matches ${query}: it is not an inbound message id (the platform's message id or a transcript key in:<platform>:<account>:<chat>:<id>), ` +
-            `nor a workflow id or run id known to the receipts${client ? ` or to Temporal (namespace ${opts.namespace})` : ' (Temporal was not consulted)'}.`,
-        );
+      const t = await findInlineTurn(db, client, query, history, inputOf);
+      if (t) {
+        matched = 'turn';
+        turn = t;
+      } else {
+        const wf = await workflowOfRun(db, client, query);
+        if (!wf) {
+          throw new TraceNotFoundError(
+            `Nothing matches ${query}: it is not an inbound message id (the platform's message id or a transcript key in:<platform>:<account>:<chat>:<id>), ` +
+              `nor a turn id, a workflow id or a run id known to the receipts${client ? ` or to Temporal (namespace ${opts.namespace})` : ' (Temporal was not consulted)'}.`,
+          );
+        }
+        matched = 'run';
+        workflowId = wf;
+        runIds = [query];
       }
-      matched = 'run';
-      workflowId = wf;
-      runIds = [query];
     }
   }
 
   const runs: TraceRun[] = [];
+  if (turn && !turn.inline) {
+    // a turn that ran as its own workflow: that workflow's run is its path
+    workflowId = turn.workflowId;
+    runIds = [turn.runId];
+  } else if (turn) {
+    const t = turn;
+    // its receipts: keyed by the turn or naming it, and those of its approvals
+    addReceipts(
+      await db.receipt.findMany({
+        where: { OR: [{ key: { startsWith: `${t.turnId}:` } }, { sessionId: t.workflowId, data: { contains: `"turnId":${JSON.stringify(t.turnId)}` } }] },
+        orderBy: { id: 'asc' },
+        take: 10_000,
+      }),
+    );
+    const approvalIds = new Set((await db.approval.findMany({ where: { turnId: t.turnId }, select: { id: true }, take: 50 })).map((a) => a.id));
+    if (!t.inbound) {
+      const r = await inboundOf(t);
+      if (r.keys) turn = { ...t, inbound: r.keys };
+    }
+    const inbound = turn.inbound ?? [];
+    // the messages it took in (a trace by message already has its own)
+    if (inbound.length) addReceipts(await db.receipt.findMany({ where: { key: { in: inbound.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+    const h = await history(t.workflowId, t.runId);
+    const link = uiLink(opts.uiBase, opts.namespace, t.workflowId, t.runId);
+    if ('error' in h) {
+      notes.push(`The history of run ${t.runId} of ${t.workflowId}, where the turn ran, was not read: ${h.error}.`);
+      runs.push({ workflowId: t.workflowId, runId: t.runId, ...(link ? { uiUrl: link } : {}), history: false });
+    } else {
+      const own = pending.filter((p) => p.entry.source === 'receipt' && p.entry.kind !== 'ingress').map((p) => p.atMs);
+      const window = own.length ? { from: Math.min(...own), to: Math.max(...own) } : undefined;
+      const part = await inlineTurnEvents(client!, h.events, { turnId: t.turnId, inbound }, approvalIds, inputOf!, window);
+      if (part.inferred) notes.push(`Inferred: the turn's part of the session's history is taken from the times of its receipts (its activities' inputs could not be decoded: ${undecodable}).`);
+      else if (part.events.length === 0) notes.push(`No event of run ${t.runId} of ${t.workflowId} could be told to belong to the turn.`);
+      const { entries } = await historyEntries(client!, t.workflowId, t.runId, part.events, withData);
+      pending.push(...entries);
+      const info = runInfo(h.events);
+      runs.push({ workflowId: t.workflowId, runId: t.runId, ...(info.workflowType ? { workflowType: info.workflowType } : {}), status: info.status, ...(link ? { uiUrl: link } : {}), history: true });
+    }
+    for (const id of approvalIds) {
+      addReceipts(await db.receipt.findMany({ where: { key: { startsWith: `approval:${id}:` } }, orderBy: { id: 'asc' }, take: 20 }));
+      addReceipts(await db.receipt.findMany({ where: { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(id)}` } }, orderBy: { id: 'asc' }, take: 20 }));
+    }
+  }
+
   if (workflowId) {
     const wfId = workflowId;
     addReceipts(await db.receipt.findMany({ where: matched === 'run' ? { runId: { in: runIds } } : { workflowId: wfId }, orderBy: { id: 'asc' }, take: 10_000 }));
@@ -533,12 +888,14 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
       const { entries, workflowType, status } = await historyEntries(client!, wfId, runId, h.events, withData);
       pending.push(...entries);
       runs.push({ workflowId: wfId, runId, ...(workflowType ? { workflowType } : {}), status, ...(link ? { uiUrl: link } : {}), history: true });
-      // a turn traced by its id: the messages it took in, and refused decisions on its approvals
-      if (!message && workflowType === 'turnWorkflow') {
-        const keys = await inboundKeysOf(client!, h.events);
-        if (keys?.length) addReceipts(await db.receipt.findMany({ where: { key: { in: keys.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+      if (workflowType === 'turnWorkflow') {
+        // a turn traced by its id: the messages it took in
+        const keys = turn?.inbound ?? (await inboundKeysOf(client!, h.events));
+        if (!message && keys?.length) addReceipts(await db.receipt.findMany({ where: { key: { in: keys.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+        if (!turn && runIds.length === 1) turn = { turnId: wfId, workflowId: wfId, runId, inline: false, ...(keys ? { inbound: keys } : {}) };
       }
     }
+    // refused decisions on its approvals
     const approvals = await db.approval.findMany({ where: { workflowId: wfId }, select: { id: true }, take: 50 });
     for (const a of approvals) {
       addReceipts(await db.receipt.findMany({ where: { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(a.id)}` } }, orderBy: { id: 'asc' }, take: 20 }));
@@ -548,7 +905,38 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
   pending.sort((a, b) => a.atMs - b.atMs || (a.entry.source === b.entry.source ? a.order - b.order : a.entry.source === 'receipt' ? -1 : 1));
   const t0 = pending[0]?.atMs ?? 0;
   const timeline = pending.map((p) => ({ at: new Date(p.atMs).toISOString(), ms: p.atMs - t0, ...p.entry }));
-  return { query, matched, ...(message ? { message } : {}), runs, notes, timeline };
+  return { query, matched, ...(message ? { message } : {}), ...(turn ? { turn } : {}), runs, notes, timeline };
+}
+
+/**
+ * A turn id that is no workflow id: a turn that ran inside its session. Found by its receipts
+ * (keyed `<turn id>:...`, written by its activities in the session's run), else in the recent
+ * runs of the session the id names, by the turn id in their activities' inputs.
+ */
+async function findInlineTurn(
+  db: Db,
+  client: Client | undefined,
+  turnId: string,
+  history: (workflowId: string, runId: string) => Promise<{ events: HistoryEvent[] } | { error: string }>,
+  inputOf: ScheduledInput | undefined,
+): Promise<TraceTurn | undefined> {
+  const m = TURN_ID.exec(turnId);
+  if (!m) return undefined;
+  const r = await db.receipt.findFirst({ where: { key: { startsWith: `${turnId}:` }, workflowId: { not: null }, runId: { not: null } }, orderBy: { id: 'asc' } });
+  if (r) return turnFromReceipt(r, turnId);
+  const sessionId = m[1]!;
+  if (!client || !inputOf || sessionId.includes("'")) return undefined;
+  let scanned = 0;
+  for await (const wf of client.workflow.list({ query: `WorkflowId = '${sessionId}'`, pageSize: MAX_RUNS })) {
+    if (++scanned > MAX_RUNS) break;
+    const h = await history(wf.workflowId, wf.runId);
+    if ('error' in h) continue;
+    for (const e of h.events) {
+      if (!isScheduled(e)) continue;
+      if ((await inputOf(e)).input?.turnId === turnId) return { turnId, workflowId: wf.workflowId, runId: wf.runId, inline: true };
+    }
+  }
+  return undefined;
 }
 
 /** The trace as text: the runs with their UI links, then the timeline. */
@@ -558,6 +946,13 @@ export function formatTrace(t: Trace): string {
     lines.push(`Message ${t.message.key}${t.message.sessionId ? ` (session ${t.message.sessionId})` : ''}, received ${t.message.at}`);
   } else {
     lines.push(`Trace of ${t.matched} ${t.query}`);
+  }
+  if (t.turn) {
+    lines.push(
+      t.turn.inline
+        ? `Turn ${t.turn.turnId}, inside the session's run (the session's events of this turn only)`
+        : `Turn ${t.turn.turnId}, its own turn workflow`,
+    );
   }
   for (const r of t.runs) {
     lines.push(`Run ${r.workflowId}  run id ${r.runId}${r.workflowType ? `  ${r.workflowType}` : ''}${r.status ? ` (${r.status})` : ''}`);

@@ -5,11 +5,14 @@
  *
  *   node --import tsx scripts/record-histories.ts [foundation|channels|repo|objectives]
  *
- * - foundation (files `session-NN.json`, `turn-NN.json`): a turn, steering, /stop, /status,
- *   /new, continue-as-new, over the HTTP API.
- * - channels (files `session-ch-NN.json`, `turn-ch-NN.json`): a Telegram conversation of a
- *   known member: a turn with the progress panel, safe tools (save_note, send_file), an
- *   action approved by an admin's button, one denied, one stopped while it waits.
+ * - foundation (files `session-inl-NN.json`): a turn, steering, /stop, /status, /new,
+ *   continue-as-new, over the HTTP API.
+ * - channels (files `session-ch-inl-NN.json`): a Telegram conversation of a known member: a
+ *   turn with the progress panel, safe tools (save_note, send_file), an action approved by an
+ *   admin's button, one denied, one stopped while it waits.
+ *   Chat turns run inside the session (patch `steward-inline-turn`), so these two scenarios
+ *   record session histories only; `session-NN`/`turn-NN` and `session-ch-NN`/`turn-ch-NN`
+ *   are the same scenarios recorded when every turn was a child workflow, kept for replay.
  * - repo (files `change-rc-NN.json`): governed repository changes on a local bare repository:
  *   one with a clarifying question answered in chat, ending in a patch artifact; one that
  *   waits for an admin's approval and ends in a draft PR on the GitHub API double; one refused
@@ -17,8 +20,10 @@
  * - objectives (files `objective-ob-NN.json`, `turn-ob-NN.json`): objective runs started by
  *   their Temporal Schedule (a trigger, a backfilled run, a skipped run) with their turns.
  *
- * A scenario replaces only its own files: histories recorded by earlier code stay, so replay
- * keeps proving that today's code can continue runs that older code started.
+ * A scenario replaces only its own files (`<kind>-<tag>NN.json`): histories recorded by earlier
+ * code stay, so replay keeps proving that today's code can continue runs that older code
+ * started. When a workflow change alters the shape of a scenario's histories, give the scenario
+ * a new tag (below), so that recording it again keeps the earlier shape's files.
  */
 import { randomInt, randomUUID } from 'node:crypto';
 import { readdir, readFile, unlink, writeFile } from 'node:fs/promises';
@@ -38,7 +43,11 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
 if (!['foundation', 'channels', 'repo', 'objectives'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo or objectives`);
-const tag = scenario === 'channels' ? 'ch-' : scenario === 'repo' ? 'rc-' : scenario === 'objectives' ? 'ob-' : '';
+/** The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the session. */
+const TAGS: Record<string, string> = { foundation: 'inl-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-' };
+const tag = TAGS[scenario]!;
+/** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
+const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
 
 const env = await createTestEnvironment();
 const model = await startModelServer();
@@ -46,14 +55,30 @@ const sqlite = testDatabases().find((d) => d.name === 'sqlite');
 if (!sqlite) throw new Error('no SQLite test database');
 const dbh = await sqlite.create();
 
-/** Write every closed run of these workflows (sessions and their turns) as this scenario's files. */
+/**
+ * Write every closed run of the session (its turns run inside it) and of any child turn
+ * workflows of the chat (sessions that started turns as children before `steward-inline-turn`)
+ * as this scenario's files.
+ */
 async function exportRuns(e: TestWorkflowEnvironment, sessionId: string, chatId: string): Promise<void> {
-  const runs: Array<{ workflowId: string; runId: string }> = [];
-  for await (const wf of e.client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
+  // the scenario ends with /new: wait until the run that took it has continued as new (its
+  // notice goes out just before), so the latest run holds no newTask signal, and until
+  // visibility lists every earlier run closed
+  const session = e.client.workflow.getHandle(sessionId);
+  await waitFor(async () => !(await session.fetchHistory()).events?.some((ev) => ev.workflowExecutionSignaledEventAttributes?.signalName === 'newTask'), `${sessionId} to continue as new`, 30_000);
+  const { runId: current } = await session.describe();
+  const runs = await waitFor(async () => {
+    const listed: Array<{ workflowId: string; runId: string }> = [];
+    let settled = true;
+    for await (const wf of e.client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) {
+      listed.push({ workflowId: wf.workflowId, runId: wf.runId });
+      if (wf.runId !== current && wf.status.name === 'RUNNING') settled = false;
+    }
+    return settled && listed.some((r) => r.runId === current) ? listed : undefined;
+  }, `the closed runs of ${sessionId} in visibility`, 30_000);
   for await (const wf of e.client.workflow.list({ query: `StewardChat = "${chatId}" AND StewardKind = "turn"` })) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
   const indexFile = new URL('workflow-ids.json', outDir);
   const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
-  const mine = (f: string) => (tag ? f.includes(`-${tag}`) : /^(session|turn)-\d+\.json$/.test(f));
   for (const f of await readdir(outDir)) {
     if (f !== 'workflow-ids.json' && mine(f)) await unlink(new URL(f, outDir));
   }
@@ -176,7 +201,6 @@ async function channels(m: ModelServer): Promise<void> {
 async function exportChanges(e: TestWorkflowEnvironment, repo: string): Promise<void> {
   const indexFile = new URL('workflow-ids.json', outDir);
   const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
-  const mine = (f: string) => f.includes(`-${tag}`);
   for (const f of await readdir(outDir)) if (f !== 'workflow-ids.json' && mine(f)) await unlink(new URL(f, outDir));
   for (const k of Object.keys(index)) if (mine(k)) delete index[k];
   const runs: Array<{ workflowId: string; runId: string }> = [];
@@ -256,7 +280,6 @@ async function repoChanges(m: ModelServer): Promise<void> {
 async function exportRunIds(e: TestWorkflowEnvironment, runs: Array<{ workflowId: string; kind: string }>): Promise<void> {
   const indexFile = new URL('workflow-ids.json', outDir);
   const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
-  const mine = (f: string) => f.includes(`-${tag}`);
   for (const f of await readdir(outDir)) if (f !== 'workflow-ids.json' && mine(f)) await unlink(new URL(f, outDir));
   for (const k of Object.keys(index)) if (mine(k)) delete index[k];
   const counters: Record<string, number> = {};

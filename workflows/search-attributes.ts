@@ -4,10 +4,12 @@ import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/commo
 export const PlatformAttr = defineSearchAttributeKey('StewardPlatform', SearchAttributeType.KEYWORD);
 export const ChatAttr = defineSearchAttributeKey('StewardChat', SearchAttributeType.KEYWORD);
 export const KindAttr = defineSearchAttributeKey('StewardKind', SearchAttributeType.KEYWORD);
+/** Sessions: the identity ids (not names: search attributes are stored unencrypted) of the people who wrote, the most recent ones. */
+export const UserAttr = defineSearchAttributeKey('StewardUser', SearchAttributeType.KEYWORD_LIST);
 /** Repo changes: the repository's registered name. */
 export const RepoAttr = defineSearchAttributeKey('StewardRepo', SearchAttributeType.KEYWORD);
 /** Repo changes: the validation gate's verdict (pass, fail) once it is known. */
 export const GateAttr = defineSearchAttributeKey('StewardGate', SearchAttributeType.KEYWORD);
 
 /** Every Steward search attribute, for servers and test environments to register. */
-export const ALL_SEARCH_ATTRIBUTES = [PlatformAttr, ChatAttr, KindAttr, RepoAttr, GateAttr];
+export const ALL_SEARCH_ATTRIBUTES = [PlatformAttr, ChatAttr, KindAttr, UserAttr, RepoAttr, GateAttr];

@@ -1,8 +1,10 @@
 /**
  * The conversation session: one long-running workflow per conversation (platform + account
  * + chat), reached with signal-with-start. It queues inbound messages and runs turns one at
- * a time as child workflows; /stop, /steer, /new, /model, /think and /status reach it as
- * signals, updates and a query. It continues as new with a bounded working set.
+ * a time, inside itself (the agent loop of turn-loop.ts; since the patch `steward-inline-turn`,
+ * before it as child turn workflows, which running histories still replay); /stop, /steer,
+ * /new, /model, /think, /status and approval decisions reach it as signals, updates and a
+ * query. It continues as new with a bounded working set.
  */
 import {
   allHandlersFinished,
@@ -13,9 +15,12 @@ import {
   isCancellation,
   makeContinueAsNewFunc,
   ParentClosePolicy,
+  patched,
   proxyActivities,
+  setCurrentDetails,
   setHandler,
   startChild,
+  upsertSearchAttributes,
   workflowInfo,
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
@@ -23,6 +28,7 @@ import type { createActivities } from '../activities/index.js';
 import { turnWorkflowId } from '../common/ids.js';
 import { SessionState } from './core/session-state.js';
 import {
+  approvalDecisionUpdate,
   inboundSignal,
   newTaskSignal,
   settingsUpdate,
@@ -31,9 +37,20 @@ import {
   stopSignal,
   turnSteerSignal,
 } from './messages.js';
-import { ChatAttr, KindAttr, PlatformAttr } from './search-attributes.js';
+import { ChatAttr, KindAttr, PlatformAttr, UserAttr } from './search-attributes.js';
 import { turnWorkflow } from './turn.js';
-import type { SessionInput, SessionStatus, SteerNote } from './types.js';
+import { TurnLoop } from './turn-loop.js';
+import type { SessionInput, SessionStatus, SteerNote, TurnInput, TurnResult } from './types.js';
+
+/**
+ * Chat turns run inside the session (no child workflow per turn). Decided per turn: a session
+ * whose history started a turn as a child before this patch replays that turn as a child and
+ * runs its next turns inline.
+ */
+export const INLINE_TURN_PATCH = 'steward-inline-turn';
+
+/** How many of a conversation's most recent users the session lists in `StewardUser`. */
+const MAX_LISTED_USERS = 20;
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -47,6 +64,8 @@ interface RunningTurn {
   startedAt: string;
   scope: CancellationScope;
   handle?: ChildWorkflowHandle<typeof turnWorkflow>;
+  /** The turn's loop when it runs inside the session. */
+  loop?: TurnLoop;
   /** Steering that arrived before the child started; forwarded once it has. */
   buffered: SteerNote[];
   stoppedBy?: string;
@@ -87,6 +106,19 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
     await outbox.deliver({ key, sessionId, conversation: input.conversation, kind: 'notice', text });
   };
 
+  /**
+   * `StewardUser` lists the identity ids (Steward's own pseudonymous ids, never names: search
+   * attributes are not encrypted by the payload codec) of the people who wrote in this
+   * conversation, the most recent ones, so the Temporal UI filters sessions, and the turns in
+   * them, by person. Upserted only when someone new writes.
+   */
+  const listUsers = (users: string[]): void => {
+    const listed = workflowInfo().typedSearchAttributes.get(UserAttr) ?? [];
+    const fresh = [...new Set(users)].filter((u) => u && !listed.includes(u));
+    if (fresh.length === 0) return;
+    upsertSearchAttributes([{ key: UserAttr, value: [...listed, ...fresh].slice(-MAX_LISTED_USERS) }]);
+  };
+
   setHandler(inboundSignal, (ref) => {
     state.enqueue(ref);
   });
@@ -116,7 +148,8 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
     async (note) => {
       const clean = { text: note.text.trim(), by: note.by };
       if (running) {
-        if (running.handle) await running.handle.signal(turnSteerSignal, clean);
+        if (running.loop) running.loop.steer(clean);
+        else if (running.handle) await running.handle.signal(turnSteerSignal, clean);
         else running.buffered.push(clean);
         return {
           appliedTo: 'running-turn' as const,
@@ -143,9 +176,17 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
     { validator: (change) => SessionState.validateSettings(change) },
   );
 
+  // An admin's decision on an approval the running (inline) turn waits for.
+  setHandler(approvalDecisionUpdate, (d) => running!.loop!.decideApproval(d), {
+    validator: (d) => {
+      if (!running?.loop?.hasApproval(d.approvalId)) throw new Error(`approval ${d.approvalId} is not waiting in this conversation's running turn`);
+      running.loop.validateApproval(d);
+    },
+  });
+
   setHandler(statusQuery, (): SessionStatus => ({
     sessionId,
-    running: running ? { turnId: running.turnId, startedAt: running.startedAt } : null,
+    running: running ? { turnId: running.turnId, startedAt: running.startedAt, ...(running.loop ? { turn: { ...running.loop.status } } : {}) } : null,
     queueLength: state.queue.length,
     settings: { ...state.settings },
     tokens: { ...state.tokens },
@@ -182,36 +223,45 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       buffered: [],
     };
     running = turn;
+    const turnInput: TurnInput = {
+      sessionId,
+      turnId,
+      conversation: input.conversation,
+      inbound: batch,
+      workingSet: state.workingSet,
+      settings: { ...state.settings },
+      steers,
+      maxSteps: input.limits.maxSteps,
+      ...(PANEL_PLATFORMS.includes(input.conversation.platform) ? { progress: true } : {}),
+    };
+    const summary = `Turn ${turnNumber} of ${input.conversation.platform} chat ${input.conversation.chatId} (${plural(batch.length, 'message')}, ${state.settings.model})`;
     try {
-      const result = await turn.scope.run(async () => {
-        const handle = await startChild(turnWorkflow, {
-          workflowId: turnId,
-          args: [
-            {
-              sessionId,
-              turnId,
-              conversation: input.conversation,
-              inbound: batch,
-              workingSet: state.workingSet,
-              settings: { ...state.settings },
-              steers,
-              maxSteps: input.limits.maxSteps,
-              ...(PANEL_PLATFORMS.includes(input.conversation.platform) ? { progress: true } : {}),
-            },
-          ],
-          cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-          parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
-          typedSearchAttributes: [
-            { key: PlatformAttr, value: input.conversation.platform },
-            { key: ChatAttr, value: input.conversation.chatId },
-            { key: KindAttr, value: 'turn' },
-          ],
-          staticSummary: `Turn ${turnNumber} of ${input.conversation.platform} chat ${input.conversation.chatId} (${plural(batch.length, 'message')}, ${state.settings.model})`,
+      let result: TurnResult;
+      if (patched(INLINE_TURN_PATCH)) {
+        listUsers(batch.flatMap((m) => (m.identityId ? [m.identityId] : [])));
+        const loop = new TurnLoop(turnInput, { startedAt: turn.startedAt, inline: true, label: `Turn ${turnNumber}` });
+        turn.loop = loop;
+        setCurrentDetails(`Running: ${summary}`);
+        result = await turn.scope.run(() => loop.run());
+      } else {
+        result = await turn.scope.run(async () => {
+          const handle = await startChild(turnWorkflow, {
+            workflowId: turnId,
+            args: [turnInput],
+            cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+            parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+            typedSearchAttributes: [
+              { key: PlatformAttr, value: input.conversation.platform },
+              { key: ChatAttr, value: input.conversation.chatId },
+              { key: KindAttr, value: 'turn' },
+            ],
+            staticSummary: summary,
+          });
+          turn.handle = handle;
+          for (const note of turn.buffered.splice(0)) await handle.signal(turnSteerSignal, note);
+          return await handle.result();
         });
-        turn.handle = handle;
-        for (const note of turn.buffered.splice(0)) await handle.signal(turnSteerSignal, note);
-        return await handle.result();
-      });
+      }
       state.recordTurn({ inbound: batch.map((m) => m.key), ...(result.replyKey ? { reply: result.replyKey } : {}) }, result.usage, result.notes);
       state.pendingSteers.unshift(...result.unappliedSteers);
     } catch (err) {
@@ -228,6 +278,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       }
     } finally {
       running = null;
+      if (turn.loop) setCurrentDetails(`Idle after turn ${turnNumber}.`);
     }
   }
 

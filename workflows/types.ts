@@ -104,7 +104,7 @@ export interface ToolCallRef {
 
 export type ApprovalVerdict = 'approve' | 'deny';
 
-/** An admin's decision on a waiting approval (an update to the turn workflow). */
+/** An admin's decision on a waiting approval (an update to the workflow that waits: the session, a turn or a repo change). */
 export interface ApprovalDecision {
   approvalId: string;
   decision: ApprovalVerdict;
@@ -148,7 +148,8 @@ export interface TurnStatus {
 
 export interface SessionStatus {
   sessionId: string;
-  running: null | { turnId: string; startedAt: string };
+  /** The running turn; `turn` is its progress when it runs inside the session (else ask the turn workflow). */
+  running: null | { turnId: string; startedAt: string; turn?: TurnStatus };
   queueLength: number;
   settings: SessionSettings;
   tokens: TokenUsage;

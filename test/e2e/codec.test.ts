@@ -1,9 +1,11 @@
 /**
  * End to end: the started stack (`./steward start`, embedded Temporal, the scripted model
  * server) encrypts every payload it stores. A message carrying a planted secret goes through
- * the HTTP API and the model saves the secret as a note (so it is in the turn's payloads); the
+ * the HTTP API and the model saves the secret as a note (so it is in the payloads of the turn's
+ * tool call, which runs inside the session workflow: the turn is no workflow of its own); the
  * raw histories read from the server without the codec hold neither the secret nor the reply
- * anywhere, while the turn's payloads decoded do hold the secret. The codec endpoint decodes
+ * anywhere, while the session's history decoded shows the turn's activities and holds the
+ * secret. The codec endpoint decodes
  * them for the operator (bearer token, the browser sign-in cookie from the token form or a
  * one-time link, `temporal workflow show --codec-endpoint`), and CORS admits the embedded UI's
  * own origins only. The embedded UI, served through the API at `/ui`, is pointed at the
@@ -120,8 +122,8 @@ describe('the payload codec on the started stack', () => {
 
   it('stores no plaintext of a planted secret or of the reply in any history', async () => {
     // The message and reply texts stay in Steward's database (histories carry their keys and
-    // hashes); the secret reaches the histories through a tool call: the saved note is in the
-    // tool's result and the turn's result.
+    // hashes); the secret reaches the session's history through a tool call: the saved note is
+    // in the tool activity's result.
     model.enqueue({ toolCalls: [{ id: 'call_secret', name: 'save_note', arguments: JSON.stringify({ note: `the key is ${SECRET}` }) }] });
     model.enqueue({ chunks: [REPLY.slice(0, 10), REPLY.slice(10)] });
     const r = await fetch(`${api}/api/v1/chats/${CHAT}/messages`, {
@@ -140,7 +142,7 @@ describe('the payload codec on the started stack', () => {
     // the model saw the plaintext: the workers decode what they need
     assert.ok(JSON.stringify(model.requests.at(-1)?.body).includes(SECRET));
 
-    // every workflow on the server (session, turn, ...), read raw: no codec anywhere
+    // every workflow on the server (the session, ...), read raw: no codec anywhere
     const connection = await Connection.connect({ address: temporalAddress });
     let ids: string[] = [];
     try {
@@ -157,9 +159,10 @@ describe('the payload codec on the started stack', () => {
       await connection.close();
     }
     assert.ok(ids.includes(`session:http:default:${CHAT}`), `workflows: ${ids.join(', ')}`);
-    assert.ok(ids.length >= 2, `a session and its turn: ${ids.join(', ')}`);
+    assert.deepEqual(ids.filter((id) => id.includes(':turn:')), [], `the turn runs inside the session, no workflow of its own: ${ids.join(', ')}`);
 
     let encrypted = 0;
+    let localMarkers = 0;
     for (const id of ids) {
       const raw = await show(id);
       histories.set(id, raw);
@@ -169,15 +172,25 @@ describe('the payload codec on the started stack', () => {
         const data = b64(payload.data);
         assert.ok(!data.includes(SECRET) && !data.includes(REPLY), `${id} ${at}: plaintext in a payload`);
         // Not encrypted, by design of Temporal and the SDK: search attributes (the server indexes
-        // them), headers (trace context), the SDK's own patch markers (a patch id). Everything
-        // else is encrypted (and none of those holds the secret: checked above).
+        // them), headers (trace context), the SDK's own patch markers (a patch id) and local
+        // activity markers' bookkeeping (the SDK core writes it: ids, type, attempt, times; the
+        // local activity's result beside it is encrypted). Everything else is encrypted (and none
+        // of those holds the secret: checked above).
         if (/searchAttributes|indexedFields|\.header\.fields\./.test(at) || /markerRecordedEventAttributes\.details\.patch-data/.test(at)) continue;
+        if (/markerRecordedEventAttributes\.details\.data\./.test(at)) {
+          const keys = Object.keys(JSON.parse(data) as object);
+          const bookkeeping = ['seq', 'attempt', 'activity_id', 'activity_type', 'complete_time', 'backoff', 'original_schedule_time'];
+          assert.deepEqual(keys.filter((k) => !bookkeeping.includes(k)), [], `${id} ${at}: a local activity marker's bookkeeping only: ${data}`);
+          localMarkers++;
+          continue;
+        }
         assert.equal(encodingOf(payload), 'binary/encrypted', `${id} ${at}: ${encodingOf(payload)}`);
         assert.ok(b64(payload.metadata?.['steward-key-id']).length > 0);
         encrypted++;
       }
     }
     assert.ok(encrypted >= 4, `encrypted payloads seen: ${encrypted}`);
+    assert.ok(localMarkers >= 1, 'the reply was delivered by a local activity (its marker is in the session history)');
   });
 
   it('stores failure messages encrypted too (the failure converter encodes them)', async () => {
@@ -196,19 +209,14 @@ describe('the payload codec on the started stack', () => {
         body: JSON.stringify({ text: 'provoke a failure', user: 'alice' }),
       });
       assert.equal(r.status, 202);
-      // the turn ends (its model call refused) and records the failure
-      const probe = await Connection.connect({ address: temporalAddress });
-      try {
-        let closed = 0;
-        for (let i = 0; i < 240 && closed === 0; i++) {
-          await sleep(500);
-          const l = await probe.workflowService.listWorkflowExecutions({ namespace: 'default', pageSize: 10, query: `StewardChat = '${chat}' AND StewardKind = 'turn' AND ExecutionStatus != 'Running'` });
-          closed = l.executions?.length ?? 0;
-        }
-        assert.ok(closed > 0, `the chat's turn ended: ${steward.output().slice(-2000)}`);
-      } finally {
-        await probe.close();
+      // the turn ends (its model call refused): the chat is told, after the session recorded the failure
+      let told: Array<{ role: string; text: string }> = [];
+      for (let i = 0; i < 240 && !told.some((m) => m.role !== 'user'); i++) {
+        await sleep(500);
+        const t = await fetch(`${api}/api/v1/chats/${chat}/messages`, { headers: { authorization: `Bearer ${TOKEN}` } });
+        told = ((await t.json()) as { messages: typeof told }).messages;
       }
+      assert.match(told.find((m) => m.role !== 'user')?.text ?? '', /model call failed/, `the chat's turn ended: ${steward.output().slice(-2000)}`);
     } finally {
       model.setDefault(() => ({ text: "ok" }));
     }
@@ -216,15 +224,28 @@ describe('the payload codec on the started stack', () => {
     try {
       const list = await connection.workflowService.listWorkflowExecutions({ namespace: 'default', pageSize: 100, query: `StewardChat = '${chat}'` });
       const ids = [...new Set((list.executions ?? []).map((e) => e.execution?.workflowId ?? ''))].filter(Boolean);
-      assert.ok(ids.some((id) => id.includes(':turn:')), `the chat's turn is listed: ${ids.join(', ')}`);
+      assert.deepEqual(ids, [`session:http:default:${chat}`], "the chat's session is listed, and no turn workflow");
       let failures = 0;
+      let failedModelSteps = 0;
       for (const id of ids) {
         const h = await connection.workflowService.getWorkflowExecutionHistory({ namespace: 'default', execution: { workflowId: id }, maximumPageSize: 1000 });
         const text = JSON.stringify(h.history, (_k, v: unknown) => (v instanceof Uint8Array ? Buffer.from(v).toString('latin1') : v));
         assert.ok(!text.includes(FAIL_SECRET), `${id}: the failure message is in the raw history`);
         failures += text.split('"Encoded failure"').length - 1;
+        // the refused model step is the session's own activity, failed in its history
+        const scheduled = new Map<string, string>();
+        for (const e of h.history?.events ?? []) {
+          const a = e.activityTaskScheduledEventAttributes;
+          if (a) scheduled.set(String(e.eventId), a.activityType?.name ?? '');
+          const failed = e.activityTaskFailedEventAttributes;
+          if (failed && scheduled.get(String(failed.scheduledEventId)) === 'modelStep') {
+            failedModelSteps++;
+            assert.equal(failed.failure?.message, 'Encoded failure', 'the failed model step carries its message encoded');
+          }
+        }
       }
       assert.ok(failures > 0, 'a failure was recorded, with its message encoded');
+      assert.ok(failedModelSteps > 0, "the session's history shows the turn's failed model step");
     } finally {
       await connection.close();
     }
@@ -241,7 +262,7 @@ describe('the payload codec on the started stack', () => {
     assert.ok(decoded.every((p) => encodingOf(p) !== 'binary/encrypted'));
     const plain = decoded.map((p) => b64(p.data)).join('\n');
     assert.ok(plain.includes(SECRET), 'the decoded payloads hold the secret');
-    assert.ok(plain.includes('"outcome":"replied"'), 'the decoded payloads hold the turn result');
+    assert.ok(plain.includes(`"turnId":"session:http:default:${CHAT}:turn:1:`), "the decoded payloads hold the turn's activity inputs, with its turn id");
 
     // encode then decode round-trips, and the encoded form is encrypted
     const hello = { metadata: { encoding: Buffer.from('json/plain').toString('base64') }, data: Buffer.from('"hello codec"').toString('base64') };
@@ -275,17 +296,22 @@ describe('the payload codec on the started stack', () => {
     await bad(JSON.stringify({ payloads: [foreign] }), 422, /key id "retired-key", which is not in the keyring/);
   });
 
-  it('shows the plaintext through `temporal workflow show --codec-endpoint --codec-auth`', async () => {
-    const turnId = [...histories.keys()].find((id) => id.includes(':turn:'));
-    assert.ok(turnId, `a turn among ${[...histories.keys()].join(', ')}`);
+  it("shows the session's history, the turn's activities in it, in plaintext through `temporal workflow show --codec-endpoint --codec-auth`", async () => {
     const sessionId = `session:http:default:${CHAT}`;
-    let seen = '';
-    for (const id of [sessionId, turnId]) {
-      const out = await show(id, ['--codec-endpoint', `${api}/codec`, '--codec-auth', `Bearer ${TOKEN}`]);
-      seen += out + payloadsIn(JSON.parse(out)).map((p) => b64(p.payload.data)).join('\n');
-      assert.ok(!payloadsIn(JSON.parse(out)).some((p) => encodingOf(p.payload) === 'binary/encrypted'), `${id}: everything decoded`);
-    }
+    const out = await show(sessionId, ['--codec-endpoint', `${api}/codec`, '--codec-auth', `Bearer ${TOKEN}`]);
+    const doc = JSON.parse(out) as { events?: Array<Record<string, { activityType?: { name?: string } } | undefined> & { userMetadata?: { summary?: JsonPayload } }> };
+    assert.ok(!payloadsIn(doc).some((p) => encodingOf(p.payload) === 'binary/encrypted'), `${sessionId}: everything decoded`);
+    const seen = out + payloadsIn(doc).map((p) => b64(p.payload.data)).join('\n');
     assert.ok(seen.includes(SECRET), 'the secret is shown decoded');
+    // the turn's activities, each with its summary (what the UI lists), decoded
+    const scheduled = (doc.events ?? [])
+      .filter((e) => e.activityTaskScheduledEventAttributes)
+      .map((e) => `${e.activityTaskScheduledEventAttributes?.activityType?.name}: ${b64(e.userMetadata?.summary?.data)}`);
+    assert.deepEqual(
+      scheduled,
+      ['modelStep: "Turn 1: model step 1 (openai-compatible:codec-model)"', 'runTool: "Turn 1: tool save_note"', 'modelStep: "Turn 1: model step 2 (openai-compatible:codec-model)"'],
+      "the session's history lists the turn's activities by their summaries",
+    );
     // a wrong token gets nothing decoded
     const denied = await show(sessionId, ['--codec-endpoint', `${api}/codec`, '--codec-auth', 'Bearer wrong']).catch((err: { stdout?: string; stderr?: string }) => `${err.stdout ?? ''}${err.stderr ?? ''}`);
     assert.ok(!denied.includes(SECRET));

@@ -1,6 +1,8 @@
 /**
- * Operations commands against real parts: `steward trace` rebuilds a real turn (a tool call an
- * admin approved) from the receipts and the Temporal dev server's history; `steward receipts
+ * Operations commands against real parts: `steward trace` rebuilds a real chat turn (a tool call
+ * an admin approved, steered while it waited), which ran inside its session workflow, from the
+ * receipts and the session's Temporal history on the dev server, and a turn that runs as its own
+ * workflow (an objective run's); `steward receipts
  * export` returns exactly the rows its filters name, paged; `steward doctor` passes on a
  * healthy stack and names each broken part with its fix (nothing listening at the Temporal
  * address, a namespace without Steward's search attributes, an unmigrated database, the model
@@ -59,7 +61,7 @@ function assertFix(fix: string | null, re: RegExp): void {
 describe('steward trace and receipts export', () => {
   const stack = useStack();
 
-  it('trace rebuilds an approved tool call: ingress, turn, model calls, approval, tool, delivery, in order, with the run', async (t) => {
+  it('trace rebuilds a turn that ran inside its session: ingress, its signal, model calls, approval, steering, tool, delivery marker, in order, with the session run', async (t) => {
     await withHarness(
       {
         env: stack.env,
@@ -68,6 +70,13 @@ describe('steward trace and receipts export', () => {
         toolPolicy: { approvalTools: ['save_note'], approvalTimeoutMs: 120_000 },
       },
       async (h) => {
+        // turn 1 of the session: a plain reply (the trace of turn 2 must leave it out)
+        stack.model.enqueue({ text: 'Hello there.' });
+        const firstId = `m-${randomUUID().slice(0, 8)}`;
+        await h.send('hello', { id: firstId });
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Hello there.');
+
+        // turn 2: a tool call an admin approves, steered while it waits
         stack.model.enqueue({ toolCalls: [{ id: 'call_note', name: 'save_note', arguments: JSON.stringify({ note: 'ship on Friday' }) }] });
         stack.model.enqueue({ text: 'Noted for Friday.' });
         const messageId = `m-${randomUUID().slice(0, 8)}`;
@@ -75,90 +84,134 @@ describe('steward trace and receipts export', () => {
         assert.equal(sent.kind, 'message');
 
         const approval = await waitFor(() => stack.db.approval.findFirst({ where: { sessionId: h.sessionId, status: 'pending' } }).then((a) => a ?? undefined), 'the approval request');
-        // the admins have been asked (the receipt is written once they are): then the decision
+        // the admins have been asked (the receipt is written once they are): then steering, then the decision
         await waitFor(() => stack.db.receipt.findFirst({ where: { kind: 'approval.requested', sessionId: h.sessionId } }).then((r) => r ?? undefined), 'the approval.requested receipt');
+        const steered = await h.send('/steer say it in one line');
+        assert.match(steered.reply ?? '', /running turn/, JSON.stringify(steered));
         const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
         assert.equal(decided.applied, true, decided.reply);
         await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Noted for Friday.');
-        const end = await waitFor(() => stack.db.receipt.findFirst({ where: { kind: 'turn.end', sessionId: h.sessionId } }).then((r) => r ?? undefined), 'the turn.end receipt');
-        const turnId = end.workflowId!;
+        const starts = await waitFor(async () => {
+          const rows = await stack.db.receipt.findMany({ where: { kind: 'turn.start', sessionId: h.sessionId }, orderBy: { id: 'asc' } });
+          return rows.length === 2 ? rows : undefined;
+        }, 'two turn.start receipts');
+        const turnIdOf = (r: { data: string }) => (JSON.parse(r.data) as { turnId: string }).turnId;
+        const [turn1, turnId] = starts.map(turnIdOf) as [string, string];
+        assert.match(turnId, new RegExp(`^${h.sessionId.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:turn:2:[0-9a-f]{8}$`));
+        // the turn ran inside the session: its receipts name the session's workflow and run, no workflow has the turn's id
+        const end = await waitFor(() => stack.db.receipt.findFirst({ where: { kind: 'turn.end', key: `${turnId}:end` } }).then((r) => r ?? undefined), 'the turn.end receipt');
+        assert.equal(end.workflowId, h.sessionId);
         const runId = end.runId!;
-        // the workflow closes just after its last activity
-        await stack.env.client.workflow.getHandle(turnId, runId).result();
+        assert.equal(starts[1]!.runId, runId);
+        await assert.rejects(stack.env.client.workflow.getHandle(turnId).describe(), (err: unknown) => /not found/i.test(String((err as Error).message)));
 
         const opts = { db: stack.db, client: stack.env.client, namespace: 'default', uiBase: 'http://127.0.0.1:8233' };
-        const trace = await buildTrace(messageId, opts);
+        // the reply's local activity marker is recorded when the workflow task that ran it completes, just after turn.end
+        const trace = await waitFor(async () => {
+          const tr = await buildTrace(messageId, opts);
+          return tr.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes('Turn 2: reply')) ? tr : undefined;
+        }, 'the delivery marker in the trace');
         TraceSchema.parse(trace);
         assert.equal(trace.matched, 'message');
-        assert.equal(trace.message?.key, `in:http:${h.account}:${h.chatId}:${messageId}`);
+        const key = `in:http:${h.account}:${h.chatId}:${messageId}`;
+        assert.equal(trace.message?.key, key);
         assert.deepEqual(trace.notes, []);
+        assert.deepEqual(trace.turn, { turnId, workflowId: h.sessionId, runId, inline: true, inbound: [key] });
         assert.deepEqual(
           trace.runs.map((r) => [r.workflowId, r.runId, r.workflowType, r.status, r.history]),
-          [[turnId, runId, 'turnWorkflow', 'completed', true]],
+          [[h.sessionId, runId, 'sessionWorkflow', 'running', true]],
         );
-        assert.equal(trace.runs[0]!.uiUrl, `http://127.0.0.1:8233/namespaces/default/workflows/${encodeURIComponent(turnId)}/${runId}/history`);
+        assert.equal(trace.runs[0]!.uiUrl, `http://127.0.0.1:8233/namespaces/default/workflows/${encodeURIComponent(h.sessionId)}/${runId}/history`);
 
         const tl = trace.timeline;
+        const dump = (x: Trace['timeline']) => x.map((e) => `${e.ms} ${e.source} ${e.kind} ${e.summary}`).join('\n');
         const at = (pred: (e: Trace['timeline'][number]) => boolean, what: string, from = 0) => {
           const i = tl.findIndex((e, n) => n >= from && pred(e));
-          assert.ok(i >= 0, `${what} in the timeline:\n${tl.map((e) => `${e.ms} ${e.source} ${e.kind} ${e.summary}`).join('\n')}`);
+          assert.ok(i >= 0, `${what} in the timeline:\n${dump(tl)}`);
           return i;
         };
         const receipt = (kind: string, from = 0) => at((e) => e.source === 'receipt' && e.kind === kind, `receipt ${kind}`, from);
         const iIngress = receipt('ingress');
-        const iStarted = at((e) => e.kind === 'workflow.started' && e.summary.startsWith('turnWorkflow'), 'the turn workflow start');
+        const iSignal = at((e) => e.kind === 'signal' && e.summary === `signal inbound received (message ${key})`, "the message's inbound signal to the session");
+        const iScheduled = at((e) => e.kind === 'activity.scheduled' && /^modelStep scheduled .*: Turn 2: model step 1 \(openai-compatible:test-model\)$/.test(e.summary), "the turn's first model step, scheduled by the session");
         const iTurn = receipt('turn.start');
         const iModel1 = receipt('model.call');
+        const iModel1Done = at((e) => e.kind === 'activity.completed' && e.summary.startsWith('modelStep') && e.summary.includes('[Turn 2: model step 1'), 'the first model step completed', iScheduled);
         const iAsked = receipt('approval.requested');
-        const iUpdate = at((e) => e.kind === 'update.accepted' && /approvalDecision accepted: approve approval/.test(e.summary), 'the approval update');
+        const iSteer = at((e) => e.kind === 'update.accepted' && e.summary === 'update steer accepted', 'the steering update', iAsked);
+        const iUpdate = at((e) => e.kind === 'update.accepted' && /approvalDecision accepted: approve approval/.test(e.summary), 'the approval update', iSteer);
         const iDecision = receipt('approval.decision');
         const iTool = receipt('tool.call');
         const iModel2 = receipt('model.call', iTool);
         const iDelivery = at((e) => e.source === 'receipt' && e.kind === 'delivery' && /^reply delivered/.test(e.summary), 'the reply delivery', iModel2);
         const iEnd = receipt('turn.end');
-        const iClosed = at((e) => e.kind === 'workflow.completed', 'the turn workflow completion');
-        const order = [iIngress, iStarted, iTurn, iModel1, iAsked, iUpdate, iDecision, iTool, iModel2, iDelivery, iEnd, iClosed];
-        assert.deepEqual([...order].sort((a, b) => a - b), order, `in order: ${order.join(', ')}`);
+        const iMarker = at((e) => e.kind === 'local-activity.completed' && /^deliver completed \(local activity: Turn 2: reply\)/.test(e.summary), 'the delivery marker in the session history', iDelivery);
+        const order = [iIngress, iSignal, iScheduled, iTurn, iModel1, iModel1Done, iAsked, iSteer, iUpdate, iDecision, iTool, iModel2, iDelivery, iEnd, iMarker];
+        assert.deepEqual([...order].sort((a, b) => a - b), order, `in order: ${order.join(', ')}\n${dump(tl)}`);
         assert.match(tl[iTool]!.summary, /tool save_note \(call_note\) ok/);
         assert.match(tl[iDecision]!.summary, new RegExp(`approval ${approval.id} approved by the operator`));
-        // activities with their timings, every entry of the turn with the run id
+        assert.equal(tl[iMarker]!.workflowId, h.sessionId);
+        // activities with their timings, all the turn's, all in the session's run
         const model = tl.filter((e) => e.kind === 'activity.completed' && e.summary.startsWith('modelStep'));
-        assert.equal(model.length, 2);
+        assert.deepEqual(model.map((e) => /\[(Turn \d+: model step \d+)/.exec(e.summary)?.[1]), ['Turn 2: model step 1', 'Turn 2: model step 2']);
         for (const e of model) assert.ok(typeof e.durationMs === 'number' && e.durationMs >= 0);
         assert.ok(tl.some((e) => e.kind === 'activity.completed' && e.summary.startsWith('requestApproval')));
-        assert.ok(tl.some((e) => e.kind === 'activity.completed' && e.summary.startsWith('runTool')));
-        for (const e of tl.slice(iTurn)) if (e.workflowId === turnId) assert.equal(e.runId, runId);
+        assert.ok(tl.some((e) => e.kind === 'activity.completed' && e.summary.startsWith('settleApproval')));
+        assert.ok(tl.some((e) => e.kind === 'activity.completed' && e.summary.startsWith('runTool') && e.summary.includes('[Turn 2: tool save_note]')));
+        for (const e of tl) if (e.source === 'history') assert.deepEqual([e.workflowId, e.runId], [h.sessionId, runId]);
+        // only this turn: not turn 1's message, model step, receipts or delivery, and not the session's own start
+        assert.ok(!tl.some((e) => e.summary.includes('Turn 1:') || e.summary.includes(firstId)), dump(tl));
+        assert.equal(tl.filter((e) => e.kind === 'signal').length, 1, dump(tl));
+        assert.ok(!tl.some((e) => e.kind.startsWith('workflow.')), `the session run's start is not part of the turn:\n${dump(tl)}`);
+        const turn1Receipts = await stack.db.receipt.findMany({ where: { OR: [{ key: { startsWith: `${turn1}:` } }, { key: `in:http:${h.account}:${h.chatId}:${firstId}:ingress` }] } });
+        assert.ok(turn1Receipts.length >= 4, 'turn 1 has receipts of its own');
+        assert.ok(!tl.some((e) => turn1Receipts.some((r) => r.id === e.receiptId)), "none of turn 1's receipts");
         assert.equal(tl[0]!.ms, 0);
         for (let i = 1; i < tl.length; i++) assert.ok(tl[i]!.ms >= tl[i - 1]!.ms, 'relative times never go back');
 
-        // the same path by the turn's workflow id and by its run id (the message found through the turn's input)
-        for (const ref of [turnId, runId]) {
-          const t = await buildTrace(ref, opts);
-          assert.equal(t.matched, ref === runId ? 'run' : 'workflow');
-          assert.deepEqual(t.runs.map((r) => r.runId), [runId]);
-          assert.deepEqual(
-            t.timeline.filter((e) => e.source === 'receipt').map((e) => e.receiptId),
-            tl.filter((e) => e.source === 'receipt').map((e) => e.receiptId),
-          );
+        // the same path by the turn id (no workflow has it) and by the transcript key
+        const byTurn = await buildTrace(turnId, opts);
+        assert.equal(byTurn.matched, 'turn');
+        assert.deepEqual(byTurn.turn, trace.turn);
+        assert.deepEqual(byTurn.runs, trace.runs);
+        assert.deepEqual(byTurn.timeline.map((e) => [e.source, e.kind, e.receiptId ?? e.eventId]), tl.map((e) => [e.source, e.kind, e.receiptId ?? e.eventId]));
+        assert.deepEqual((await buildTrace(key, opts)).turn, trace.turn);
+        // turn 1 by its message: its own path only
+        const first = await buildTrace(firstId, opts);
+        assert.equal(first.turn?.turnId, turn1);
+        assert.ok(first.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes('Turn 1: reply')), dump(first.timeline));
+        assert.ok(!first.timeline.some((e) => e.summary.includes('Turn 2:') || e.kind.startsWith('approval') || e.kind.startsWith('update')), dump(first.timeline));
+        // the session's run id and its workflow id: the whole run, both turns, from the session's start
+        for (const ref of [runId, h.sessionId]) {
+          const whole = await buildTrace(ref, opts);
+          assert.equal(whole.matched, ref === runId ? 'run' : 'workflow');
+          assert.deepEqual(whole.runs.map((r) => [r.runId, r.workflowType]), [[runId, 'sessionWorkflow']]);
+          assert.equal(whole.timeline.filter((e) => e.source === 'receipt' && e.kind === 'turn.start').length, 2);
+          assert.ok(whole.timeline.some((e) => e.kind === 'workflow.started' && e.summary.startsWith('sessionWorkflow')));
+          for (const n of [1, 2]) assert.ok(whole.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes(`Turn ${n}: reply`)), `turn ${n}'s delivery`);
         }
-        // the transcript key works too; nothing matching is a clear error
-        assert.equal((await buildTrace(trace.message!.key, opts)).runs[0]?.runId, runId);
         await assert.rejects(buildTrace('no-such-message-or-run', opts), (err: unknown) => err instanceof TraceNotFoundError && /Nothing matches no-such-message-or-run: it is not an inbound message id/.test(err.message));
+        await assert.rejects(buildTrace(`${h.sessionId}:turn:99:${runId.slice(0, 8)}`, opts), (err: unknown) => err instanceof TraceNotFoundError);
 
-        // the real CLI: JSON and the human timeline with the run's UI link
+        // the real CLI: JSON and the human timeline with the session run's UI link
         const env = { DATABASE_URL: stack.database.url, TEMPORAL_ADDRESS: stack.env.address, TEMPORAL_NAMESPACE: 'default', STEWARD_TEMPORAL_UI_URL: 'http://ui.example:8080' };
         const json = await cli(['trace', messageId, '--json'], env);
         assert.equal(json.code, 0, json.stderr);
         const parsed = TraceSchema.parse(JSON.parse(json.stdout));
-        assert.deepEqual(parsed.runs.map((r) => [r.runId, r.uiUrl]), [[runId, `http://ui.example:8080/namespaces/default/workflows/${encodeURIComponent(turnId)}/${runId}/history`]]);
+        assert.deepEqual(parsed.runs.map((r) => [r.runId, r.uiUrl]), [[runId, `http://ui.example:8080/namespaces/default/workflows/${encodeURIComponent(h.sessionId)}/${runId}/history`]]);
+        assert.equal(parsed.turn?.turnId, turnId);
         assert.deepEqual(parsed.timeline.map((e) => e.kind), tl.map((e) => e.kind));
-        const human = await cli(['trace', messageId], env);
+        const human = await cli(['trace', turnId], env);
         assert.equal(human.code, 0, human.stderr);
-        t.diagnostic(`steward trace ${messageId}:\n${human.stdout}`);
-        assert.match(human.stdout, new RegExp(`Run ${turnId.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}  run id ${runId}  turnWorkflow \\(completed\\)`));
-        assert.match(human.stdout, /Temporal UI: http:\/\/ui\.example:8080\/namespaces\/default\/workflows\//);
+        t.diagnostic(`steward trace ${turnId}:\n${human.stdout}`);
+        const esc = (x: string) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+        assert.match(human.stdout, new RegExp(`^Turn ${esc(turnId)}, inside the session's run`, 'm'));
+        assert.match(human.stdout, new RegExp(`Run ${esc(h.sessionId)}  run id ${runId}  sessionWorkflow \\(running\\)`));
+        assert.match(human.stdout, new RegExp(`Temporal UI: http://ui\\.example:8080/namespaces/default/workflows/${esc(encodeURIComponent(h.sessionId))}/${runId}/history`));
         assert.match(human.stdout, /^ +\+0 ms  receipt  ingress /m);
+        assert.match(human.stdout, /history  activity\.scheduled +modelStep scheduled \(activity \d+\): Turn 2: model step 1/);
         assert.match(human.stdout, /approval\.decision +approval \w+ approved by the operator/);
+        assert.match(human.stdout, /history  local-activity\.completed +deliver completed \(local activity: Turn 2: reply\)/);
         const missing = await cli(['trace', 'nothing-like-this'], env);
         assert.equal(missing.code, 1);
         assert.match(missing.stderr, /Nothing matches nothing-like-this/);
@@ -167,6 +220,39 @@ describe('steward trace and receipts export', () => {
         assert.match(noArg.stderr, /Usage: steward trace/);
       },
     );
+  });
+
+  it("trace follows a turn that runs as its own workflow (an objective run's) by its id", async () => {
+    await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } } }, async (h) => {
+      const op = { id: 'operator', name: 'the operator' };
+      stack.model.setDefault(() => ({ text: 'Here is the digest.' }));
+      const o = await h.objectives.create({ name: `trace-${randomUUID().slice(0, 8)}`, prompt: 'Write the digest', chatId: h.chatId, account: h.account, schedule: { cron: '0 9 * * *', timezone: 'UTC' }, paused: true }, op);
+      try {
+        await h.objectives.trigger(o.id, op);
+        const run = await waitFor(async () => {
+          const r = await stack.db.objectiveRun.findFirst({ where: { objectiveId: o.id } });
+          return r && r.status !== 'running' && r.turnId ? r : undefined;
+        }, 'the objective run', 60_000);
+        const turnId = run.turnId!;
+        const handle = stack.env.client.workflow.getHandle(turnId);
+        await handle.result();
+        const { runId } = await handle.describe();
+        const trace = await buildTrace(turnId, { db: stack.db, client: stack.env.client, namespace: 'default', uiBase: 'http://127.0.0.1:8233' });
+        TraceSchema.parse(trace);
+        assert.equal(trace.matched, 'workflow');
+        assert.deepEqual(trace.runs.map((r) => [r.workflowId, r.runId, r.workflowType, r.status, r.history]), [[turnId, runId, 'turnWorkflow', 'completed', true]]);
+        assert.equal(trace.runs[0]!.uiUrl, `http://127.0.0.1:8233/namespaces/default/workflows/${encodeURIComponent(turnId)}/${runId}/history`);
+        assert.equal(trace.turn?.inline, false);
+        const kinds = trace.timeline.map((e) => `${e.source} ${e.kind}`);
+        for (const k of ['history workflow.started', 'receipt turn.start', 'receipt model.call', 'history activity.completed', 'receipt delivery', 'receipt turn.end', 'history workflow.completed']) {
+          assert.ok(kinds.includes(k), `${k} in ${kinds.join(', ')}`);
+        }
+        assert.ok(trace.timeline.some((e) => e.kind === 'workflow.started' && /^turnWorkflow started .*\(child of objective-run:/.test(e.summary)));
+        assert.ok(!trace.timeline.some((e) => e.kind === 'local-activity.completed'), 'a turn workflow delivers with a regular activity');
+      } finally {
+        await h.objectives.remove(o.id, op);
+      }
+    });
   });
 
   it('receipts export returns exactly the rows of a time window, a chat and a run, as JSONL in pages', async () => {
@@ -305,7 +391,7 @@ describe('steward doctor', () => {
     assert.ok(sandbox.status === 'ok' || (sandbox.status === 'warn' && sandbox.fix), sandbox.message);
     assert.equal(report.ok, true);
     assert.match(byId(report, 'telegram').message, /@steward_test_bot/);
-    assert.match(byId(report, 'search-attributes').message, /All 5 Steward search attributes are registered/);
+    assert.match(byId(report, 'search-attributes').message, /All 6 Steward search attributes are registered/);
     assert.match(byId(report, 'migrations').message, /All \d+ migrations are applied/);
 
     const r = await cli(['doctor', '--json'], env);
@@ -371,11 +457,11 @@ describe('steward doctor', () => {
     }, 'the new namespace', 30_000);
     const sa = byId(bare, 'search-attributes');
     assert.equal(sa.status, 'fail', sa.message);
-    assert.equal(sa.message, `Missing in namespace ${ns}: StewardPlatform, StewardChat, StewardKind, StewardRepo, StewardGate.`);
-    assertFix(sa.fix, /`for n in StewardPlatform StewardChat StewardKind StewardRepo StewardGate; do temporal operator search-attribute create --namespace \S+ --address \S+ --name \$n --type Keyword; done`/);
+    assert.equal(sa.message, `Missing in namespace ${ns}: StewardPlatform, StewardChat, StewardKind, StewardRepo, StewardGate, StewardUser.`);
+    assertFix(sa.fix, /`temporal operator search-attribute create --namespace \S+ --address \S+ --name StewardPlatform --type Keyword && .* --name StewardUser --type KeywordList`/);
     assert.equal(bare.ok, false);
 
-    const register = /`(for n in [^`]+)`/.exec(sa.fix!)![1]!.replaceAll('temporal operator', `${JSON.stringify(cliPath)} operator`);
+    const register = /`(temporal operator search-attribute create [^`]+)`/.exec(sa.fix!)![1]!.replaceAll('temporal operator', `${JSON.stringify(cliPath)} operator`);
     await run('bash', ['-c', register], { timeout: 60_000 });
     const fixed = await waitFor(async () => {
       const r = await runDoctor({ env, cwd: dir, skipSandbox: true });

@@ -5,7 +5,7 @@
  * cluster or Temporal Cloud's mTLS endpoint would). `steward api` serves the HTTP API without
  * workers; two `steward worker` processes poll the interactive+background and the repo
  * queues, the first from a prebuilt workflow bundle. A message goes in through the API and
- * its reply comes back; the workflows live in the configured namespace.
+ * its reply comes back; the session (its turn inside it) lives in the configured namespace.
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -17,7 +17,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
 import { Client, Connection } from '@temporalio/client';
-import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli } from '../../platform/temporal-server.js';
+import protoModule from '@temporalio/proto';
+import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, indexedValueTypeName, SEARCH_ATTRIBUTES } from '../../platform/temporal-server.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { freePort, repoRoot, spawnProcess, type Spawned } from '../helpers/process.js';
@@ -26,6 +27,7 @@ import { needs } from '../helpers/requirements.js';
 const TOKEN = 'roles-token-0123456789abcdef';
 const NAMESPACE = 'steward-ops';
 const database = testDatabases().at(-1)!; // PostgreSQL when available: several processes share it
+const { IndexedValueType } = protoModule.temporal.api.enums.v1;
 
 /** A CA, a server certificate for 127.0.0.1 / temporal.test and a client certificate, by openssl. */
 function makeCertificates(dir: string): { ca: string; serverCert: string; serverKey: string; clientCert: string; clientKey: string } {
@@ -181,8 +183,9 @@ describe('process roles on another cluster and namespace (mutual TLS)', { skip: 
     const plain = await Connection.connect({ address: `127.0.0.1:${serverPort}` });
     try {
       const { customAttributes } = await plain.operatorService.listSearchAttributes({ namespace: NAMESPACE });
-      for (const name of ['StewardPlatform', 'StewardChat', 'StewardKind', 'StewardRepo', 'StewardGate']) {
+      for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) {
         assert.ok(customAttributes?.[name], `${name} registered on ${NAMESPACE}`);
+        assert.equal(customAttributes[name], IndexedValueType[indexedValueTypeName(type) as keyof typeof IndexedValueType], `${name} registered as a ${type}`);
       }
     } finally {
       await plain.close();
@@ -241,6 +244,9 @@ describe('process roles on another cluster and namespace (mutual TLS)', { skip: 
       const desc = await client.workflow.getHandle(workflowId).describe();
       assert.equal(desc.taskQueue, `${queue}-interactive`);
       assert.equal(desc.status.name, 'RUNNING');
+      const turns: string[] = [];
+      for await (const w of client.workflow.list({ query: `StewardKind = 'turn'` })) turns.push(w.workflowId);
+      assert.deepEqual(turns, [], 'no turn workflow: the chat turn ran inside the session');
       const other = new Client({ connection: plain, namespace: 'default' });
       await assert.rejects(other.workflow.getHandle(workflowId).describe(), /not found/i);
     } finally {

@@ -2,7 +2,8 @@
  * Traces and metrics, end to end: `./steward start` with OTEL_EXPORTER_OTLP_ENDPOINT at a
  * loopback OTLP/HTTP collector double and the scripted model server. A chat message through
  * the HTTP API yields one trace (the API request, the client's signal-with-start, the
- * session's run, the turn child workflow, its activities), linked by parent ids; `/metrics`
+ * session's run, and the turn's activities it schedules: the model step, and the reply's
+ * delivery as a local activity; the turn runs inside the session), linked by parent ids; `/metrics`
  * serves the Temporal SDK's metrics and Steward's (turns, tokens, model calls) in valid
  * Prometheus text format, on the API (token) and on the metrics listener (no token), and a
  * worker-only process serves its own. The traced histories replay with the current bundle.
@@ -19,6 +20,7 @@ import { Worker } from '@temporalio/worker';
 import { ConfigError, loadConfig } from '../../config/index.js';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
+import { INLINE_TURN_PATCH } from '../../workflows/session.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { startOtlpCollector, type CollectedSpan, type OtlpCollector } from '../helpers/otlp-collector.js';
 import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
@@ -199,8 +201,10 @@ describe('traces and metrics of the started stack', () => {
   };
 
   let before1: Sample[] = [];
+  /** The span the turn's activities were scheduled under: the session run's (exported when that run ends). */
+  let scheduledUnder = '';
 
-  it('exports one linked trace of a chat message: API request, session, turn and its activities', async () => {
+  it("exports one linked trace of a chat message: API request, the session's signal-with-start, the turn's activities", async () => {
     before1 = (await scrape()).samples;
     model.enqueue({ chunks: ['Traced ', 'reply.'], usage: { prompt_tokens: 123, completion_tokens: 45 } });
     assert.equal((await post(api, chat, 'hello traces')).status, 202);
@@ -210,18 +214,19 @@ describe('traces and metrics of the started stack', () => {
     const byName = (spans: CollectedSpan[], name: string, pred: (s: CollectedSpan) => boolean = () => true) => spans.find((s) => s.name === name && pred(s));
     const found = await collector.waitFor(
       (spans) => {
-        const turn = byName(spans, 'RunWorkflow:turnWorkflow');
-        const model = byName(spans, 'RunActivity:modelStep');
-        const deliver = byName(spans, 'RunActivity:deliver');
         const client = byName(spans, 'SignalWithStartWorkflow:sessionWorkflow', (s) => s.attributes.temporalWorkflowId === sessionId);
-        return turn && model && deliver && client ? { turn, model, deliver, client } : undefined;
+        if (!client) return undefined;
+        const inTrace = (s: CollectedSpan) => s.traceId === client.traceId;
+        const names = ['StartActivity:modelStep', 'RunActivity:modelStep', 'StartActivity:deliver', 'RunActivity:deliver'];
+        return names.every((n) => byName(spans, n, inTrace)) ? { client } : undefined;
       },
-      'the turn, its activities and the ingress span',
+      "the ingress span and the turn's activities (scheduled and run) in its trace",
     );
     const spans = collector.spans.filter((s) => s.traceId === found.client.traceId);
+    const names = () => spans.map((x) => x.name).join(', ');
     const one = (name: string) => {
       const s = spans.find((x) => x.name === name);
-      assert.ok(s, `span ${name} in the message's trace; names there: ${spans.map((x) => x.name).join(', ')}`);
+      assert.ok(s, `span ${name} in the message's trace; names there: ${names()}`);
       return s;
     };
     // the trace starts at the API request
@@ -230,27 +235,30 @@ describe('traces and metrics of the started stack', () => {
     assert.equal(request.attributes['url.path'], `/api/v1/chats/${chat}/messages`);
     assert.equal(request.kind, 2, 'a server span');
     assert.equal(found.client.parentSpanId, request.spanId, 'the client call is inside the request');
-    // the workflow side: child workflow, the turn's run, scheduling and running activities
-    const startChild = one('StartChildWorkflow:turnWorkflow');
-    const turn = one('RunWorkflow:turnWorkflow');
-    assert.equal(turn.spanId, found.turn.spanId);
-    assert.equal(turn.parentSpanId, startChild.spanId, "the turn's run is a child of its start in the session");
+    // the turn runs inside the session: no turn workflow, child or otherwise
+    assert.deepEqual(spans.filter((s) => s.name.endsWith(':turnWorkflow')).map((s) => s.name), [], 'no turn workflow in the trace');
+    // the workflow side: the session schedules the turn's activities (the model step a regular
+    // activity, the reply's delivery a local one), each run under its scheduling span
+    const scheduledFrom = new Set<string>();
     for (const activity of ['modelStep', 'deliver']) {
       const scheduled = spans.filter((s) => s.name === `StartActivity:${activity}`);
       const ran = spans.filter((s) => s.name === `RunActivity:${activity}`);
-      assert.ok(scheduled.length >= 1 && ran.length >= 1, `${activity} scheduled and ran in this trace`);
-      for (const r of ran) {
-        const parent = scheduled.find((s) => s.spanId === r.parentSpanId);
-        assert.ok(parent, `RunActivity:${activity} is a child of its StartActivity span`);
-        assert.equal(parent.parentSpanId, turn.spanId, `StartActivity:${activity} is a child of the turn's run`);
-        assert.ok(r.startNs >= parent.startNs, 'the activity runs after it was scheduled');
-      }
+      assert.equal(scheduled.length, 1, `${activity} scheduled once in this trace: ${names()}`);
+      assert.equal(ran.length, 1, `${activity} ran once in this trace: ${names()}`);
+      const [s, r] = [scheduled[0]!, ran[0]!];
+      assert.equal(r.parentSpanId, s.spanId, `RunActivity:${activity} is a child of its StartActivity span`);
+      assert.ok(r.startNs >= s.startNs, 'the activity runs after it was scheduled');
+      assert.equal(r.attributes.temporalWorkflowId, sessionId, `RunActivity:${activity} names the session's workflow`);
+      assert.ok(s.parentSpanId, `StartActivity:${activity} has a parent`);
+      scheduledFrom.add(s.parentSpanId);
     }
-    const ranModel = spans.find((s) => s.name === 'RunActivity:modelStep')!;
-    assert.equal(ranModel.attributes.temporalWorkflowId, turn.attributes.workflowId, "the activity span names the turn's workflow");
-    assert.match(String(turn.attributes.workflowId), /^session:http:default:telemetry-chat:turn:1:/);
-    // only the run's identity is copied onto workflow spans
-    assert.deepEqual(Object.keys(turn.attributes).sort(), ['namespace', 'runId', 'taskQueue', 'workflowId', 'workflowType']);
+    assert.equal(scheduledFrom.size, 1, "the model step and the delivery are scheduled from the same span (the session's run)");
+    scheduledUnder = [...scheduledFrom][0]!;
+    assert.ok(!spans.some((s) => s.spanId === scheduledUnder && s.name.startsWith('StartActivity:')), 'not from another activity');
+    // the reply is delivered once the model has answered (the workflow's clock counts whole
+    // milliseconds: a millisecond of slack)
+    const ranModel = one('RunActivity:modelStep');
+    assert.ok(one('StartActivity:deliver').startNs + 1_000_000n >= ranModel.endNs, 'the delivery is scheduled after the model step ended');
     for (const s of spans) {
       assert.equal(s.resource['service.name'], 'steward-e2e', `${s.name} carries the service name`);
       assert.ok(s.endNs >= s.startNs);
@@ -258,7 +266,7 @@ describe('traces and metrics of the started stack', () => {
     assert.equal(collector.rejected.length, 0, `nothing else was sent to the collector: ${JSON.stringify(collector.rejected)}`);
   });
 
-  it("links the session's run to the ingress span once it ends (/new continues it as new)", async () => {
+  it("links the session's run to the ingress span once it ends (/new continues it as new), the turn's activities under it", async () => {
     assert.equal((await post(api, chat, '/new')).status, 202);
     const run = await collector.waitFor(
       (spans) => spans.find((s) => s.name === 'RunWorkflow:sessionWorkflow' && s.attributes.workflowId === sessionId),
@@ -267,8 +275,16 @@ describe('traces and metrics of the started stack', () => {
     const client = collector.spans.find((s) => s.name === 'SignalWithStartWorkflow:sessionWorkflow' && s.traceId === run.traceId);
     assert.ok(client, 'the session run is in the trace of the message that started it');
     assert.equal(run.parentSpanId, client.spanId, "the session's run is a child of the ingress's signal-with-start");
-    const startChild = collector.spans.find((s) => s.name === 'StartChildWorkflow:turnWorkflow' && s.traceId === run.traceId);
-    assert.equal(startChild?.parentSpanId, run.spanId, 'the turn was started from the session run');
+    assert.equal(run.spanId, scheduledUnder, "the turn's activities were scheduled from the session's run");
+    // only the run's identity is copied onto workflow spans
+    assert.deepEqual(Object.keys(run.attributes).sort(), ['namespace', 'runId', 'taskQueue', 'workflowId', 'workflowType']);
+    const trace = collector.spans.filter((s) => s.traceId === run.traceId);
+    for (const activity of ['modelStep', 'deliver']) {
+      const scheduled = trace.find((s) => s.name === `StartActivity:${activity}`);
+      assert.equal(scheduled?.parentSpanId, run.spanId, `StartActivity:${activity} is a child of the session's run`);
+      const ran = trace.find((s) => s.name === `RunActivity:${activity}`);
+      assert.equal(ran?.attributes.run_id, run.attributes.runId, `RunActivity:${activity} ran for that run`);
+    }
   });
 
   it('serves the SDK metrics and Steward metrics on /metrics, counting the turn and its tokens', async () => {
@@ -349,15 +365,17 @@ describe('traces and metrics of the started stack', () => {
         if (w.status.name !== 'RUNNING') runs.push({ workflowId: w.workflowId, runId: w.runId });
       }
       assert.ok(runs.some((r) => r.workflowId === sessionId), "the session's first run (closed by /new)");
-      assert.ok(runs.some((r) => r.workflowId.includes(':turn:')), 'the turn');
+      assert.deepEqual(runs.filter((r) => r.workflowId.includes(':turn:')), [], 'no turn workflow: the turn ran inside the session');
       const bundle = await testBundle();
       for (const r of runs) {
         const history = await client.workflow.getHandle(r.workflowId, r.runId).fetchHistory();
         const markers = (history.events ?? []).flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => p.payloads ?? []));
-        assert.ok(
-          markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(OTEL_PATCH)),
-          `${r.workflowId} recorded the tracing patch marker`,
-        );
+        const marked = (patch: string) => markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(patch));
+        assert.ok(marked(OTEL_PATCH), `${r.workflowId} recorded the tracing patch marker`);
+        // the traced turn is in this history: the inline-turn patch, the model step, the local delivery
+        assert.ok(marked(INLINE_TURN_PATCH), `${r.workflowId} recorded the inline-turn patch marker`);
+        const activities = (history.events ?? []).map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name).filter(Boolean);
+        assert.ok(activities.includes('modelStep'), `${r.workflowId} scheduled the model step: ${activities.join(', ')}`);
         await Worker.runReplayHistory({ workflowBundle: bundle, sinks: droppingWorkflowSinks(), replayName: 'telemetry-replay' }, history, r.workflowId);
       }
     } finally {

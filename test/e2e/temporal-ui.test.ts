@@ -1,18 +1,23 @@
 /**
  * The Temporal UI as Steward's run inspector, in a real browser: `./steward start` with the
  * embedded dev server, its Web UI served through Steward's own origin at `<api>/ui` and the
- * payload codec on, chat turns through the HTTP API, then headless Chromium (the system's
- * chromium, driven by playwright-core), each page in a fresh browser profile:
+ * payload codec on, chat turns through the HTTP API (each turn runs inside its conversation's
+ * session workflow), then headless Chromium (the system's chromium, driven by playwright-core),
+ * each page in a fresh browser profile:
  *  - opens the one-time sign-in link the start banner prints and, with nothing set in the UI,
- *    sees the turn's decoded input and result (the UI calls the same origin's /codec with the
- *    sign-in cookie); the link works once;
+ *    finds the chat's session by its chat and sees its decoded input and, in its event
+ *    history, the turn's activities by their summaries (the model step, the reply's delivery as
+ *    a local activity), the model step's decoded input with the turn id and the sender in the
+ *    decoded inbound signal (the UI calls the same origin's /codec with the sign-in cookie);
+ *    the link works once;
  *  - without the sign-in gets no plaintext: the UI at `<api>/ui` sends it to the sign-in form,
  *    its API and the codec endpoint answer 401, and the dev server's own UI port shows only
- *    ciphertext;
- *  - filters the runs by Steward's search attributes (StewardChat, StewardKind) and sees
- *    exactly the expected workflows;
+ *    ciphertext (the session's input, the activities' summaries);
+ *  - filters the runs by Steward's search attributes (StewardChat; StewardUser, the identity
+ *    ids of the people who wrote, here an OpenHarness shell's; StewardKind) and sees exactly
+ *    the expected sessions, and no turn workflow;
  *  - follows run links Steward gives (signing in with the API token on the way) and lands on
- *    exactly that run.
+ *    exactly that run: an objective's run, and the session a running turn runs in.
  * Screenshots go to test-artifacts/temporal-ui/ (gitignored); their paths are printed.
  */
 import assert from 'node:assert/strict';
@@ -34,11 +39,23 @@ const CHAT = `ui-${tag}`;
 const OTHER_CHAT = `ui-other-${tag}`;
 /** Objective runs start turns in their own chat, away from the chats filtered below. */
 const OBJECTIVE_CHAT = `ui-objective-${tag}`;
-/** The sender's name travels in the turn's input (the message text stays in the database). */
+/** The sender's name travels in the inbound signal (the message text stays in the database). */
 const USER = `inspector-${tag}`;
+/**
+ * A person (an OpenHarness shell, with an identity of its own) writes in a third conversation:
+ * the session lists their identity id in StewardUser. Messages through the HTTP API are the
+ * operator's, who has no identity, so the two chats above list nobody.
+ */
+const SHELL = `ui-shell-${tag}`;
+const PERSON_CHAT = `ui-person-${tag}`;
+const MODEL = 'openai-compatible:ui-e2e-model';
 const REPLY = `Inspected reply ${tag}.`;
 const sessionOf = (chat: string) => `session:http:default:${chat}`;
 const ROW = '[data-testid="workflows-summary-configurable-table-row"]';
+/** A row of a workflow's event history (the Event History tab). */
+const EVENT_ROW = '[data-testid="event-summary-row"]';
+const EVENTS = '[data-testid="event-summary-table"]';
+const flat = (text: string) => text.replace(/\s+/g, '');
 
 /** Poll until probe returns a value (not undefined), at most timeoutMs. */
 async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 250): Promise<T> {
@@ -80,8 +97,11 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
   let uiPort = 0;
   let dataDir = '';
   let turnId = '';
-  let otherTurnId = '';
   let statusReply = '';
+  /** The person's identity id and their session (see SHELL). */
+  let personIdentity = '';
+  let personSession = '';
+  let stewardEnv: NodeJS.ProcessEnv = {};
   const shots = artifactDir('temporal-ui');
 
   const call = async (method: string, route: string, body?: unknown) => {
@@ -138,7 +158,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-ui-e2e-'));
     const [httpPort, temporalPort] = [await freePort(), await freePort()];
     uiPort = await freePort();
-    steward = spawnProcess('./steward', ['start'], {
+    stewardEnv = {
       ...process.env,
       STEWARD_DATA_DIR: dataDir,
       STEWARD_HTTP_PORT: String(httpPort),
@@ -147,7 +167,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
       STEWARD_TEMPORAL_UI_PORT: String(uiPort),
       STEWARD_TEMPORAL_UI_URL: '',
       STEWARD_API_TOKEN: TOKEN,
-      STEWARD_MODEL: 'openai-compatible:ui-e2e-model',
+      STEWARD_MODEL: MODEL,
       STEWARD_MODEL_BASE_URL: model.baseURL,
       STEWARD_LOG_LEVEL: 'warn',
       // the codec on, with the key generated in the data dir and the default CORS origins
@@ -156,7 +176,8 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
       STEWARD_CODEC_CORS_ORIGINS: '',
       DATABASE_URL: '',
       TEMPORAL_ADDRESS: '',
-    });
+    };
+    steward = spawnProcess('./steward', ['start'], stewardEnv);
     api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
     const banner = await steward.waitForOutput(/Temporal UI:\s+(http:\/\/\S+)\s+\(opens (http:\/\/\S+) signed in/, 60_000);
     bannerLink = banner[1] ?? '';
@@ -184,11 +205,28 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     statusReply = status.reply ?? '';
     await until('the reply', async () => ((await assistantReplies(CHAT)).includes(REPLY) ? true : undefined), 60_000);
 
-    // a second chat: the chat filter must leave its runs out
-    m.enqueue({ text: `other ${tag}`, firstTokenDelayMs: 1_500, match: (req) => JSON.stringify(req.body).includes(`other chat ${tag}`) });
+    // a second chat: the chat filter must leave its session out
+    m.enqueue({ text: `other ${tag}`, match: (req) => JSON.stringify(req.body).includes(`other chat ${tag}`) });
     await send(OTHER_CHAT, `other chat ${tag}`);
-    otherTurnId = await until('the other turn to run', () => runningTurn(OTHER_CHAT), 60_000, 100);
     await until('the other reply', async () => ((await assistantReplies(OTHER_CHAT)).length > 0 ? true : undefined), 60_000);
+
+    // a person writes in a third conversation, through an OpenHarness shell of their own
+    const issue = spawnProcess('./steward', ['shells', 'issue', SHELL], stewardEnv);
+    assert.equal((await issue.exited).code, 0, issue.output());
+    const issued = /\(id (\S+), identity (\S+)\)\.[\s\S]*\n(oh_[A-Za-z0-9_-]{43})\n/.exec(issue.output());
+    assert.ok(issued, `the shell is issued: ${issue.output()}`);
+    const [, shellId, identityId, shellToken] = issued as unknown as [string, string, string, string];
+    personIdentity = identityId;
+    personSession = `session:openharness:${shellId}:${PERSON_CHAT}`;
+    m.enqueue({ text: `person ${tag}`, match: (req) => JSON.stringify(req.body).includes(`person writes ${tag}`) });
+    const r = await fetch(`${api}/api/openharness/v1`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${shellToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ protocol_version: '1.0.0', request_id: `ui-${tag}`, request: { context: { session_id: PERSON_CHAT, user_intent: `person writes ${tag}` } } }),
+    });
+    const answer = await r.text();
+    assert.equal(r.status, 200, answer);
+    assert.ok(answer.includes(`person ${tag}`), `the person got the reply: ${answer.slice(0, 1000)}`);
   }
 
   after(async () => {
@@ -225,15 +263,42 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     return shown;
   }
 
-  /** From the list filtered to the chat's turns, open the turn; answers its Input/Result panel. */
-  async function openTurn(page: Page, base = ui): Promise<Locator> {
-    const listed = await openFiltered(page, `StewardChat="${CHAT}" AND StewardKind="turn"`, [turnId], base);
-    assert.deepEqual(listed, [turnId]);
-    await page.locator(`${ROW} a[href*="/workflows/${encodeURIComponent(turnId)}/"]`).first().click();
-    await page.locator('[data-testid="workflow-id-heading"]').filter({ hasText: turnId }).waitFor({ timeout: 30_000 });
+  /** From the list filtered to the chat's runs, open its session; answers its Input/Result panel. */
+  async function openSession(page: Page, base = ui): Promise<Locator> {
+    const session = sessionOf(CHAT);
+    const listed = await openFiltered(page, `StewardChat="${CHAT}"`, [session], base);
+    assert.deepEqual(listed, [session], "the chat filter finds the chat's session, and no turn workflow");
+    await page.locator(`${ROW} a[href*="/workflows/${encodeURIComponent(session)}/"]`).first().click();
+    await page.locator('[data-testid="workflow-id-heading"]').filter({ hasText: session }).waitFor({ timeout: 30_000 });
     const io = page.locator('[data-testid="input-and-result"]');
     await io.waitFor({ timeout: 30_000 });
     return io;
+  }
+
+  /** Open the run's Event History tab and wait until it lists `activityType` (answers the table). */
+  async function openHistory(page: Page, activityType: string, shot: string): Promise<Locator> {
+    await page.locator('[data-testid="history-tab"]').click();
+    const events = page.locator(EVENTS);
+    try {
+      await page.locator(EVENT_ROW).filter({ hasText: activityType }).first().waitFor({ timeout: 30_000 });
+    } catch (err) {
+      await saveScreenshot(page, shots, `${shot}-FAILED`);
+      throw new Error(`${(err as Error).message}; the event history shows:\n${(await events.innerText().catch(() => '')).slice(0, 3000)}`);
+    }
+    return events;
+  }
+
+  /** Wait until the event history's text satisfies ok; on timeout save a screenshot and show the text. */
+  async function waitForEvents(page: Page, events: Locator, what: string, ok: (text: string) => boolean, shot: string): Promise<string> {
+    try {
+      return await until(what, async () => {
+        const text = await events.innerText();
+        return ok(text) ? text : undefined;
+      }, 30_000);
+    } catch (err) {
+      await saveScreenshot(page, shots, `${shot}-FAILED`);
+      throw new Error(`${(err as Error).message}; the event history shows:\n${(await events.innerText().catch(() => '')).slice(0, 4000)}`);
+    }
   }
 
   /** Wait until the panel's text satisfies ok; on timeout save a screenshot and show the text. */
@@ -249,7 +314,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     }
   }
 
-  it('the link the banner printed opens the UI in a fresh browser, signed in, and the turn shows its decoded input and result', async () => {
+  it("the link the banner printed opens the UI in a fresh browser, signed in: the chat's session, its decoded input, the turn's activities by their summaries in its history", async () => {
     const { context, page } = await newPage();
     try {
       await page.goto(bannerLink, { waitUntil: 'domcontentloaded' });
@@ -259,15 +324,32 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
       assert.ok(!page.url().includes(bannerLink.split('/').pop()!), 'the token is not in the UI address');
 
       const decoded = page.waitForResponse((r) => r.url().startsWith(`${api}/codec/decode`), { timeout: 60_000 });
-      const io = await openTurn(page);
+      const io = await openSession(page);
       assert.equal((await decoded).status(), 200, "the UI decodes through the same origin's codec endpoint with the cookie");
-      const text = await waitForPanel(page, io, 'the decoded input and result', (t) => t.includes(USER) && t.includes(`${turnId}:reply`), 'turn-decoded');
-      await saveScreenshot(page, shots, 'turn-opened-decoded');
-      const flat = text.replace(/\s+/g, '');
-      assert.ok(flat.includes(`"chatId":"${CHAT}"`), 'the input names the chat');
-      assert.ok(flat.includes(`"user":"${USER}"`), 'the input names the sender');
-      assert.ok(flat.includes('"outcome":"replied"'), 'the result says the turn replied');
-      assert.ok(flat.includes(`"replyKey":"${turnId}:reply"`), 'the result holds the reply key');
+      const input = await waitForPanel(page, io, "the session's decoded input", (t) => flat(t).includes(`"chatId":"${CHAT}"`), 'session-decoded');
+      assert.ok(flat(input).includes(`"model":"${MODEL}"`), 'the input holds the session settings');
+      assert.match(input, /Results will appear upon completion/, 'the session runs on (no result)');
+
+      // the event history: the turn's activities, each named by its (decoded) summary
+      const events = await openHistory(page, 'modelStep', 'session-history');
+      await waitForEvents(
+        page,
+        events,
+        "the turn's activities with their summaries",
+        (t) => t.includes(`Turn 1: model step 1 (${MODEL})`) && t.includes('Turn 1: reply'),
+        'session-history-summaries',
+      );
+      const rowOf = (text: string) => page.locator(EVENT_ROW).filter({ hasText: text }).first();
+      assert.match(await rowOf(`Turn 1: model step 1 (${MODEL})`).innerText(), /Activity Task Scheduled[\s\S]*modelStep/, 'the model step: an activity the session scheduled');
+      assert.match(await rowOf('Turn 1: reply').innerText(), /Local Activity[\s\S]*deliver/, 'the reply: delivered by a local activity');
+      assert.doesNotMatch(await events.innerText(), /turnWorkflow|Start Child Workflow/i, 'no child turn workflow');
+      // opened, the model step shows its decoded input: the turn it belongs to
+      await rowOf(`Turn 1: model step 1 (${MODEL})`).click();
+      await waitForEvents(page, events, "the model step's decoded input", (t) => flat(t).includes(`"turnId":"${turnId}"`), 'model-step-decoded');
+      await saveScreenshot(page, shots, 'session-history-decoded');
+      // and the inbound signal names the sender
+      await page.locator(EVENT_ROW).filter({ hasText: 'Workflow Execution Signaled' }).filter({ hasText: 'inbound' }).last().click();
+      await waitForEvents(page, events, 'the decoded inbound message', (t) => flat(t).includes(`"user":"${USER}"`), 'inbound-decoded');
       assert.equal(await page.locator('[data-testid="data-encoder-status-error"]').count(), 0, 'no codec error is shown');
       const stored = await page.evaluate(() => ({ includeCredentials: localStorage.getItem('includeCredentials'), override: localStorage.getItem('overrideRemoteCodecConfiguration') }));
       assert.deepEqual(stored, { includeCredentials: null, override: null }, 'nothing was set in the UI');
@@ -289,7 +371,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
   it('a browser without the sign-in gets no plaintext: the sign-in form instead of the UI, 401 from its API and the codec, ciphertext on the dev server\'s own port', async () => {
     const { context, page } = await newPage();
     try {
-      const runPath = `/ui/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(turnId)}`;
+      const runPath = `/ui/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(sessionOf(CHAT))}`;
       await page.goto(`${api}${runPath}`, { waitUntil: 'domcontentloaded' });
       const at = new URL(page.url());
       assert.equal(at.pathname, '/codec/login', `sent to the sign-in form: ${page.url()}`);
@@ -304,7 +386,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
           const decode = await fetch(codec!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"payloads":[]}' });
           return { history: history.status, historyBody: await history.text(), decode: decode.status };
         },
-        [`${ui}/api/v1/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(turnId)}/history`, `${api}/codec/decode`],
+        [`${ui}/api/v1/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(sessionOf(CHAT))}/history`, `${api}/codec/decode`],
       );
       assert.equal(calls.history, 401, "the UI's API behind Steward needs the sign-in");
       assert.ok(!calls.historyBody.includes(USER), 'and gives nothing away');
@@ -317,26 +399,37 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     // relative (/codec), which that origin does not serve, so payloads stay ciphertext
     const direct = await newPage();
     try {
-      const io = await openTurn(direct.page, `http://127.0.0.1:${uiPort}/ui`);
-      const text = await waitForPanel(direct.page, io, 'the encrypted input', (t) => /Input\s*"[A-Za-z0-9+/=]{40,}"/.test(t), 'turn-encrypted');
-      await saveScreenshot(direct.page, shots, 'turn-opened-encrypted');
-      for (const plain of [USER, CHAT, '"outcome"', `${turnId}:reply`]) assert.ok(!text.includes(plain), `${plain} is not readable without the codec`);
+      const io = await openSession(direct.page, `http://127.0.0.1:${uiPort}/ui`);
+      const text = await waitForPanel(direct.page, io, 'the encrypted input', (t) => /Input\s*"[A-Za-z0-9+/=]{40,}"/.test(t), 'session-encrypted');
+      for (const plain of [USER, CHAT, MODEL]) assert.ok(!text.includes(plain), `${plain} is not readable without the codec`);
+      // the history lists the activities, but neither their summaries nor their inputs are readable
+      const events = await openHistory(direct.page, 'modelStep', 'session-history-encrypted');
+      await saveScreenshot(direct.page, shots, 'session-opened-encrypted');
+      const history = await events.innerText();
+      for (const plain of ['Turn 1:', USER, turnId]) assert.ok(!history.includes(plain), `${plain} is not readable in the history without the codec`);
     } finally {
       await direct.context.close();
     }
   });
 
-  it('filters the runs by a Steward search attribute and shows exactly the expected ones', async () => {
+  it('filters the runs by Steward search attributes (chat, user, kind) and shows exactly the expected sessions', async () => {
     const { context, page } = await signedInPage();
     try {
-      const expected = [sessionOf(CHAT), turnId].sort();
-      const shown = await openFiltered(page, `StewardChat="${CHAT}"`, expected);
+      const [session, other] = [sessionOf(CHAT), sessionOf(OTHER_CHAT)];
+      const byChat = await openFiltered(page, `StewardChat="${CHAT}"`, [session]);
       await saveScreenshot(page, shots, 'list-filtered-by-chat');
-      assert.deepEqual(shown, expected, 'the chat filter shows its session and its turn, and nothing of the other chat');
+      assert.deepEqual(byChat, [session], 'the chat filter shows its session (its turn runs inside it: no turn workflow), and nothing of the other chat');
 
-      const turns = await openFiltered(page, `StewardKind="turn" AND StewardChat IN ("${CHAT}", "${OTHER_CHAT}")`, [turnId, otherTurnId]);
+      const byUser = await openFiltered(page, `StewardUser="${personIdentity}"`, [personSession]);
+      await saveScreenshot(page, shots, 'list-filtered-by-user');
+      assert.deepEqual(byUser, [personSession], 'the user filter (an identity id) shows the session the person wrote in, and nothing of the operator\'s chats');
+      const byPersonAndChat = await openFiltered(page, `StewardUser="${personIdentity}" AND StewardChat="${PERSON_CHAT}"`, [personSession]);
+      assert.deepEqual(byPersonAndChat, [personSession], 'user and chat together');
+
+      const all = [session, other, personSession].sort();
+      const sessions = await openFiltered(page, `StewardKind="session" AND StewardChat IN ("${CHAT}", "${OTHER_CHAT}", "${PERSON_CHAT}")`, all);
       await saveScreenshot(page, shots, 'list-filtered-by-kind');
-      assert.deepEqual(turns, [turnId, otherTurnId].sort(), 'the kind filter shows the turns, not the sessions');
+      assert.deepEqual(sessions, all, 'the kind filter shows the sessions');
     } finally {
       await context.close();
     }
@@ -398,9 +491,10 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     await followRunLink(run.url, run.id, 'link-opened-objective-run', 'link');
   });
 
-  it('the link in /status opens the running turn, after the sign-in form', async () => {
+  it('the link in /status opens the session the running turn runs in, after the sign-in form', async () => {
     const link = /https?:\/\/\S+/.exec(statusReply)?.[0];
     assert.ok(link, `/status gives the running turn's run link: ${statusReply}`);
-    await followRunLink(link, turnId, 'link-opened-status-turn', 'form');
+    assert.equal(link, `${ui}/namespaces/${NAMESPACE}/workflows/${encodeURIComponent(sessionOf(CHAT))}`, "the link names the session's workflow (the turn id is no workflow)");
+    await followRunLink(link, sessionOf(CHAT), 'link-opened-status-session', 'form');
   });
 });

@@ -1,11 +1,16 @@
 /**
- * Upgrade across a deploy with Worker Versioning, on the real dev server: build A is current
- * and a session runs turns on it; while a turn is in flight, build B (a changed workflow
- * build: its turn workflow writes a memo A's does not, a change that would not replay A's
- * histories) starts and becomes current. The in-flight turn finishes on A (pinned), the
- * session continues as new onto B at once after it, later turns run on B, an idle session
- * still on A is woken and moves too, A drains and is shut down, and every message got
- * exactly one reply.
+ * Upgrade across a deploy with Worker Versioning, on the real dev server, from the build
+ * before chat turns ran inside the session to the build where they do. Build A runs each chat
+ * turn as a child turn workflow (the session with the patch `steward-inline-turn` switched
+ * off); it is current and a session runs turns on it. While a turn is in flight, build B (the
+ * inline turns, and a session that writes a memo at each turn's start, a change that would not
+ * replay A's histories) starts and becomes current. The in-flight child turn finishes on A
+ * (pinned), the session continues as new onto B at once after it, later turns run inside the
+ * session on B (their activities scheduled by the session, named by turn, on B's worker), an
+ * idle session still on A is woken and moves too, A drains and is shut down. The next deploy
+ * (build C, marked likewise) finds a turn in flight inside the session on B: it finishes on B
+ * and the session moves to C after it. Every message got exactly one reply, under the reply
+ * key of its turn.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -44,57 +49,102 @@ import { waitFor } from '../helpers/steward.js';
 const quietLogger = { trace: () => undefined, debug: () => undefined, info: () => undefined, warn: () => undefined, log: () => undefined, error: (m: string) => console.error(m) };
 
 /**
- * Build B: the same workflows, except that the turn workflow records `stewardBuild: B` in its
- * memo before anything else (a new command at the start of the turn: not replay-compatible
- * with turns that started on A, so only pinning keeps an in-flight turn of A correct).
+ * A build of the workflows with the session changed by `edits` (each [from, to] must apply):
+ * a copy of session.ts beside an index that takes the other workflows from the repository.
  */
-async function bundleBuildB(dir: string): Promise<WorkflowBundleWithSourceMap> {
+async function bundleWithSession(dir: string, build: string, edits: Array<[string, string]>): Promise<WorkflowBundleWithSourceMap> {
   const root = path.resolve(repoRoot);
   const wf = path.join(root, 'workflows');
-  const turn = readFileSync(path.join(wf, 'turn.ts'), 'utf8')
-    .replaceAll("from '../", `from '${root}/`)
-    .replaceAll("from './", `from '${wf}/`)
-    .replace('  setHandler,\n  workflowInfo,\n', '  setHandler,\n  upsertMemo,\n  workflowInfo,\n')
-    .replace('  const { turnId } = input;\n', "  const { turnId } = input;\n  upsertMemo({ stewardBuild: 'B' });\n");
-  assert.ok(turn.includes("upsertMemo({ stewardBuild: 'B' })") && turn.includes('  upsertMemo,\n'), 'build B changes the turn workflow');
-  writeFileSync(path.join(dir, 'turn-b.ts'), turn);
+  let session = readFileSync(path.join(wf, 'session.ts'), 'utf8').replaceAll("from '../", `from '${root}/`).replaceAll("from './", `from '${wf}/`);
+  for (const [from, to] of edits) {
+    assert.ok(session.includes(from), `build ${build}: the session has ${JSON.stringify(from)}`);
+    session = session.replace(from, to);
+  }
+  writeFileSync(path.join(dir, `session-${build}.ts`), session);
   writeFileSync(
-    path.join(dir, 'index-b.ts'),
+    path.join(dir, `index-${build}.ts`),
     [
-      `export { sessionWorkflow } from '${wf}/session.ts';`,
+      `export { sessionWorkflow } from './session-${build}.ts';`,
+      `export { turnWorkflow } from '${wf}/turn.ts';`,
       `export { repoChangeWorkflow } from '${wf}/repo-change.ts';`,
       `export { objectiveRunWorkflow } from '${wf}/objective.ts';`,
-      `export { turnWorkflow } from './turn-b.ts';`,
       '',
     ].join('\n'),
   );
   return bundleWorkflowCode({
     ...bundleOptions,
-    workflowsPath: path.join(dir, 'index-b.ts'),
+    workflowsPath: path.join(dir, `index-${build}.ts`),
     logger: quietLogger,
     // the copy lives outside the repository: resolve packages from the repository's node_modules
     webpackConfigHook: (c) => ({ ...c, resolve: { ...c.resolve, modules: [...(c.resolve?.modules ?? []), path.join(repoRoot, 'node_modules')] } }),
   });
 }
 
+/**
+ * Build A, the build before chat turns ran inside the session: the inline-turn patch switched
+ * off, so every turn starts as a child turn workflow (and no patch marker is recorded), as the
+ * sessions of that build did.
+ */
+const bundleBuildA = (dir: string) => bundleWithSession(dir, 'a', [['if (patched(INLINE_TURN_PATCH)) {', 'if (false as boolean) {']]);
+
+/**
+ * Build B: the current workflows (turns inline), except that the session records
+ * `stewardBuild: B` in its memo at the start of every turn (a new command: not
+ * replay-compatible with A's histories, so only pinning keeps A's running sessions correct).
+ */
+const bundleMarked = (dir: string, build: 'B' | 'C') =>
+  bundleWithSession(dir, build.toLowerCase(), [
+    ['  upsertSearchAttributes,\n', '  upsertMemo,\n  upsertSearchAttributes,\n'],
+    ['    const batch = state.takeBatch();\n', `    upsertMemo({ stewardBuild: '${build}' });\n    const batch = state.takeBatch();\n`],
+  ]);
+
+
+
+/** A JSON payload's value (this test's workers use the default data converter: plain JSON). */
+function jsonOf(p: { metadata?: Record<string, Uint8Array> | null; data?: Uint8Array | null } | null | undefined): unknown {
+  if (!p?.data) return undefined;
+  assert.equal(Buffer.from(p.metadata?.encoding ?? []).toString(), 'json/plain');
+  return JSON.parse(Buffer.from(p.data).toString('utf8'));
+}
+
 interface RunInfo {
   runId: string;
   /** Build ids of the workers that completed this run's workflow tasks, in order. */
   builds: string[];
-  /** Child turn workflow ids this run started. */
-  turns: string[];
+  /** Child turn workflow ids this run started (build A's turns). */
+  childTurns: string[];
+  /** Ids of the turns that ran inside this run (build B's), from their model steps' input, in order. */
+  inlineTurns: string[];
+  /** The summaries of the activities this run scheduled, in order. */
+  summaries: string[];
+  /** Identities of the workers that ran this run's activities. */
+  activityWorkers: string[];
+  /** `stewardBuild` memo values this run upserted. */
+  memo: unknown[];
   continuedAs?: string;
 }
 
-/** One run's workflow tasks (by build) and its children, from the server's history. */
+/** One run's workflow tasks (by build), its children and its turns' activities, from the server's history. */
 async function runInfo(client: Client, workflowId: string, runId: string): Promise<RunInfo> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  const info: RunInfo = { runId, builds: [], turns: [] };
+  const info: RunInfo = { runId, builds: [], childTurns: [], inlineTurns: [], summaries: [], activityWorkers: [], memo: [] };
   for (const e of history.events ?? []) {
     const done = e.workflowTaskCompletedEventAttributes;
     if (done) info.builds.push(done.deploymentVersion?.buildId ?? done.workerDeploymentVersion ?? '(unversioned)');
     const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
-    if (child?.workflowId) info.turns.push(child.workflowId);
+    if (child?.workflowId) info.childTurns.push(child.workflowId);
+    const activity = e.activityTaskScheduledEventAttributes;
+    if (activity) {
+      if (e.userMetadata?.summary) info.summaries.push(String(jsonOf(e.userMetadata.summary)));
+      if (activity.activityType?.name === 'modelStep') {
+        const turnId = (jsonOf(activity.input?.payloads?.[0]) as { turnId?: string }).turnId;
+        if (turnId && !info.inlineTurns.includes(turnId)) info.inlineTurns.push(turnId);
+      }
+    }
+    const started = e.activityTaskStartedEventAttributes;
+    if (started?.identity && !info.activityWorkers.includes(started.identity)) info.activityWorkers.push(started.identity);
+    const memo = e.workflowPropertiesModifiedEventAttributes?.upsertedMemo?.fields?.stewardBuild;
+    if (memo) info.memo.push(jsonOf(memo));
     const can = e.workflowExecutionContinuedAsNewEventAttributes;
     if (can?.newExecutionRunId) info.continuedAs = can.newExecutionRunId;
   }
@@ -114,26 +164,29 @@ async function sessionRuns(client: Client, sessionId: string): Promise<RunInfo[]
   return runs;
 }
 
-/** The build a (closed or running) turn ran on, and the build marker B's turn writes. */
-async function turnBuild(client: Client, turnId: string): Promise<{ pinnedTo?: string; builds: string[]; marker?: string; identities: string[] }> {
+/** The build a (closed or running) child turn workflow ran on, and the workers that ran it and its activities. */
+async function turnBuild(client: Client, turnId: string): Promise<{ pinnedTo?: string; builds: string[]; identities: string[]; activityWorkers: string[]; status: string }> {
   const handle = client.workflow.getHandle(turnId);
   const d = await handle.describe();
   const history = await handle.fetchHistory();
   const builds: string[] = [];
   const identities = new Set<string>();
+  const activityWorkers = new Set<string>();
   for (const e of history.events ?? []) {
     const done = e.workflowTaskCompletedEventAttributes;
     if (done) {
       builds.push(done.deploymentVersion?.buildId ?? '(unversioned)');
       if (done.identity) identities.add(done.identity);
     }
+    const started = e.activityTaskStartedEventAttributes;
+    if (started?.identity) activityWorkers.add(started.identity);
   }
-  const marker = d.memo?.stewardBuild;
   return {
     ...(d.raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId ? { pinnedTo: d.raw.workflowExecutionInfo.versioningInfo.deploymentVersion.buildId } : {}),
     builds,
-    ...(typeof marker === 'string' ? { marker } : {}),
     identities: [...identities],
+    activityWorkers: [...activityWorkers],
+    status: d.status.name,
   };
 }
 
@@ -178,13 +231,14 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('keeps the in-flight turn on A, moves the session to B at continue-as-new, answers every message once, drains A', { timeout: 300_000 }, async () => {
+  it('keeps the in-flight child turn on A, moves the session to B at continue-as-new where turns run inside it, drains A; an inline turn in flight stays on B across the next deploy; every message answered once', { timeout: 300_000 }, async () => {
     const client = env.client;
     const namespace = env.namespace ?? 'default';
     const taskQueue = `upgrade-${randomUUID()}`;
     const deploymentName = `steward-${randomUUID().slice(0, 8)}`;
     const vA: WorkerDeploymentVersion = { deploymentName, buildId: 'A' };
     const vB: WorkerDeploymentVersion = { deploymentName, buildId: 'B' };
+    const vC: WorkerDeploymentVersion = { deploymentName, buildId: 'C' };
 
     // capability detection: the dev server serves Worker Deployments; `on` resolves to versioned options
     assert.equal((await serverSupportsWorkerDeployments(client.connection, namespace)).supported, true);
@@ -193,8 +247,9 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
     assert.deepEqual(decisionA.options, { useWorkerVersioning: true, version: vA, defaultVersioningBehavior: 'PINNED' });
     assert.deepEqual(await resolveWorkerVersioning({ mode: 'auto', deploymentName }, client.connection, namespace), { enabled: false, reason: 'no STEWARD_BUILD_ID is set' });
 
-    const [bundleA, bundleB] = await Promise.all([bundleWorkflowCode({ ...bundleOptions, logger: quietLogger }), bundleBuildB(dir)]);
+    const [bundleA, bundleB, bundleC] = await Promise.all([bundleBuildA(dir), bundleMarked(dir, 'B'), bundleMarked(dir, 'C')]);
     assert.notEqual(bundleA.code, bundleB.code);
+    assert.notEqual(bundleB.code, bundleC.code);
 
     // the model answers `echo: <the chat message(s) of the turn>`
     const bodies = (req: RecordedRequest) => [...lastUserText(req.body).matchAll(/<chat_message[^>]*>\n?([\s\S]*?)\n?<\/chat_message>/g)].map((m) => m[1]!.trim());
@@ -290,26 +345,35 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
     const [run1, run2] = runs as [RunInfo, RunInfo];
     assert.ok(run1.builds.length > 0 && run1.builds.every((b) => b === 'A'), `run 1 on A: ${run1.builds.join(',')}`);
     assert.ok(run2.builds.length > 0 && run2.builds.every((b) => b === 'B'), `run 2 on B: ${run2.builds.join(',')}`);
-    assert.equal(run1.turns.length, 2, 'turns 1 and 2 started in run 1');
-    assert.equal(run2.turns.length, 2, 'turns 3 and 4 started in run 2');
     const s1Now = await client.workflow.getHandle(s1).describe();
     assert.equal(s1Now.raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId, 'B');
+    const turnIdOf = (n: number) => new RegExp(`^${s1.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:turn:${n}:[0-9a-f]{8}$`);
 
-    // turns: 1 and 2 (in flight during the deploy) on A only, without B's marker; 3 and 4 on B with it
-    for (const id of run1.turns) {
+    // run 1 (A): turns 1 and 2 as child turn workflows, nothing inline, none of B's memo
+    assert.equal(run1.childTurns.length, 2, `turns 1 and 2 started as children in run 1: ${run1.childTurns.join(', ')}`);
+    run1.childTurns.forEach((id, i) => assert.match(id, turnIdOf(i + 1)));
+    assert.deepEqual(run1.inlineTurns, [], 'no turn ran inside run 1');
+    assert.deepEqual(run1.memo, [], "run 1 never ran B's session code");
+    // turn 2 was in flight during the deploy: it and turn 1 ran only on A, their activities too
+    for (const id of run1.childTurns) {
       const t = await turnBuild(client, id);
+      assert.equal(t.status, 'COMPLETED', id);
       assert.deepEqual(t.builds.filter((b) => b !== 'A'), [], `${id} ran only on A`);
       assert.equal(t.pinnedTo, 'A', id);
-      assert.equal(t.marker, undefined, id);
       assert.deepEqual(t.identities, ['steward-build-A'], id);
+      assert.deepEqual(t.activityWorkers, ['steward-build-A'], `${id}: its activities ran on A's worker`);
     }
-    for (const id of run2.turns) {
-      const t = await turnBuild(client, id);
-      assert.deepEqual(t.builds.filter((b) => b !== 'B'), [], `${id} ran only on B`);
-      assert.equal(t.pinnedTo, 'B', id);
-      assert.equal(t.marker, 'B', id);
-      assert.deepEqual(t.identities, ['steward-build-B'], id);
-    }
+
+    // run 2 (B): turns 3 and 4 inside the session, numbered on from run 1 under the same epoch,
+    // their activities scheduled by the session with the turn's summary and run on B's worker
+    assert.deepEqual(run2.childTurns, [], 'no child turn workflow in run 2');
+    assert.equal(run2.inlineTurns.length, 2, `turns 3 and 4 ran inside run 2: ${run2.inlineTurns.join(', ')}`);
+    run2.inlineTurns.forEach((id, i) => assert.match(id, turnIdOf(i + 3)));
+    const epoch = (id: string) => id.split(':').at(-1);
+    assert.equal(epoch(run2.inlineTurns[0]!), epoch(run1.childTurns[0]!), 'one session epoch across the upgrade');
+    assert.deepEqual(run2.summaries, ['Turn 3: model step 1 (openai-compatible:test-model)', 'Turn 4: model step 1 (openai-compatible:test-model)']);
+    assert.deepEqual(run2.activityWorkers, ['steward-build-B'], "run 2's activities ran on B's worker");
+    assert.deepEqual(run2.memo, ['B', 'B'], "B's session code started each of run 2's turns");
 
     // --- the idle session is still pinned to A until it wakes; the wake moves it to B
     assert.equal((await client.workflow.getHandle(s2).describe()).raw.workflowExecutionInfo?.versioningInfo?.deploymentVersion?.buildId, 'A');
@@ -331,12 +395,51 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
     await send(idleChat, 'i2');
     await waitForReply(s2, 'echo: i2');
 
-    // --- exactly one reply per message, none lost, none repeated
+    // the idle session's turn on B ran inside it: its second run started no child
+    const s2Runs = await sessionRuns(client, s2);
+    assert.equal(s2Runs.length, 2, `the idle session continued as new once (${JSON.stringify(s2Runs)})`);
+    assert.equal(s2Runs[0]!.childTurns.length, 1, "i1's turn was a child on A");
+    assert.deepEqual(s2Runs[1]!.childTurns, []);
+    assert.equal(s2Runs[1]!.inlineTurns.length, 1, "i2's turn ran inside the session on B");
+    assert.ok(s2Runs[1]!.builds.every((b) => b === 'B'), `on B: ${s2Runs[1]!.builds.join(',')}`);
+
+    // --- the next deploy, inline turns on both sides: a turn in flight inside the session on B
+    // while C becomes current finishes there, and the session moves to C right after it
+    const beforeC = model.requests.length;
+    model.enqueue({ text: 'echo: m6', firstTokenDelayMs: 6000, match: (req) => bodies(req).includes('m6') });
+    await send(chat, 'm6');
+    await model.waitForRequest(beforeC + 1, 30_000);
+    const inFlight = await ingress.status(s1);
+    assert.match(inFlight.running?.turnId ?? '', turnIdOf(6), `turn 6 runs: ${JSON.stringify(inFlight.running)}`);
+    assert.equal(inFlight.running?.phase, 'model', 'the session answers for its inline turn (step and phase)');
+    await startBuild(bundleC, vC);
+    assert.deepEqual(await setCurrentVersion(client, vC, { timeoutMs: 60_000 }), { changed: true, previousBuildId: 'B', currentBuildId: 'C' });
+    await send(chat, 'm7');
+    assert.equal((await replies(s1)).includes('echo: m6'), false, 'm6 was still in flight when C became current');
+    await waitForReply(s1, 'echo: m6');
+    await waitForReply(s1, 'echo: m7');
+    const runsC = await sessionRuns(client, s1);
+    assert.equal(runsC.length, 3, `a third run of the session (${JSON.stringify(runsC)})`);
+    const [, run2Done, run3] = runsC as [RunInfo, RunInfo, RunInfo];
+    assert.ok(run2Done.builds.every((b) => b === 'B'), `run 2 stayed on B to its end: ${run2Done.builds.join(',')}`);
+    assert.equal(run2Done.inlineTurns.length, 4, `turns 3 to 6 ran inside run 2: ${run2Done.inlineTurns.join(', ')}`);
+    assert.match(run2Done.inlineTurns.at(-1)!, turnIdOf(6), 'the in-flight turn 6 finished in run 2, on B');
+    assert.deepEqual(run2Done.memo, ['B', 'B', 'B', 'B']);
+    assert.ok(run3.builds.length > 0 && run3.builds.every((b) => b === 'C'), `run 3 on C: ${run3.builds.join(',')}`);
+    assert.equal(run3.inlineTurns.length, 1);
+    assert.match(run3.inlineTurns[0]!, turnIdOf(7));
+    assert.deepEqual(run3.memo, ['C']);
+    assert.deepEqual(run3.activityWorkers, ['steward-build-C']);
+
+    // --- exactly one reply per message, none lost, none repeated, each under its turn's reply key
     await sleep(1000);
-    assert.deepEqual((await replies(s1)).sort(), ['echo: m1', 'echo: m2', 'echo: m3', 'echo: m4', 'echo: m5']);
+    assert.deepEqual((await replies(s1)).sort(), ['echo: m1', 'echo: m2', 'echo: m3', 'echo: m4', 'echo: m5', 'echo: m6', 'echo: m7']);
     assert.deepEqual((await replies(s2)).sort(), ['echo: i1', 'echo: i2']);
-    assert.equal(await database.db.delivery.count({ where: { sessionId: s1 } }), 5);
-    assert.equal(await database.db.delivery.count({ where: { sessionId: s2 } }), 2);
+    const keys = async (sessionId: string) => (await database.db.delivery.findMany({ where: { sessionId }, select: { key: true } })).map((d) => d.key).sort();
+    const s1Turns = runsC.flatMap((r) => [...r.childTurns, ...r.inlineTurns]);
+    assert.equal(s1Turns.length, 7, `seven turns: ${s1Turns.join(', ')}`);
+    assert.deepEqual(await keys(s1), s1Turns.map((t) => `${t}:reply`).sort());
+    assert.deepEqual(await keys(s2), [...s2Runs[0]!.childTurns, ...s2Runs[1]!.inlineTurns].map((t) => `${t}:reply`).sort());
   });
 });
 

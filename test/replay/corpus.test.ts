@@ -1,25 +1,40 @@
 /**
  * The replay corpus (test/replay/histories/) covers every workflow type Steward runs: a
  * session, a turn, an objective run, a repo change, and a turn that received an approval
- * decision. Read from the files themselves (the workflow type of the WorkflowExecutionStarted
- * event, the approval from the update events), and every file is one that replay.test.ts
- * replays: a parseable JSON history with its workflow id in workflow-ids.json, no payload left
- * encrypted (it could not be replayed without keys).
+ * decision. Sessions come in both shapes: chat turns run inside the session (the patch
+ * `steward-inline-turn`: its marker, the turns' activities in the session's history, no child
+ * workflow), and the older histories whose turns were child turn workflows, kept so replay
+ * proves the patch continues them. The inline histories cover a turn approved, denied and
+ * cancelled by /stop while it waited, a steered turn and a stopped one. Read from the files
+ * themselves (the workflow type of the WorkflowExecutionStarted event, patches from their
+ * markers, the approval from the update events, activity inputs), and every file is one that
+ * replay.test.ts replays: a parseable JSON history with its workflow id in workflow-ids.json, no
+ * payload left encrypted (it could not be replayed without keys).
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
+import { INLINE_TURN_PATCH } from '../../workflows/session.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();
 const historyFiles = entries.filter((f) => f !== WORKFLOW_IDS_FILE);
 const ids = JSON.parse(readFileSync(new URL(WORKFLOW_IDS_FILE, dir), 'utf8')) as Record<string, string>;
 
+interface PayloadJson {
+  metadata?: Record<string, string>;
+  data?: string;
+}
 interface Event {
   eventType: string;
+  userMetadata?: { summary?: PayloadJson };
   workflowExecutionStartedEventAttributes?: { workflowType?: { name?: string }; workflowId?: string };
+  workflowExecutionSignaledEventAttributes?: { signalName?: string };
+  activityTaskScheduledEventAttributes?: { activityType?: { name?: string }; input?: { payloads?: PayloadJson[] } };
+  startChildWorkflowExecutionInitiatedEventAttributes?: { workflowType?: { name?: string } };
+  markerRecordedEventAttributes?: { markerName?: string; details?: Record<string, { payloads?: PayloadJson[] }> };
   workflowExecutionUpdateAcceptedEventAttributes?: { protocolInstanceId?: string; acceptedRequest?: { input?: { name?: string; args?: { payloads?: Array<{ data?: string }> } } } };
   workflowExecutionUpdateCompletedEventAttributes?: { meta?: { updateId?: string }; outcome?: { success?: unknown; failure?: unknown } };
 }
@@ -37,6 +52,47 @@ const fixtures: Fixture[] = historyFiles
     const events = raw.events ?? [];
     return { file, raw, events, type: events[0]?.workflowExecutionStartedEventAttributes?.workflowType?.name ?? '' };
   });
+
+/** A plain JSON payload's value (the corpus holds no encrypted payload). */
+function plain(p: PayloadJson | undefined): unknown {
+  return p?.data ? JSON.parse(Buffer.from(p.data, 'base64').toString('utf8')) : undefined;
+}
+
+/** The patches a history records (`core_patch` markers). */
+function patchesOf(f: Fixture): string[] {
+  return f.events
+    .filter((e) => e.eventType === 'EVENT_TYPE_MARKER_RECORDED' && e.markerRecordedEventAttributes?.markerName === 'core_patch')
+    .map((e) => (plain(e.markerRecordedEventAttributes?.details?.['patch-data']?.payloads?.[0]) as { id?: string } | undefined)?.id ?? '');
+}
+
+/** Child workflows of a type that a history started. */
+function childrenOf(f: Fixture, type: string): number {
+  return f.events.filter((e) => e.eventType === 'EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED' && e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowType?.name === type).length;
+}
+
+/** The activities a history scheduled: their type, decoded input and Temporal UI summary, in order. */
+function activitiesOf(f: Fixture): Array<{ type: string; input: Record<string, unknown>; summary?: string }> {
+  return f.events
+    .filter((e) => e.eventType === 'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED')
+    .map((e) => {
+      const a = e.activityTaskScheduledEventAttributes;
+      const summary = plain(e.userMetadata?.summary) as string | undefined;
+      return { type: a?.activityType?.name ?? '', input: (plain(a?.input?.payloads?.[0]) ?? {}) as Record<string, unknown>, ...(summary ? { summary } : {}) };
+    });
+}
+
+/** The Temporal UI summaries of a history's local activity markers (an inline turn's delivery: `Turn 3: reply`). */
+function localActivitySummaries(f: Fixture): string[] {
+  return f.events
+    .filter((e) => e.eventType === 'EVENT_TYPE_MARKER_RECORDED' && e.markerRecordedEventAttributes?.markerName === 'core_local_activity')
+    .map((e) => (plain(e.userMetadata?.summary) as string | undefined) ?? '');
+}
+
+const sessions = fixtures.filter((f) => f.type === 'sessionWorkflow');
+/** Sessions whose chat turns ran inside them: the patch marker, model steps of their own, no child turn. */
+const inlineSessions = sessions.filter((f) => patchesOf(f).includes(INLINE_TURN_PATCH) && childrenOf(f, 'turnWorkflow') === 0 && activitiesOf(f).some((a) => a.type === 'modelStep'));
+/** Sessions recorded before the patch: every turn a child turn workflow. */
+const childTurnSessions = sessions.filter((f) => !patchesOf(f).includes(INLINE_TURN_PATCH) && childrenOf(f, 'turnWorkflow') > 0);
 
 /** Approval decisions (`approvalDecision` updates) a history accepted and completed successfully, with their decision. */
 function approvalDecisions(f: Fixture): string[] {
@@ -94,7 +150,26 @@ describe('replay corpus', () => {
     }
   });
 
-  it('has a turn that received an approval decision, approved and completed', () => {
+  it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {
+    const names = (fs: Fixture[]) => fs.map((f) => f.file).join(', ');
+    assert.ok(inlineSessions.length > 0, `a session history with the ${INLINE_TURN_PATCH} marker, its turns' model steps and no child turn (sessions: ${names(sessions)}); record one with scripts/record-histories.ts`);
+    assert.ok(childTurnSessions.length > 0, `a session history from before ${INLINE_TURN_PATCH}, whose turns are child turn workflows (sessions: ${names(sessions)}): keep those files`);
+    for (const f of inlineSessions) {
+      // the turns' activities carry their turn id and their label in the Temporal UI
+      const steps = activitiesOf(f).filter((a) => a.type === 'modelStep');
+      for (const s of steps) {
+        assert.match(String(s.input.turnId), new RegExp(`^${ids[f.file]!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:turn:\\d+:[0-9a-f]{8}$`), `${f.file}: a model step names its turn`);
+        assert.match(s.summary ?? '', /^Turn \d+: model step \d+ \(/, `${f.file}: a model step's summary`);
+      }
+      // each reply went out from a local activity in the session (a marker), not from a child
+      assert.ok(localActivitySummaries(f).some((x) => /^Turn \d+: (reply|notice)$/.test(x)), `${f.file}: a turn's delivery marker`);
+      assert.ok(!activitiesOf(f).some((a) => a.type === 'deliver' && typeof a.input.turnId === 'string'), `${f.file}: no reply delivered by a regular activity`);
+    }
+    // the objective runs' turns are still child turn workflows
+    assert.ok(fixtures.some((f) => f.type === 'objectiveRunWorkflow' && childrenOf(f, 'turnWorkflow') > 0), 'an objective run with its child turn');
+  });
+
+  it('has a turn that received an approval decision, approved and completed: a child turn workflow and a turn inside a session', () => {
     const turns = fixtures.filter((f) => f.type === 'turnWorkflow');
     const withApproval = turns.filter((f) => approvalDecisions(f).includes('approve'));
     assert.ok(withApproval.length > 0, `a turn history with an approved approvalDecision update (turns: ${turns.map((t) => t.file).join(', ')})`);
@@ -102,5 +177,33 @@ describe('replay corpus', () => {
       const last = f.events.at(-1)?.eventType;
       assert.equal(last, 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED', `${f.file} is a closed run`);
     }
+    // inside a session: the update reached the session, the turn settled the approval, ran the tool and replied
+    const inlineApproved = inlineSessions.filter((f) => approvalDecisions(f).includes('approve'));
+    assert.ok(inlineApproved.length > 0, `an inline session history with an approved approvalDecision update (sessions: ${inlineSessions.map((t) => t.file).join(', ')})`);
+    for (const f of inlineApproved) {
+      const acts = activitiesOf(f);
+      const settled = acts.findIndex((a) => a.type === 'settleApproval' && a.input.decision === 'approved');
+      assert.ok(settled >= 0, `${f.file}: the approval settled as approved`);
+      const asked = acts.slice(0, settled).reverse().find((a) => a.type === 'requestApproval');
+      assert.ok(asked, `${f.file}: the approval was requested before`);
+      const ran = acts.slice(settled).find((a) => a.type === 'runTool' && a.input.turnId === asked.input.turnId && a.input.toolCallId === asked.input.toolCallId);
+      assert.ok(ran && ran.input.refused === undefined, `${f.file}: the approved tool ran`);
+      const label = /^(Turn \d+):/.exec(ran.summary ?? '')?.[1];
+      assert.ok(label && localActivitySummaries(f).includes(`${label}: reply`), `${f.file}: ${label} replied`);
+      assert.match(f.events.at(-1)?.eventType ?? '', /^EVENT_TYPE_WORKFLOW_EXECUTION_(COMPLETED|CONTINUED_AS_NEW)$/, `${f.file} is a closed run`);
+    }
+  });
+
+  it('has turns inside a session that were denied, cancelled by /stop while they waited, steered and stopped', () => {
+    const all = inlineSessions;
+    const has = (what: string, pred: (f: Fixture) => boolean) => assert.ok(all.some(pred), `an inline session history with ${what} (sessions: ${all.map((f) => f.file).join(', ')})`);
+    has('a denied approval', (f) => approvalDecisions(f).includes('deny') && activitiesOf(f).some((a) => a.type === 'runTool' && typeof a.input.refused === 'string'));
+    has('an approval cancelled by /stop', (f) => activitiesOf(f).some((a) => a.type === 'settleApproval' && a.input.decision === 'cancelled'));
+    has('a steer update', (f) => f.events.some((e) => e.eventType === 'EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED' && e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name === 'steer'));
+    // /stop while the turn ran: the session tells the chat under the turn's key
+    has('a stopped turn', (f) =>
+      f.events.some((e) => e.eventType === 'EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED' && e.workflowExecutionSignaledEventAttributes?.signalName === 'stop') &&
+      activitiesOf(f).some((a) => a.type === 'deliver' && /:turn:\d+:[0-9a-f]{8}:stopped$/.test(String(a.input.key))),
+    );
   });
 });

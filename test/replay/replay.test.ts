@@ -1,7 +1,9 @@
 /**
  * Replays recorded histories of real runs (test/replay/histories/*.json, written by
  * scripts/record-histories.ts) against the current workflow code. A change that would break
- * running histories fails here before it ships. Reading the JSON histories also guards what
+ * running histories fails here before it ships. Sessions are replayed in both shapes: chat turns
+ * run inside the session (patch `steward-inline-turn`), and the older histories whose turns were
+ * child turn workflows, which the patch must keep replaying as they ran. Reading the JSON histories also guards what
  * `historyFromJSON` needs: `@temporalio/common` (protobufjs/ext/protojson) and
  * `@temporalio/proto` (the message types) must share one protobufjs 8, which is why
  * package.json lists protobufjs 8 itself, so npm installs that one at the top of node_modules
@@ -12,11 +14,44 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { Worker } from '@temporalio/worker';
+import { droppingWorkflowSinks } from '../../platform/telemetry.js';
+import { INLINE_TURN_PATCH } from '../../workflows/session.js';
 import { testBundle } from '../helpers/steward.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const ids = JSON.parse(readFileSync(new URL('workflow-ids.json', dir), 'utf8')) as Record<string, string>;
 const files = readdirSync(dir).filter((f) => f.endsWith('.json') && f !== 'workflow-ids.json').sort();
+
+interface Ev {
+  eventType: string;
+  userMetadata?: { summary?: { data?: string } };
+  workflowExecutionStartedEventAttributes?: { workflowType?: { name?: string } };
+  startChildWorkflowExecutionInitiatedEventAttributes?: { workflowType?: { name?: string } };
+  activityTaskScheduledEventAttributes?: { activityType?: { name?: string } };
+  markerRecordedEventAttributes?: { markerName?: string; details?: Record<string, { payloads?: Array<{ data?: string }> }> };
+}
+const eventsOf = (f: string) => (JSON.parse(readFileSync(new URL(f, dir), 'utf8')) as { events: Ev[] }).events;
+const plain = (p: { data?: string } | undefined): unknown => (p?.data ? JSON.parse(Buffer.from(p.data, 'base64').toString('utf8')) : undefined);
+const markers = (events: Ev[], name: string) =>
+  events.filter((e) => e.eventType === 'EVENT_TYPE_MARKER_RECORDED' && e.markerRecordedEventAttributes?.markerName === name);
+
+/**
+ * A session history's shape: `inline` (the `steward-inline-turn` marker, its turns' model steps
+ * in its own history, no child turn), `child-turns` (no such marker, turns started as child
+ * turn workflows), or undefined (not a session, or neither: e.g. a run that ran no turn).
+ */
+function sessionShape(f: string): 'inline' | 'child-turns' | undefined {
+  const events = eventsOf(f);
+  if (events[0]?.workflowExecutionStartedEventAttributes?.workflowType?.name !== 'sessionWorkflow') return undefined;
+  const inlinePatch = markers(events, 'core_patch').some((e) => (plain(e.markerRecordedEventAttributes?.details?.['patch-data']?.payloads?.[0]) as { id?: string }).id === INLINE_TURN_PATCH);
+  const children = events.filter((e) => e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowType?.name === 'turnWorkflow').length;
+  const modelSteps = events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'modelStep').length;
+  if (inlinePatch && children === 0 && modelSteps > 0) return 'inline';
+  if (!inlinePatch && children > 0) return 'child-turns';
+  return undefined;
+}
+const inlineSessions = files.filter((f) => sessionShape(f) === 'inline');
+const childTurnSessions = files.filter((f) => sessionShape(f) === 'child-turns');
 
 describe('replay of recorded histories', () => {
   it('has recorded histories of sessions and turns', () => {
@@ -42,17 +77,38 @@ describe('replay of recorded histories', () => {
     assert.ok(runs.some((f) => !text(f).includes('turnWorkflow')), 'a skipped objective run');
   });
 
+  it('has session histories of both shapes: turns inside the session, and turns as child workflows', () => {
+    assert.ok(inlineSessions.length > 0, `a session history with the ${INLINE_TURN_PATCH} marker and no child turn`);
+    assert.ok(childTurnSessions.length > 0, `a session history from before ${INLINE_TURN_PATCH} with child turns`);
+    // an inline turn delivers its reply and edits its progress panel with local activities (markers in the session)
+    const localActivities = new Set(
+      inlineSessions.flatMap((f) => markers(eventsOf(f), 'core_local_activity').map((e) => (plain(e.markerRecordedEventAttributes?.details?.data?.payloads?.[0]) as { activity_type?: string }).activity_type)),
+    );
+    for (const type of ['deliver', 'updateProgress', 'clearProgress']) assert.ok(localActivities.has(type), `an inline session that ran ${type} as a local activity`);
+    for (const activity of ['modelStep', 'runTool', 'requestApproval', 'settleApproval']) {
+      assert.ok(inlineSessions.some((f) => eventsOf(f).some((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === activity)), `an inline session that ran ${activity}`);
+    }
+  });
+
   it('replays every history without nondeterminism', async () => {
     const bundle = await testBundle();
     const histories = files.map((f) => ({
       workflowId: ids[f] ?? f,
       history: historyFromJSON(JSON.parse(readFileSync(new URL(f, dir), 'utf8'))),
     }));
+    // one history at a time, in order: each result is the file at its index
+    const ok: string[] = [];
     let replayed = 0;
-    for await (const result of Worker.runReplayHistories({ workflowBundle: bundle, replayName: 'steward-replay' }, histories)) {
-      assert.equal(result.error, undefined, `${result.workflowId}: ${String(result.error)}`);
+    // histories recorded with tracing (the patch `steward-otel-tracing`) call the `exporter` sink: registered (dropping), as workers do
+    for await (const result of Worker.runReplayHistories({ workflowBundle: bundle, replayName: 'steward-replay', sinks: droppingWorkflowSinks() }, histories)) {
+      assert.equal(result.error, undefined, `${files[replayed]} (${result.workflowId}): ${String(result.error)}`);
+      ok.push(files[replayed]!);
       replayed++;
     }
     assert.equal(replayed, files.length);
+    // the patch: sessions whose turns ran inside them replay, and so do the older ones with child turns
+    assert.ok(ok.some((f) => inlineSessions.includes(f)), `a session history with inline turns replayed (${inlineSessions.join(', ')})`);
+    assert.ok(ok.some((f) => childTurnSessions.includes(f)), `a session history with child turns replayed (${childTurnSessions.join(', ')})`);
+    assert.deepEqual(ok.filter((f) => sessionShape(f) !== undefined).sort(), [...inlineSessions, ...childTurnSessions].sort(), 'every session history of either shape replayed');
   });
 });

@@ -19,6 +19,7 @@ import { replyKey, sessionWorkflowId } from '../../common/ids.js';
 import type { Role } from '../../common/roles.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
 import { createStewardWorker } from '../../workers/main.js';
+import { UserAttr } from '../../workflows/search-attributes.js';
 import { turnWorkflow } from '../../workflows/turn.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
@@ -291,6 +292,32 @@ for (const database of testDatabases()) {
           assert.equal((await tg.send(admin, text)).kind, 'message');
           await sender.waitForPost((p) => p.chatId === admin.id && p.text === `admin ${text}`);
         }
+      });
+    });
+
+    it('a bound group lists who wrote by identity id (never by name) for the Temporal UI filter', async () => {
+      await withHarness(harness(), async (h) => {
+        const tg = telegram(h.ingress);
+        const ann = await person(stack.db, 'member', `Ann ${uid()}`);
+        const bo = await person(stack.db, 'member', `Bo ${uid()}`);
+        const group = `-100${uid()}`;
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: group, createdBy: 'test' });
+        const sessionId = sessionWorkflowId({ platform: 'telegram', account: tg.account, chatId: group });
+        for (const [who, text] of [[ann, 'first question'], [bo, 'second question']] as const) {
+          stack.model.enqueue({ text: `answer to ${text}` });
+          await tg.send(who, text, { chatId: group, group: true });
+          await sender.waitForPost((p) => p.chatId === group && p.text.includes(`answer to ${text}`));
+        }
+        for (const who of [ann, bo]) {
+          const ids = await waitFor(async () => {
+            const found: string[] = [];
+            for await (const wf of stack.env.client.workflow.list({ query: `StewardUser = "${who.identityId}"` })) found.push(wf.workflowId);
+            return found.length > 0 ? found : undefined;
+          }, `the session listed under ${who.name}`, 15_000);
+          assert.deepEqual(ids, [sessionId]);
+        }
+        const listed = (await stack.env.client.workflow.getHandle(sessionId).describe()).typedSearchAttributes.get(UserAttr) ?? [];
+        assert.deepEqual([...listed].sort(), [ann.identityId, bo.identityId].sort());
       });
     });
 

@@ -4,8 +4,10 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { defaultPayloadConverter } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { statusQuery } from '../../workflows/messages.js';
+import { UserAttr } from '../../workflows/search-attributes.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { waitFor, withHarness } from '../helpers/steward.js';
@@ -51,9 +53,11 @@ for (const database of testDatabases()) {
 
         const kinds = (await dbh.db.receipt.findMany({ where: { sessionId: h.sessionId }, orderBy: { id: 'asc' } })).map((r) => r.kind);
         for (const k of ['ingress', 'turn.start', 'model.call', 'delivery', 'turn.end']) assert.ok(kinds.includes(k), `receipt ${k} in ${kinds.join(',')}`);
+        // the turn runs inside the session: its receipts name the session run and the turn
         const modelCall = await dbh.db.receipt.findFirstOrThrow({ where: { sessionId: h.sessionId, kind: 'model.call' } });
-        assert.match(modelCall.workflowId ?? '', /:turn:1:/);
+        assert.equal(modelCall.workflowId, h.sessionId);
         assert.ok(modelCall.runId);
+        assert.match(String((JSON.parse(modelCall.data) as { turnId?: string }).turnId), /:turn:1:/);
 
         // The same message id again is a duplicate: nothing new is started.
         const again = await h.send('hi there', { id: 'fixed-id' });
@@ -210,16 +214,42 @@ for (const database of testDatabases()) {
       });
     });
 
-    it('marks sessions and turns with search attributes for the Temporal UI', async () => {
+    it('marks sessions with search attributes and names each turn in the history for the Temporal UI', async () => {
       await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
-        await h.send('index me');
+        await h.send('index me', { user: 'ada' });
         await h.waitForMessage((m) => m.role === 'assistant');
+        await h.send('me too', { user: 'grace' });
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('me too'));
         const found = await waitFor(async () => {
           const ids: string[] = [];
-          for await (const wf of env.client.workflow.list({ query: `StewardChat = "${h.chatId}" AND StewardKind = "turn"` })) ids.push(wf.workflowId);
+          for await (const wf of env.client.workflow.list({ query: `StewardChat = "${h.chatId}" AND StewardKind = "session"` })) ids.push(wf.workflowId);
           return ids.length > 0 ? ids : undefined;
-        }, 'the turn to be visible by search attribute', 15_000);
-        assert.match(found[0] ?? '', /:turn:1:/);
+        }, 'the session to be visible by its chat', 15_000);
+        assert.deepEqual(found, [h.sessionId]);
+        // names never go into search attributes (they are not encrypted); API callers have no identity
+        const described = await env.client.workflow.getHandle(h.sessionId).describe();
+        assert.equal(described.typedSearchAttributes.get(UserAttr), undefined);
+        // no workflow per turn: the turns are in the session's history, named by their summaries
+        const turns: string[] = [];
+        for await (const wf of env.client.workflow.list({ query: `StewardChat = "${h.chatId}" AND StewardKind = "turn"` })) turns.push(wf.workflowId);
+        assert.deepEqual(turns, []);
+        // (the reply's marker is recorded when the task that delivered it completes, just after the delivery)
+        let history = await env.client.workflow.getHandle(h.sessionId).fetchHistory();
+        const summariesOf = (hist: typeof history) =>
+          (hist.events ?? [])
+            .map((e) => e.userMetadata?.summary)
+            .filter((p): p is NonNullable<typeof p> => !!p)
+            .map((p) => defaultPayloadConverter.fromPayload<string>(p as never));
+        await waitFor(async () => {
+          history = await env.client.workflow.getHandle(h.sessionId).fetchHistory();
+          return summariesOf(history).includes('Turn 2: reply') || undefined;
+        }, "the second turn's reply marker", 10_000);
+        const summaries = summariesOf(history);
+        for (const want of [/^Turn 1: model step 1 /, /^Turn 1: reply$/, /^Turn 2: model step 1 /, /^Turn 2: reply$/]) {
+          assert.ok(summaries.some((x) => want.test(x)), `${want} among ${summaries.join(' | ')}`);
+        }
+        const markers = (history.events ?? []).filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch');
+        assert.ok(markers.length >= 1, 'the inline-turn patch marker is recorded');
       });
     });
   });

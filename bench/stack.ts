@@ -1,0 +1,118 @@
+/**
+ * The Steward stack the turn benchmarks run against: the all-in-one start in this process on
+ * the embedded Temporal dev server, a zero-latency scripted model (the OpenAI-compatible test
+ * server echoing at once), and `turn(chatId)`: one message in through the HTTP API, resolved
+ * with its latency in milliseconds once the reply is in the transcript.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { pino } from 'pino';
+import { sessionWorkflowId } from '../common/ids.js';
+import { loadConfig, type StewardConfig } from '../config/index.js';
+import { startSteward, type RunningSteward } from '../platform/start.js';
+import { startModelServer } from '../test/helpers/model-server.js';
+import { freePort } from '../test/helpers/process.js';
+import { historyCost } from './phases.js';
+
+const TOKEN = 'bench-token-0123456789abcdef';
+
+export interface BenchStack {
+  steward: RunningSteward;
+  config: StewardConfig;
+  cache: number;
+  turn(chatId: string): Promise<number>;
+  /** History events and workflow tasks of a chat's session: every run of it and every workflow they started. */
+  sessionCost(chatId: string): Promise<{ events: number; workflowTasks: number; runs: number }>;
+  stop(): Promise<void>;
+}
+
+export async function startBenchStack(extraEnv: Record<string, string> = {}): Promise<BenchStack> {
+  const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
+  const model = await startModelServer();
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-bench-'));
+  const config = loadConfig({
+    STEWARD_DATA_DIR: dataDir,
+    STEWARD_HTTP_PORT: String(await freePort()),
+    STEWARD_TEMPORAL_PORT: String(await freePort()),
+    STEWARD_TEMPORAL_UI_PORT: String(await freePort()),
+    STEWARD_TEMPORAL_UI: 'false',
+    STEWARD_API_TOKEN: TOKEN,
+    STEWARD_MODEL: 'openai-compatible:bench',
+    STEWARD_MODEL_BASE_URL: model.baseURL,
+    STEWARD_LOG_LEVEL: 'warn',
+    STEWARD_WORKER_MAX_CACHED_WORKFLOWS: String(cache),
+    ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+    ...extraEnv,
+  });
+  const steward = await startSteward(config, pino({ level: 'warn' }));
+
+  // Replies per session, counted from the transcript events of the running stack.
+  const replies = new Map<string, number>();
+  const waiters = new Map<string, Array<{ n: number; resolve: () => void }>>();
+  steward.events.on('transcript', (sessionId, role) => {
+    if (role !== 'assistant') return;
+    const n = (replies.get(sessionId) ?? 0) + 1;
+    replies.set(sessionId, n);
+    const list = waiters.get(sessionId) ?? [];
+    for (const w of list.filter((x) => x.n <= n)) w.resolve();
+    waiters.set(sessionId, list.filter((x) => x.n > n));
+  });
+  const waitReply = (sessionId: string, n: number) =>
+    new Promise<void>((resolve) => {
+      if ((replies.get(sessionId) ?? 0) >= n) return resolve();
+      waiters.set(sessionId, [...(waiters.get(sessionId) ?? []), { n, resolve }]);
+    });
+  const sessionOf = (chatId: string) => sessionWorkflowId({ platform: 'http', account: 'default', chatId });
+
+  return {
+    steward,
+    config,
+    cache,
+    async turn(chatId) {
+      const sessionId = sessionOf(chatId);
+      const expected = (replies.get(sessionId) ?? 0) + 1;
+      const t0 = performance.now();
+      const r = await fetch(`${steward.apiUrl}/api/v1/chats/${chatId}/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` },
+        body: JSON.stringify({ text: `ping ${expected}` }),
+      });
+      if (r.status !== 202) throw new Error(`POST answered ${r.status}: ${await r.text()}`);
+      await r.arrayBuffer();
+      await waitReply(sessionId, expected);
+      return performance.now() - t0;
+    },
+    async sessionCost(chatId) {
+      const seen = new Set<string>();
+      const histories: Array<{ events?: Array<{ eventType?: unknown } | null> | null }> = [];
+      let runs = 0;
+      const visit = async (workflowId: string, runId?: string): Promise<void> => {
+        const key = `${workflowId}/${runId ?? ''}`;
+        if (seen.has(key)) return;
+        seen.add(key);
+        const h = await steward.client.workflow.getHandle(workflowId, runId).fetchHistory();
+        histories.push(h as never);
+        for (const e of h.events ?? []) {
+          const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
+          if (child?.workflowId) await visit(child.workflowId);
+        }
+      };
+      const sessionId = sessionOf(chatId);
+      for await (const wf of steward.client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) {
+        runs++;
+        await visit(wf.workflowId, wf.runId);
+      }
+      if (runs === 0) {
+        runs = 1; // not visible yet: the current run
+        await visit(sessionId);
+      }
+      return { ...historyCost(histories), runs };
+    },
+    async stop() {
+      await steward.stop();
+      await model.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}

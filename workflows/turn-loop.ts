@@ -1,0 +1,384 @@
+/**
+ * The agent loop of one conversation turn, shared by the two places a turn runs: inside the
+ * session workflow (chat turns since the patch `steward-inline-turn`) and as its own turn
+ * workflow (objective runs, and chat turns of histories recorded before that patch). One
+ * model step per activity (streamed and heartbeating in the activity), a step budget, tools
+ * with approvals, and the reply delivered through the outbox under a key derived from the
+ * turn id, so it is sent once.
+ *
+ * `inline` turns deliver the reply and edit the progress panel with local activities: the
+ * delivery is recorded in the same workflow task that took in the model's answer (one marker
+ * instead of three events and one more workflow task). The outbox key makes a delivery that a
+ * crashed worker repeats a no-op, as it does for a retried activity. Turn workflows keep
+ * regular activities, so the histories they recorded replay unchanged.
+ * Deterministic: no I/O here, only activities.
+ */
+import {
+  ActivityCancellationType,
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  isCancellation,
+  proxyActivities,
+  proxyLocalActivities,
+} from '@temporalio/workflow';
+import type { createActivities } from '../activities/index.js';
+import { approvalIdFor, replyKey } from '../common/ids.js';
+import type { AttachmentRef } from '../common/schemas.js';
+import type {
+  ApprovalDecision,
+  ApprovalDecisionResult,
+  ScratchRef,
+  SteerNote,
+  TokenUsage,
+  ToolCallRef,
+  TurnInput,
+  TurnResult,
+  TurnStatus,
+} from './types.js';
+
+type Activities = ReturnType<typeof createActivities>;
+
+/** An approval the turn waits for: the decision once one is accepted, and the self-approval policy once the request is recorded. */
+interface ApprovalEntry {
+  decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string };
+  forbidSelfApproval?: boolean;
+}
+
+/** Error types the model activity raises that retrying cannot fix. */
+export const NON_RETRYABLE_MODEL_ERRORS = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured'];
+
+const OUTBOX_RETRY = { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 } as const;
+const PANEL_RETRY = { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 } as const;
+
+/**
+ * The turn's activity proxies; on `taskQueue` when given (an objective's turn runs its
+ * activities on the background queue), else on the workflow's own queue.
+ */
+function turnActivities(taskQueue: string | undefined, inline: boolean) {
+  const q = taskQueue ? { taskQueue } : {};
+  const modelActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '10 minutes',
+    // The activity heartbeats several times a second while it waits and streams, so a dead
+    // worker is noticed within this timeout and /stop reaches the activity at once.
+    heartbeatTimeout: '10 seconds',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: {
+      initialInterval: '1 second',
+      backoffCoefficient: 2,
+      maximumInterval: '30 seconds',
+      // A killed worker costs an attempt (heartbeat timeout) as a failing provider does: the
+      // chaos suite lost an objective run to 4 kills in 26 s with 5 attempts. Ten ride out
+      // repeated crashes; a provider that keeps failing is reported after about 2.5 minutes.
+      // (Retry options are not part of the replay check: no patch needed.)
+      maximumAttempts: 10,
+      nonRetryableErrorTypes: NON_RETRYABLE_MODEL_ERRORS,
+    },
+  });
+
+  /** Tools and approvals: side effects of their own, retried like deliveries. */
+  const toolActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '2 minutes',
+    retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
+  });
+
+  if (inline) {
+    // local activities run on the workflow's own worker (inline turns are chat turns: no activityQueue)
+    const outboxActs = proxyLocalActivities<Activities>({ startToCloseTimeout: '1 minute', retry: OUTBOX_RETRY });
+    /** The progress panel is a courtesy: a few quick tries, and a failure never fails the turn. */
+    const panelActs = proxyLocalActivities<Activities>({ startToCloseTimeout: '30 seconds', retry: PANEL_RETRY });
+    return { modelActs, outboxActs, toolActs, panelActs };
+  }
+  const outboxActs = proxyActivities<Activities>({ ...q, startToCloseTimeout: '1 minute', retry: OUTBOX_RETRY });
+  const panelActs = proxyActivities<Activities>({ ...q, startToCloseTimeout: '30 seconds', retry: PANEL_RETRY });
+  return { modelActs, outboxActs, toolActs, panelActs };
+}
+
+function addUsage(a: TokenUsage, b: TokenUsage): TokenUsage {
+  return { input: a.input + b.input, output: a.output + b.output, total: a.total + b.total };
+}
+
+function failureMessage(err: unknown): string {
+  let e: unknown = err;
+  while (e instanceof ActivityFailure && e.cause) e = e.cause;
+  if (e instanceof ApplicationFailure || e instanceof Error) return e.message;
+  return String(e);
+}
+
+export interface TurnLoopOptions {
+  /** When the turn started (the turn workflow's start time, or the session's clock). */
+  startedAt: string;
+  /** Running inside the session workflow: deliveries and the panel as local activities. */
+  inline?: boolean;
+  /** A short label for the turn's activities in the Temporal UI (inline turns), e.g. "Turn 3". */
+  label?: string;
+}
+
+/** One turn's loop and the state its handlers read and change (steering, approvals, status). */
+export class TurnLoop {
+  readonly status: TurnStatus;
+  /** Steering not taken in yet. */
+  private readonly incoming: SteerNote[];
+  private readonly applied: SteerNote[] = [];
+  /** Approvals this turn waits for, with the decision once one is accepted. */
+  private readonly approvals = new Map<string, ApprovalEntry>();
+  private readonly requestedBy: string | undefined;
+
+  constructor(
+    private readonly input: TurnInput,
+    private readonly opts: TurnLoopOptions,
+  ) {
+    this.status = { turnId: input.turnId, step: 0, phase: 'starting', startedAt: opts.startedAt, usage: { input: 0, output: 0, total: 0 } };
+    this.incoming = [...input.steers];
+    this.requestedBy = input.inbound.at(-1)?.identityId ?? input.inbound.at(-1)?.user;
+  }
+
+  /** Steering for this turn: taken in before its next model step. */
+  steer(note: SteerNote): void {
+    this.incoming.push(note);
+  }
+
+  /** Whether this turn waits (or waited) for the approval. */
+  hasApproval(approvalId: string): boolean {
+    return this.approvals.has(approvalId);
+  }
+
+  /** Accepted once: a second click, a click after the deadline, or a self-approval the policy forbids is refused. */
+  validateApproval(d: ApprovalDecision): void {
+    const entry = this.approvals.get(d.approvalId);
+    if (!entry) throw new Error(`approval ${d.approvalId} is not waiting in this turn`);
+    const done = entry.decision;
+    if (done) {
+      const what = done.decision === 'approve' ? 'approved' : done.decision === 'deny' ? 'denied' : done.decision;
+      const who = 'byName' in done ? done.byName : done.by;
+      throw new Error(`approval ${d.approvalId} was already ${what}${done.decision === 'expired' || done.decision === 'cancelled' ? '' : ` by ${who}`}`);
+    }
+    // the person whose message led to the proposal may not approve it (the policy comes with
+    // the call; in histories from before that, with the request, so a self-approval that
+    // comes sooner is refused until it is known)
+    if (d.decision === 'approve' && this.requestedBy !== undefined && d.by === this.requestedBy) {
+      if (entry.forbidSelfApproval === undefined) throw new Error('the approval request is still being recorded; try again in a moment');
+      if (entry.forbidSelfApproval) throw new Error('the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides');
+    }
+  }
+
+  decideApproval(d: ApprovalDecision): ApprovalDecisionResult {
+    const entry = this.approvals.get(d.approvalId);
+    if (entry) entry.decision = d;
+    return {
+      approvalId: d.approvalId,
+      decision: d.decision,
+      message: d.decision === 'approve' ? `Approved: the action runs now.` : `Denied: the agent is told${d.reason ? ` (${d.reason})` : ''}.`,
+    };
+  }
+
+  async run(): Promise<TurnResult> {
+    const { input, status, incoming, applied, approvals, requestedBy } = this;
+    const { turnId } = input;
+    const inline = this.opts.inline === true;
+    const { modelActs, outboxActs, toolActs, panelActs } = turnActivities(input.activityQueue, inline);
+    const label = this.opts.label;
+    /** Inline turns name their activities in the Temporal UI: the session's history reads turn by turn. */
+    const named = <T>(summary: string, plain: () => Promise<T>, withSummary: (s: { summary: string }) => Promise<T>): Promise<T> =>
+      inline && label ? withSummary({ summary: `${label}: ${summary}` }) : plain();
+
+    const base = {
+      sessionId: input.sessionId,
+      turnId,
+      conversation: input.conversation,
+      inbound: input.inbound.map((m) => m.key),
+      workingSet: input.workingSet,
+      settings: input.settings,
+    };
+
+    const progress = async (text: string, important = false): Promise<void> => {
+      if (!input.progress) return;
+      try {
+        await panelActs.updateProgress({ turnId, conversation: input.conversation, text, important });
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+      }
+    };
+
+    let draftHash: string | undefined;
+    let finalHash: string | undefined;
+    let notice: string | undefined;
+    let outcome: TurnResult['outcome'] = 'budget-exhausted';
+    const scratch: ScratchRef[] = [];
+    const notes: string[] = [];
+    const attachments: AttachmentRef[] = [];
+
+    /** Wait for an admin's decision on a proposed call; the deadline denies. */
+    const awaitApproval = async (messageHash: string, call: ToolCallRef): Promise<{ run: boolean; reason: string }> => {
+      status.phase = 'approval';
+      // Known before the admins are asked, so that the quickest click already counts.
+      const id = approvalIdFor(turnId, call.id);
+      const entry: ApprovalEntry = call.forbidSelfApproval !== undefined ? { forbidSelfApproval: call.forbidSelfApproval } : {};
+      approvals.set(id, entry);
+      status.approvalId = id;
+      const requestInput = {
+        sessionId: input.sessionId,
+        turnId,
+        conversation: input.conversation,
+        messageHash,
+        toolCallId: call.id,
+        ...(requestedBy ? { requestedBy } : {}),
+      };
+      const req = await named(
+        `approval for ${call.name}`,
+        () => toolActs.requestApproval(requestInput),
+        (o) => toolActs.requestApproval.executeWithOptions(o, [requestInput]),
+      );
+      entry.forbidSelfApproval ??= req.forbidSelfApproval === true;
+      await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
+      try {
+        const decided = await condition(() => entry.decision !== undefined, req.timeoutMs);
+        if (!decided) entry.decision = { decision: 'expired', by: 'timeout' };
+      } catch (err) {
+        if (isCancellation(err)) {
+          entry.decision = { decision: 'cancelled', by: 'stop' };
+          await CancellationScope.nonCancellable(() =>
+            toolActs.settleApproval({ approvalId: req.approvalId, decision: 'cancelled', by: 'stop', byName: 'the turn was stopped' }),
+          );
+        }
+        throw err;
+      }
+      const d = entry.decision!;
+      const settled = await toolActs.settleApproval({
+        approvalId: req.approvalId,
+        decision: d.decision === 'approve' ? 'approved' : d.decision === 'deny' ? 'denied' : d.decision === 'expired' ? 'expired' : 'cancelled',
+        by: d.by,
+        byName: 'byName' in d ? d.byName : d.by,
+        ...('reason' in d && d.reason ? { reason: d.reason } : {}),
+      });
+      delete status.approvalId;
+      return { run: d.decision === 'approve', reason: settled.reason };
+    };
+
+    try {
+      for (let step = 1; step <= input.maxSteps; step++) {
+        applied.push(...incoming.splice(0));
+        status.step = step;
+        status.phase = 'model';
+        delete status.tool;
+        await progress(step === 1 ? 'Thinking…' : `Thinking… (step ${step})`);
+        const stepInput = {
+          ...base,
+          step,
+          steers: applied.map((s) => s.text),
+          ...(draftHash ? { draftHash } : {}),
+          ...(scratch.length > 0 ? { scratch: [...scratch] } : {}),
+        };
+        const result = await named(
+          `model step ${step} (${input.settings.model})`,
+          () => modelActs.modelStep(stepInput),
+          (o) => modelActs.modelStep.executeWithOptions(o, [stepInput]),
+        );
+        status.usage = addUsage(status.usage, result.usage);
+        if (result.kind === 'not-configured') {
+          notice = result.message;
+          outcome = 'not-configured';
+          break;
+        }
+        if (result.toolCalls && result.toolCalls.length > 0 && result.messageHash) {
+          // The model asked for tools: run them (after approval where policy says so) and let
+          // it continue with their results.
+          scratch.push({ kind: 'assistant', hash: result.messageHash });
+          for (const call of result.toolCalls) {
+            status.phase = 'tool';
+            status.tool = call.name;
+            let decision: { run: boolean; reason: string } = { run: call.error === undefined, reason: call.error ?? '' };
+            if (decision.run && call.needsApproval) decision = await awaitApproval(result.messageHash, call);
+            else await progress(`Calling ${call.name}…`);
+            const toolInput = {
+              sessionId: input.sessionId,
+              turnId,
+              conversation: input.conversation,
+              messageHash: result.messageHash,
+              toolCallId: call.id,
+              ...(decision.run ? {} : { refused: decision.reason }),
+            };
+            const out = await named(
+              `tool ${call.name}${decision.run ? '' : ' (refused)'}`,
+              () => toolActs.runTool(toolInput),
+              (o) => toolActs.runTool.executeWithOptions(o, [toolInput]),
+            );
+            scratch.push({ kind: 'tool', hash: out.resultHash });
+            if (out.note) notes.push(out.note);
+            if (out.attachment) attachments.push(out.attachment);
+          }
+          continue;
+        }
+        draftHash = result.outputHash;
+        // Steering that arrived while this step ran is taken in by one more step before the
+        // reply goes out, so a reply never ignores guidance the user gave during the turn.
+        if (incoming.length > 0 && step < input.maxSteps) continue;
+        finalHash = result.outputHash;
+        outcome = 'replied';
+        break;
+      }
+      if (!finalHash && !notice) {
+        if (draftHash) {
+          finalHash = draftHash;
+          outcome = 'replied';
+        } else {
+          notice = `This turn used its budget of ${input.maxSteps} model steps without a reply.`;
+        }
+      }
+    } catch (err) {
+      if (isCancellation(err)) {
+        status.phase = 'stopping';
+        if (input.progress) {
+          await CancellationScope.nonCancellable(async () => {
+            try {
+              await panelActs.clearProgress({ turnId, conversation: input.conversation });
+            } catch {
+              // a panel left behind is cosmetic
+            }
+          });
+        }
+        throw err;
+      }
+      outcome = 'failed';
+      notice = `The model call failed: ${failureMessage(err)}`;
+    }
+
+    status.phase = 'delivering';
+    const key = replyKey(turnId);
+    const deliverInput = {
+      key,
+      sessionId: input.sessionId,
+      conversation: input.conversation,
+      turnId,
+      kind: finalHash ? ('reply' as const) : ('notice' as const),
+      ...(finalHash ? { blobHash: finalHash } : { text: notice ?? '' }),
+      ...(attachments.length > 0 ? { attachments } : {}),
+      usage: status.usage,
+      steps: status.step,
+    };
+    await named(
+      finalHash ? 'reply' : 'notice',
+      () => outboxActs.deliver(deliverInput),
+      (o) => outboxActs.deliver.executeWithOptions(o, [deliverInput]),
+    );
+    if (input.progress) {
+      try {
+        await panelActs.clearProgress({ turnId, conversation: input.conversation });
+      } catch {
+        // a panel left behind is cosmetic
+      }
+    }
+    status.phase = 'done';
+    return {
+      outcome,
+      usage: status.usage,
+      steps: status.step,
+      replyKey: key,
+      unappliedSteers: incoming.splice(0),
+      ...(notes.length > 0 ? { notes } : {}),
+    };
+  }
+}
