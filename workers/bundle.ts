@@ -17,6 +17,15 @@ export const workflowsPath = fileURLToPath(new URL('../workflows/index.ts', impo
  */
 export const workflowInterceptorModules = [fileURLToPath(new URL('../workflows/otel-interceptors.ts', import.meta.url))];
 
+/**
+ * Modules the workflow sandbox loads once, before any run, and shares across the runs it keeps
+ * cached (the SDK's `preloadModules`; every other module is instantiated again for each run).
+ * The OpenTelemetry interceptor module holds no run's state: preloaded, its one span-context
+ * storage serves every traced run; loaded per run, each cached traced run's storage would add
+ * a property to every promise of every run (workflows/otel-interceptors.ts).
+ */
+export const preloadModules = [...workflowInterceptorModules];
+
 /** Webpack's progress and stats stay out of the log; its warnings and errors do not. */
 const bundlerLogger = {
   trace: () => undefined,
@@ -28,7 +37,7 @@ const bundlerLogger = {
 };
 
 /** The options every Steward bundle is built with (tests build theirs with the same, quieter). */
-export const bundleOptions = { workflowsPath, workflowInterceptorModules, failureConverterPath } as const;
+export const bundleOptions = { workflowsPath, workflowInterceptorModules, preloadModules, failureConverterPath } as const;
 
 export async function buildWorkflowBundle(): Promise<WorkflowBundleWithSourceMap> {
   return bundleWorkflowCode({ ...bundleOptions, logger: bundlerLogger });

@@ -9,7 +9,7 @@ import type { DataConverter } from '@temporalio/common';
 import { NativeConnection, Worker, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities/index.js';
 import { droppingWorkflowSinks } from '../platform/telemetry.js';
-import { workflowInterceptorModules, workflowsPath } from './bundle.js';
+import { preloadModules, workflowInterceptorModules, workflowsPath } from './bundle.js';
 
 /** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
 export interface WorkerConcurrency {
@@ -44,7 +44,8 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.activitiesOnly ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath }),
+    // from source: bundled with the preloaded modules a prebuilt bundle has (workers/bundle.ts)
+    ...(opts.activitiesOnly ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath, bundlerOptions: { preloadModules } }),
     activities: createActivities(opts.deps),
     // Heartbeats reach the server at least this often, so /stop reaches a running model
     // activity within about a third of a second.

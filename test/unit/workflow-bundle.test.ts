@@ -15,4 +15,12 @@ describe('the workflow bundle', () => {
       assert.ok(!code.includes(heavy), `${heavy} is in the workflow bundle`);
     }
   });
+
+  it('preloads the OpenTelemetry interceptor module, so every cached run shares its one span-context storage', async () => {
+    // each AsyncLocalStorage a run enables adds a property to every promise of the thread: one
+    // per cached traced run made the workflow thread's heap grow with the square of the cache
+    const { code } = await testBundle();
+    const preload = /function preloadModules\(\) \{([^}]*)\}/.exec(code)?.[1] ?? '';
+    assert.match(preload, /"\.\/workflows\/otel-interceptors\.ts"/, 'the interceptor module is in preloadModules');
+  });
 });
