@@ -8,48 +8,16 @@
  *   node --expose-gc --import tsx bench/floor.ts
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/floor.ts
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/client';
-import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
-import { startEmbeddedTemporal } from '../platform/temporal-server.js';
-import { startModelServer } from '../test/helpers/model-server.js';
-import { freePort } from '../test/helpers/process.js';
-import { createFloorActivities } from './floor/activities.js';
-import { floorConversation, sayUpdate } from './floor/workflows.js';
+import { startFloorStack } from './floor/stack.js';
 import { historyCost, phaseSettings, runPhases } from './phases.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const CACHE = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();
-
-const model = await startModelServer();
-const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-floor-'));
-const temporal = await startEmbeddedTemporal({ dataDir, port: await freePort(), uiPort: await freePort(), ui: false, namespace: 'default' });
-const connection = await Connection.connect({ address: temporal.address });
-const nativeConnection = await NativeConnection.connect({ address: temporal.address });
-const client = new Client({ connection, namespace: 'default' });
-const taskQueue = 'floor';
-const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(here, 'floor', 'workflows.ts'), logger: { trace() {}, debug() {}, info() {}, warn() {}, error() {}, log() {} } as never });
-const worker = await Worker.create({
-  connection: nativeConnection,
-  namespace: 'default',
-  taskQueue,
-  workflowBundle,
-  activities: createFloorActivities(model.baseURL),
-  maxCachedWorkflows: CACHE,
-});
-const running = worker.run();
+const stack = await startFloorStack();
 
 async function turn(chatId: string): Promise<number> {
   const t0 = performance.now();
-  const reply = await client.workflow.executeUpdateWithStart(sayUpdate, {
-    args: [`ping ${chatId}`],
-    startWorkflowOperation: new WithStartWorkflowOperation(floorConversation, { workflowId: `floor-${chatId}`, taskQueue, workflowIdConflictPolicy: 'USE_EXISTING' }),
-  });
+  const reply = await stack.turn(chatId);
   if (!reply) throw new Error('no reply');
   return performance.now() - t0;
 }
@@ -58,14 +26,14 @@ try {
   const results = await runPhases(turn, settings);
   // server work per turn: a fresh conversation of HISTORY_TURNS turns
   for (let i = 0; i < HISTORY_TURNS; i++) await turn('history');
-  const h = await client.workflow.getHandle('floor-history').fetchHistory();
+  const h = await stack.client.workflow.getHandle('floor-history').fetchHistory();
   const cost = historyCost([h as never]);
   console.log(
     JSON.stringify(
       {
         bench: 'floor',
         shape: 'update-with-start -> conversation workflow -> one chat/completions activity',
-        cache: CACHE,
+        cache: stack.cache,
         temporal: 'embedded dev server (SQLite), Steward\'s flags',
         ...results,
         per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
@@ -75,11 +43,5 @@ try {
     ),
   );
 } finally {
-  worker.shutdown();
-  await running;
-  await nativeConnection.close();
-  await connection.close();
-  await temporal.stop();
-  await model.close();
-  rmSync(dataDir, { recursive: true, force: true });
+  await stack.stop();
 }

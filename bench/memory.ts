@@ -19,10 +19,7 @@
  * /proc/self/smaps), BENCH_KILL_AFTER=1 (SIGKILL after printing, for a native heap profiler such
  * as heaptrack: what is live then shows as leaked; the embedded Temporal server is left running).
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync, writeFileSync, writeSync } from 'node:fs';
 import v8 from 'node:v8';
 
 const TARGET = process.env.BENCH_TARGET ?? 'steward';
@@ -164,38 +161,11 @@ let stop: () => Promise<void>;
 let cache: number;
 
 if (TARGET === 'floor') {
-  const model = await (await import('../test/helpers/model-server.js')).startModelServer();
-  const { freePort } = await import('../test/helpers/process.js');
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-mem-'));
-  const { Client, Connection, WithStartWorkflowOperation } = await import('@temporalio/client');
-  const { bundleWorkflowCode, NativeConnection, Worker } = await import('@temporalio/worker');
-  const { startEmbeddedTemporal } = await import('../platform/temporal-server.js');
-  const { createFloorActivities } = await import('./floor/activities.js');
-  const { floorConversation, sayUpdate } = await import('./floor/workflows.js');
-  cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
-  const here = path.dirname(fileURLToPath(import.meta.url));
-  const temporal = await startEmbeddedTemporal({ dataDir, port: await freePort(), uiPort: await freePort(), ui: false, namespace: 'default' });
-  const connection = await Connection.connect({ address: temporal.address });
-  const nativeConnection = await NativeConnection.connect({ address: temporal.address });
-  const client = new Client({ connection, namespace: 'default' });
-  const silent = { trace() {}, debug() {}, info() {}, warn() {}, error() {}, log() {} } as never;
-  const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(here, 'floor', 'workflows.ts'), logger: silent });
-  const worker = await Worker.create({ connection: nativeConnection, namespace: 'default', taskQueue: 'floor', workflowBundle, activities: createFloorActivities(model.baseURL), maxCachedWorkflows: cache });
-  const running = worker.run();
-  turn = (chatId) =>
-    client.workflow.executeUpdateWithStart(sayUpdate, {
-      args: [`ping ${chatId}`],
-      startWorkflowOperation: new WithStartWorkflowOperation(floorConversation, { workflowId: `floor-${chatId}`, taskQueue: 'floor', workflowIdConflictPolicy: 'USE_EXISTING' }),
-    });
-  stop = async () => {
-    worker.shutdown();
-    await running;
-    await nativeConnection.close();
-    await connection.close();
-    await temporal.stop();
-    await model.close();
-    rmSync(dataDir, { recursive: true, force: true });
-  };
+  const { startFloorStack } = await import('./floor/stack.js');
+  const floor = await startFloorStack('steward-mem-');
+  cache = floor.cache;
+  turn = (chatId) => floor.turn(chatId);
+  stop = () => floor.stop();
 } else {
   const { startBenchStack } = await import('./stack.js');
   // STEWARD_WORKFLOW_BUNDLE: a prebuilt bundle (else bundled from source at start, as `steward start` does)

@@ -17,17 +17,15 @@
  *
  * Each phase stops issuing turns after BENCH_SECONDS (the turn counts are the normal bound).
  */
-import { readdirSync, readFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
-import path from 'node:path';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { pino } from 'pino';
 import { sessionWorkflowId } from '../common/ids.js';
-import { loadConfig } from '../config/index.js';
 import { startSteward } from '../platform/start.js';
 import { changeModel } from '../test/helpers/change-model.js';
 import { createGitFixture } from '../test/helpers/git-fixture.js';
 import { lastUserText, startModelServer, type RecordedRequest } from '../test/helpers/model-server.js';
-import { freePort } from '../test/helpers/process.js';
+import { benchConfig, BENCH_TOKEN } from './stack.js';
 
 const int = (name: string, fallback: number, min = 0) => {
   const v = Number(process.env[name] ?? fallback);
@@ -42,7 +40,6 @@ const OBJECTIVES = int('BENCH_OBJECTIVES', 4, 0);
 const OBJECTIVE_EVERY = process.env.BENCH_OBJECTIVE_EVERY ?? '2s';
 const BG_MODEL_MS = int('BENCH_BG_MODEL_MS', 200);
 const CHANGES = int('BENCH_CHANGES', 3, 0);
-const TOKEN = 'bench-token-0123456789abcdef';
 const OBJECTIVE_MARK = 'mixed-load objective';
 
 // ---- the scripted model: chat answers at once, objectives after a delay, repo changes by script
@@ -68,27 +65,18 @@ model.setDefault((req: RecordedRequest) => {
 });
 
 const fx = createGitFixture({ 'greeting.txt': 'Hello\n', 'test.sh': 'grep -q "Hello, Steward" greeting.txt\n' });
-const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-bench-mixed-'));
-const config = loadConfig({
-  STEWARD_DATA_DIR: dataDir,
-  STEWARD_HTTP_PORT: String(await freePort()),
-  STEWARD_TEMPORAL_PORT: String(await freePort()),
-  STEWARD_TEMPORAL_UI_PORT: String(await freePort()),
-  STEWARD_TEMPORAL_UI: 'false',
-  STEWARD_API_TOKEN: TOKEN,
-  STEWARD_MODEL: 'openai-compatible:bench',
-  STEWARD_MODEL_BASE_URL: model.baseURL,
-  STEWARD_LOG_LEVEL: 'warn',
-  ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+const { config, dataDir } = await benchConfig(
+  model.baseURL,
   // e.g. background=2,repo=1: caps on the background queues' slots, to see what they buy chat
-  ...(process.env.STEWARD_WORKER_CONCURRENCY ? { STEWARD_WORKER_CONCURRENCY: process.env.STEWARD_WORKER_CONCURRENCY } : {}),
-});
+  process.env.STEWARD_WORKER_CONCURRENCY ? { STEWARD_WORKER_CONCURRENCY: process.env.STEWARD_WORKER_CONCURRENCY } : {},
+  'steward-bench-mixed-',
+);
 const steward = await startSteward(config, pino({ level: 'warn' }));
 
 const api = async (method: string, route: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
   const res = await fetch(`${steward.apiUrl}${route}`, {
     method,
-    headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    headers: { authorization: `Bearer ${BENCH_TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
   const text = await res.text();
@@ -119,7 +107,7 @@ async function turn(chatId: string): Promise<number> {
   const t0 = performance.now();
   const r = await fetch(`${steward.apiUrl}/api/v1/chats/${chatId}/messages`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` },
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${BENCH_TOKEN}` },
     body: JSON.stringify({ text: `ping ${expected}` }),
   });
   if (r.status !== 202) throw new Error(`POST answered ${r.status}: ${await r.text()}`);

@@ -12,16 +12,14 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { runSandboxed } from '../activities/sandbox.js';
-import { loadConfig } from '../config/index.js';
 import { startSteward } from '../platform/start.js';
 import { changeModel } from '../test/helpers/change-model.js';
 import { createGitFixture } from '../test/helpers/git-fixture.js';
 import { startModelServer } from '../test/helpers/model-server.js';
-import { freePort } from '../test/helpers/process.js';
+import { benchConfig, BENCH_TOKEN } from './stack.js';
 
 const CHANGES = Number(process.env.BENCH_CHANGES ?? 5);
 const SANDBOX_RUNS = Number(process.env.BENCH_SANDBOX_RUNS ?? 50);
-const TOKEN = 'bench-token-0123456789abcdef';
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -41,23 +39,12 @@ rmSync(work, { recursive: true, force: true });
 
 const model = await startModelServer();
 const fx = createGitFixture({ 'greeting.txt': 'Hello\n', 'test.sh': 'grep -q "Hello, Steward" greeting.txt\n' });
-const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-bench-'));
-const config = loadConfig({
-  STEWARD_DATA_DIR: dataDir,
-  STEWARD_HTTP_PORT: String(await freePort()),
-  STEWARD_TEMPORAL_PORT: String(await freePort()),
-  STEWARD_TEMPORAL_UI_PORT: String(await freePort()),
-  STEWARD_TEMPORAL_UI: 'false',
-  STEWARD_API_TOKEN: TOKEN,
-  STEWARD_MODEL: 'openai-compatible:bench',
-  STEWARD_MODEL_BASE_URL: model.baseURL,
-  STEWARD_LOG_LEVEL: 'warn',
-});
+const { config, dataDir } = await benchConfig(model.baseURL);
 const steward = await startSteward(config, pino({ level: 'warn' }));
 const api = async (method: string, route: string, body?: unknown) => {
   const res = await fetch(`${steward.apiUrl}${route}`, {
     method,
-    headers: { authorization: `Bearer ${TOKEN}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    headers: { authorization: `Bearer ${BENCH_TOKEN}`, ...(body ? { 'content-type': 'application/json' } : {}) },
     ...(body ? { body: JSON.stringify(body) } : {}),
   });
   return (await res.json()) as Record<string, unknown>;

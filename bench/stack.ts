@@ -15,7 +15,30 @@ import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort } from '../test/helpers/process.js';
 import { historyCost } from './phases.js';
 
-const TOKEN = 'bench-token-0123456789abcdef';
+/** The API token every bench stack is started with. */
+export const BENCH_TOKEN = 'bench-token-0123456789abcdef';
+
+/**
+ * A bench's Steward configuration: a fresh data directory, free ports, the Temporal UI off,
+ * the scripted model at `modelBaseURL`, DATABASE_URL when set, then `extraEnv`.
+ */
+export async function benchConfig(modelBaseURL: string, extraEnv: Record<string, string> = {}, prefix = 'steward-bench-'): Promise<{ config: StewardConfig; dataDir: string }> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), prefix));
+  const config = loadConfig({
+    STEWARD_DATA_DIR: dataDir,
+    STEWARD_HTTP_PORT: String(await freePort()),
+    STEWARD_TEMPORAL_PORT: String(await freePort()),
+    STEWARD_TEMPORAL_UI_PORT: String(await freePort()),
+    STEWARD_TEMPORAL_UI: 'false',
+    STEWARD_API_TOKEN: BENCH_TOKEN,
+    STEWARD_MODEL: 'openai-compatible:bench',
+    STEWARD_MODEL_BASE_URL: modelBaseURL,
+    STEWARD_LOG_LEVEL: 'warn',
+    ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+    ...extraEnv,
+  });
+  return { config, dataDir };
+}
 
 export interface BenchStack {
   steward: RunningSteward;
@@ -30,21 +53,7 @@ export interface BenchStack {
 export async function startBenchStack(extraEnv: Record<string, string> = {}): Promise<BenchStack> {
   const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
   const model = await startModelServer();
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-bench-'));
-  const config = loadConfig({
-    STEWARD_DATA_DIR: dataDir,
-    STEWARD_HTTP_PORT: String(await freePort()),
-    STEWARD_TEMPORAL_PORT: String(await freePort()),
-    STEWARD_TEMPORAL_UI_PORT: String(await freePort()),
-    STEWARD_TEMPORAL_UI: 'false',
-    STEWARD_API_TOKEN: TOKEN,
-    STEWARD_MODEL: 'openai-compatible:bench',
-    STEWARD_MODEL_BASE_URL: model.baseURL,
-    STEWARD_LOG_LEVEL: 'warn',
-    STEWARD_WORKER_MAX_CACHED_WORKFLOWS: String(cache),
-    ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
-    ...extraEnv,
-  });
+  const { config, dataDir } = await benchConfig(model.baseURL, { STEWARD_WORKER_MAX_CACHED_WORKFLOWS: String(cache), ...extraEnv });
   const steward = await startSteward(config, pino({ level: 'warn' }));
 
   // Replies per session, counted from the transcript events of the running stack.
@@ -75,7 +84,7 @@ export async function startBenchStack(extraEnv: Record<string, string> = {}): Pr
       const t0 = performance.now();
       const r = await fetch(`${steward.apiUrl}/api/v1/chats/${chatId}/messages`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` },
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${BENCH_TOKEN}` },
         body: JSON.stringify({ text: `ping ${expected}` }),
       });
       if (r.status !== 202) throw new Error(`POST answered ${r.status}: ${await r.text()}`);

@@ -179,7 +179,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
   // An admin's decision on an approval the running (inline) turn waits for.
   setHandler(approvalDecisionUpdate, (d) => running!.loop!.decideApproval(d), {
     validator: (d) => {
-      if (!running?.loop?.hasApproval(d.approvalId)) throw new Error(`approval ${d.approvalId} is not waiting in this conversation's running turn`);
+      if (!running?.loop) throw new Error(`approval ${d.approvalId} is not waiting in this conversation's running turn`);
       running.loop.validateApproval(d);
     },
   });

@@ -141,11 +141,6 @@ export class TurnLoop {
     this.incoming.push(note);
   }
 
-  /** Whether this turn waits (or waited) for the approval. */
-  hasApproval(approvalId: string): boolean {
-    return this.approvals.has(approvalId);
-  }
-
   /** Accepted once: a second click, a click after the deadline, or a self-approval the policy forbids is refused. */
   validateApproval(d: ApprovalDecision): void {
     const entry = this.approvals.get(d.approvalId);
@@ -181,9 +176,8 @@ export class TurnLoop {
     const inline = this.opts.inline === true;
     const { modelActs, outboxActs, toolActs, panelActs } = turnActivities(input.activityQueue, inline);
     const label = this.opts.label;
-    /** Inline turns name their activities in the Temporal UI: the session's history reads turn by turn. */
-    const named = <T>(summary: string, plain: () => Promise<T>, withSummary: (s: { summary: string }) => Promise<T>): Promise<T> =>
-      inline && label ? withSummary({ summary: `${label}: ${summary}` }) : plain();
+    /** Inline turns name their activities in the Temporal UI (the session's history reads turn by turn); turn workflows add nothing. */
+    const named = (summary: string): { summary?: string } => (inline && label ? { summary: `${label}: ${summary}` } : {});
 
     const base = {
       sessionId: input.sessionId,
@@ -227,11 +221,7 @@ export class TurnLoop {
         toolCallId: call.id,
         ...(requestedBy ? { requestedBy } : {}),
       };
-      const req = await named(
-        `approval for ${call.name}`,
-        () => toolActs.requestApproval(requestInput),
-        (o) => toolActs.requestApproval.executeWithOptions(o, [requestInput]),
-      );
+      const req = await toolActs.requestApproval.executeWithOptions(named(`approval for ${call.name}`), [requestInput]);
       entry.forbidSelfApproval ??= req.forbidSelfApproval === true;
       await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
       try {
@@ -272,11 +262,7 @@ export class TurnLoop {
           ...(draftHash ? { draftHash } : {}),
           ...(scratch.length > 0 ? { scratch: [...scratch] } : {}),
         };
-        const result = await named(
-          `model step ${step} (${input.settings.model})`,
-          () => modelActs.modelStep(stepInput),
-          (o) => modelActs.modelStep.executeWithOptions(o, [stepInput]),
-        );
+        const result = await modelActs.modelStep.executeWithOptions(named(`model step ${step} (${input.settings.model})`), [stepInput]);
         status.usage = addUsage(status.usage, result.usage);
         if (result.kind === 'not-configured') {
           notice = result.message;
@@ -301,11 +287,7 @@ export class TurnLoop {
               toolCallId: call.id,
               ...(decision.run ? {} : { refused: decision.reason }),
             };
-            const out = await named(
-              `tool ${call.name}${decision.run ? '' : ' (refused)'}`,
-              () => toolActs.runTool(toolInput),
-              (o) => toolActs.runTool.executeWithOptions(o, [toolInput]),
-            );
+            const out = await toolActs.runTool.executeWithOptions(named(`tool ${call.name}${decision.run ? '' : ' (refused)'}`), [toolInput]);
             scratch.push({ kind: 'tool', hash: out.resultHash });
             if (out.note) notes.push(out.note);
             if (out.attachment) attachments.push(out.attachment);
@@ -359,11 +341,7 @@ export class TurnLoop {
       usage: status.usage,
       steps: status.step,
     };
-    await named(
-      finalHash ? 'reply' : 'notice',
-      () => outboxActs.deliver(deliverInput),
-      (o) => outboxActs.deliver.executeWithOptions(o, [deliverInput]),
-    );
+    await outboxActs.deliver.executeWithOptions(named(finalHash ? 'reply' : 'notice'), [deliverInput]);
     if (input.progress) {
       try {
         await panelActs.clearProgress({ turnId, conversation: input.conversation });

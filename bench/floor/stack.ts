@@ -1,0 +1,66 @@
+/**
+ * The plain-Temporal floor's stack (bench/floor.ts, bench/memory.ts): the embedded dev server
+ * with Steward's flags, the scripted model server, and the conversation worker of
+ * ./workflows.ts in this process with BENCH_CACHE cached workflows. `turn(chatId)` sends one
+ * message by update-with-start and resolves with the reply.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client, Connection, WithStartWorkflowOperation } from '@temporalio/client';
+import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
+import { startEmbeddedTemporal } from '../../platform/temporal-server.js';
+import { startModelServer } from '../../test/helpers/model-server.js';
+import { freePort } from '../../test/helpers/process.js';
+import { createFloorActivities } from './activities.js';
+import { floorConversation, sayUpdate } from './workflows.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const silent = { trace() {}, debug() {}, info() {}, warn() {}, error() {}, log() {} } as never;
+
+export interface FloorStack {
+  client: Client;
+  cache: number;
+  turn(chatId: string): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export async function startFloorStack(dataDirPrefix = 'steward-floor-'): Promise<FloorStack> {
+  const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
+  const model = await startModelServer();
+  const dataDir = mkdtempSync(path.join(tmpdir(), dataDirPrefix));
+  const temporal = await startEmbeddedTemporal({ dataDir, port: await freePort(), uiPort: await freePort(), ui: false, namespace: 'default' });
+  const connection = await Connection.connect({ address: temporal.address });
+  const nativeConnection = await NativeConnection.connect({ address: temporal.address });
+  const client = new Client({ connection, namespace: 'default' });
+  const taskQueue = 'floor';
+  const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(here, 'workflows.ts'), logger: silent });
+  const worker = await Worker.create({
+    connection: nativeConnection,
+    namespace: 'default',
+    taskQueue,
+    workflowBundle,
+    activities: createFloorActivities(model.baseURL),
+    maxCachedWorkflows: cache,
+  });
+  const running = worker.run();
+  return {
+    client,
+    cache,
+    turn: (chatId) =>
+      client.workflow.executeUpdateWithStart(sayUpdate, {
+        args: [`ping ${chatId}`],
+        startWorkflowOperation: new WithStartWorkflowOperation(floorConversation, { workflowId: `floor-${chatId}`, taskQueue, workflowIdConflictPolicy: 'USE_EXISTING' }),
+      }),
+    async stop() {
+      worker.shutdown();
+      await running;
+      await nativeConnection.close();
+      await connection.close();
+      await temporal.stop();
+      await model.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
