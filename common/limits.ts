@@ -7,8 +7,8 @@
 export const PROVIDERS = ['openai', 'anthropic', 'openai-compatible'] as const;
 
 /** `provider:model`, e.g. `openai:gpt-4.1` or `openai-compatible:llama3.1`. */
-export const MODEL_REF_PATTERN = /^(openai|anthropic|openai-compatible):[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$/;
-export const MODEL_REF_MESSAGE = 'expected provider:model with provider one of openai, anthropic, openai-compatible (e.g. openai:gpt-4.1)';
+export const MODEL_REF_PATTERN = new RegExp(`^(${PROVIDERS.join('|')}):[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$`);
+export const MODEL_REF_MESSAGE = `expected provider:model with provider one of ${PROVIDERS.join(', ')} (e.g. openai:gpt-4.1)`;
 
 export const THINK_LEVELS = ['off', 'low', 'medium', 'high'] as const;
 

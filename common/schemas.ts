@@ -26,7 +26,6 @@ export const PLATFORMS = ['http', 'cli', 'telegram', 'discord', 'openharness'] a
 export const PlatformSchema = z.enum(PLATFORMS);
 export type Platform = z.infer<typeof PlatformSchema>;
 
-
 const idPart = z
   .string()
   .min(1)

@@ -719,7 +719,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
 export const EMBEDDED_UI_PATH = '/ui';
 
 /** The API's base URL as a local client reaches it (a wildcard listen address becomes 127.0.0.1). */
-export function localApiUrl(cfg: Pick<StewardConfig, 'http'>): string {
+function localApiUrl(cfg: Pick<StewardConfig, 'http'>): string {
   const h = cfg.http.host;
   const host = h === '0.0.0.0' || h === '::' ? '127.0.0.1' : h.includes(':') ? `[${h}]` : h;
   return `http://${host}:${cfg.http.port}`;

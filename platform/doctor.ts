@@ -197,7 +197,7 @@ async function temporalChecks(cfg: StewardConfig, timeoutMs: number): Promise<Do
       } else {
         // the CLI pairs each --name with a --type, so one command per attribute
         const create = missing
-          .map((n) => `temporal operator search-attribute create --namespace ${ns} --address ${address} --name ${n} --type ${SEARCH_ATTRIBUTES[n as keyof typeof SEARCH_ATTRIBUTES]}`)
+          .map((n) => `temporal operator search-attribute create --namespace ${ns} --address ${address} --name ${n} --type ${SEARCH_ATTRIBUTES[n]}`)
           .join(' && ');
         out.push(
           check(

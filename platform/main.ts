@@ -98,6 +98,7 @@ async function start(role: 'all' | 'api'): Promise<void> {
   const cfg = config();
   const log = createLogger(cfg.logLevel);
   const steward = await startSteward(cfg, log, { role });
+  const unavailable = unavailableLine(steward.unavailable);
   const out = [
     role === 'api' ? 'Steward API is running (no workers in this process: run `steward worker`).' : 'Steward is running.',
     `  API:          ${steward.apiUrl}  (health: ${steward.apiUrl}/healthz, OpenAPI: ${steward.apiUrl}/api/openapi.json)`,
@@ -113,7 +114,7 @@ async function start(role: 'all' | 'api'): Promise<void> {
     `  Database:     ${redactUrl(steward.databaseUrl)}`,
     `  Model:        ${steward.model}${steward.modelConfigured ? '' : '  (NOT CONFIGURED: set OPENAI_API_KEY, ANTHROPIC_API_KEY or STEWARD_MODEL_BASE_URL; chat answers with setup help until then)'}`,
     `  Chats:        ${steward.channels.length ? steward.channels.map((c) => `${c.platform} (bot ${c.account})`).join(', ') : 'HTTP API and CLI only (set TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN for chat platforms)'}`,
-    ...(unavailableLine(steward.unavailable) ? [`  Unavailable:  ${unavailableLine(steward.unavailable)}`] : []),
+    ...(unavailable ? [`  Unavailable:  ${unavailable}`] : []),
     '',
     'Chat with it:  ./steward chat      Stop: Ctrl-C',
   ];

@@ -23,7 +23,7 @@ import { createTemporalUiProxy } from '../adapters/http/temporal-ui.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
-import { EMBEDDED_UI_PATH, localApiUrl, QUEUE_ROLES, type QueueRole, type StewardConfig } from '../config/index.js';
+import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService } from '../adapters/changes.js';
 import { createObjectiveService } from '../adapters/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
@@ -112,8 +112,8 @@ function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'intercep
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, uiUrl: string | undefined): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions'> {
-  const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
+function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions'> {
+  const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
     toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs, forbidSelfApproval: config.governance.forbidSelfApproval },
@@ -284,7 +284,6 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // Temporal. The embedded server's Web UI listens on loopback under /ui and is served through
     // the API's origin (<api>/ui), where its relative codec endpoint (/codec) is the API's own.
     let address: string;
-    let uiUrl: string | undefined;
     let uiUpstream: string | undefined;
     if (config.temporal.address) {
       address = config.temporal.address;
@@ -302,10 +301,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       });
       cleanups.push(() => server.stop());
       address = server.address;
-      if (server.uiUrl) {
-        uiUpstream = new URL(server.uiUrl).origin;
-        uiUrl = `${localApiUrl(config)}${EMBEDDED_UI_PATH}`;
-      }
+      if (server.uiUrl) uiUpstream = new URL(server.uiUrl).origin;
     }
     const { connection, nativeConnection } = await connectTemporal(config.temporal, address);
     cleanups.push(() => connection.close());
@@ -322,7 +318,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // Worker
     const models = createModelRegistry(config.model.providers);
     const senders = createSenders(config, log);
-    const runLink = runLinker(config.temporalUiUrl ?? uiUrl, config.temporal.namespace);
+    const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
     // the all-in-one start replaces its only build at restart: unversioned unless STEWARD_WORKER_VERSIONING=on
     const versioning = role === 'api' ? undefined : await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log, { allInOne: true });
@@ -336,7 +332,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
             log,
             onTranscript,
             senders,
-            ...activityOptions(config, uiUrl),
+            ...activityOptions(config),
             // an approved start_repo_change goes through the change service
             startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
           }, { roles: QUEUE_ROLES, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning?.options ? { workerDeploymentOptions: versioning.options } : {}) });
@@ -481,7 +477,7 @@ export async function startWorkerOnly(
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
   const models = createModelRegistry(config.model.providers);
-  const runLink = runLinker(config.temporalUiUrl, config.temporal.namespace);
+  const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
   const changes = changeServiceFor(config, clientFor(config, connection, dataConverter, tracing), db, runLink, log);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
@@ -492,7 +488,7 @@ export async function startWorkerOnly(
     systemPrompt: config.model.systemPrompt,
     log,
     senders: createSenders(config, log),
-    ...activityOptions(config, undefined),
+    ...activityOptions(config),
     startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
   }, { roles: config.workers.queues, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning.options ? { workerDeploymentOptions: versioning.options } : {}) });
   // a worker process's metrics listener (STEWARD_METRICS_PORT): unauthenticated, for an internal interface

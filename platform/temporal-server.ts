@@ -8,24 +8,24 @@ import { mkdir } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { Connection, type ConnectionOptions } from '@temporalio/client';
+import { TypedSearchAttributes } from '@temporalio/common';
 import { NativeConnection, type NativeConnectionOptions } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import type { StewardConfig } from '../config/index.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes.js';
 
-/** Steward's custom search attributes (names and types), registered on every server it uses. */
-export const SEARCH_ATTRIBUTES = {
-  StewardPlatform: 'Keyword',
-  StewardChat: 'Keyword',
-  StewardKind: 'Keyword',
-  StewardRepo: 'Keyword',
-  StewardGate: 'Keyword',
-  StewardUser: 'KeywordList',
-} as const;
+/**
+ * Steward's custom search attributes (names and the types the CLI and the operator API name them
+ * by: `Keyword`, `KeywordList`), registered on every server it uses: those of
+ * ALL_SEARCH_ATTRIBUTES, the list the workflows set them from.
+ */
+export const SEARCH_ATTRIBUTES: Readonly<Record<string, string>> = Object.fromEntries(
+  ALL_SEARCH_ATTRIBUTES.map((k) => [k.name, TypedSearchAttributes.toMetadataType(k.type)]),
+);
 
-/** The proto enum's name of a search attribute type (`KeywordList` -> `KEYWORD_LIST`). */
-export function indexedValueTypeName(type: (typeof SEARCH_ATTRIBUTES)[keyof typeof SEARCH_ATTRIBUTES]): string {
-  return `INDEXED_VALUE_TYPE_${type === 'KeywordList' ? 'KEYWORD_LIST' : type.toUpperCase()}`;
+/** The proto enum's name of a search attribute type (`KeywordList` -> `INDEXED_VALUE_TYPE_KEYWORD_LIST`). */
+export function indexedValueTypeName(type: string): string {
+  return `INDEXED_VALUE_TYPE_${TypedSearchAttributes.toSearchAttributeType(type) ?? type.toUpperCase()}`;
 }
 
 /** Dynamic config the dev server needs for Steward: updates and update-with-start. */
@@ -285,10 +285,7 @@ export async function ensureSearchAttributes(connection: Connection, namespace: 
     await connection.operatorService.addSearchAttributes({
       namespace,
       searchAttributes: Object.fromEntries(
-        missing.map((name) => {
-          const type = indexedValueTypeName(SEARCH_ATTRIBUTES[name as keyof typeof SEARCH_ATTRIBUTES]);
-          return [name, temporal.api.enums.v1.IndexedValueType[type as keyof typeof temporal.api.enums.v1.IndexedValueType]];
-        }),
+        missing.map((name) => [name, temporal.api.enums.v1.IndexedValueType[indexedValueTypeName(SEARCH_ATTRIBUTES[name]!) as keyof typeof temporal.api.enums.v1.IndexedValueType]]),
       ),
     });
   } catch (err) {

@@ -271,6 +271,21 @@ async function inboundKeysOf(client: Client, events: HistoryEvent[]): Promise<st
   }
 }
 
+const CLOSE_TYPES = new Set<unknown>([
+  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+]);
+
+/** The status a run's closing event gives it (`completed`, `continued-as-new`, ...); undefined for any other event. */
+function closedStatus(e: HistoryEvent): string | undefined {
+  if (!CLOSE_TYPES.has(e.eventType)) return undefined;
+  return eventName(e.eventType).replace('EVENT_TYPE_WORKFLOW_EXECUTION_', '').toLowerCase().replaceAll('_', '-');
+}
+
 /** History events as timeline entries: the run's start and end, activities, timers, signals, updates, children. */
 async function historyEntries(client: Client, workflowId: string, runId: string, events: HistoryEvent[], withData: boolean): Promise<{ entries: Pending[]; workflowType?: string; status: string }> {
   const out: Pending[] = [];
@@ -410,7 +425,7 @@ async function historyEntries(client: Client, workflowId: string, runId: string,
       case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
       case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
       case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: {
-        status = eventName(e.eventType).replace('EVENT_TYPE_WORKFLOW_EXECUTION_', '').toLowerCase().replaceAll('_', '-');
+        status = closedStatus(e) ?? status;
         const failure = e.workflowExecutionFailedEventAttributes?.failure?.message ?? e.workflowExecutionTerminatedEventAttributes?.reason;
         const first = out[0]?.atMs;
         push(e, `workflow.${status}`, `${workflowType ?? 'workflow'} ${status}${first !== undefined ? ` after ${Math.max(0, at - first)} ms` : ''}${failure ? `: ${failure}` : ''}`);
@@ -699,21 +714,25 @@ async function workflowOfRun(db: Db, client: Client | undefined, runId: string):
   return undefined;
 }
 
+/**
+ * Receipts of these approvals in one query: the refused decisions on them (written outside any
+ * run) and, `keyed`, those keyed `approval:<id>:...` (an inline turn's approvals live in the
+ * session's run, among every other turn's receipts). Up to 20 rows per approval and kind, in all.
+ */
+async function approvalReceipts(db: Db, ids: string[], opts: { keyed: boolean }): Promise<ReceiptRow[]> {
+  if (ids.length === 0) return [];
+  const where = ids.flatMap((id) => [
+    { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(id)}` } },
+    ...(opts.keyed ? [{ key: { startsWith: `approval:${id}:` } }] : []),
+  ]);
+  return db.receipt.findMany({ where: { OR: where }, orderBy: { id: 'asc' }, take: 20 * where.length });
+}
+
 /** The type and status of a run, from its whole history. */
 function runInfo(events: HistoryEvent[]): { workflowType?: string; status: string } {
   const type = events[0]?.workflowExecutionStartedEventAttributes?.workflowType?.name ?? undefined;
   const last = events.at(-1);
-  const name = last ? eventName(last.eventType) : '';
-  const closed = [
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-  ].includes(last?.eventType as never);
-  const status = closed ? name.replace('EVENT_TYPE_WORKFLOW_EXECUTION_', '').toLowerCase().replaceAll('_', '-') : 'running';
-  return { ...(type ? { workflowType: type } : {}), status };
+  return { ...(type ? { workflowType: type } : {}), status: (last && closedStatus(last)) ?? 'running' };
 }
 
 /** Rebuild the path of a message, a turn, a workflow or a run. Throws TraceNotFoundError when nothing matches. */
@@ -868,10 +887,7 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
       const info = runInfo(h.events);
       runs.push({ workflowId: t.workflowId, runId: t.runId, ...(info.workflowType ? { workflowType: info.workflowType } : {}), status: info.status, ...(link ? { uiUrl: link } : {}), history: true });
     }
-    for (const id of approvalIds) {
-      addReceipts(await db.receipt.findMany({ where: { key: { startsWith: `approval:${id}:` } }, orderBy: { id: 'asc' }, take: 20 }));
-      addReceipts(await db.receipt.findMany({ where: { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(id)}` } }, orderBy: { id: 'asc' }, take: 20 }));
-    }
+    addReceipts(await approvalReceipts(db, [...approvalIds], { keyed: true }));
   }
 
   if (workflowId) {
@@ -897,9 +913,7 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
     }
     // refused decisions on its approvals
     const approvals = await db.approval.findMany({ where: { workflowId: wfId }, select: { id: true }, take: 50 });
-    for (const a of approvals) {
-      addReceipts(await db.receipt.findMany({ where: { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(a.id)}` } }, orderBy: { id: 'asc' }, take: 20 }));
-    }
+    addReceipts(await approvalReceipts(db, approvals.map((a) => a.id), { keyed: false }));
   }
 
   pending.sort((a, b) => a.atMs - b.atMs || (a.entry.source === b.entry.source ? a.order - b.order : a.entry.source === 'receipt' ? -1 : 1));

@@ -56,11 +56,10 @@ if (!sqlite) throw new Error('no SQLite test database');
 const dbh = await sqlite.create();
 
 /**
- * Write every closed run of the session (its turns run inside it) and of any child turn
- * workflows of the chat (sessions that started turns as children before `steward-inline-turn`)
- * as this scenario's files.
+ * Write every closed run of the session as this scenario's files (its turns run inside it: a
+ * session this code starts takes the `steward-inline-turn` path, so there is no child turn).
  */
-async function exportRuns(e: TestWorkflowEnvironment, sessionId: string, chatId: string): Promise<void> {
+async function exportRuns(e: TestWorkflowEnvironment, sessionId: string): Promise<void> {
   // the scenario ends with /new: wait until the run that took it has continued as new (its
   // notice goes out just before), so the latest run holds no newTask signal, and until
   // visibility lists every earlier run closed
@@ -76,7 +75,6 @@ async function exportRuns(e: TestWorkflowEnvironment, sessionId: string, chatId:
     }
     return settled && listed.some((r) => r.runId === current) ? listed : undefined;
   }, `the closed runs of ${sessionId} in visibility`, 30_000);
-  for await (const wf of e.client.workflow.list({ query: `StewardChat = "${chatId}" AND StewardKind = "turn"` })) runs.push({ workflowId: wf.workflowId, runId: wf.runId });
   const indexFile = new URL('workflow-ids.json', outDir);
   const index = JSON.parse(await readFile(indexFile, 'utf8').catch(() => '{}')) as Record<string, string>;
   for (const f of await readdir(outDir)) {
@@ -89,8 +87,7 @@ async function exportRuns(e: TestWorkflowEnvironment, sessionId: string, chatId:
     const desc = await handle.describe();
     if (desc.status.name === 'RUNNING') continue; // only closed runs make complete fixtures
     const history = await handle.fetchHistory();
-    const kind = run.workflowId.includes(':turn:') ? 'turn' : 'session';
-    const name = `${kind}-${tag}${String(++i).padStart(2, '0')}.json`;
+    const name = `session-${tag}${String(++i).padStart(2, '0')}.json`;
     await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
     index[name] = run.workflowId; // replay needs each history's workflow id (child ids derive from it)
     console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
@@ -129,7 +126,7 @@ async function foundation(m: ModelServer): Promise<void> {
     await h.send('/think low');
     await h.send('/new');
     await h.waitForMessage((x) => x.text.startsWith('New task started'));
-    await exportRuns(env, h.sessionId, h.chatId);
+    await exportRuns(env, h.sessionId);
   });
 }
 
@@ -193,7 +190,7 @@ async function channels(m: ModelServer): Promise<void> {
     // close the session's run so its history is complete
     await say('/new');
     await sender.waitForPost((p) => p.chatId === member && p.text.startsWith('New task started'));
-    await exportRuns(env, sessionId, member);
+    await exportRuns(env, sessionId);
   });
 }
 

@@ -12,4 +12,4 @@ export const RepoAttr = defineSearchAttributeKey('StewardRepo', SearchAttributeT
 export const GateAttr = defineSearchAttributeKey('StewardGate', SearchAttributeType.KEYWORD);
 
 /** Every Steward search attribute, for servers and test environments to register. */
-export const ALL_SEARCH_ATTRIBUTES = [PlatformAttr, ChatAttr, KindAttr, UserAttr, RepoAttr, GateAttr];
+export const ALL_SEARCH_ATTRIBUTES = [PlatformAttr, ChatAttr, KindAttr, RepoAttr, GateAttr, UserAttr];

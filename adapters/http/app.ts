@@ -16,7 +16,7 @@ import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
-import { sameSecret } from './sign-in.js';
+import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import type { ObjectiveService } from '../objectives.js';
@@ -177,11 +177,6 @@ export interface HttpDeps {
   backoff?: AuthBackoff;
 }
 
-function tokenMatches(header: string | undefined, token: string): boolean {
-  const m = /^Bearer\s+(.+)$/i.exec(header ?? '');
-  return m?.[1] ? sameSecret(m[1].trim(), token) : false;
-}
-
 export function createHttpApp(deps: HttpDeps) {
   const account = deps.account ?? 'default';
   const backoff = deps.backoff ?? new AuthBackoff({ db: deps.admin?.db, log: deps.log });
@@ -189,7 +184,7 @@ export function createHttpApp(deps: HttpDeps) {
   const refuseToken = (c: Context): Response | undefined => {
     const client = backoff.client(c);
     const header = c.req.header('authorization');
-    const ok = tokenMatches(header, deps.apiToken);
+    const ok = bearerMatches(header, deps.apiToken);
     const wait = backoff.waitMs(client, ok);
     if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
     if (!ok) {

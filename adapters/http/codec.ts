@@ -24,9 +24,8 @@ import { bodyLimit } from 'hono/body-limit';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
-import { BrowserSignIn, LINK_TOKEN, sameSecret, SIGN_IN_COOKIE, SIGN_IN_TTL_SECONDS } from './sign-in.js';
+import { bearerMatches, BrowserSignIn, LINK_TOKEN, sameSecret, SIGN_IN_TTL_SECONDS } from './sign-in.js';
 
-export const CODEC_COOKIE = SIGN_IN_COOKIE;
 /** Largest encode/decode request body (bytes). */
 export const CODEC_MAX_BODY_BYTES = 16 * 1024 * 1024;
 const ALLOWED_HEADERS = 'content-type, authorization, x-namespace';
@@ -96,10 +95,7 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
   const uiPath = deps.uiPath?.replace(/\/+$/, '');
   const app = new Hono();
 
-  const bearerValid = (c: Context): boolean => {
-    const bearer = /^Bearer\s+(.+)$/i.exec(c.req.header('authorization') ?? '')?.[1]?.trim();
-    return bearer !== undefined && sameSecret(bearer, deps.apiToken);
-  };
+  const bearerValid = (c: Context): boolean => bearerMatches(c.req.header('authorization'), deps.apiToken);
   const authenticated = (c: Context): 'bearer' | 'cookie' | undefined => (bearerValid(c) ? 'bearer' : signIn.signedIn(c) ? 'cookie' : undefined);
   /** Where a signed-in browser goes next: `next` when it is a path under the UI, else the UI; undefined without a UI. */
   const nextPath = (next: string | undefined): string | undefined => {
@@ -110,6 +106,8 @@ export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
     return `${uiPath}/`;
   };
   const noStore = { 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' };
+  const tooManyTries = (c: Context, wait: number) =>
+    c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...noStore });
   const loginForm = (next: string | undefined, notice = '') =>
     `<h1>Steward sign-in</h1>${notice}
 <p>Sign in with the operator API token so this browser may ${uiPath ? 'open the Temporal UI and ' : ''}decode payloads (for ${SIGN_IN_TTL_SECONDS / 3600} hours).</p>
@@ -183,7 +181,7 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
     const right = sameSecret(form.data.token, deps.apiToken);
     const wait = backoff.waitMs(client, right);
     if (wait > 0) {
-      return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...noStore });
+      return tooManyTries(c, wait);
     }
     if (!right) {
       backoff.failure(client, 'codec');
@@ -201,7 +199,7 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
     const client = backoff.client(c);
     const wait = backoff.waitMs(client);
     if (wait > 0) {
-      return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...noStore });
+      return tooManyTries(c, wait);
     }
     const token = c.req.param('token');
     if (!signIn.redeem(token)) {

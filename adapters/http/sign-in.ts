@@ -34,6 +34,12 @@ export function sameSecret(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
+/** `Authorization: Bearer <token>` carries `token` (constant-time). */
+export function bearerMatches(header: string | undefined, token: string): boolean {
+  const presented = /^Bearer\s+(.+)$/i.exec(header ?? '')?.[1]?.trim();
+  return presented ? sameSecret(presented, token) : false;
+}
+
 const digest = (token: string) => createHash('sha256').update(token).digest('hex');
 
 export interface BrowserSignInOptions {

@@ -72,7 +72,7 @@ export function createTemporalUiProxy(deps: TemporalUiProxyDeps): Hono {
     const cookie = cookiesWithoutSignIn(c.req.header('cookie'));
     if (cookie) headers.cookie = cookie;
     headers.host = upstream.host;
-    const hasBody = c.req.method !== 'GET' && c.req.method !== 'HEAD' && c.req.raw.body !== null;
+    const body = c.req.method === 'GET' || c.req.method === 'HEAD' ? null : c.req.raw.body;
 
     let upstreamRes: IncomingMessage;
     try {
@@ -83,7 +83,7 @@ export function createTemporalUiProxy(deps: TemporalUiProxyDeps): Hono {
         );
         req.setTimeout(60_000, () => req.destroy(new Error('the Temporal UI server did not answer within 60 s')));
         req.on('error', reject);
-        if (hasBody && c.req.raw.body) Readable.fromWeb(c.req.raw.body as NodeReadableStream<Uint8Array>).on('error', (err) => req.destroy(err)).pipe(req);
+        if (body) Readable.fromWeb(body as NodeReadableStream<Uint8Array>).on('error', (err) => req.destroy(err)).pipe(req);
         else req.end();
       });
     } catch (err) {

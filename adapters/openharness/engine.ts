@@ -311,7 +311,6 @@ function bearer(header: string | undefined): string | undefined {
   return m?.[1];
 }
 
-
 function issuesText(issues: readonly z.core.$ZodIssue[]): { message: string; issues: Array<{ path: string; message: string }> } {
   const list = issues.map((i) => ({ path: i.path.map(String).join('.') || '(body)', message: i.message }));
   return { message: `invalid request: ${list.map((i) => `${i.path}: ${i.message}`).join('; ')}`, issues: list };

@@ -247,6 +247,10 @@ describe('process roles on another cluster and namespace (mutual TLS)', { skip: 
       const turns: string[] = [];
       for await (const w of client.workflow.list({ query: `StewardKind = 'turn'` })) turns.push(w.workflowId);
       assert.deepEqual(turns, [], 'no turn workflow: the chat turn ran inside the session');
+      // not only as visibility lists it: the session's history started no child, and scheduled the turn's model step itself
+      const events = (await client.workflow.getHandle(workflowId).fetchHistory()).events ?? [];
+      assert.ok(!events.some((e) => e.startChildWorkflowExecutionInitiatedEventAttributes), 'the session started no child workflow');
+      assert.ok(events.some((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'modelStep'), "the turn's model step is in the session's history");
       const other = new Client({ connection: plain, namespace: 'default' });
       await assert.rejects(other.workflow.getHandle(workflowId).describe(), /not found/i);
     } finally {

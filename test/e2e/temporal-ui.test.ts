@@ -288,31 +288,20 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     return events;
   }
 
-  /** Wait until the event history's text satisfies ok; on timeout save a screenshot and show the text. */
-  async function waitForEvents(page: Page, events: Locator, what: string, ok: (text: string) => boolean, shot: string): Promise<string> {
+  /** Wait until the text of `shown` (named `where`) satisfies ok; on timeout save a screenshot and show the text. */
+  async function waitForText(where: string, page: Page, shown: Locator, what: string, ok: (text: string) => boolean, shot: string): Promise<string> {
     try {
       return await until(what, async () => {
-        const text = await events.innerText();
+        const text = await shown.innerText();
         return ok(text) ? text : undefined;
       }, 30_000);
     } catch (err) {
       await saveScreenshot(page, shots, `${shot}-FAILED`);
-      throw new Error(`${(err as Error).message}; the event history shows:\n${(await events.innerText().catch(() => '')).slice(0, 4000)}`);
+      throw new Error(`${(err as Error).message}; ${where} shows:\n${(await shown.innerText().catch(() => '')).slice(0, 4000)}`);
     }
   }
-
-  /** Wait until the panel's text satisfies ok; on timeout save a screenshot and show the text. */
-  async function waitForPanel(page: Page, io: Locator, what: string, ok: (text: string) => boolean, shot: string): Promise<string> {
-    try {
-      return await until(what, async () => {
-        const text = await io.innerText();
-        return ok(text) ? text : undefined;
-      }, 30_000);
-    } catch (err) {
-      await saveScreenshot(page, shots, `${shot}-FAILED`);
-      throw new Error(`${(err as Error).message}; the Input/Result panel shows:\n${(await io.innerText().catch(() => '')).slice(0, 3000)}`);
-    }
-  }
+  const waitForEvents = waitForText.bind(null, 'the event history');
+  const waitForPanel = waitForText.bind(null, 'the Input/Result panel');
 
   it("the link the banner printed opens the UI in a fresh browser, signed in: the chat's session, its decoded input, the turn's activities by their summaries in its history", async () => {
     const { context, page } = await newPage();

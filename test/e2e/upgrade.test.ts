@@ -98,8 +98,6 @@ const bundleMarked = (dir: string, build: 'B' | 'C') =>
     ['    const batch = state.takeBatch();\n', `    upsertMemo({ stewardBuild: '${build}' });\n    const batch = state.takeBatch();\n`],
   ]);
 
-
-
 /** A JSON payload's value (this test's workers use the default data converter: plain JSON). */
 function jsonOf(p: { metadata?: Record<string, Uint8Array> | null; data?: Uint8Array | null } | null | undefined): unknown {
   if (!p?.data) return undefined;

@@ -4,7 +4,7 @@
  * compose validation) and openssl (the mutual-TLS certificates of the roles test).
  *
  * `./steward test` installs them when it can (as root or with sudo without a password; see
- * scripts/system-packages.sh) and names what is still missing before the run. A suite that needs
+ * scripts/test.sh) and names what is still missing before the run. A suite that needs
  * a missing part then asks here, and:
  *  - outside CI it is skipped, with the reason and the fix as the skip message;
  *  - in CI (`CI=true`, as `.ci/run` sets it) nothing is skipped: a failing test named after the

@@ -79,7 +79,7 @@ export class SessionState {
     if (change.model === undefined && change.think === undefined) throw new Error('nothing to change');
     if (change.model !== undefined && !MODEL_REF_PATTERN.test(change.model.trim())) throw new Error(MODEL_REF_MESSAGE);
     if (change.think !== undefined && !(THINK_LEVELS as readonly string[]).includes(change.think)) {
-      throw new Error('think must be one of off, low, medium, high');
+      throw new Error(`think must be one of ${THINK_LEVELS.join(', ')}`);
     }
   }
 
