@@ -4,7 +4,7 @@
  */
 import { activityInfo, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { tool, type ModelMessage, type ToolSet } from 'ai';
+import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
@@ -44,15 +44,20 @@ export function approvalRequired(policy: Pick<ToolPolicy, 'approvalTools'>, name
   return isActionTool(name) || policy.approvalTools.includes('*') || policy.approvalTools.includes(name);
 }
 
-/** The tools offered to the model: declared only (no execute), Steward runs them as activities. */
+/**
+ * The tools offered to the model: declared only (no execute), Steward runs them as activities.
+ * Each input schema is wrapped once (`zodSchema`): the wrapper converts it to JSON Schema on
+ * first use and keeps the result, where a bare zod schema would be converted again at every
+ * model step (the AI SDK wraps it afresh each call).
+ */
 const MODEL_TOOLS: ToolSet = {
-  save_note: tool({ description: TOOLS.save_note.description, inputSchema: TOOLS.save_note.input }),
-  send_file: tool({ description: TOOLS.send_file.description, inputSchema: TOOLS.send_file.input }),
-  post_to_chat: tool({ description: TOOLS.post_to_chat.description, inputSchema: TOOLS.post_to_chat.input }),
-  http_request: tool({ description: TOOLS.http_request.description, inputSchema: TOOLS.http_request.input }),
-  send_email: tool({ description: TOOLS.send_email.description, inputSchema: TOOLS.send_email.input }),
-  run_command: tool({ description: TOOLS.run_command.description, inputSchema: TOOLS.run_command.input }),
-  start_repo_change: tool({ description: TOOLS.start_repo_change.description, inputSchema: TOOLS.start_repo_change.input }),
+  save_note: tool({ description: TOOLS.save_note.description, inputSchema: zodSchema(TOOLS.save_note.input) }),
+  send_file: tool({ description: TOOLS.send_file.description, inputSchema: zodSchema(TOOLS.send_file.input) }),
+  post_to_chat: tool({ description: TOOLS.post_to_chat.description, inputSchema: zodSchema(TOOLS.post_to_chat.input) }),
+  http_request: tool({ description: TOOLS.http_request.description, inputSchema: zodSchema(TOOLS.http_request.input) }),
+  send_email: tool({ description: TOOLS.send_email.description, inputSchema: zodSchema(TOOLS.send_email.input) }),
+  run_command: tool({ description: TOOLS.run_command.description, inputSchema: zodSchema(TOOLS.run_command.input) }),
+  start_repo_change: tool({ description: TOOLS.start_repo_change.description, inputSchema: zodSchema(TOOLS.start_repo_change.input) }),
 };
 
 export interface ActivityDeps {

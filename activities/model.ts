@@ -141,6 +141,32 @@ export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
     ...(compatible ? (['openai-compatible'] as const) : []),
   ];
 
+  function build(ref: string): LanguageModel {
+    const { provider, model } = parseRef(ref);
+    const notConfigured = () =>
+      new ModelNotConfiguredError(
+        `No model provider is configured for ${ref}: ${SETUP[provider]} and restart Steward ` +
+          `(or pick a configured model with /model provider:model${configured.length ? `; configured: ${configured.join(', ')}` : ''}).`,
+        provider,
+        PROVIDER_ENV[provider],
+      );
+    switch (provider) {
+      case 'openai':
+        if (!openai) throw notConfigured();
+        // Chat Completions, not the Responses API: it is what OpenAI-compatible proxies speak.
+        return openai.chat(model);
+      case 'anthropic':
+        if (!anthropic) throw notConfigured();
+        return anthropic(model);
+      case 'openai-compatible':
+        if (!compatible) throw notConfigured();
+        return compatible.chatModel(model);
+    }
+  }
+
+  // one model object per reference: building one compiles the provider's response schemas
+  const models = new Map<string, LanguageModel>();
+
   return {
     configuredProviders: () => [...configured],
     isConfigured(ref) {
@@ -151,26 +177,12 @@ export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
       }
     },
     languageModel(ref) {
-      const { provider, model } = parseRef(ref);
-      const notConfigured = () =>
-        new ModelNotConfiguredError(
-          `No model provider is configured for ${ref}: ${SETUP[provider]} and restart Steward ` +
-            `(or pick a configured model with /model provider:model${configured.length ? `; configured: ${configured.join(', ')}` : ''}).`,
-          provider,
-          PROVIDER_ENV[provider],
-        );
-      switch (provider) {
-        case 'openai':
-          if (!openai) throw notConfigured();
-          // Chat Completions, not the Responses API: it is what OpenAI-compatible proxies speak.
-          return openai.chat(model);
-        case 'anthropic':
-          if (!anthropic) throw notConfigured();
-          return anthropic(model);
-        case 'openai-compatible':
-          if (!compatible) throw notConfigured();
-          return compatible.chatModel(model);
-      }
+      const known = models.get(ref);
+      if (known) return known;
+      const made = build(ref);
+      if (models.size >= 64) models.delete(models.keys().next().value as string);
+      models.set(ref, made);
+      return made;
     },
   };
 }

@@ -106,9 +106,9 @@ export async function installTemporalRuntime(log: Logger): Promise<void> {
   }
 }
 
-/** The workers' part of tracing: activity interceptors and the workflow spans' sink. */
-function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'interceptors' | 'sinks'> {
-  return { ...(tracing.workerInterceptors ? { interceptors: tracing.workerInterceptors } : {}), sinks: tracing.sinks };
+/** The workers' part of tracing: activity interceptors, the workflow spans' sink, and whether new runs trace. */
+function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'interceptors' | 'sinks' | 'traceNewRuns'> {
+  return { ...(tracing.workerInterceptors ? { interceptors: tracing.workerInterceptors } : {}), sinks: tracing.sinks, traceNewRuns: tracing.enabled };
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
@@ -175,7 +175,7 @@ async function workersFor(
   opts: {
     roles: readonly QueueRole[];
     dataConverter: DataConverter;
-    telemetry: Pick<StewardWorkerOptions, 'interceptors' | 'sinks'>;
+    telemetry: Pick<StewardWorkerOptions, 'interceptors' | 'sinks' | 'traceNewRuns'>;
     /** Worker Versioning: this build's deployment version (every queue's worker); unversioned when absent. */
     workerDeploymentOptions?: StewardWorkerOptions['workerDeploymentOptions'];
   },

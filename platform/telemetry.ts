@@ -10,8 +10,8 @@
  * children, so they sit in the trace of the message that started the run, while a later
  * message's request, signal and `HandleSignal` spans form a trace of their own.
  * The workflow interceptor module is always in the workflow bundle (a prebuilt bundle works
- * with or without an exporter), so every worker registers the `exporter` sink: one that
- * drops spans when OTLP is not configured.
+ * with or without an exporter). Without one, workers start runs untraced (no spans made), and
+ * register an `exporter` sink that drops the spans of traced runs they replay or continue.
  *
  * Metrics: the Temporal SDK's own (Core's Prometheus exporter on a loopback port chosen at
  * start) and Steward's (platform/metrics.ts), served together in Prometheus text format on

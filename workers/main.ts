@@ -9,6 +9,7 @@ import type { DataConverter } from '@temporalio/common';
 import { NativeConnection, Worker, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities/index.js';
 import { droppingWorkflowSinks } from '../platform/telemetry.js';
+import { OTEL_PATCH } from '../workflows/otel-interceptors.js';
 import { preloadModules, workflowInterceptorModules, workflowsPath } from './bundle.js';
 
 /** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
@@ -36,6 +37,14 @@ export interface StewardWorkerOptions {
   sinks?: WorkerOptions['sinks'];
   /** Worker Versioning: deployment name, build id and the default behaviour. */
   workerDeploymentOptions?: WorkerOptions['workerDeploymentOptions'];
+  /**
+   * Whether the runs this worker starts trace (true when OTLP is configured). A run's tracing is
+   * decided once, when it first reaches the patch `steward-otel-tracing` live: this worker
+   * activates the patch (recording its marker) or leaves it off (no marker); every later
+   * replay, on any worker, follows the history. Untraced runs load no OpenTelemetry and make
+   * no spans.
+   */
+  traceNewRuns?: boolean;
 }
 
 export async function createStewardWorker(opts: StewardWorkerOptions): Promise<Worker> {
@@ -64,5 +73,7 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     // the bundle's workflow interceptors call the `exporter` sink: always registered (dropping unless given)
     sinks: { ...droppingWorkflowSinks(), ...opts.sinks },
     ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
+    // without an exporter, new runs leave tracing off; every other patch activates as usual
+    ...(opts.traceNewRuns ? {} : { patchActivationCallback: ({ patchId }: { patchId: string }) => patchId !== OTEL_PATCH }),
   });
 }

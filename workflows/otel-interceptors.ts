@@ -9,6 +9,9 @@
  * The interceptors change when the workflow's code yields (each wraps its call in a span), so
  * runs recorded before tracing existed must replay without them: tracing is behind the patch
  * `steward-otel-tracing`, decided once per run at its first intercepted call (the run's start).
+ * A worker without an exporter declines the patch for the runs it starts (its
+ * `patchActivationCallback`, workers/main.ts): no marker, so the run never traces, on any
+ * worker that replays it.
  *
  * Memory. A worker keeps hundreds of runs cached in one V8 context, and every module a run
  * loads is instantiated again for it. Two things here keep a cached run cheap:

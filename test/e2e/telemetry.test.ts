@@ -411,16 +411,29 @@ describe('the started stack without OTLP configured', () => {
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
-  // No exporter exists without an OTLP endpoint (the bundle's workflow spans go to a dropping
-  // sink): the turn runs and nothing complains about sinks, spans or exports.
-  it('runs a turn and logs no error', async () => {
+  // Without an OTLP endpoint no exporter exists and the workers start runs untraced: the run
+  // records no tracing patch marker, so it loads no OpenTelemetry and makes no spans, on this
+  // worker or any that replays it. The turn runs and nothing complains about sinks or exports.
+  it('runs a turn untraced and logs no error', async () => {
     const ports = { http: await freePort(), temporal: await freePort(), ui: await freePort() };
     steward = spawnProcess('./steward', ['start'], stewardEnv(dataDir, ports, model, {}));
     const api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
+    const temporalAddress = (await steward.waitForOutput(/Temporal:\s+(\S+:\d+)/))[1] ?? '';
     model.enqueue({ text: 'untraced reply', usage: { prompt_tokens: 7, completion_tokens: 3 } });
     assert.equal((await post(api, 'quiet-chat', 'hello')).status, 202);
     const messages = await waitForReply(api, 'quiet-chat', 1);
     assert.equal(messages.at(-1)?.text, 'untraced reply');
+    const connection = await Connection.connect({ address: temporalAddress });
+    try {
+      const history = await new Client({ connection }).workflow.getHandle('session:http:default:quiet-chat').fetchHistory();
+      const markers = (history.events ?? []).flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => p.payloads ?? []));
+      const marked = (patch: string) => markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(patch));
+      assert.ok(marked(INLINE_TURN_PATCH), 'the other patches activate as usual');
+      assert.ok(!marked(OTEL_PATCH), 'no tracing patch marker: the run is untraced');
+      await Worker.runReplayHistory({ workflowBundle: await testBundle(), sinks: droppingWorkflowSinks(), replayName: 'telemetry-off-replay' }, history, 'session:http:default:quiet-chat');
+    } finally {
+      await connection.close();
+    }
     // metrics still work without traces
     const r = await fetch(`${api}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
     const { samples } = parseExposition(await r.text());
