@@ -18,7 +18,7 @@ import { buildPrompt } from './prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
 import { createObjectiveActivities } from './objectives.js';
-import { writeReceipt } from './receipts.js';
+import { writeReceipt, writeReceipts } from './receipts.js';
 import { recordTurn } from '../platform/metrics.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
 import { maskHeldSecretsDeep, viewProposal } from './proposals.js';
@@ -352,29 +352,29 @@ export function createActivities(deps: ActivityDeps) {
           ...(input.attachments?.length ? { attachments: input.attachments } : {}),
         }),
       );
-      const firstDelivery = await writeReceipt(db, {
-        key: `${input.key}:delivery`,
-        kind: 'delivery',
-        ...wf,
-        data: {
-          key: input.key,
-          kind: input.kind,
-          platform: input.conversation.platform,
-          chatId: input.conversation.chatId,
-          sent: outcome.sent,
-          chars: text.length,
-          parts: outcome.externalIds.length,
-          ...(input.attachments?.length ? { attachments: input.attachments.length } : {}),
-          ...(outcome.failed ? { failed: outcome.failed } : {}),
-        },
-      });
-      if (input.turnId) {
-        const ended = await writeReceipt(db, {
-          key: `${input.turnId}:end`,
-          kind: 'turn.end',
+      // the delivery's receipt and, for a turn's answer, the turn's end: one write
+      const [firstDelivery, ended] = await writeReceipts(db, [
+        {
+          key: `${input.key}:delivery`,
+          kind: 'delivery',
           ...wf,
-          data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 },
-        });
+          data: {
+            key: input.key,
+            kind: input.kind,
+            platform: input.conversation.platform,
+            chatId: input.conversation.chatId,
+            sent: outcome.sent,
+            chars: text.length,
+            parts: outcome.externalIds.length,
+            ...(input.attachments?.length ? { attachments: input.attachments.length } : {}),
+            ...(outcome.failed ? { failed: outcome.failed } : {}),
+          },
+        },
+        ...(input.turnId
+          ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 } }]
+          : []),
+      ]);
+      if (input.turnId) {
         if (ended) recordTurn(input.kind === 'reply' ? 'replied' : 'notice');
       } else if (firstDelivery && /:(stopped|failed)$/.test(input.key)) {
         // the session's notice of a turn stopped by /stop, or abandoned after failing

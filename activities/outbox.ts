@@ -106,40 +106,39 @@ async function partIds(db: Db, key: string): Promise<string[]> {
 }
 
 export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage): Promise<DeliveryOutcome> {
-  let row = await db.delivery.findUnique({ where: { key: msg.key } });
-  if (row?.status === 'sent' || row?.status === 'failed') {
-    return { sent: false, messageSeq: row.messageSeq ?? 0, externalIds: await partIds(db, msg.key), ...(row.status === 'failed' ? { failed: 'delivery failed earlier' } : {}) };
-  }
-  if (!row) {
-    try {
-      row = await db.$transaction(async (tx) => {
-        const message = await tx.message.create({
-          data: {
-            key: msg.key,
-            sessionId: msg.sessionId,
-            role: msg.kind === 'reply' ? 'assistant' : 'system',
-            text: msg.recordAs ?? msg.text,
-            turnId: msg.turnId ?? null,
-            ...(msg.attachments?.length ? { attachments: JSON.stringify(msg.attachments) } : {}),
-          },
-        });
-        return tx.delivery.create({
-          data: {
-            key: msg.key,
-            sessionId: msg.sessionId,
-            platform: msg.conversation.platform,
-            account: msg.conversation.account,
-            chatId: msg.conversation.chatId,
-            kind: msg.kind,
-            status: 'pending',
-            messageSeq: message.seq,
-          },
-        });
+  // The first attempt records the message and its delivery; a retry finds them by the key's
+  // unique violation (no read before the write on the common path).
+  let row: Awaited<ReturnType<Db['delivery']['findUniqueOrThrow']>>;
+  try {
+    row = await db.$transaction(async (tx) => {
+      const message = await tx.message.create({
+        data: {
+          key: msg.key,
+          sessionId: msg.sessionId,
+          role: msg.kind === 'reply' ? 'assistant' : 'system',
+          text: msg.recordAs ?? msg.text,
+          turnId: msg.turnId ?? null,
+          ...(msg.attachments?.length ? { attachments: JSON.stringify(msg.attachments) } : {}),
+        },
       });
-    } catch (err) {
-      if (!isUniqueViolation(err)) throw err;
-      row = await db.delivery.findUniqueOrThrow({ where: { key: msg.key } });
-      if (row.status === 'sent') return { sent: false, messageSeq: row.messageSeq ?? 0, externalIds: await partIds(db, msg.key) };
+      return tx.delivery.create({
+        data: {
+          key: msg.key,
+          sessionId: msg.sessionId,
+          platform: msg.conversation.platform,
+          account: msg.conversation.account,
+          chatId: msg.conversation.chatId,
+          kind: msg.kind,
+          status: 'pending',
+          messageSeq: message.seq,
+        },
+      });
+    });
+  } catch (err) {
+    if (!isUniqueViolation(err)) throw err;
+    row = await db.delivery.findUniqueOrThrow({ where: { key: msg.key } });
+    if (row.status === 'sent' || row.status === 'failed') {
+      return { sent: false, messageSeq: row.messageSeq ?? 0, externalIds: await partIds(db, msg.key), ...(row.status === 'failed' ? { failed: 'delivery failed earlier' } : {}) };
     }
   }
   const messageSeq = row.messageSeq ?? 0;

@@ -71,6 +71,33 @@ export async function writeReceipt(db: Db, r: ReceiptInput): Promise<boolean> {
   return true;
 }
 
+/**
+ * Write receipts together (one statement when none was written before); for each, as
+ * `writeReceipt`: false when its key was already written. A retried activity finds a key
+ * taken and writes them one by one.
+ */
+export async function writeReceipts(db: Db, rs: ReceiptInput[]): Promise<boolean[]> {
+  try {
+    await db.receipt.createMany({
+      data: rs.map((r) => ({
+        ...(r.key ? { key: r.key } : {}),
+        kind: r.kind,
+        workflowId: r.workflowId ?? null,
+        runId: r.runId ?? null,
+        sessionId: r.sessionId ?? null,
+        actor: r.actor ?? null,
+        data: JSON.stringify(r.data),
+      })),
+    });
+    return rs.map(() => true);
+  } catch (err) {
+    if (!isUniqueViolation(err)) throw err;
+  }
+  const written: boolean[] = [];
+  for (const r of rs) written.push(await writeReceipt(db, r));
+  return written;
+}
+
 export interface ReceiptRecord {
   id: number;
   kind: string;

@@ -272,6 +272,8 @@ export function createIngress(deps: IngressDeps): Ingress {
     pairingCodes.set(result, code);
     return result;
   };
+  /** Session rows this ingress has made sure of (rows are never deleted): one upsert per session and process, not per message. */
+  const knownSessions = new Set<string>();
 
   const sessionInput = (conversation: ConversationKey, binding?: BindingRecord): SessionInput => ({
     conversation,
@@ -788,9 +790,13 @@ export function createIngress(deps: IngressDeps): Ingress {
       }
     }
 
-    // Admitted: record it (a redelivered id is a duplicate and changes nothing).
-    const existing = await db.message.findUnique({ where: { key }, select: { seq: true } });
-    if (existing) return { workflowId, kind: command ? 'command' : 'message', duplicate: true, seq: existing.seq };
+    // Admitted: record it (a redelivered id is a duplicate and changes nothing). The message's
+    // unique key finds a duplicate; files are looked at only once it is known to be new.
+    const duplicate = async (): Promise<IngressResult> => {
+      const existing = await db.message.findUnique({ where: { key }, select: { seq: true } });
+      return { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(existing ? { seq: existing.seq } : {}) };
+    };
+    if (opts.attachments?.length && (await db.message.findUnique({ where: { key }, select: { seq: true } }))) return duplicate();
     let attachments: AttachmentRef[] = msg.attachments;
     let refusedFiles: string[] = [];
     if (!command && opts.attachments?.length) {
@@ -817,16 +823,20 @@ export function createIngress(deps: IngressDeps): Ingress {
       });
       seq = row.seq;
     } catch (err) {
-      if (isUniqueViolation(err)) return { workflowId, kind: command ? 'command' : 'message', duplicate: true };
+      if (isUniqueViolation(err)) return duplicate();
       throw err;
     }
     deps.onTranscript?.(workflowId, 'user');
     if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
-    await db.session.upsert({
-      where: { id: workflowId },
-      create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
-      update: {},
-    });
+    if (!knownSessions.has(workflowId)) {
+      await db.session.upsert({
+        where: { id: workflowId },
+        create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
+        update: {},
+      });
+      if (knownSessions.size >= 10_000) knownSessions.clear();
+      knownSessions.add(workflowId);
+    }
     await writeReceipt(db, {
       key: `${key}:ingress`,
       kind: 'ingress',
