@@ -28,7 +28,7 @@ import { createChangeService } from '../adapters/changes.js';
 import { createObjectiveService } from '../adapters/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
-import { buildWorkflowBundle } from '../workers/bundle.js';
+import { buildWorkflowBundleFile } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
 import { workerVersioningFor } from '../workers/versioning.js';
 import { setModelPrices } from './metrics.js';
@@ -149,16 +149,23 @@ export async function payloadCodecFor(config: StewardConfig, log?: Logger): Prom
   return { codec, dataConverter: codecDataConverter(codec) };
 }
 
-/** The workflow bundle: the prebuilt one (STEWARD_WORKFLOW_BUNDLE) when set, else bundled from source. */
-async function workflowBundleFor(config: StewardConfig): Promise<WorkflowBundleOption> {
+/**
+ * The workflow bundle: the prebuilt one (STEWARD_WORKFLOW_BUNDLE) when set, else bundled from
+ * source by a child process into a temporary file (`dispose` removes it once the workers have
+ * read it), so the bundler's memory is not this process's.
+ */
+async function workflowBundleFor(config: StewardConfig): Promise<{ bundle: WorkflowBundleOption; dispose(): void }> {
   const file = config.workers.bundlePath;
-  if (!file) return buildWorkflowBundle();
+  if (!file) {
+    const built = await buildWorkflowBundleFile();
+    return { bundle: { codePath: built.file }, dispose: built.dispose };
+  }
   try {
     await access(file);
   } catch {
     throw new Error(`STEWARD_WORKFLOW_BUNDLE: no bundle at ${file}; build one with \`node --import tsx workers/bundle.ts ${file}\` or unset it to bundle from source`);
   }
-  return { codePath: file };
+  return { bundle: { codePath: file }, dispose: () => undefined };
 }
 
 /**
@@ -186,26 +193,31 @@ async function workersFor(
     const queue = queueOf(config, role);
     byQueue.set(queue, [...(byQueue.get(queue) ?? []), role]);
   }
-  let bundle: Promise<WorkflowBundleOption> | undefined;
+  let bundle: { bundle: WorkflowBundleOption; dispose(): void } | undefined;
   const out: Worker[] = [];
-  for (const [taskQueue, queueRoles] of byQueue) {
-    const activitiesOnly = queueRoles.every((r) => r === 'repo');
-    const slots = Math.max(0, ...queueRoles.map((r) => config.workers.concurrency[r] ?? 0));
-    // the background worker keeps fewer workflows cached: objective runs are short-lived
-    const cached = queueRoles.includes('interactive') ? config.temporal.maxCachedWorkflows : Math.min(100, config.temporal.maxCachedWorkflows);
-    out.push(
-      await createStewardWorker({
-        connection,
-        namespace: config.temporal.namespace,
-        deps,
-        taskQueue,
-        dataConverter,
-        ...telemetry,
-        ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
-        ...(activitiesOnly ? { activitiesOnly: true } : { workflowBundle: await (bundle ??= workflowBundleFor(config)), maxCachedWorkflows: cached }),
-        ...(slots > 0 ? { concurrency: { maxConcurrentActivityTaskExecutions: slots, maxConcurrentWorkflowTaskExecutions: slots } } : {}),
-      }),
-    );
+  try {
+    for (const [taskQueue, queueRoles] of byQueue) {
+      const activitiesOnly = queueRoles.every((r) => r === 'repo');
+      const slots = Math.max(0, ...queueRoles.map((r) => config.workers.concurrency[r] ?? 0));
+      // the background worker keeps fewer workflows cached: objective runs are short-lived
+      const cached = queueRoles.includes('interactive') ? config.temporal.maxCachedWorkflows : Math.min(100, config.temporal.maxCachedWorkflows);
+      out.push(
+        await createStewardWorker({
+          connection,
+          namespace: config.temporal.namespace,
+          deps,
+          taskQueue,
+          dataConverter,
+          ...telemetry,
+          ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
+          ...(activitiesOnly ? { activitiesOnly: true } : { workflowBundle: (bundle ??= await workflowBundleFor(config)).bundle, maxCachedWorkflows: cached }),
+          ...(slots > 0 ? { concurrency: { maxConcurrentActivityTaskExecutions: slots, maxConcurrentWorkflowTaskExecutions: slots } } : {}),
+        }),
+      );
+    }
+  } finally {
+    // every worker has read the bundle (Worker.create loads it)
+    bundle?.dispose();
   }
   return out;
 }
