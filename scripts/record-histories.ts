@@ -5,8 +5,9 @@
  *
  *   node --import tsx scripts/record-histories.ts [foundation|channels|repo|objectives]
  *
- * - foundation (files `session-inl-NN.json`): a turn, steering, /stop, /status, /new,
- *   continue-as-new, over the HTTP API.
+ * - foundation (files `session-inl-nt-NN.json`): a turn, steering, /stop, /status, /new,
+ *   continue-as-new, over the HTTP API (`session-inl-NN.json`: the same, recorded while every
+ *   run traced).
  * - channels (files `session-ch-inl-NN.json`): a Telegram conversation of a known member: a
  *   turn with the progress panel, safe tools (save_note, send_file), an action approved by an
  *   admin's button, one denied, one stopped while it waits.
@@ -43,8 +44,12 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
 if (!['foundation', 'channels', 'repo', 'objectives'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo or objectives`);
-/** The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the session. */
-const TAGS: Record<string, string> = { foundation: 'inl-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-' };
+/**
+ * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
+ * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
+ * leave the patch `steward-otel-tracing` off), beside `session-inl-NN`, recorded traced.
+ */
+const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);

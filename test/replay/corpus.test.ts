@@ -16,6 +16,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
+import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { INLINE_TURN_PATCH } from '../../workflows/session.js';
 
 const dir = new URL('./histories/', import.meta.url);
@@ -148,6 +149,14 @@ describe('replay corpus', () => {
       const input = findPayloads((f.raw as { events: unknown[] }).events[0] as Parameters<typeof findPayloads>[0]).find((p) => payloadEncoding(p) === 'json/plain');
       assert.ok(input, `${f.file}: its start has a json/plain payload`);
     }
+  });
+
+  it('has inline sessions recorded traced and untraced (the steward-otel-tracing marker present and absent)', () => {
+    // a worker with an OTLP exporter records the marker at a run's start; one without leaves it out
+    const traced = inlineSessions.filter((f) => patchesOf(f).includes(OTEL_PATCH));
+    const untraced = inlineSessions.filter((f) => !patchesOf(f).includes(OTEL_PATCH));
+    assert.ok(traced.length > 0, `a traced inline session history (inline: ${inlineSessions.map((f) => f.file).join(', ')})`);
+    assert.ok(untraced.length > 0, `an untraced inline session history (inline: ${inlineSessions.map((f) => f.file).join(', ')}); record one with scripts/record-histories.ts foundation`);
   });
 
   it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {
