@@ -1,0 +1,40 @@
+/**
+ * SQL statements per chat turn on SQLite: runs turns one after another on the all-in-one
+ * stack (bench/stack.ts) and counts the statements better-sqlite3 prepares (Prisma's adapter
+ * prepares every statement it runs), grouped by statement. Prints JSON. Not a test.
+ *
+ *   node --import tsx bench/sql-per-turn.ts            (BENCH_TURNS=100, after 5 warm-up turns)
+ */
+import Database from 'better-sqlite3';
+import { startBenchStack } from './stack.js';
+
+const TURNS = Math.max(1, Number(process.env.BENCH_TURNS ?? 100));
+if (process.env.DATABASE_URL && !process.env.DATABASE_URL.startsWith('file:')) throw new Error('bench/sql-per-turn.ts counts SQLite statements: unset DATABASE_URL');
+
+let counting = false;
+const counts = new Map<string, number>();
+const proto = (Database as unknown as { prototype: { prepare(sql: string): unknown } }).prototype;
+const prepare = proto.prepare;
+proto.prepare = function (this: unknown, sql: string) {
+  if (counting) {
+    // the statement's kind and table, not its columns
+    const k = sql.replace(/\s+/g, ' ').replace(/^(INSERT INTO|UPDATE|DELETE FROM) (\S+).*$/, '$1 $2').replace(/^SELECT .*? FROM (\S+).*$/, 'SELECT FROM $1');
+    counts.set(k, (counts.get(k) ?? 0) + 1);
+  }
+  return prepare.call(this, sql);
+};
+
+const stack = await startBenchStack();
+try {
+  for (let i = 0; i < 5; i++) await stack.turn('warmup');
+  await new Promise((r) => setTimeout(r, 300));
+  counting = true;
+  for (let i = 0; i < TURNS; i++) await stack.turn('counted');
+  await new Promise((r) => setTimeout(r, 300)); // the last turn's closing writes
+  counting = false;
+  const total = [...counts.values()].reduce((a, b) => a + b, 0);
+  const byStatement = Object.fromEntries([...counts].sort((a, b) => b[1] - a[1]).map(([k, n]) => [k, +(n / TURNS).toFixed(2)]));
+  console.log(JSON.stringify({ bench: 'sql-per-turn', turns: TURNS, statements_per_turn: +(total / TURNS).toFixed(2), per_turn_by_statement: byStatement }, null, 2));
+} finally {
+  await stack.stop();
+}
