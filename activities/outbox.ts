@@ -106,12 +106,17 @@ async function partIds(db: Db, key: string): Promise<string[]> {
 }
 
 export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage): Promise<DeliveryOutcome> {
-  // The first attempt records the message and its delivery; a retry finds them by the key's
-  // unique violation (no read before the write on the common path).
-  let row: Awaited<ReturnType<Db['delivery']['findUniqueOrThrow']>>;
+  const sender = senders[msg.conversation.platform];
+  // A channel without a sender (the HTTP API reads the transcript) has its message delivered
+  // once it is recorded: the delivery is written as sent.
+  const recordOnly = !sender;
+  // The first attempt records the message and its delivery together (one batch transaction);
+  // a retry finds them by the key's unique violation (no read before the write on the common
+  // path). The delivery's message is the message with the same key.
+  let messageSeq: number;
   try {
-    row = await db.$transaction(async (tx) => {
-      const message = await tx.message.create({
+    const [message] = await db.$transaction([
+      db.message.create({
         data: {
           key: msg.key,
           sessionId: msg.sessionId,
@@ -120,8 +125,9 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
           turnId: msg.turnId ?? null,
           ...(msg.attachments?.length ? { attachments: JSON.stringify(msg.attachments) } : {}),
         },
-      });
-      return tx.delivery.create({
+        select: { seq: true },
+      }),
+      db.delivery.create({
         data: {
           key: msg.key,
           sessionId: msg.sessionId,
@@ -129,58 +135,57 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
           account: msg.conversation.account,
           chatId: msg.conversation.chatId,
           kind: msg.kind,
-          status: 'pending',
-          messageSeq: message.seq,
+          ...(recordOnly ? { status: 'sent', attempts: 1, sentAt: new Date() } : { status: 'pending' }),
         },
-      });
-    });
+        select: { key: true },
+      }),
+    ]);
+    messageSeq = message.seq;
   } catch (err) {
     if (!isUniqueViolation(err)) throw err;
-    row = await db.delivery.findUniqueOrThrow({ where: { key: msg.key } });
+    const row = await db.delivery.findUniqueOrThrow({ where: { key: msg.key } });
+    messageSeq = row.messageSeq ?? (await db.message.findUnique({ where: { key: msg.key }, select: { seq: true } }))?.seq ?? 0;
     if (row.status === 'sent' || row.status === 'failed') {
-      return { sent: false, messageSeq: row.messageSeq ?? 0, externalIds: await partIds(db, msg.key), ...(row.status === 'failed' ? { failed: 'delivery failed earlier' } : {}) };
+      return { sent: false, messageSeq, externalIds: await partIds(db, msg.key), ...(row.status === 'failed' ? { failed: 'delivery failed earlier' } : {}) };
     }
   }
-  const messageSeq = row.messageSeq ?? 0;
-  const sender = senders[msg.conversation.platform];
+  if (recordOnly) return { sent: true, messageSeq, externalIds: [] };
   const externalIds: string[] = [];
-  if (sender) {
-    const parts = sender.split(msg.text);
-    const done = new Map((await db.deliveryPart.findMany({ where: { key: msg.key } })).map((p) => [p.part, p]));
-    const files = await loadFiles(db, msg.attachments);
-    for (let index = 0; index < parts.length; index++) {
-      const previous = done.get(index);
-      if (previous?.status === 'sent') {
-        if (previous.externalId) externalIds.push(previous.externalId);
-        continue;
-      }
-      const last = index === parts.length - 1;
-      await db.deliveryPart.upsert({
-        where: { key_part: { key: msg.key, part: index } },
-        create: { key: msg.key, part: index, status: 'sending' },
-        update: { status: 'sending' },
-      });
-      let externalId: string;
-      try {
-        externalId = await sender.send(msg.conversation, {
-          index,
-          count: parts.length,
-          text: parts[index] ?? '',
-          files: last ? files : [],
-          ...(last && msg.buttons?.length ? { buttons: msg.buttons } : {}),
-          idempotencyKey: `${msg.key}#${index}`,
-        });
-      } catch (err) {
-        await db.delivery.update({ where: { key: msg.key }, data: { attempts: { increment: 1 } } });
-        if (err instanceof DeliveryError && err.permanent) {
-          await db.delivery.update({ where: { key: msg.key }, data: { status: 'failed' } });
-          return { sent: false, messageSeq, externalIds, failed: err.message };
-        }
-        throw err;
-      }
-      await db.deliveryPart.update({ where: { key_part: { key: msg.key, part: index } }, data: { status: 'sent', externalId } });
-      externalIds.push(externalId);
+  const parts = sender.split(msg.text);
+  const done = new Map((await db.deliveryPart.findMany({ where: { key: msg.key } })).map((p) => [p.part, p]));
+  const files = await loadFiles(db, msg.attachments);
+  for (let index = 0; index < parts.length; index++) {
+    const previous = done.get(index);
+    if (previous?.status === 'sent') {
+      if (previous.externalId) externalIds.push(previous.externalId);
+      continue;
     }
+    const last = index === parts.length - 1;
+    await db.deliveryPart.upsert({
+      where: { key_part: { key: msg.key, part: index } },
+      create: { key: msg.key, part: index, status: 'sending' },
+      update: { status: 'sending' },
+    });
+    let externalId: string;
+    try {
+      externalId = await sender.send(msg.conversation, {
+        index,
+        count: parts.length,
+        text: parts[index] ?? '',
+        files: last ? files : [],
+        ...(last && msg.buttons?.length ? { buttons: msg.buttons } : {}),
+        idempotencyKey: `${msg.key}#${index}`,
+      });
+    } catch (err) {
+      await db.delivery.update({ where: { key: msg.key }, data: { attempts: { increment: 1 } } });
+      if (err instanceof DeliveryError && err.permanent) {
+        await db.delivery.update({ where: { key: msg.key }, data: { status: 'failed' } });
+        return { sent: false, messageSeq, externalIds, failed: err.message };
+      }
+      throw err;
+    }
+    await db.deliveryPart.update({ where: { key_part: { key: msg.key, part: index } }, data: { status: 'sent', externalId } });
+    externalIds.push(externalId);
   }
   await db.delivery.update({
     where: { key: msg.key },

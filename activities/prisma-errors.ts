@@ -6,6 +6,15 @@ export function prismaErrorCode(err: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * A unique constraint refused a write: P2002 from a model query, or P2010 (a raw query failed)
+ * whose driver adapter error is a unique violation (SQLite's and PostgreSQL's adapters say so
+ * alike).
+ */
 export function isUniqueViolation(err: unknown): boolean {
-  return prismaErrorCode(err) === 'P2002';
+  const code = prismaErrorCode(err);
+  if (code === 'P2002') return true;
+  if (code !== 'P2010') return false;
+  const meta = (err as { meta?: { driverAdapterError?: { cause?: { kind?: unknown } } } }).meta;
+  return meta?.driverAdapterError?.cause?.kind === 'UniqueConstraintViolation';
 }

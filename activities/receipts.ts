@@ -2,6 +2,7 @@
  * Audit receipts. Each receipt names its workflow and run; receipts written by activities
  * carry a key so a retried activity writes its receipt once.
  */
+import { Prisma } from '../generated/prisma/sqlite/client.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
 
@@ -50,20 +51,16 @@ export interface ReceiptInput {
   data: Record<string, unknown>;
 }
 
-/** Write a receipt; false when its key was already written (a retried activity), true otherwise. */
+/**
+ * Write a receipt; false when its key was already written (a retried activity), true otherwise.
+ * Receipts are the turn path's most frequent write (four a turn), so this is one plain INSERT
+ * through Prisma's tagged template (the same SQL on SQLite and PostgreSQL, the same column
+ * values a model query writes) rather than a model query, which costs more than twice its CPU.
+ */
 export async function writeReceipt(db: Db, r: ReceiptInput): Promise<boolean> {
   try {
-    await db.receipt.create({
-      data: {
-        ...(r.key ? { key: r.key } : {}),
-        kind: r.kind,
-        workflowId: r.workflowId ?? null,
-        runId: r.runId ?? null,
-        sessionId: r.sessionId ?? null,
-        actor: r.actor ?? null,
-        data: JSON.stringify(r.data),
-      },
-    });
+    await db.$executeRaw`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt")
+      VALUES (${r.key ?? null}, ${r.kind}, ${r.workflowId ?? null}, ${r.runId ?? null}, ${r.sessionId ?? null}, ${r.actor ?? null}, ${JSON.stringify(r.data)}, ${new Date()})`;
   } catch (err) {
     if (r.key && isUniqueViolation(err)) return false; // already written by an earlier attempt
     throw err;
@@ -77,18 +74,11 @@ export async function writeReceipt(db: Db, r: ReceiptInput): Promise<boolean> {
  * taken and writes them one by one.
  */
 export async function writeReceipts(db: Db, rs: ReceiptInput[]): Promise<boolean[]> {
+  if (rs.length === 1) return [await writeReceipt(db, rs[0]!)];
+  const at = new Date();
+  const rows = rs.map((r) => Prisma.sql`(${r.key ?? null}, ${r.kind}, ${r.workflowId ?? null}, ${r.runId ?? null}, ${r.sessionId ?? null}, ${r.actor ?? null}, ${JSON.stringify(r.data)}, ${at})`);
   try {
-    await db.receipt.createMany({
-      data: rs.map((r) => ({
-        ...(r.key ? { key: r.key } : {}),
-        kind: r.kind,
-        workflowId: r.workflowId ?? null,
-        runId: r.runId ?? null,
-        sessionId: r.sessionId ?? null,
-        actor: r.actor ?? null,
-        data: JSON.stringify(r.data),
-      })),
-    });
+    await db.$executeRaw`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt") VALUES ${Prisma.join(rows)}`;
     return rs.map(() => true);
   } catch (err) {
     if (!isUniqueViolation(err)) throw err;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { getBlobText, putBlob, sha256Hex } from '../../activities/blobs.js';
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type ChannelSender, type OutboundMessage, type OutboundPart } from '../../activities/outbox.js';
-import { listReceipts, writeReceipt } from '../../activities/receipts.js';
+import { listReceipts, writeReceipt, writeReceipts } from '../../activities/receipts.js';
 import { testDatabases } from '../helpers/db.js';
 
 /** A sender that records what it was asked to send; `fail` decides per call whether to throw. */
@@ -158,6 +158,61 @@ for (const database of testDatabases()) {
       assert.equal(await getBlobText(dbh.db, h1), text);
       assert.equal(await dbh.db.blob.count({ where: { hash: h1 } }), 1);
       await assert.rejects(getBlobText(dbh.db, 'f'.repeat(64)), /missing/);
+    });
+
+    it('a channel without a sender (the HTTP transcript) is delivered once its message is recorded', async () => {
+      const http = { ...msg('k-http'), sessionId: 'session:http:default:h1', conversation: { platform: 'http' as const, account: 'default', chatId: 'h1' } };
+      const first = await deliverOnce(dbh.db, {}, http);
+      const again = await deliverOnce(dbh.db, {}, http);
+      assert.equal(first.sent, true);
+      assert.equal(again.sent, false);
+      assert.equal(again.messageSeq, first.messageSeq, 'the retry reports the same transcript entry');
+      const message = await dbh.db.message.findUniqueOrThrow({ where: { key: 'k-http' } });
+      assert.equal(message.seq, first.messageSeq);
+      assert.equal(message.role, 'assistant');
+      const row = await dbh.db.delivery.findUniqueOrThrow({ where: { key: 'k-http' } });
+      assert.equal(row.status, 'sent');
+      assert.equal(row.attempts, 1);
+      assert.ok(row.sentAt);
+      assert.equal(await dbh.db.message.count({ where: { key: 'k-http' } }), 1);
+    });
+
+    it('keeps blobs it wrote or read per database, and writes a known blob to another database', async () => {
+      const other = await database.create();
+      try {
+        const text = `cached ${database.name}`;
+        const hash = await putBlob(dbh.db, text);
+        assert.equal(await other.db.blob.count({ where: { hash } }), 0);
+        assert.equal(await putBlob(other.db, text), hash);
+        assert.equal(await other.db.blob.count({ where: { hash } }), 1, 'the other database got its own row');
+        assert.equal(await getBlobText(other.db, hash), text);
+        // written before by another process: the write meets the unique key and takes the hash
+        const elsewhere = `written elsewhere ${database.name}`;
+        await other.db.blob.create({ data: { hash: sha256Hex(elsewhere), mediaType: 'text/plain; charset=utf-8', size: elsewhere.length, data: new Uint8Array(Buffer.from(elsewhere)) } });
+        assert.equal(await putBlob(other.db, elsewhere), sha256Hex(elsewhere));
+        assert.equal(await other.db.blob.count({ where: { hash: sha256Hex(elsewhere) } }), 1);
+      } finally {
+        await other.cleanup();
+      }
+    });
+
+    it('writes receipts together, and one by one when a retry finds a key taken', async () => {
+      const first = await writeReceipts(dbh.db, [
+        { key: 'rs-1', kind: 'delivery', workflowId: 'wf', runId: 'run', sessionId: 's-rs', data: { text: 'é' } },
+        { key: 'rs-2', kind: 'turn.end', workflowId: 'wf', runId: 'run', sessionId: 's-rs', data: { steps: 1 } },
+      ]);
+      assert.deepEqual(first, [true, true]);
+      const retry = await writeReceipts(dbh.db, [
+        { key: 'rs-1', kind: 'delivery', sessionId: 's-rs', data: {} },
+        { key: 'rs-3', kind: 'turn.end', sessionId: 's-rs', actor: 'bob', data: {} },
+      ]);
+      assert.deepEqual(retry, [false, true]);
+      const rows = await listReceipts(dbh.db, { sessionId: 's-rs' });
+      assert.deepEqual(rows.map((r) => r.kind), ['delivery', 'turn.end', 'turn.end']);
+      assert.deepEqual(rows[0]?.data, { text: 'é' });
+      assert.equal(rows[0]?.runId, 'run');
+      assert.equal(rows[2]?.actor, 'bob');
+      for (const r of rows) assert.ok(Math.abs(new Date(r.at).getTime() - Date.now()) < 60_000, `a current time: ${r.at}`);
     });
 
     it('writes a keyed receipt once and exports receipts in order', async () => {
