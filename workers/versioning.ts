@@ -137,17 +137,30 @@ export async function setCurrentVersion(
   version: WorkerDeploymentVersion,
   opts: { onlyIfUnset?: boolean; identity?: string; timeoutMs?: number } = {},
 ): Promise<{ changed: boolean; previousBuildId?: string; currentBuildId: string }> {
-  const state = await waitForVersionRegistered(client, version, opts.timeoutMs);
-  if (state.currentBuildId === version.buildId) return { changed: false, currentBuildId: version.buildId };
-  if (opts.onlyIfUnset && state.currentBuildId) return { changed: false, currentBuildId: state.currentBuildId };
-  await client.workflowService.setWorkerDeploymentCurrentVersion({
-    namespace: client.options.namespace,
-    deploymentName: version.deploymentName,
-    buildId: version.buildId,
-    conflictToken: state.conflictToken,
-    identity: opts.identity ?? 'steward',
-  });
-  return { changed: true, ...(state.currentBuildId ? { previousBuildId: state.currentBuildId } : {}), currentBuildId: version.buildId };
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const state = await waitForVersionRegistered(client, version, Math.max(0, deadline - Date.now()));
+    if (state.currentBuildId === version.buildId) return { changed: false, currentBuildId: version.buildId };
+    if (opts.onlyIfUnset && state.currentBuildId) return { changed: false, currentBuildId: state.currentBuildId };
+    try {
+      await client.workflowService.setWorkerDeploymentCurrentVersion({
+        namespace: client.options.namespace,
+        deploymentName: version.deploymentName,
+        buildId: version.buildId,
+        conflictToken: state.conflictToken,
+        identity: opts.identity ?? 'steward',
+      });
+      return { changed: true, ...(state.currentBuildId ? { previousBuildId: state.currentBuildId } : {}), currentBuildId: version.buildId };
+    } catch (err) {
+      // The version registers one task queue at a time (a worker per queue): until all of the
+      // current version's queues have pollers on it, the server refuses the switch. Wait for
+      // the rest, bounded; any other refusal, or the deadline, is the caller's.
+      const missingQueues = isGrpcServiceError(err) && err.code === GRPC_FAILED_PRECONDITION && /missing active task queues/i.test(err.details ?? err.message);
+      if (!missingQueues || Date.now() > deadline) throw err;
+      await sleep(250);
+    }
+  }
 }
 
 /** The signal that wakes an idle session (no-op handler); a pinned one then sees the new current version and continues as new onto it. */

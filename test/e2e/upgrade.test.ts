@@ -44,7 +44,7 @@ import {
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 import { lastUserText, startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
 import { repoRoot } from '../helpers/process.js';
-import { waitFor } from '../helpers/steward.js';
+import { testBundle, waitFor } from '../helpers/steward.js';
 
 const quietLogger = { trace: () => undefined, debug: () => undefined, info: () => undefined, warn: () => undefined, log: () => undefined, error: (m: string) => console.error(m) };
 
@@ -438,6 +438,53 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
     assert.equal(s1Turns.length, 7, `seven turns: ${s1Turns.join(', ')}`);
     assert.deepEqual(await keys(s1), s1Turns.map((t) => `${t}:reply`).sort());
     assert.deepEqual(await keys(s2), [...s2Runs[0]!.childTurns, ...s2Runs[1]!.inlineTurns].map((t) => `${t}:reply`).sort());
+  });
+
+  // A version registers one task queue at a time (a worker per queue); the server refuses to make
+  // it current while the current version has queues the new one does not poll yet.
+  it('makes a version current once all its task queues poll, and gives up at the deadline', { timeout: 120_000 }, async () => {
+    const client = env.client;
+    const deploymentName = `steward-q-${randomUUID().slice(0, 8)}`;
+    const queues = [`queues-a-${randomUUID()}`, `queues-b-${randomUUID()}`];
+    const models = createModelRegistry({ openaiCompatible: { baseURL: model.baseURL } });
+    const start = async (buildId: string, taskQueue: string) => {
+      const worker = await createStewardWorker({
+        connection: env.nativeConnection,
+        namespace: env.namespace ?? 'default',
+        taskQueue,
+        workflowBundle: await testBundle(),
+        identity: `queues-${buildId}`,
+        deps: { db: database.db, models, systemPrompt: DEFAULT_SYSTEM_PROMPT, defaultModel: 'openai-compatible:test-model' },
+        workerDeploymentOptions: { useWorkerVersioning: true, version: { deploymentName, buildId }, defaultVersioningBehavior: 'PINNED' },
+      });
+      running.push({ worker, run: worker.run() });
+    };
+    for (const q of queues) await start('X', q);
+    assert.deepEqual(await setCurrentVersion(client, { deploymentName, buildId: 'X' }, { timeoutMs: 30_000 }), { changed: true, currentBuildId: 'X' });
+    // a session running on each queue makes both of X's queues active
+    for (const q of queues) {
+      const handle = await client.workflow.start('sessionWorkflow', {
+        taskQueue: q,
+        workflowId: `queues-session-${randomUUID()}`,
+        args: [{ conversation: { platform: 'http', account: 'queues', chatId: q }, settings: { model: 'openai-compatible:test-model', think: 'off' }, limits: { maxSteps: 4, maxTurnsPerRun: 100 } }],
+      });
+      await waitFor(async () => ((await handle.describe()).historyLength > 3 ? true : undefined), `${handle.workflowId} to take its first task`, 20_000);
+    }
+
+    // Y polls one queue: the switch waits until the second queue's worker starts
+    await start('Y', queues[0]!);
+    let settled = false;
+    const switching = setCurrentVersion(client, { deploymentName, buildId: 'Y' }, { timeoutMs: 60_000 }).finally(() => (settled = true));
+    await sleep(2000);
+    assert.equal(settled, false, 'Y is not made current while it polls one of two queues');
+    await start('Y', queues[1]!);
+    assert.deepEqual(await switching, { changed: true, previousBuildId: 'X', currentBuildId: 'Y' });
+    assert.equal((await describeDeployment(client, deploymentName))?.currentBuildId, 'Y');
+
+    // Z never polls the second queue: the server's refusal is the caller's at the deadline
+    await start('Z', queues[0]!);
+    await assert.rejects(setCurrentVersion(client, { deploymentName, buildId: 'Z' }, { timeoutMs: 3000 }), /missing active task queues/);
+    assert.equal((await describeDeployment(client, deploymentName))?.currentBuildId, 'Y');
   });
 });
 
