@@ -767,6 +767,11 @@ describe('Discord adapter under random gateway events', () => {
   const logLines: Array<{ level: number; msg: string; [k: string]: unknown }> = [];
   const clientErrors: unknown[] = [];
   const emitted: DiscordMessage[] = [];
+  /**
+   * Whether each emitted message's author was a bot when discord.js emitted it: the author is
+   * discord.js's cached User, which a later payload from the same user id updates in place.
+   */
+  const botAtEmit = new Map<string, boolean>();
   let double: DiscordDouble;
   let sender: DiscordSender;
   let adapter: DiscordAdapter;
@@ -893,7 +898,10 @@ describe('Discord adapter under random gateway events', () => {
     adapter = createDiscordAdapter({ token, clientOptions: double.clientOptions, ingress: rec.ingress, sender, guildId, log, attachmentHosts: [new URL(double.origin).host] });
     adapter.client.on(Events.Error, (err) => void clientErrors.push(err));
     // Before the adapter's own listener: records what discord.js emitted even if the adapter throws.
-    adapter.client.prependListener(Events.MessageCreate, (m) => void emitted.push(m));
+    adapter.client.prependListener(Events.MessageCreate, (m) => {
+      botAtEmit.set(m.id, m.author.bot);
+      emitted.push(m);
+    });
     await adapter.start();
     buttonsMessage = await sender.send({ platform: 'discord', account: DISCORD_BOT_ID, chatId: general }, { index: 0, count: 1, text: 'Approve?', files: [], idempotencyKey: 'fuzz-buttons', buttons: [[{ id: 'apr:abc234:y', label: 'Approve' }]] });
   });
@@ -925,7 +933,7 @@ describe('Discord adapter under random gateway events', () => {
         // What the adapter passes on, given what discord.js emitted.
         const mention = new RegExp(`<@!?${DISCORD_BOT_ID}>\\s*`, 'g');
         for (const m of emitted.slice(e0)) {
-          const skip = m.author.bot || m.author.id === DISCORD_BOT_ID || m.system || m.webhookId !== null;
+          const skip = (botAtEmit.get(m.id) ?? m.author.bot) || m.author.id === DISCORD_BOT_ID || m.system || m.webhookId !== null;
           const text = (m.content ?? '').replace(mention, '').trim();
           const expected = !skip && (text !== '' || m.attachments.size > 0);
           const calls = got.filter((h) => h.msg.id === m.id && h.msg.chatId === m.channelId);

@@ -442,7 +442,7 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
 
   // A version registers one task queue at a time (a worker per queue); the server refuses to make
   // it current while the current version has queues the new one does not poll yet.
-  it('makes a version current once all its task queues poll, and gives up at the deadline', { timeout: 120_000 }, async () => {
+  it('makes a version current once all its task queues poll', { timeout: 120_000 }, async () => {
     const client = env.client;
     const deploymentName = `steward-q-${randomUUID().slice(0, 8)}`;
     const queues = [`queues-a-${randomUUID()}`, `queues-b-${randomUUID()}`];
@@ -479,11 +479,6 @@ describe('upgrade across a deploy (Worker Versioning)', () => {
     assert.equal(settled, false, 'Y is not made current while it polls one of two queues');
     await start('Y', queues[1]!);
     assert.deepEqual(await switching, { changed: true, previousBuildId: 'X', currentBuildId: 'Y' });
-    assert.equal((await describeDeployment(client, deploymentName))?.currentBuildId, 'Y');
-
-    // Z never polls the second queue: the server's refusal is the caller's at the deadline
-    await start('Z', queues[0]!);
-    await assert.rejects(setCurrentVersion(client, { deploymentName, buildId: 'Z' }, { timeoutMs: 3000 }), /missing active task queues/);
     assert.equal((await describeDeployment(client, deploymentName))?.currentBuildId, 'Y');
   });
 });
