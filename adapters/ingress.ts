@@ -792,11 +792,12 @@ export function createIngress(deps: IngressDeps): Ingress {
 
     // Admitted: record it (a redelivered id is a duplicate and changes nothing). The message's
     // unique key finds a duplicate; files are looked at only once it is known to be new.
-    const duplicate = async (): Promise<IngressResult> => {
-      const existing = await db.message.findUnique({ where: { key }, select: { seq: true } });
-      return { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(existing ? { seq: existing.seq } : {}) };
-    };
-    if (opts.attachments?.length && (await db.message.findUnique({ where: { key }, select: { seq: true } }))) return duplicate();
+    const recordedSeq = async () => (await db.message.findUnique({ where: { key }, select: { seq: true } }))?.seq;
+    const duplicate = (seq: number | undefined): IngressResult => ({ workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) });
+    if (opts.attachments?.length) {
+      const seen = await recordedSeq();
+      if (seen !== undefined) return duplicate(seen);
+    }
     let attachments: AttachmentRef[] = msg.attachments;
     let refusedFiles: string[] = [];
     if (!command && opts.attachments?.length) {
@@ -823,7 +824,7 @@ export function createIngress(deps: IngressDeps): Ingress {
       });
       seq = row.seq;
     } catch (err) {
-      if (isUniqueViolation(err)) return duplicate();
+      if (isUniqueViolation(err)) return duplicate(await recordedSeq());
       throw err;
     }
     deps.onTranscript?.(workflowId, 'user');
