@@ -253,7 +253,10 @@ export function createActivities(deps: ActivityDeps) {
         scratch: await loadScratch(input.scratch),
       });
       let chars = 0;
-      ctx.heartbeat({ step: input.step, chars });
+      // No heartbeat up front: a step that answers within one beat costs the server no
+      // heartbeat write (a third of its persistence writes per turn). The first beat, after
+      // `beatMs`, is sent at once, and its response carries a cancellation (/stop) requested
+      // before it.
       const beat = setInterval(() => ctx.heartbeat({ step: input.step, chars }), beatMs);
       const started = Date.now();
       try {

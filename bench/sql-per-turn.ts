@@ -1,7 +1,7 @@
 /**
  * SQL statements per chat turn on SQLite: runs turns one after another on the all-in-one
- * stack (bench/stack.ts) and counts the statements better-sqlite3 prepares (Prisma's adapter
- * prepares every statement it runs), grouped by statement. Prints JSON. Not a test.
+ * stack (bench/stack.ts) and counts the statements better-sqlite3 executes, grouped by
+ * statement. Prints JSON. Not a test.
  *
  *   node --import tsx bench/sql-per-turn.ts            (BENCH_TURNS=100, after 5 warm-up turns)
  */
@@ -13,16 +13,24 @@ if (process.env.DATABASE_URL && !process.env.DATABASE_URL.startsWith('file:')) t
 
 let counting = false;
 const counts = new Map<string, number>();
-const proto = (Database as unknown as { prototype: { prepare(sql: string): unknown } }).prototype;
-const prepare = proto.prepare;
-proto.prepare = function (this: unknown, sql: string) {
-  if (counting) {
-    // the statement's kind and table, not its columns
-    const k = sql.replace(/\s+/g, ' ').replace(/^(INSERT INTO|UPDATE|DELETE FROM) (\S+).*$/, '$1 $2').replace(/^SELECT .*? FROM (\S+).*$/, 'SELECT FROM $1');
-    counts.set(k, (counts.get(k) ?? 0) + 1);
-  }
-  return prepare.call(this, sql);
-};
+// Statements are prepared once and kept (activities/db.ts reusePreparedStatements), so the
+// count is taken where a statement executes: run, all, get and iterate of better-sqlite3's
+// Statement.
+type Executes = Record<'run' | 'all' | 'get' | 'iterate', (this: { source: string }, ...args: unknown[]) => unknown>;
+const probe = new Database(':memory:');
+const statementProto = Object.getPrototypeOf(probe.prepare('SELECT 1')) as Executes;
+probe.close();
+for (const method of ['run', 'all', 'get', 'iterate'] as const) {
+  const original = statementProto[method];
+  statementProto[method] = function (this: { source: string }, ...args: unknown[]) {
+    if (counting) {
+      // the statement's kind and table, not its columns
+      const k = this.source.replace(/\s+/g, ' ').replace(/^(INSERT INTO|UPDATE|DELETE FROM) (\S+).*$/, '$1 $2').replace(/^SELECT .*? FROM (\S+).*$/, 'SELECT FROM $1');
+      counts.set(k, (counts.get(k) ?? 0) + 1);
+    }
+    return original.apply(this, args);
+  };
+}
 
 const stack = await startBenchStack();
 try {

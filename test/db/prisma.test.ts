@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
-import { databaseKind, migrateDatabase, pendingMigrations, sqlitePath } from '../../activities/db.js';
+import { createDb, databaseKind, driverAdapter, migrateDatabase, pendingMigrations, reusePreparedStatements, sqlitePath } from '../../activities/db.js';
 import { prismaErrorCode } from '../../activities/prisma-errors.js';
 import { prismaCli, testDatabases, type TestDatabase } from '../helpers/db.js';
 
@@ -179,6 +179,83 @@ describe('migrateDatabase', () => {
         other.close();
       }
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('reused prepared statements (SQLite)', () => {
+  it('prepares each SQL text once, binds per call, survives a schema change and keeps a bounded set', () => {
+    const db = new Database(':memory:');
+    let prepared = 0;
+    const prepare = db.prepare.bind(db);
+    db.prepare = ((sql: string) => {
+      prepared++;
+      return prepare(sql);
+    }) as typeof db.prepare;
+    reusePreparedStatements(db, 3);
+    // the way the Prisma adapter calls it: prepare(sql).bind(args), then run / columns / raw().all
+    const exec = (sql: string, args: unknown[] = []) => (db.prepare(sql) as unknown as { bind(a: unknown[]): { run(): Database.RunResult } }).bind(args).run();
+    const query = (sql: string, args: unknown[] = []) => {
+      const stmt = (db.prepare(sql) as unknown as { bind(a: unknown[]): { reader: boolean; columns(): Database.ColumnDefinition[]; raw(): { all(): unknown[] } } }).bind(args);
+      assert.equal(stmt.reader, true);
+      return { columns: stmt.columns().map((c) => c.name), rows: stmt.raw().all() };
+    };
+    exec('CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)');
+    for (let i = 1; i <= 5; i++) assert.equal(exec('INSERT INTO t (id, v) VALUES (?, ?)', [i, `v${i}`]).changes, 1);
+    assert.deepEqual(query('SELECT v FROM t WHERE id = ?', [2]), { columns: ['v'], rows: [['v2']] });
+    assert.deepEqual(query('SELECT v FROM t WHERE id = ?', [4]).rows, [['v4']], 'the same statement with new arguments');
+    assert.equal(prepared, 3, 'CREATE, INSERT and SELECT were each prepared once');
+    // a unique violation still surfaces, and the statement stays usable after it
+    assert.throws(() => exec('INSERT INTO t (id, v) VALUES (?, ?)', [1, 'again']), /UNIQUE/);
+    assert.equal(exec('INSERT INTO t (id, v) VALUES (?, ?)', [6, 'v6']).changes, 1);
+    // a schema change after a statement was kept: SQLite re-prepares it itself
+    exec('ALTER TABLE t ADD COLUMN w TEXT');
+    assert.deepEqual(query('SELECT * FROM t WHERE id = ?', [6]), { columns: ['id', 'v', 'w'], rows: [[6, 'v6', null]] });
+    // transactions as the adapter runs them
+    exec('BEGIN');
+    exec('DELETE FROM t WHERE id = ?', [6]);
+    exec('ROLLBACK');
+    assert.deepEqual(query('SELECT count(*) AS n FROM t').rows, [[6]]);
+    // the set is bounded: four more texts push out the oldest, which is prepared again
+    const before = prepared;
+    for (const id of [1, 2, 3, 4]) query(`SELECT v FROM t WHERE id = ${id}`);
+    query('SELECT v FROM t WHERE id = ?', [1]);
+    assert.equal(prepared, before + 5, 'the least recently used statement was let go');
+    db.close();
+  });
+
+  it('serves Prisma on SQLite: creates, reads, raw queries and transactions', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'steward-stmts-'));
+    const url = `file:${path.join(dir, 's.db')}`;
+    const db = createDb(url);
+    try {
+      await migrateDatabase(url);
+      for (let i = 0; i < 3; i++) {
+        await db.blob.create({ data: { hash: `h${i}`, mediaType: 'text/plain', size: 1, data: Buffer.from(String(i)) } });
+      }
+      const rows = await db.blob.findMany({ orderBy: { hash: 'asc' } });
+      assert.deepEqual(rows.map((r) => Buffer.from(r.data).toString()), ['0', '1', '2']);
+      const n = await db.$queryRaw<Array<{ n: bigint | number }>>`SELECT count(*) AS n FROM Blob WHERE size = ${1}`;
+      assert.equal(Number(n[0]?.n), 3);
+      await assert.rejects(
+        db.$transaction(async (tx) => {
+          await tx.blob.delete({ where: { hash: 'h0' } });
+          throw new Error('roll back');
+        }),
+        /roll back/,
+      );
+      assert.equal(await db.blob.count(), 3, 'the rolled-back delete left the row');
+      await db.$transaction([db.blob.delete({ where: { hash: 'h0' } }), db.blob.delete({ where: { hash: 'h1' } })]);
+      assert.equal(await db.blob.count(), 1);
+      // the adapter Steward builds keeps its statements
+      const adapter = await driverAdapter(url).connect();
+      const client = (adapter as unknown as { client: Database.Database }).client;
+      assert.notEqual(client.prepare, Database.prototype.prepare, 'prepare is the reusing one');
+      assert.deepEqual(await adapter.queryRaw({ sql: 'SELECT count(*) AS n FROM Blob', args: [], argTypes: [] }).then((r) => r.rows), [[1]]);
+      await adapter.dispose();
+    } finally {
+      await db.$disconnect();
       rmSync(dir, { recursive: true, force: true });
     }
   });
