@@ -28,7 +28,12 @@ function run(script: string): Promise<Json> {
     child.on('error', reject);
     child.on('close', (code) => {
       const start = out.indexOf('{');
-      if (code !== 0 || start < 0) return reject(new Error(`${script} exited with ${code}: ${err.split('\n').filter((l) => !l.includes('[INFO]')).slice(-20).join('\n')}`));
+      if (code !== 0 || start < 0) {
+        // the head says what failed (a server's crash log follows it), the tail where
+        const lines = err.split('\n').filter((l) => !l.includes('[INFO]'));
+        const shown = lines.length > 40 ? [...lines.slice(0, 25), '…', ...lines.slice(-15)] : lines;
+        return reject(new Error(`${script} exited with ${code}: ${shown.join('\n')}`));
+      }
       try {
         resolve(JSON.parse(out.slice(start)) as Json);
       } catch (e) {
