@@ -28,9 +28,10 @@ import {
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.js';
 import { approvalIdFor } from '../common/ids.js';
+import { ApprovalBook, settlement } from './approvals.js';
 import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal } from './messages.js';
 import { GateAttr } from './search-attributes.js';
-import type { ApprovalDecision, ChangeStatusView, RepoChangeInput, RepoChangeOutcome } from './types.js';
+import type { ChangeStatusView, RepoChangeInput, RepoChangeOutcome } from './types.js';
 
 type Activities = ReturnType<typeof createActivities>;
 
@@ -109,8 +110,11 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   const { modelActs, noteActs, workActs, gateActs, promoteActs } = changeActivities(input.activityQueue);
   const status: ChangeStatusView = { changeId, phase: 'intake', steers: 0 };
   let answer: { text: string; by: string; byName: string } | undefined;
-  let approval: { id: string; decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string } } | undefined;
-  let forbidSelfApproval = true;
+  const approvals = new ApprovalBook({
+    what: 'change',
+    requestedBy: input.requestedBy.id,
+    selfApprovalRefusal: 'the requester may not approve their own change (policy forbidSelfApproval)',
+  });
 
   setHandler(changeStatusQuery, () => ({ ...status }));
   setHandler(changeSteerSignal, () => {
@@ -135,27 +139,15 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   setHandler(
     approvalDecisionUpdate,
     (d) => {
-      if (approval) approval.decision = d;
+      approvals.decide(d);
       return {
         approvalId: d.approvalId,
         decision: d.decision,
         message: d.decision === 'approve' ? 'Approved: the change goes to promotion.' : `Denied: the change is not promoted${d.reason ? ` (${d.reason})` : ''}.`,
       };
     },
-    {
-      // Accepted once; the requester may not approve their own change where the policy says so.
-      validator: (d) => {
-        if (!approval || approval.id !== d.approvalId) throw new Error(`approval ${d.approvalId} is not waiting in this change`);
-        const done = approval.decision;
-        if (done) {
-          const what = done.decision === 'approve' ? 'approved' : done.decision === 'deny' ? 'denied' : done.decision;
-          throw new Error(`approval ${d.approvalId} was already ${what}`);
-        }
-        if (d.decision === 'approve' && forbidSelfApproval && d.by === input.requestedBy.id) {
-          throw new Error('the requester may not approve their own change (policy forbidSelfApproval)');
-        }
-      },
-    },
+    // accepted once; the requester may not approve their own change where the policy says so
+    { validator: (d) => approvals.validate(d) },
   );
 
   const finish = (outcome: RepoChangeOutcome) =>
@@ -226,32 +218,14 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
     // ---- approval (where the policy asks for a human) ----
     if (verdict.promotion === 'draft-pr-after-approval') {
       status.phase = 'approval';
-      forbidSelfApproval = verdict.forbidSelfApproval;
       const id = approvalIdFor(changeId, 'promote');
-      approval = { id };
+      approvals.expect(id, verdict.forbidSelfApproval);
       status.approvalId = id;
       const req = await noteActs.changeRequestApproval({ changeId, approvalId: id, timeoutMs: verdict.approvalTimeoutMs });
-      const entry = approval;
-      try {
-        const decided = await condition(() => entry.decision !== undefined, req.timeoutMs);
-        if (!decided) entry.decision = { decision: 'expired', by: 'timeout' };
-      } catch (err) {
-        if (isCancellation(err)) {
-          entry.decision = { decision: 'cancelled', by: 'stop' };
-          await CancellationScope.nonCancellable(() =>
-            noteActs.settleApproval({ approvalId: id, decision: 'cancelled', by: 'stop', byName: 'the change was stopped' }),
-          );
-        }
-        throw err;
-      }
-      const d = entry.decision!;
-      const settled = await noteActs.settleApproval({
-        approvalId: id,
-        decision: d.decision === 'approve' ? 'approved' : d.decision === 'deny' ? 'denied' : d.decision === 'expired' ? 'expired' : 'cancelled',
-        by: d.by,
-        byName: 'byName' in d ? d.byName : d.by,
-        ...('reason' in d && d.reason ? { reason: d.reason } : {}),
-      });
+      const d = await approvals.wait(id, req.timeoutMs, () =>
+        noteActs.settleApproval({ approvalId: id, decision: 'cancelled', by: 'stop', byName: 'the change was stopped' }),
+      );
+      const settled = await noteActs.settleApproval(settlement(id, d));
       delete status.approvalId;
       if (d.decision !== 'approve') {
         const outcome: RepoChangeOutcome = { status: 'refused', phase: 'approval', reason: `promotion ${settled.reason}`, patchHash: work.patchHash };

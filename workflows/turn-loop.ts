@@ -18,12 +18,12 @@ import {
   ActivityFailure,
   ApplicationFailure,
   CancellationScope,
-  condition,
   isCancellation,
   proxyActivities,
   proxyLocalActivities,
 } from '@temporalio/workflow';
 import type { createActivities } from '../activities/index.js';
+import { ApprovalBook, settlement } from './approvals.js';
 import { approvalIdFor, replyKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
 import type {
@@ -39,12 +39,6 @@ import type {
 } from './types.js';
 
 type Activities = ReturnType<typeof createActivities>;
-
-/** An approval the turn waits for: the decision once one is accepted, and the self-approval policy once the request is recorded. */
-interface ApprovalEntry {
-  decision?: ApprovalDecision | { decision: 'expired' | 'cancelled'; by: string };
-  forbidSelfApproval?: boolean;
-}
 
 /** Error types the model activity raises that retrying cannot fix. */
 export const NON_RETRYABLE_MODEL_ERRORS = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured'];
@@ -124,7 +118,7 @@ export class TurnLoop {
   private readonly incoming: SteerNote[];
   private readonly applied: SteerNote[] = [];
   /** Approvals this turn waits for, with the decision once one is accepted. */
-  private readonly approvals = new Map<string, ApprovalEntry>();
+  private readonly approvals: ApprovalBook;
   private readonly requestedBy: string | undefined;
 
   constructor(
@@ -134,6 +128,11 @@ export class TurnLoop {
     this.status = { turnId: input.turnId, step: 0, phase: 'starting', startedAt: opts.startedAt, usage: { input: 0, output: 0, total: 0 } };
     this.incoming = [...input.steers];
     this.requestedBy = input.inbound.at(-1)?.identityId ?? input.inbound.at(-1)?.user;
+    this.approvals = new ApprovalBook({
+      what: 'turn',
+      ...(this.requestedBy !== undefined ? { requestedBy: this.requestedBy } : {}),
+      selfApprovalRefusal: 'the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides',
+    });
   }
 
   /** Steering for this turn: taken in before its next model step. */
@@ -141,28 +140,13 @@ export class TurnLoop {
     this.incoming.push(note);
   }
 
-  /** Accepted once: a second click, a click after the deadline, or a self-approval the policy forbids is refused. */
+  /** Accepted once: a second click, a click after the deadline, or a self-approval the policy forbids is refused (the policy comes with the call; in histories from before that, with the request). */
   validateApproval(d: ApprovalDecision): void {
-    const entry = this.approvals.get(d.approvalId);
-    if (!entry) throw new Error(`approval ${d.approvalId} is not waiting in this turn`);
-    const done = entry.decision;
-    if (done) {
-      const what = done.decision === 'approve' ? 'approved' : done.decision === 'deny' ? 'denied' : done.decision;
-      const who = 'byName' in done ? done.byName : done.by;
-      throw new Error(`approval ${d.approvalId} was already ${what}${done.decision === 'expired' || done.decision === 'cancelled' ? '' : ` by ${who}`}`);
-    }
-    // the person whose message led to the proposal may not approve it (the policy comes with
-    // the call; in histories from before that, with the request, so a self-approval that
-    // comes sooner is refused until it is known)
-    if (d.decision === 'approve' && this.requestedBy !== undefined && d.by === this.requestedBy) {
-      if (entry.forbidSelfApproval === undefined) throw new Error('the approval request is still being recorded; try again in a moment');
-      if (entry.forbidSelfApproval) throw new Error('the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides');
-    }
+    this.approvals.validate(d);
   }
 
   decideApproval(d: ApprovalDecision): ApprovalDecisionResult {
-    const entry = this.approvals.get(d.approvalId);
-    if (entry) entry.decision = d;
+    this.approvals.decide(d);
     return {
       approvalId: d.approvalId,
       decision: d.decision,
@@ -210,8 +194,7 @@ export class TurnLoop {
       status.phase = 'approval';
       // Known before the admins are asked, so that the quickest click already counts.
       const id = approvalIdFor(turnId, call.id);
-      const entry: ApprovalEntry = call.forbidSelfApproval !== undefined ? { forbidSelfApproval: call.forbidSelfApproval } : {};
-      approvals.set(id, entry);
+      approvals.expect(id, call.forbidSelfApproval);
       status.approvalId = id;
       const requestInput = {
         sessionId: input.sessionId,
@@ -222,28 +205,12 @@ export class TurnLoop {
         ...(requestedBy ? { requestedBy } : {}),
       };
       const req = await toolActs.requestApproval.executeWithOptions(named(`approval for ${call.name}`), [requestInput]);
-      entry.forbidSelfApproval ??= req.forbidSelfApproval === true;
+      approvals.knowPolicy(id, req.forbidSelfApproval === true);
       await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
-      try {
-        const decided = await condition(() => entry.decision !== undefined, req.timeoutMs);
-        if (!decided) entry.decision = { decision: 'expired', by: 'timeout' };
-      } catch (err) {
-        if (isCancellation(err)) {
-          entry.decision = { decision: 'cancelled', by: 'stop' };
-          await CancellationScope.nonCancellable(() =>
-            toolActs.settleApproval({ approvalId: req.approvalId, decision: 'cancelled', by: 'stop', byName: 'the turn was stopped' }),
-          );
-        }
-        throw err;
-      }
-      const d = entry.decision!;
-      const settled = await toolActs.settleApproval({
-        approvalId: req.approvalId,
-        decision: d.decision === 'approve' ? 'approved' : d.decision === 'deny' ? 'denied' : d.decision === 'expired' ? 'expired' : 'cancelled',
-        by: d.by,
-        byName: 'byName' in d ? d.byName : d.by,
-        ...('reason' in d && d.reason ? { reason: d.reason } : {}),
-      });
+      const d = await approvals.wait(id, req.timeoutMs, () =>
+        toolActs.settleApproval({ approvalId: req.approvalId, decision: 'cancelled', by: 'stop', byName: 'the turn was stopped' }),
+      );
+      const settled = await toolActs.settleApproval(settlement(req.approvalId, d));
       delete status.approvalId;
       return { run: d.decision === 'approve', reason: settled.reason };
     };
