@@ -25,6 +25,7 @@ import {
   type TaskState,
 } from '../common/repo-change.js';
 import { changeAnswerUpdate, changeSteerSignal } from '../workflows/messages.js';
+import { repoChangeWorkflow } from '../workflows/repo-change.js';
 import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';
 import type { RepoChangeInput } from '../workflows/types.js';
 
@@ -237,7 +238,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
         ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
       };
       try {
-        await client.workflow.start('repoChangeWorkflow', {
+        await client.workflow.start(repoChangeWorkflow, {
           workflowId: id,
           taskQueue: deps.taskQueue,
           args: [wfInput],

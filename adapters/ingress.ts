@@ -69,6 +69,7 @@ import {
   turnStatusQuery,
 } from '../workflows/messages.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+import { sessionWorkflow } from '../workflows/session.js';
 import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import { ChangeInputError, type ChangeService } from './changes.js';
 import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
@@ -426,10 +427,10 @@ export function createIngress(deps: IngressDeps): Ingress {
     const opts = startOptions(conversation, binding);
     const by = actor.kind === 'operator' ? msg.user : actor.name;
     const withStart = () =>
-      new WithStartWorkflowOperation('sessionWorkflow', { ...opts, workflowIdConflictPolicy: 'USE_EXISTING' });
+      new WithStartWorkflowOperation(sessionWorkflow, { ...opts, workflowIdConflictPolicy: 'USE_EXISTING' });
     switch (cmd.kind) {
       case 'stop': {
-        await client.workflow.signalWithStart('sessionWorkflow', { ...opts, signal: stopSignal, signalArgs: [{ by }] });
+        await client.workflow.signalWithStart(sessionWorkflow, { ...opts, signal: stopSignal, signalArgs: [{ by }] });
         const stopped = deps.changes ? await deps.changes.stopInChat(conversation, { id: actor.id, name: by }) : [];
         // the session answers for the turn through the outbox; stopped changes are named here
         return stopped.length ? `Stopping change${stopped.length > 1 ? 's' : ''} ${stopped.join(', ')}: the coding agent is stopped and its work tree removed.` : undefined;
@@ -505,7 +506,7 @@ export function createIngress(deps: IngressDeps): Ingress {
         }
       }
       case 'new':
-        await client.workflow.signalWithStart('sessionWorkflow', { ...opts, signal: newTaskSignal, signalArgs: [{ by }] });
+        await client.workflow.signalWithStart(sessionWorkflow, { ...opts, signal: newTaskSignal, signalArgs: [{ by }] });
         return undefined;
       case 'steer':
         if (deps.changes) {
@@ -858,7 +859,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     if (!command) {
       let handle;
       try {
-        handle = await client.workflow.signalWithStart('sessionWorkflow', {
+        handle = await client.workflow.signalWithStart(sessionWorkflow, {
           ...startOptions(conversation, binding),
           signal: inboundSignal,
           signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],

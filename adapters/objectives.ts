@@ -43,7 +43,7 @@ import {
   type ObjectiveSchedule,
   type OverlapPolicy,
 } from '../common/objectives.js';
-import type { objectiveRunWorkflow } from '../workflows/objective.js';
+import { objectiveRunWorkflow } from '../workflows/objective.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 
 export interface ObjectiveServiceDeps {
@@ -228,7 +228,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       },
       action: {
         type: 'startWorkflow',
-        workflowType: 'objectiveRunWorkflow',
+        workflowType: objectiveRunWorkflow,
         workflowId: objectiveRunWorkflowId(o.id),
         taskQueue: deps.taskQueue,
         args: [input],
@@ -308,7 +308,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
     };
     try {
-      await client.workflow.start('objectiveRunWorkflow', {
+      await client.workflow.start(objectiveRunWorkflow, {
         workflowId: runId,
         taskQueue: deps.taskQueue,
         args: [input],
