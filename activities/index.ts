@@ -19,7 +19,7 @@ import { classifyModelError, ModelNotConfiguredError, runModelStep, type createM
 import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
 import { createObjectiveActivities } from './objectives.js';
 import { writeReceipt, writeReceipts } from './receipts.js';
-import { recordTurn } from '../platform/metrics.js';
+import { recordTurn } from '../common/metrics.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
 import { maskHeldSecretsDeep, viewProposal } from './proposals.js';
 import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';

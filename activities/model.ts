@@ -36,7 +36,7 @@ import {
   type ToolSet,
 } from 'ai';
 import { ModelRefSchema, parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
-import { recordModelCall } from '../platform/metrics.js';
+import { recordModelCall } from '../common/metrics.js';
 
 export interface ModelProvidersConfig {
   openai?: { apiKey: string; baseURL?: string };

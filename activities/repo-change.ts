@@ -52,7 +52,7 @@ import { BaseMovedError, GitHubError, openDraftPullRequest } from './github.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
 import { deliverOnce, type Senders } from './outbox.js';
 import { writeReceipt } from './receipts.js';
-import { recordGateVerdict } from '../platform/metrics.js';
+import { recordGateVerdict } from '../common/metrics.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
 
 export interface RepoChangeSettings {

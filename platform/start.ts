@@ -31,7 +31,7 @@ import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
 import { workerVersioningFor } from '../workers/versioning.js';
-import { setModelPrices } from './metrics.js';
+import { setModelPrices } from '../common/metrics.js';
 import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, freePort, startEmbeddedTemporal } from './temporal-server.js';

@@ -37,7 +37,7 @@ import type { WorkflowInfo } from '@temporalio/workflow';
 import type { OpenTelemetryWorkflowExporter } from '@temporalio/interceptors-opentelemetry/lib/workflow/definitions.js';
 import type { MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
-import { enableProcessMetrics, stewardRegistry } from './metrics.js';
+import { enableProcessMetrics, stewardRegistry } from '../common/metrics.js';
 
 export interface TracingSettings {
   /** The OTLP/HTTP traces URL (e.g. http://collector:4318/v1/traces); no export when unset. */
