@@ -16,6 +16,7 @@ import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
 import { issueShell, listShells, revokeShell, ShellError } from '../adapters/openharness/shells.js';
 import type { StewardConfig } from '../config/index.js';
+import { usageOf } from './cli-commands.js';
 
 export interface CliIo {
   config: () => StewardConfig;
@@ -27,20 +28,6 @@ export interface CliIo {
 
 class UsageError extends Error {}
 
-const USAGE: Record<string, string> = {
-  identities: 'steward identities list | add --name N --role R [--telegram ID] [--discord ID] | set-role ID ROLE | remove ID',
-  bindings:
-    'steward bindings list | add --platform telegram|discord|openharness --chat ID [--mode mention|all] [--name N] [--model provider:model] [--admin-channel] [--account A] | remove ID (a negative Telegram group id goes as --chat=-100123)',
-  pairing: 'steward pairing list | approve CODE ROLE | deny CODE',
-  approvals: 'steward approvals list [--status pending|approved|denied|expired|cancelled] | approve ID | deny ID [--reason TEXT]',
-  shells: 'steward shells issue NAME [--role R] [--identity ID] | list | revoke NAME',
-  repos:
-    'steward repos list | show NAME | remove NAME | add NAME --clone URL [--branch main] [--check "name: argv..."]... [--agent-command "argv..."] [--model provider:model] [--github owner/repo --token-ref env:NAME] [--promotion patch|draft-pr|draft-pr-after-approval] | add --file repo.json',
-  objectives:
-    'steward objectives list | show ID | add NAME --chat ID [--platform http|telegram|discord] [--account A] [--every 30m | --cron "0 9 * * *"] [--watch DIR] [--email ADDRESS] (a schedule, a trigger or both) [--timezone Z] [--jitter 1m] [--overlap skip|buffer-one|buffer-all|cancel-other|terminate-other|allow-all] [--catchup 1h] [--pause-on-failure] [--model M] --prompt TEXT | update ID [--prompt T] [--every D | --cron C] [--timezone Z] [--overlap P] [--catchup D] [--watch DIR|""] [--email ADDRESS|""] | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO | skip-missed ID | delete ID',
-  changes: 'steward changes list [--repo R] | start REPO REQUEST... [--base BRANCH] | show ID [--json] | patch ID [--out FILE] [--include-refused] | answer ID TEXT...',
-  ui: 'steward ui [--url URL] [--token TOKEN]',
-};
 
 function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
   const r = schema.safeParse(value);
@@ -167,7 +154,7 @@ async function identities(sub: string | undefined, args: string[], io: CliIo): P
       });
     }
     default:
-      throw new UsageError(`usage: ${USAGE.identities}`);
+      throw new UsageError(`usage: ${usageOf('identities')}`);
   }
 }
 
@@ -239,7 +226,7 @@ async function bindings(sub: string | undefined, args: string[], io: CliIo): Pro
       });
     }
     default:
-      throw new UsageError(`usage: ${USAGE.bindings}`);
+      throw new UsageError(`usage: ${usageOf('bindings')}`);
   }
 }
 
@@ -268,7 +255,7 @@ async function pairing(sub: string | undefined, args: string[], io: CliIo): Prom
       return 0;
     }
     default:
-      throw new UsageError(`usage: ${USAGE.pairing}`);
+      throw new UsageError(`usage: ${usageOf('pairing')}`);
   }
 }
 
@@ -297,7 +284,7 @@ async function approvals(sub: string | undefined, args: string[], io: CliIo): Pr
       return 0;
     }
     default:
-      throw new UsageError(`usage: ${USAGE.approvals}`);
+      throw new UsageError(`usage: ${usageOf('approvals')}`);
   }
 }
 
@@ -342,7 +329,7 @@ async function shells(sub: string | undefined, args: string[], io: CliIo): Promi
       });
     }
     default:
-      throw new UsageError(`usage: ${USAGE.shells}`);
+      throw new UsageError(`usage: ${usageOf('shells')}`);
   }
 }
 
@@ -394,7 +381,7 @@ async function repos(sub: string | undefined, args: string[], io: CliIo): Promis
         }
       } else {
         const name = positionals[0];
-        if (!name || !values.clone) throw new UsageError(`usage: ${USAGE.repos}`);
+        if (!name || !values.clone) throw new UsageError(`usage: ${usageOf('repos')}`);
         const checks = (values.check ?? []).map((c) => {
           const m = /^([^:]+):\s*(.+)$/.exec(c);
           if (!m) throw new UsageError(`--check: expected "name: program args..." (got ${c})`);
@@ -425,7 +412,7 @@ async function repos(sub: string | undefined, args: string[], io: CliIo): Promis
       return 0;
     }
     default:
-      throw new UsageError(`usage: ${USAGE.repos}`);
+      throw new UsageError(`usage: ${usageOf('repos')}`);
   }
 }
 
@@ -489,7 +476,7 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
     }
     case 'add': {
       const name = positionals[0];
-      if (!name || !values.chat || !values.prompt) throw new UsageError(`usage: ${USAGE.objectives}`);
+      if (!name || !values.chat || !values.prompt) throw new UsageError(`usage: ${usageOf('objectives')}`);
       const r = await callApi(target, 'POST', '/api/v1/objectives', {
         name,
         prompt: values.prompt,
@@ -546,7 +533,7 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
       return 0;
     }
     default:
-      throw new UsageError(`usage: ${USAGE.objectives}`);
+      throw new UsageError(`usage: ${usageOf('objectives')}`);
   }
 }
 
@@ -570,7 +557,7 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
     }
     case 'start': {
       const [repo, ...words] = positionals;
-      if (!repo || words.length === 0) throw new UsageError(`usage: ${USAGE.changes}`);
+      if (!repo || words.length === 0) throw new UsageError(`usage: ${usageOf('changes')}`);
       const r = await callApi(target, 'POST', '/api/v1/changes', { repo, request: words.join(' '), ...(values.base ? { base: values.base } : {}) });
       if (r.status !== 202) return fail(r);
       io.out(`Started change ${String(r.json.id)}.${r.json.runUrl ? ` Run: ${String(r.json.runUrl)}` : ''}\n`);
@@ -630,21 +617,21 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
     case 'answer': {
       const id = check(ChangeIdArg, positionals[0], 'ID');
       const text = positionals.slice(1).join(' ');
-      if (!text) throw new UsageError(`usage: ${USAGE.changes}`);
+      if (!text) throw new UsageError(`usage: ${usageOf('changes')}`);
       const r = await callApi(target, 'POST', `/api/v1/changes/${id}/answer`, { text });
       if (r.status !== 200) return fail(r);
       io.out(`${String(r.json.message)}\n`);
       return 0;
     }
     default:
-      throw new UsageError(`usage: ${USAGE.changes}`);
+      throw new UsageError(`usage: ${usageOf('changes')}`);
   }
 }
 
 /** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
 async function ui(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
-  if (positionals.length > 0) throw new UsageError(`usage: ${USAGE.ui}`);
+  if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('ui')}`);
   const target = await apiTarget(io.config(), io, values);
   let res: Response;
   try {

@@ -28,6 +28,7 @@ import { ENCODING_ENCRYPTED, resolveCodecKeys, StewardCodec } from '../common/co
 import { describeIssues } from '../common/schemas.js';
 import type { StewardConfig } from '../config/index.js';
 import { connectTemporal } from './temporal-server.js';
+import { usageOf } from './cli-commands.js';
 
 /** The replay corpus in this checkout. */
 export const DEFAULT_HISTORIES_DIR = fileURLToPath(new URL('../test/replay/histories/', import.meta.url));
@@ -36,8 +37,7 @@ export const WORKFLOW_IDS_FILE = 'workflow-ids.json';
 /** The metadata encoding of payloads that the encrypting codec wrote. */
 export const ENCRYPTED_ENCODING = ENCODING_ENCRYPTED;
 
-export const HISTORIES_USAGE =
-  "steward histories record --query '<visibility query>' [--limit 20] [--out test/replay/histories] [--prefix rec] [--include-running] [--force]";
+const HISTORIES_USAGE = usageOf('histories');
 
 /** File-name kinds of Steward's workflow types (the corpus test and replay test rely on them). */
 const KIND_OF_TYPE: Record<string, string> = {

@@ -16,70 +16,8 @@ import { historiesCommand } from './histories.js';
 import { opsCommand, stdoutWriter } from './ops-cli.js';
 import { redactUrl, startSteward, startWorkerOnly } from './start.js';
 import { unavailableFeatures, unavailableLine } from './capabilities.js';
+import { CLI_COMMANDS, helpText, usageOf } from './cli-commands.js';
 
-const USAGE = `Usage: steward <command> [options]
-
-Commands:
-  start                 Start Steward: Temporal (embedded unless TEMPORAL_ADDRESS is set),
-                        the database, the worker and the HTTP API.
-  api                   The HTTP API, chat adapters and event triggers without workers,
-                        against TEMPORAL_ADDRESS (run \`steward worker\` processes beside it).
-  worker [--queues interactive,background,repo] [--concurrency interactive=N,...]
-                        Workers only, polling TEMPORAL_ADDRESS: the queues of the given
-                        roles (default STEWARD_WORKER_QUEUES, all three), each running at
-                        most N tasks at once (STEWARD_WORKER_CONCURRENCY).
-  chat [--chat ID] [--user NAME] [--url URL] [--token TOKEN]
-                        Chat with the agent of a running Steward.
-  migrate               Apply database migrations (DATABASE_URL).
-  receipts export [--since T] [--until T] [--chat ID] [--run ID] [--kind KIND] [--limit N]
-                        Audit receipts as JSONL, streamed. T: ISO time or a duration
-                        back from now (2h); --chat: chat id or session id; --run:
-                        workflow id or run id. \`steward receipts ...\` is the same.
-  trace <message id | workflow id | run id> [--chat ID] [--json]
-                        One message's path (ingress, turn, model calls, tools,
-                        approvals, delivery) from receipts and Temporal history.
-  doctor [--json] [--timeout 5s] [--skip-sandbox]
-                        Check configuration, Temporal, namespace and search
-                        attributes, database migrations, sandbox, model provider
-                        and chat tokens; exit 1 if a check fails.
-  identities list | add --name N --role R [--telegram ID] [--discord ID]
-             | set-role ID ROLE | remove ID
-                        People Steward knows and their roles (the first overlord is
-                        added here). Works without a running Steward.
-  bindings list | add --platform P --chat ID [--mode mention|all] [--name N]
-             [--model M] [--admin-channel] [--account A] | remove ID
-                        Chats Steward answers in. Works without a running Steward.
-  pairing list | approve CODE ROLE | deny CODE
-                        Pending /pair requests (through the running Steward's API).
-  approvals list [--status S] | approve ID | deny ID [--reason TEXT]
-                        Actions agents proposed (through the running Steward's API).
-  shells issue NAME [--role R] [--identity ID] | list | revoke NAME
-                        OpenHarness shells and their bearer tokens (shown once).
-  repos list | show NAME | remove NAME | add NAME --clone URL [--branch B]
-             [--check "name: argv..."] [--agent-command "argv..."] [--github owner/repo
-             --token-ref env:NAME] [--promotion P] | add --file repo.json
-                        Repositories Steward may change (through the running API).
-  changes list [--repo R] | start REPO REQUEST... [--base B] | show ID [--json]
-             | patch ID [--out FILE] [--include-refused] | answer ID TEXT...
-                        Governed repository changes (through the running API); a
-                        patch that was not promoted only with --include-refused.
-  objectives list | show ID | add NAME --chat ID (--every D | --cron C) --prompt T
-             [--timezone Z] [--overlap P] [--catchup D] [--pause-on-failure] | update ID ...
-             | pause ID | resume ID | trigger ID | backfill ID --start ISO --end ISO
-             | skip-missed ID | delete ID
-                        Objectives on Temporal Schedules (through the running API).
-  histories record --query Q [--limit 20] [--out DIR] [--prefix NAME] [--include-running]
-             [--force]  Record closed runs' histories (visibility query Q) as replay
-                        fixtures (default test/replay/histories), payloads decoded.
-  ui [--url URL] [--token TOKEN]
-                        Print a one-time link that signs a browser in and opens the
-                        Temporal UI of a running \`steward start\` (payloads decoded).
-  test [files...]       Run the test suite (installs the system packages it needs
-                        when it can; skips suites whose parts are missing, except
-                        with CI=true).
-  help                  Show this help.
-
-Configuration: environment variables or a JSON config file; see .env.example.`;
 
 /** The configuration; `overrides` (command-line flags) win over the environment. */
 function config(overrides: Record<string, string> = {}): StewardConfig {
@@ -189,56 +127,50 @@ async function chat(args: string[]): Promise<void> {
   });
 }
 
-async function migrate(): Promise<void> {
+async function migrate(_args: string[]): Promise<void> {
   const cfg = config();
   await migrateDatabase(cfg.databaseUrl);
   process.stdout.write(`Migrated ${redactUrl(cfg.databaseUrl)}\n`);
 }
 
-const [command = 'help', ...rest] = process.argv.slice(2);
+type MainCommand = Extract<(typeof CLI_COMMANDS)[number], { runner: 'main' }>['name'];
+
+/** The commands main.ts runs itself: one handler for each of the table's `main` commands. */
+const MAIN: Record<MainCommand, (args: string[]) => Promise<void>> = {
+  start: () => start('all'),
+  api: () => start('api'),
+  worker,
+  chat,
+  migrate,
+  help: async () => {
+    process.stdout.write(`${helpText()}\n`);
+  },
+};
+
+const [given = 'help', ...rest] = process.argv.slice(2);
+const command = given === '--help' || given === '-h' ? 'help' : given;
+const entry = CLI_COMMANDS.find((c) => c.name === command);
+const io = { config, out: (s: string) => process.stdout.write(s), err: (s: string) => process.stderr.write(s) };
 try {
-  switch (command) {
-    case 'start':
-      await start('all');
+  if (!entry) {
+    process.stderr.write(`Unknown command: ${command}\n\n${helpText()}\n`);
+    process.exit(2);
+  }
+  switch (entry.runner) {
+    case 'main':
+      await MAIN[entry.name](rest);
       break;
-    case 'api':
-      await start('api');
+    case 'ops':
+      process.exitCode = await opsCommand(entry.name, rest, { ...io, out: stdoutWriter() });
       break;
-    case 'worker':
-      await worker(rest);
-      break;
-    case 'chat':
-      await chat(rest);
-      break;
-    case 'migrate':
-      await migrate();
-      break;
-    case 'receipts':
-    case 'trace':
-    case 'doctor':
-      process.exitCode = await opsCommand(command, rest, { config, out: stdoutWriter(), err: (s) => process.stderr.write(s) });
-      break;
-    case 'identities':
-    case 'bindings':
-    case 'pairing':
-    case 'approvals':
-    case 'shells':
-    case 'repos':
-    case 'changes':
-    case 'objectives':
-    case 'ui':
-      process.exitCode = await adminCommand(command, rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+    case 'admin':
+      process.exitCode = await adminCommand(entry.name, rest, io);
       break;
     case 'histories':
-      process.exitCode = await historiesCommand(rest, { config, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+      process.exitCode = await historiesCommand(rest, io);
       break;
-    case 'help':
-    case '--help':
-    case '-h':
-      process.stdout.write(`${USAGE}\n`);
-      break;
-    default:
-      process.stderr.write(`Unknown command: ${command}\n\n${USAGE}\n`);
+    case 'launcher':
+      process.stderr.write(`steward ${entry.name} runs through the launcher: ./${usageOf(entry.name)}\n`);
       process.exit(2);
   }
 } catch (err) {

@@ -16,6 +16,7 @@ import { formatDoctor, runDoctor, tcpProbe } from './doctor.js';
 import { configuredPayloadCodec } from './histories.js';
 import { connectTemporal } from './temporal-server.js';
 import { buildTrace, formatTrace, TraceNotFoundError } from './trace.js';
+import { usageOf } from './cli-commands.js';
 
 export interface OpsIo {
   /** The configuration (exits on an invalid one, as the other commands do). */
@@ -29,14 +30,6 @@ export interface OpsIo {
   dataConverter?: DataConverter;
 }
 
-export const OPS_USAGE = {
-  receipts:
-    'steward receipts export [--since T] [--until T] [--chat ID] [--run ID] [--kind K] [--limit N]\n' +
-    '  T: an ISO time (2026-11-23T10:00:00Z) or a duration back from now (90s, 15m, 2h, 7d);\n' +
-    '  --chat: a chat id (every session of that chat) or a session id; --run: a workflow id or a run id.',
-  trace: 'steward trace <message id | transcript key | turn id | workflow id | run id> [--chat ID] [--json]',
-  doctor: 'steward doctor [--json] [--timeout 5s] [--skip-sandbox]',
-} as const;
 
 class UsageError extends Error {}
 
@@ -239,7 +232,7 @@ export async function opsCommand(command: 'receipts' | 'trace' | 'doctor', args:
   } catch (err) {
     const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
     if (!usage) throw err;
-    io.err(`steward ${command}: ${(err as Error).message}\nUsage: ${OPS_USAGE[command]}\n`);
+    io.err(`steward ${command}: ${(err as Error).message}\nUsage: ${usageOf(command)}\n`);
     return 2;
   }
 }

@@ -1,0 +1,202 @@
+/**
+ * The `steward` command table: every command once, with its forms and what it does. The
+ * overall help (`steward help`), each command's usage line in its errors, and the routing in
+ * platform/main.ts derive from it, so a command or a flag is written down in one place.
+ */
+
+/** Which module runs a command: main.ts itself, or one of the command modules. */
+export type CliRunner = 'main' | 'ops' | 'admin' | 'histories' | 'launcher';
+
+export interface CliCommand {
+  name: string;
+  /** The command's forms after its name (subcommands and flags), one per alternative. */
+  forms: readonly string[];
+  /** What it does, for the overall help (plain sentences). */
+  summary: string;
+  /** Extra lines under the usage in the command's own errors (what a flag's value may be). */
+  notes?: readonly string[];
+  runner: CliRunner;
+}
+
+export const CLI_COMMANDS = [
+  { name: 'start', forms: [''], runner: 'main', summary: 'Start Steward: Temporal (embedded unless TEMPORAL_ADDRESS is set), the database, the worker and the HTTP API.' },
+  {
+    name: 'api',
+    forms: [''],
+    runner: 'main',
+    summary: 'The HTTP API, chat adapters and event triggers without workers, against TEMPORAL_ADDRESS (run `steward worker` processes beside it).',
+  },
+  {
+    name: 'worker',
+    forms: ['[--queues interactive,background,repo] [--concurrency interactive=N,...]'],
+    runner: 'main',
+    summary:
+      'Workers only, polling TEMPORAL_ADDRESS: the queues of the given roles (default STEWARD_WORKER_QUEUES, all three), each running at most N tasks at once (STEWARD_WORKER_CONCURRENCY).',
+  },
+  { name: 'chat', forms: ['[--chat ID] [--user NAME] [--url URL] [--token TOKEN]'], runner: 'main', summary: 'Chat with the agent of a running Steward.' },
+  { name: 'migrate', forms: [''], runner: 'main', summary: 'Apply database migrations (DATABASE_URL).' },
+  {
+    name: 'receipts',
+    forms: ['export [--since T] [--until T] [--chat ID] [--run ID] [--kind K] [--limit N]'],
+    runner: 'ops',
+    summary: 'Audit receipts as JSONL, streamed.',
+    notes: [
+      'T: an ISO time (2026-11-23T10:00:00Z) or a duration back from now (90s, 15m, 2h, 7d);',
+      '--chat: a chat id (every session of that chat) or a session id; --run: a workflow id or a run id.',
+    ],
+  },
+  {
+    name: 'trace',
+    forms: ['<message id | transcript key | turn id | workflow id | run id> [--chat ID] [--json]'],
+    runner: 'ops',
+    summary: "One message's path (ingress, turn, model calls, tools, approvals, delivery) from receipts and Temporal history.",
+  },
+  {
+    name: 'doctor',
+    forms: ['[--json] [--timeout 5s] [--skip-sandbox]'],
+    runner: 'ops',
+    summary: 'Check configuration, Temporal, namespace and search attributes, database migrations, sandbox, model provider and chat tokens; exit 1 if a check fails.',
+  },
+  {
+    name: 'identities',
+    forms: ['list', 'add --name N --role R [--telegram ID] [--discord ID]', 'set-role ID ROLE', 'remove ID'],
+    runner: 'admin',
+    summary: 'People Steward knows and their roles (the first overlord is added here). Works without a running Steward.',
+  },
+  {
+    name: 'bindings',
+    forms: [
+      'list',
+      'add --platform telegram|discord|openharness --chat ID [--mode mention|all] [--name N] [--model provider:model] [--admin-channel] [--account A]',
+      'remove ID',
+    ],
+    runner: 'admin',
+    summary: 'Chats Steward answers in. Works without a running Steward.',
+    notes: ['A negative Telegram group id goes as --chat=-100123.'],
+  },
+  { name: 'pairing', forms: ['list', 'approve CODE ROLE', 'deny CODE'], runner: 'admin', summary: "Pending /pair requests (through the running Steward's API)." },
+  {
+    name: 'approvals',
+    forms: ['list [--status pending|approved|denied|expired|cancelled]', 'approve ID', 'deny ID [--reason TEXT]'],
+    runner: 'admin',
+    summary: "Actions agents proposed (through the running Steward's API).",
+  },
+  {
+    name: 'shells',
+    forms: ['issue NAME [--role R] [--identity ID]', 'list', 'revoke NAME'],
+    runner: 'admin',
+    summary: 'OpenHarness shells and their bearer tokens (shown once).',
+  },
+  {
+    name: 'repos',
+    forms: [
+      'list',
+      'show NAME',
+      'remove NAME',
+      'add NAME --clone URL [--branch main] [--check "name: argv..."]... [--agent-command "argv..."] [--model provider:model] [--github owner/repo --token-ref env:NAME] [--promotion patch|draft-pr|draft-pr-after-approval]',
+      'add --file repo.json',
+    ],
+    runner: 'admin',
+    summary: 'Repositories Steward may change (through the running API).',
+  },
+  {
+    name: 'changes',
+    forms: ['list [--repo R]', 'start REPO REQUEST... [--base BRANCH]', 'show ID [--json]', 'patch ID [--out FILE] [--include-refused]', 'answer ID TEXT...'],
+    runner: 'admin',
+    summary: 'Governed repository changes (through the running API); a patch that was not promoted only with --include-refused.',
+  },
+  {
+    name: 'objectives',
+    forms: [
+      'list',
+      'show ID',
+      'add NAME --chat ID [--platform http|telegram|discord] [--account A] [--every 30m | --cron "0 9 * * *"] [--watch DIR] [--email ADDRESS] [--timezone Z] [--jitter 1m] [--overlap skip|buffer-one|buffer-all|cancel-other|terminate-other|allow-all] [--catchup 1h] [--pause-on-failure] [--model M] --prompt TEXT',
+      'update ID [--prompt T] [--every D | --cron C] [--timezone Z] [--overlap P] [--catchup D] [--watch DIR|""] [--email ADDRESS|""]',
+      'pause ID',
+      'resume ID',
+      'trigger ID',
+      'backfill ID --start ISO --end ISO',
+      'skip-missed ID',
+      'delete ID',
+    ],
+    runner: 'admin',
+    summary: 'Objectives on Temporal Schedules (through the running API): a schedule, a trigger (--watch, --email) or both.',
+  },
+  {
+    name: 'histories',
+    forms: ["record --query '<visibility query>' [--limit 20] [--out test/replay/histories] [--prefix rec] [--include-running] [--force]"],
+    runner: 'histories',
+    summary: "Record closed runs' histories (visibility query) as replay fixtures, payloads decoded.",
+  },
+  {
+    name: 'ui',
+    forms: ['[--url URL] [--token TOKEN]'],
+    runner: 'admin',
+    summary: 'Print a one-time link that signs a browser in and opens the Temporal UI of a running `steward start` (payloads decoded).',
+  },
+  {
+    name: 'test',
+    forms: ['[files...]'],
+    runner: 'launcher',
+    summary: 'Run the test suite (installs the system packages it needs when it can; skips suites whose parts are missing, except with CI=true). Through ./steward only.',
+  },
+  { name: 'help', forms: [''], runner: 'main', summary: 'Show this help.' },
+] as const satisfies readonly CliCommand[];
+
+export type CliCommandName = (typeof CLI_COMMANDS)[number]['name'];
+
+function command(name: string): CliCommand {
+  const c = (CLI_COMMANDS as readonly CliCommand[]).find((x) => x.name === name);
+  if (!c) throw new Error(`no such steward command: ${name}`);
+  return c;
+}
+
+/** One command's usage: `steward NAME form | form ...`, with its notes on the lines after. */
+export function usageOf(name: string): string {
+  const c = command(name);
+  const forms = c.forms.filter((f) => f !== '');
+  const line = `steward ${c.name}${forms.length ? ` ${forms.join(' | ')}` : ''}`;
+  return [line, ...(c.notes ?? []).map((n) => `  ${n}`)].join('\n');
+}
+
+/** Words to lines of at most `width`, each after `indent` (the first after `first`). */
+function wrap(text: string, width: number, indent: string, first = indent): string[] {
+  const lines: string[] = [];
+  let line = first;
+  let empty = true;
+  for (const word of text.split(/\s+/).filter(Boolean)) {
+    if (!empty && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = indent;
+      empty = true;
+    }
+    line += empty ? word : ` ${word}`;
+    empty = false;
+  }
+  lines.push(line);
+  return lines;
+}
+
+const WIDTH = 96;
+const COLUMN = 24;
+
+/** `steward help`: every command's forms and what it does. */
+export function helpText(): string {
+  const out = ['Usage: steward <command> [options]', '', 'Commands:'];
+  for (const c of CLI_COMMANDS as readonly CliCommand[]) {
+    const forms = c.forms.filter((f) => f !== '');
+    const head = forms.length ? `${c.name} ${forms.join(' | ')}` : c.name;
+    const headLines = wrap(head, WIDTH, '             ', '  ');
+    const lastHead = headLines.at(-1)!;
+    // the summary starts on the last usage line when there is room, else on the next
+    if (headLines.length === 1 && lastHead.length < COLUMN - 1) {
+      headLines.pop();
+      out.push(...headLines, ...wrap(c.summary, WIDTH, ' '.repeat(COLUMN), lastHead.padEnd(COLUMN)));
+    } else {
+      out.push(...headLines, ...wrap(c.summary, WIDTH, ' '.repeat(COLUMN)));
+    }
+    for (const n of c.notes ?? []) out.push(...wrap(n, WIDTH, ' '.repeat(COLUMN)));
+  }
+  out.push('', 'Configuration: environment variables or a JSON config file; see .env.example.');
+  return out.join('\n');
+}
