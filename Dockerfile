@@ -37,6 +37,7 @@ COPY activities ./activities
 COPY adapters ./adapters
 COPY common ./common
 COPY config ./config
+COPY domain ./domain
 COPY platform ./platform
 COPY prisma ./prisma
 COPY specs ./specs

@@ -1,7 +1,7 @@
 /**
  * ESLint (flat config) with typescript-eslint: the rules that keep the layers apart and the
- * workflow code deterministic. `npm run lint`; CI runs it before the tests and a violation
- * fails the run. The rules, by folder:
+ * workflow code deterministic. `npm run lint`; the test suite runs it too (test/unit/lint.test.ts),
+ * so a violation fails CI. The rules, by folder:
  *
  * - Workflow code (workflows/, and the workflows the tests and benchmarks bundle) imports only
  *   @temporalio/workflow, @temporalio/common, the workflow side of the OpenTelemetry
@@ -10,6 +10,8 @@
  * - The pure modules of common/ import only zod and each other: they run inside workflows.
  * - Nothing imports the runtime (platform/, workers/: start, workers, CLI) but the runtime
  *   itself, the tests, the benchmarks and the scripts.
+ * - domain/ (the store, governance, the model client, sandbox, git) imports no activity,
+ *   adapter or workflow: it is the library the layers above it use.
  * (Later blocks replace an earlier block's rule for the files they name: the stricter come last.)
  * - Everywhere: no floating promises (a promise is awaited, returned, or marked `void`).
  */
@@ -20,9 +22,16 @@ import tseslint from 'typescript-eslint';
 const PURE_COMMON = ['ids', 'schemas', 'objectives', 'limits'];
 
 const WORKFLOW_CODE = ['workflows/**/*.ts', 'test/**/fixtures/*.ts', 'bench/floor/workflows.ts'];
-const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'adapters/**/*.ts'];
+const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'adapters/**/*.ts'];
 
 const builtins = builtinModules.flatMap((m) => (m.startsWith('node:') ? [m] : [m, `node:${m}`]));
+
+/** Nothing imports the runtime but the runtime (and tests, benchmarks, scripts). */
+const NO_RUNTIME = {
+  regex: '(^|/)(platform|workers)/',
+  allowTypeImports: true,
+  message: 'Nothing imports the runtime (platform/, workers/): pass what is needed in as a dependency.',
+};
 
 const noBuiltins = (why) => builtins.map((name) => ({ name, message: why }));
 
@@ -46,15 +55,20 @@ export default tseslint.config(
   },
   {
     files: PRODUCT,
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME] }] },
+  },
+  {
+    files: ['domain/**/*.ts'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
         {
           patterns: [
+            NO_RUNTIME,
             {
-              regex: '(^|/)(platform|workers)/',
+              regex: '(^|/)(activities|adapters|workflows)/',
               allowTypeImports: true,
-              message: 'Nothing imports the runtime (platform/, workers/): pass what is needed in as a dependency.',
+              message: 'domain/ is the library the layers above use: it imports no activity, adapter or workflow (types only).',
             },
           ],
         },
@@ -75,7 +89,7 @@ export default tseslint.config(
               message: 'Workflow code imports only @temporalio/workflow, @temporalio/common and pure modules (types may come from anywhere).',
             },
             {
-              regex: '(^|/)(activities|adapters|platform|workers|config|generated|prisma)(/|$)',
+              regex: '(^|/)(activities|domain|adapters|platform|workers|config|generated|prisma)(/|$)',
               allowTypeImports: true,
               message: 'Workflow code calls activities through proxies: import their types only (`import type`).',
             },

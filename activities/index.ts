@@ -10,19 +10,19 @@ import { approvalIdFor, type ConversationKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
 import { DEFAULT_APPROVAL_TOOLS, isActionTool, TOOLS } from '../common/tools.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
-import { proposalRefusal, resolveActionSettings, type ActionOptions, type StartRepoChange } from './actions.js';
-import { getBlobText, putBlob } from './blobs.js';
-import type { Db } from './db.js';
-import { askAdminsToApprove } from './governance.js';
-import { buildPrompt } from './prompt.js';
-import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
-import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from './outbox.js';
+import { proposalRefusal, resolveActionSettings, type ActionOptions, type StartRepoChange } from '../domain/actions.js';
+import { getBlobText, putBlob } from '../domain/blobs.js';
+import type { Db } from '../domain/db.js';
+import { askAdminsToApprove } from '../domain/governance.js';
+import { buildPrompt } from '../domain/prompt.js';
+import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from '../domain/model.js';
+import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from '../domain/outbox.js';
 import { createObjectiveActivities } from './objectives.js';
-import { writeReceipt, writeReceipts } from './receipts.js';
+import { writeReceipt, writeReceipts } from '../domain/receipts.js';
 import { recordTurn } from '../common/metrics.js';
-import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './repo-change.js';
-import { maskHeldSecretsDeep, viewProposal } from './proposals.js';
-import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from './tools.js';
+import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from './changes.js';
+import { maskHeldSecretsDeep, viewProposal } from '../domain/proposals.js';
+import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from '../domain/tools.js';
 
 export interface ToolPolicy {
   /** Tools that wait for an admin's approval before they run ("*": every tool). */

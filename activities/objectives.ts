@@ -10,12 +10,12 @@ import type { Logger } from 'pino';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { wrapUntrusted } from '../common/untrusted.js';
 import type { TurnInput } from '../workflows/types.js';
-import { getBlobText } from './blobs.js';
-import type { Db } from './db.js';
-import { notifyAdmins } from './governance.js';
-import type { Senders } from './outbox.js';
-import { isUniqueViolation } from './prisma-errors.js';
-import { writeReceipt } from './receipts.js';
+import { getBlobText } from '../domain/blobs.js';
+import type { Db } from '../domain/db.js';
+import { notifyAdmins } from '../domain/governance.js';
+import type { Senders } from '../domain/outbox.js';
+import { isUniqueViolation } from '../domain/prisma-errors.js';
+import { writeReceipt } from '../domain/receipts.js';
 
 export interface ObjectiveDeps {
   db: Db;

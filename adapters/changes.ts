@@ -7,10 +7,10 @@
 import { randomBytes } from 'node:crypto';
 import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { getBlobText } from '../activities/blobs.js';
-import type { Db } from '../activities/db.js';
+import { getBlobText } from '../domain/blobs.js';
+import type { Db } from '../domain/db.js';
 import { describeIssues } from '../common/schemas.js';
-import { writeReceipt } from '../activities/receipts.js';
+import { writeReceipt } from '../domain/receipts.js';
 import type { ConversationKey } from '../common/ids.js';
 import {
   ChangeAnswerSchema,
@@ -25,7 +25,7 @@ import {
   type TaskState,
 } from '../common/repo-change.js';
 import { changeAnswerUpdate, changeSteerSignal } from '../workflows/messages.js';
-import { repoChangeWorkflow } from '../workflows/repo-change.js';
+import { repoChangeWorkflow } from '../workflows/changes/repo-change.js';
 import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';
 import type { RepoChangeInput } from '../workflows/types.js';
 

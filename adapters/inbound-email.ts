@@ -19,7 +19,7 @@ import { createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { SMTPServerAddress, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
-import type { Db } from '../activities/db.js';
+import type { Db } from '../domain/db.js';
 import type { ObjectiveEventResult, ObjectiveService } from './objectives.js';
 
 export interface InboundEmailOptions {

@@ -15,8 +15,8 @@ import {
   type Client,
 } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { putBlob } from '../activities/blobs.js';
-import type { Db } from '../activities/db.js';
+import { putBlob } from '../domain/blobs.js';
+import type { Db } from '../domain/db.js';
 import {
   adminChannelExists,
   bindChat,
@@ -38,11 +38,11 @@ import {
   type Actor,
   type BindingRecord,
   type PairingDecision,
-} from '../activities/governance.js';
-import { deliverOnce, type Button, type Senders } from '../activities/outbox.js';
-import { isUniqueViolation } from '../activities/prisma-errors.js';
-import { writeReceipt } from '../activities/receipts.js';
-import { readTranscript } from '../activities/transcript.js';
+} from '../domain/governance.js';
+import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
+import { isUniqueViolation } from '../domain/prisma-errors.js';
+import { writeReceipt } from '../domain/receipts.js';
+import { readTranscript } from '../domain/transcript.js';
 import { commandAddressee, helpText, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
@@ -69,7 +69,7 @@ import {
   turnStatusQuery,
 } from '../workflows/messages.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
-import { sessionWorkflow } from '../workflows/session.js';
+import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import { ChangeInputError, type ChangeService } from './changes.js';
 import { ObjectiveInputError, type ObjectiveService } from './objectives.js';

@@ -26,7 +26,7 @@ import { constants, watch, type FSWatcher } from 'node:fs';
 import { lstat, open, opendir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { Db } from '../activities/db.js';
+import type { Db } from '../domain/db.js';
 import { checkWatchDirectory, type ObjectiveEventResult, type ObjectiveService } from './objectives.js';
 
 export interface WatchedFile {

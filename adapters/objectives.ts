@@ -17,12 +17,12 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { realpath, stat } from 'node:fs/promises';
 import { ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
 import type { Logger } from 'pino';
-import { putBlob, sha256Hex } from '../activities/blobs.js';
-import type { Db } from '../activities/db.js';
+import { putBlob, sha256Hex } from '../domain/blobs.js';
+import type { Db } from '../domain/db.js';
 import { describeIssues } from '../common/schemas.js';
-import { isUniqueViolation } from '../activities/prisma-errors.js';
-import { lookupBinding } from '../activities/governance.js';
-import { writeReceipt } from '../activities/receipts.js';
+import { isUniqueViolation } from '../domain/prisma-errors.js';
+import { lookupBinding } from '../domain/governance.js';
+import { writeReceipt } from '../domain/receipts.js';
 import {
   BackfillSchema,
   DEFAULT_HOOK_TOLERANCE_MS,
@@ -43,7 +43,7 @@ import {
   type ObjectiveSchedule,
   type OverlapPolicy,
 } from '../common/objectives.js';
-import { objectiveRunWorkflow } from '../workflows/objective.js';
+import { objectiveRunWorkflow } from '../workflows/objectives/objective.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 
 export interface ObjectiveServiceDeps {

@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
-import { runSandboxed } from '../activities/sandbox.js';
+import { runSandboxed } from '../domain/sandbox.js';
 import { startSteward } from '../platform/start.js';
 import { changeModel } from '../test/helpers/change-model.js';
 import { createGitFixture } from '../test/helpers/git-fixture.js';

@@ -13,7 +13,7 @@ if (process.env.DATABASE_URL && !process.env.DATABASE_URL.startsWith('file:')) t
 
 let counting = false;
 const counts = new Map<string, number>();
-// Statements are prepared once and kept (activities/db.ts reusePreparedStatements), so the
+// Statements are prepared once and kept (domain/db.ts reusePreparedStatements), so the
 // count is taken where a statement executes: run, all, get and iterate of better-sqlite3's
 // Statement.
 type Executes = Record<'run' | 'all' | 'get' | 'iterate', (this: { source: string }, ...args: unknown[]) => unknown>;

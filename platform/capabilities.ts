@@ -5,7 +5,7 @@
  *  - no git: repository changes are refused.
  */
 import { spawn } from 'node:child_process';
-import { sandboxAvailable } from '../activities/sandbox.js';
+import { sandboxAvailable } from '../domain/sandbox.js';
 
 export interface UnavailableFeature {
   /** What does not work here, e.g. "commands (run_command) and repository changes". */

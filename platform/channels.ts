@@ -4,9 +4,9 @@
  * Discord gateway). Both platforms are optional; neither starts without its token.
  */
 import type { Logger } from 'pino';
-import type { Db } from '../activities/db.js';
-import { adminConversations } from '../activities/governance.js';
-import type { Senders } from '../activities/outbox.js';
+import type { Db } from '../domain/db.js';
+import { adminConversations } from '../domain/governance.js';
+import type { Senders } from '../domain/outbox.js';
 import { createDiscordAdapter, createDiscordSender } from '../adapters/discord/index.js';
 import type { Ingress } from '../adapters/ingress.js';
 import { createTelegramAdapter, createTelegramSender } from '../adapters/telegram/index.js';

@@ -11,10 +11,10 @@ import { Client, type Connection } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
 import { DefaultLogger, Runtime, type LogLevel, type NativeConnection, type Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import type { Logger } from 'pino';
-import { createDb, migrateDatabase, tuneDb, type Db } from '../activities/db.js';
+import { createDb, migrateDatabase, tuneDb, type Db } from '../domain/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
-import { createModelRegistry } from '../activities/model.js';
+import { createModelRegistry } from '../domain/model.js';
 import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
 import { AuthBackoff } from '../adapters/http/backoff.js';
 import { createCodecRoutes } from '../adapters/http/codec.js';

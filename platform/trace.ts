@@ -29,7 +29,7 @@ import { WorkflowNotFoundError } from '@temporalio/common';
 import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow/index.js';
 import protoModule, { type temporal } from '@temporalio/proto';
 import { z } from 'zod';
-import type { Db } from '../activities/db.js';
+import type { Db } from '../domain/db.js';
 import { approvalIdFor } from '../common/ids.js';
 
 // @temporalio/proto is CommonJS: under ESM its namespace arrives as the default export

@@ -30,7 +30,7 @@ import { randomInt, randomUUID } from 'node:crypto';
 import { readdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
-import { bindChat, createIdentity } from '../activities/governance.js';
+import { bindChat, createIdentity } from '../domain/governance.js';
 import { sessionWorkflowId } from '../common/ids.js';
 import { testDatabases } from '../test/helpers/db.js';
 import { startModelServer, type ModelServer } from '../test/helpers/model-server.js';

@@ -5,7 +5,7 @@
  * per-type annotation would break unversioned workers): turns, repo changes and objective runs
  * finish on the build they started on. A session is pinned during a run and moves to the
  * current build at its next continue-as-new, which it does between turns as soon as it sees
- * that the current version changed (workflows/session.ts). Where the server has no Worker Deployments, or versioning is off,
+ * that the current version changed (workflows/chat/session.ts). Where the server has no Worker Deployments, or versioning is off,
  * workers are unversioned and workflow changes go through `patched()`.
  *
  * Here: the configuration into the SDK's `workerDeploymentOptions`, the server capability

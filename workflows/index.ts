@@ -1,5 +1,5 @@
 /** The workflow bundle's entry: every workflow type the workers run. */
-export { sessionWorkflow } from './session.js';
-export { turnWorkflow } from './turn.js';
-export { repoChangeWorkflow } from './repo-change.js';
-export { objectiveRunWorkflow } from './objective.js';
+export { sessionWorkflow } from './chat/session.js';
+export { turnWorkflow } from './chat/turn.js';
+export { repoChangeWorkflow } from './changes/repo-change.js';
+export { objectiveRunWorkflow } from './objectives/objective.js';

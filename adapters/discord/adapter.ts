@@ -27,7 +27,7 @@ import {
 } from 'discord.js';
 import type { RESTPostAPIChatInputApplicationCommandsJSONBody } from 'discord-api-types/v10';
 import type { Logger } from 'pino';
-import type { ChannelSender } from '../../activities/outbox.js';
+import type { ChannelSender } from '../../domain/outbox.js';
 import { COMMANDS, commandSpec, type CommandSpec } from '../../common/commands.js';
 import type { InboundMessage } from '../../common/schemas.js';
 import type { Ingress, IngressResult, PendingAttachment } from '../ingress.js';

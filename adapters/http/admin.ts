@@ -6,7 +6,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
-import type { Db } from '../../activities/db.js';
+import type { Db } from '../../domain/db.js';
 import {
   bindChat,
   createIdentity,
@@ -14,8 +14,8 @@ import {
   listApprovals,
   OPERATOR,
   pendingPairings,
-} from '../../activities/governance.js';
-import { writeReceipt } from '../../activities/receipts.js';
+} from '../../domain/governance.js';
+import { writeReceipt } from '../../domain/receipts.js';
 import { ROLES, RoleSchema } from '../../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';

@@ -34,8 +34,8 @@ import { getConnInfo } from '@hono/node-server/conninfo';
 import type { Context } from 'hono';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { Db } from '../../activities/db.js';
-import { writeReceipt } from '../../activities/receipts.js';
+import type { Db } from '../../domain/db.js';
+import { writeReceipt } from '../../domain/receipts.js';
 
 export type AuthSurface = 'api' | 'codec' | 'openharness' | 'webhook';
 

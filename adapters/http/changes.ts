@@ -9,7 +9,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
-import { OPERATOR } from '../../activities/governance.js';
+import { OPERATOR } from '../../domain/governance.js';
 import { ChangeInputError, type ChangeService } from '../changes.js';
 
 const errors = errorResponses('ChangeError');

@@ -8,7 +8,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
-import { OPERATOR } from '../../activities/governance.js';
+import { OPERATOR } from '../../domain/governance.js';
 import { OVERLAP_POLICIES } from '../../common/objectives.js';
 import { ObjectiveInputError, type ObjectiveService } from '../objectives.js';
 

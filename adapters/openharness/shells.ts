@@ -10,9 +10,9 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { Db } from '../../activities/db.js';
-import { GovernanceError, sha256 } from '../../activities/governance.js';
-import { isUniqueViolation } from '../../activities/prisma-errors.js';
+import type { Db } from '../../domain/db.js';
+import { GovernanceError, sha256 } from '../../domain/governance.js';
+import { isUniqueViolation } from '../../domain/prisma-errors.js';
 import { RoleSchema, type Role } from '../../common/roles.js';
 
 /** Prefix of every shell token: tells a shell token from other secrets at a glance. */

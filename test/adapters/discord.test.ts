@@ -13,8 +13,8 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bindChat, createIdentity, approvalButtons } from '../../activities/governance.js';
-import { deliverOnce, DeliveryError, type OutboundMessage, type OutboundPart } from '../../activities/outbox.js';
+import { bindChat, createIdentity, approvalButtons } from '../../domain/governance.js';
+import { deliverOnce, DeliveryError, type OutboundMessage, type OutboundPart } from '../../domain/outbox.js';
 import {
   attachmentFetcher,
   commandText,

@@ -13,7 +13,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { Hono } from 'hono';
 import { pino } from 'pino';
-import { bindChat, createIdentity, OPERATOR, sha256 } from '../../activities/governance.js';
+import { bindChat, createIdentity, OPERATOR, sha256 } from '../../domain/governance.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { chatIdFor, createOpenHarnessRoutes, OPENHARNESS_PATH, type OpenHarnessDeps, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
 import { issueShell, listShells, revokeShell, ShellError, verifyShellToken, type IssuedShell } from '../../adapters/openharness/shells.js';

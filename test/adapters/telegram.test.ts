@@ -11,8 +11,8 @@ import { randomInt, randomUUID } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { GrammyError } from 'grammy';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { approvalButtons, bindChat, createIdentity } from '../../activities/governance.js';
-import { deliverOnce, DeliveryError, type OutboundPart } from '../../activities/outbox.js';
+import { approvalButtons, bindChat, createIdentity } from '../../domain/governance.js';
+import { deliverOnce, DeliveryError, type OutboundPart } from '../../domain/outbox.js';
 import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult } from '../../adapters/ingress.js';
 import { renderTelegramHtml } from '../../adapters/render/markdown.js';
 import {

@@ -12,8 +12,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
-import { createDb, databaseKind, driverAdapter, migrateDatabase, pendingMigrations, reusePreparedStatements, sqlitePath } from '../../activities/db.js';
-import { prismaErrorCode } from '../../activities/prisma-errors.js';
+import { createDb, databaseKind, driverAdapter, migrateDatabase, pendingMigrations, reusePreparedStatements, sqlitePath } from '../../domain/db.js';
+import { prismaErrorCode } from '../../domain/prisma-errors.js';
 import { prismaCli, testDatabases, type TestDatabase } from '../helpers/db.js';
 
 const read = (p: string) => readFileSync(new URL(`../../${p}`, import.meta.url), 'utf8');

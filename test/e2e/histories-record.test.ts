@@ -18,7 +18,7 @@ import { after, before, describe, it } from 'node:test';
 import { Client } from '@temporalio/client';
 import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { Worker } from '@temporalio/worker';
-import { createModelRegistry } from '../../activities/model.js';
+import { createModelRegistry } from '../../domain/model.js';
 import { createIngress } from '../../adapters/ingress.js';
 import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } from '../../common/codec.js';
 import { sessionWorkflowId } from '../../common/ids.js';

@@ -34,9 +34,9 @@ import { Client, Connection, type ScheduleDescription } from '@temporalio/client
 import { tsToMs } from '@temporalio/common/lib/time.js';
 import proto from '@temporalio/proto';
 import { NativeConnection, type Worker } from '@temporalio/worker';
-import type { Db } from '../../activities/db.js';
-import { OPERATOR } from '../../activities/governance.js';
-import { createModelRegistry } from '../../activities/model.js';
+import type { Db } from '../../domain/db.js';
+import { OPERATOR } from '../../domain/governance.js';
+import { createModelRegistry } from '../../domain/model.js';
 import { createObjectiveService, type ObjectiveService } from '../../adapters/objectives.js';
 import { objectiveScheduleId } from '../../common/objectives.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';

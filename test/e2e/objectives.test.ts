@@ -10,7 +10,7 @@ import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ScheduleNotFoundError } from '@temporalio/client';
 import { tmpdir } from 'node:os';
-import { OPERATOR, createIdentity } from '../../activities/governance.js';
+import { OPERATOR, createIdentity } from '../../domain/governance.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';

@@ -20,7 +20,7 @@ import { Worker } from '@temporalio/worker';
 import { ConfigError, loadConfig } from '../../config/index.js';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { INLINE_TURN_PATCH } from '../../workflows/session.js';
+import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { startOtlpCollector, type CollectedSpan, type OtlpCollector } from '../helpers/otlp-collector.js';
 import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';

@@ -23,7 +23,7 @@ import type { Client } from '@temporalio/client';
 import type { WorkerDeploymentVersion } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { createModelRegistry } from '../../activities/model.js';
+import { createModelRegistry } from '../../domain/model.js';
 import { createIngress, type Ingress } from '../../adapters/ingress.js';
 import { ConfigError, DEFAULT_SYSTEM_PROMPT, loadConfig } from '../../config/index.js';
 import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, freePort } from '../../platform/temporal-server.js';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { createDb, migrateDatabase, type Db } from '../../activities/db.js';
+import { createDb, migrateDatabase, type Db } from '../../domain/db.js';
 
 export interface TestDatabase {
   url: string;

@@ -1,5 +1,5 @@
 /** Waiting for an objective's runs in the objective suites. */
-import type { Db } from '../../activities/db.js';
+import type { Db } from '../../domain/db.js';
 import { waitFor } from './steward.js';
 
 /** `db` is read at each call: the test stack's database exists only inside its tests. */

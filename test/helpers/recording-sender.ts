@@ -4,7 +4,7 @@
  * one platform's API (the Telegram and Discord adapters have their own tests against local
  * doubles of those APIs).
  */
-import type { ChannelSender, OutboundPart } from '../../activities/outbox.js';
+import type { ChannelSender, OutboundPart } from '../../domain/outbox.js';
 import type { ConversationKey } from '../../common/ids.js';
 
 export interface RecordedPost {

@@ -14,7 +14,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { sandboxAvailable } from '../../activities/sandbox.js';
+import { sandboxAvailable } from '../../domain/sandbox.js';
 import { findChromium, noChromiumMessage } from './browser.js';
 
 export const REQUIREMENTS = ['bubblewrap', 'chromium', 'docker-compose', 'openssl'] as const;

@@ -17,7 +17,7 @@ import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { INLINE_TURN_PATCH } from '../../workflows/session.js';
+import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();

@@ -15,7 +15,7 @@ import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { Worker } from '@temporalio/worker';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
-import { INLINE_TURN_PATCH } from '../../workflows/session.js';
+import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { testBundle } from '../helpers/steward.js';
 
 const dir = new URL('./histories/', import.meta.url);

@@ -36,7 +36,7 @@ describe('static checks', () => {
 
   it('refuses impure imports in workflow code and the runtime in the layers below it; type imports pass', async () => {
     const eslint = new ESLint({ cwd: root });
-    const workflowFile = `${root}workflows/objective.ts`;
+    const workflowFile = `${root}workflows/objectives/objective.ts`;
     const original = readFileSync(workflowFile, 'utf8');
     const lint = async (file: string, head: string) => {
       const [result] = await eslint.lintText(`${head}\n${readFileSync(file, 'utf8')}`, { filePath: file });
@@ -46,10 +46,10 @@ describe('static checks', () => {
       workflowFile,
       [
         "import { readFileSync } from 'node:fs';",
-        "import { createDb } from '../activities/db.js';",
-        "import { ENCODING_KEY } from '../common/codec.js';",
+        "import { createDb } from '../../domain/db.js';",
+        "import { ENCODING_KEY } from '../../common/codec.js';",
         "import { pino } from 'pino';",
-        "import type { Db } from '../activities/db.js';",
+        "import type { Db } from '../../domain/db.js';",
         'export type Probe = [typeof readFileSync, typeof createDb, typeof ENCODING_KEY, typeof pino, Db];',
       ].join('\n'),
     );
@@ -58,15 +58,20 @@ describe('static checks', () => {
     assert.match(refused.join('\n'), /import their types only/);
     assert.match(refused.join('\n'), /only the pure modules of common\//);
     assert.match(refused.join('\n'), /imports only @temporalio\/workflow/);
-    assert.deepEqual(await lint(workflowFile, "import type { Db } from '../activities/db.js';\nexport type Probe = Db;"), [], 'a type import passes');
+    assert.deepEqual(await lint(workflowFile, "import type { Db } from '../../domain/db.js';\nexport type Probe = Db;"), [], 'a type import passes');
     assert.equal(readFileSync(workflowFile, 'utf8'), original, 'nothing was written');
 
     const pure = await lint(`${root}common/ids.ts`, "import { createHash } from 'node:crypto';\nexport const h = createHash;");
     assert.equal(pure.length, 2, pure.join('\n'));
     assert.match(pure.join('\n'), /runs inside workflows: no Node built-ins/);
 
-    const activity = await lint(`${root}activities/blobs.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
-    assert.equal(activity.length, 1, activity.join('\n'));
-    assert.match(activity[0]!, /Nothing imports the runtime/);
+    const domain = await lint(`${root}domain/blobs.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
+    assert.equal(domain.length, 1, domain.join('\n'));
+    assert.match(domain[0]!, /Nothing imports the runtime/);
+    const upward = await lint(`${root}domain/blobs.ts`, "import { createActivities } from '../activities/index.js';\nimport type { TurnInput } from '../workflows/types.js';\nexport type A = [typeof createActivities, TurnInput];");
+    assert.equal(upward.length, 1, upward.join('\n'));
+    assert.match(upward[0]!, /imports no activity, adapter or workflow/);
+    const adapter = await lint(`${root}adapters/ingress.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
+    assert.match(adapter.join('\n'), /Nothing imports the runtime/);
   });
 });

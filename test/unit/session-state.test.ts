@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { SessionState } from '../../workflows/core/session-state.js';
+import { SessionState } from '../../workflows/chat/session-state.js';
 import { MAX_QUEUE, MAX_RECENT_TURNS, type SessionInput } from '../../workflows/types.js';
 
 const input = (): SessionInput => ({

@@ -9,7 +9,7 @@ import { randomInt } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import fc from 'fast-check';
-import { bindChat, createIdentity } from '../../activities/governance.js';
+import { bindChat, createIdentity } from '../../domain/governance.js';
 import type { InboundMessage } from '../../common/schemas.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, withHarness } from '../helpers/steward.js';

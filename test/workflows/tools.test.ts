@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { randomInt, randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { getBlobText } from '../../activities/blobs.js';
-import { createIdentity } from '../../activities/governance.js';
+import { getBlobText } from '../../domain/blobs.js';
+import { createIdentity } from '../../domain/governance.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, withHarness } from '../helpers/steward.js';
 

@@ -28,10 +28,10 @@ import {
   sendEmailAction,
   type HostResolver,
   type HttpActionPolicy,
-} from '../../activities/actions.js';
+} from '../../domain/actions.js';
 import { approvalRequired } from '../../activities/index.js';
-import { heldSecretsFrom, heldSecretsIn, literalCredentials, requestHash, showInvisible, viewProposal } from '../../activities/proposals.js';
-import { describeToolCall, redact, redactText, validateToolCall } from '../../activities/tools.js';
+import { heldSecretsFrom, heldSecretsIn, literalCredentials, requestHash, showInvisible, viewProposal } from '../../domain/proposals.js';
+import { describeToolCall, redact, redactText, validateToolCall } from '../../domain/tools.js';
 import { ACTION_TOOLS, DEFAULT_ACTION_COMMANDS } from '../../common/tools.js';
 import { loadConfig } from '../../config/index.js';
 import { needs } from '../helpers/requirements.js';

@@ -9,7 +9,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { homedir, networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { runSandboxed, sandboxArgs, sandboxAvailable, SandboxRefusedError, type SandboxRequest, type SandboxResult } from '../../activities/sandbox.js';
+import { runSandboxed, sandboxArgs, sandboxAvailable, SandboxRefusedError, type SandboxRequest, type SandboxResult } from '../../domain/sandbox.js';
 import { needs } from '../helpers/requirements.js';
 
 const isRoot = process.getuid?.() === 0;

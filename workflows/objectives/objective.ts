@@ -17,10 +17,10 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
-import type { createActivities } from '../activities/index.js';
-import type { ObjectiveRunInput, ObjectiveRunResult } from '../common/objectives.js';
-import { ChatAttr, KindAttr, PlatformAttr } from './search-attributes.js';
-import { turnWorkflow } from './turn.js';
+import type { createActivities } from '../../activities/index.js';
+import type { ObjectiveRunInput, ObjectiveRunResult } from '../../common/objectives.js';
+import { ChatAttr, KindAttr, PlatformAttr } from '../search-attributes.js';
+import { turnWorkflow } from '../chat/turn.js';
 
 type Activities = ReturnType<typeof createActivities>;
 

@@ -26,12 +26,12 @@ import {
   setHandler,
   upsertSearchAttributes,
 } from '@temporalio/workflow';
-import type { createActivities } from '../activities/index.js';
-import { approvalIdFor } from '../common/ids.js';
-import { ApprovalBook, settlement } from './approvals.js';
-import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal } from './messages.js';
-import { GateAttr } from './search-attributes.js';
-import type { ChangeStatusView, RepoChangeInput, RepoChangeOutcome } from './types.js';
+import type { createActivities } from '../../activities/index.js';
+import { approvalIdFor } from '../../common/ids.js';
+import { ApprovalBook, settlement } from '../approvals.js';
+import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal } from '../messages.js';
+import { GateAttr } from '../search-attributes.js';
+import type { ChangeStatusView, RepoChangeInput, RepoChangeOutcome } from '../types.js';
 
 type Activities = ReturnType<typeof createActivities>;
 

@@ -43,17 +43,17 @@ import {
   type TaskState,
 } from '../common/repo-change.js';
 import { changePolicy, checkPatchPolicy, matchesGlob, parseUnifiedDiff, validateGlob, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../common/repo-policy.js';
-import { getBlobText, putBlob } from './blobs.js';
-import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask } from './coding-agent.js';
-import type { Db } from './db.js';
-import { askAdminsToApprove } from './governance.js';
-import { applyPatch, changedFiles, cloneAt, diffWorkTree, fileMode, makeTempDir, readFileAtWorkTree, removeDir, resolveBranch } from './git.js';
-import { BaseMovedError, GitHubError, openDraftPullRequest } from './github.js';
-import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from './model.js';
-import { deliverOnce, type Senders } from './outbox.js';
-import { writeReceipt } from './receipts.js';
+import { getBlobText, putBlob } from '../domain/blobs.js';
+import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask } from '../domain/coding-agent.js';
+import type { Db } from '../domain/db.js';
+import { askAdminsToApprove } from '../domain/governance.js';
+import { applyPatch, changedFiles, cloneAt, diffWorkTree, fileMode, makeTempDir, readFileAtWorkTree, removeDir, resolveBranch } from '../domain/git.js';
+import { BaseMovedError, GitHubError, openDraftPullRequest } from '../domain/github.js';
+import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from '../domain/model.js';
+import { deliverOnce, type Senders } from '../domain/outbox.js';
+import { writeReceipt } from '../domain/receipts.js';
 import { recordGateVerdict } from '../common/metrics.js';
-import { runSandboxed, SandboxRefusedError } from './sandbox.js';
+import { runSandboxed, SandboxRefusedError } from '../domain/sandbox.js';
 
 export interface RepoChangeSettings {
   /** The operator's policy layer (STEWARD_REPO_POLICY): the top of the deny-wins merge. */

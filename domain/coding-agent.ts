@@ -223,7 +223,7 @@ const AGENT_TOOLS: ToolSet = {
 
 const isAgentTool = (name: string): name is AgentToolName => Object.hasOwn(AGENT_TOOL_INPUTS, name);
 
-/** The result of one tool call, as the model reads it (same shape as activities/tools.ts). */
+/** The result of one tool call, as the model reads it (same shape as domain/tools.ts). */
 function toolResult(call: { toolCallId: string; toolName: string }, text: string): ToolModelMessage {
   return { role: 'tool', content: [{ type: 'tool-result', toolCallId: call.toolCallId, toolName: call.toolName, output: { type: 'text', value: text } }] };
 }

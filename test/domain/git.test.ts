@@ -23,8 +23,8 @@ import {
   readFileAtWorkTree,
   removeDir,
   resolveBranch,
-} from '../../activities/git.js';
-import { runSandboxed, sandboxAvailable } from '../../activities/sandbox.js';
+} from '../../domain/git.js';
+import { runSandboxed, sandboxAvailable } from '../../domain/sandbox.js';
 import { needs } from '../helpers/requirements.js';
 
 /** Why the sandboxed tests are skipped here (outside CI; with CI=true they run and fail), or false. */

@@ -6,9 +6,9 @@
  * Deterministic: no I/O here, only activities.
  */
 import { setHandler, workflowInfo } from '@temporalio/workflow';
-import { approvalDecisionUpdate, turnSteerSignal, turnStatusQuery } from './messages.js';
+import { approvalDecisionUpdate, turnSteerSignal, turnStatusQuery } from '../messages.js';
 import { TurnLoop } from './turn-loop.js';
-import type { TurnInput, TurnResult } from './types.js';
+import type { TurnInput, TurnResult } from '../types.js';
 
 export { NON_RETRYABLE_MODEL_ERRORS } from './turn-loop.js';
 

@@ -2,7 +2,7 @@
  * The coding agent: the built-in tool loop driven by the scripted OpenAI-compatible double
  * (through the real AI SDK provider), in real git work trees, with commands in the real
  * bubblewrap sandbox; and an external agent command in the same sandbox.
- * Run: STEWARD_TEST_PG=0 ./steward test test/activities/coding-agent.test.ts
+ * Run: STEWARD_TEST_PG=0 ./steward test test/domain/coding-agent.test.ts
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -22,9 +22,9 @@ import {
   type AgentLimits,
   type AgentRunResult,
   type AgentTask,
-} from '../../activities/coding-agent.js';
-import { createModelRegistry, type ModelRegistry } from '../../activities/model.js';
-import { sandboxAvailable } from '../../activities/sandbox.js';
+} from '../../domain/coding-agent.js';
+import { createModelRegistry, type ModelRegistry } from '../../domain/model.js';
+import { sandboxAvailable } from '../../domain/sandbox.js';
 import { startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
 import { needs } from '../helpers/requirements.js';
 

@@ -22,10 +22,10 @@ import {
   proxyActivities,
   proxyLocalActivities,
 } from '@temporalio/workflow';
-import type { createActivities } from '../activities/index.js';
-import { ApprovalBook, settlement } from './approvals.js';
-import { approvalIdFor, replyKey } from '../common/ids.js';
-import type { AttachmentRef } from '../common/schemas.js';
+import type { createActivities } from '../../activities/index.js';
+import { ApprovalBook, settlement } from '../approvals.js';
+import { approvalIdFor, replyKey } from '../../common/ids.js';
+import type { AttachmentRef } from '../../common/schemas.js';
 import type {
   ApprovalDecision,
   ApprovalDecisionResult,
@@ -36,7 +36,7 @@ import type {
   TurnInput,
   TurnResult,
   TurnStatus,
-} from './types.js';
+} from '../types.js';
 
 type Activities = ReturnType<typeof createActivities>;
 

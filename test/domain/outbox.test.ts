@@ -1,9 +1,9 @@
 /** The outbox, blob store and receipts against the real database (SQLite, and PostgreSQL when available). */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { getBlobText, putBlob, sha256Hex } from '../../activities/blobs.js';
-import { clearPanel, deliverOnce, DeliveryError, updatePanel, type ChannelSender, type OutboundMessage, type OutboundPart } from '../../activities/outbox.js';
-import { listReceipts, writeReceipt, writeReceipts } from '../../activities/receipts.js';
+import { getBlobText, putBlob, sha256Hex } from '../../domain/blobs.js';
+import { clearPanel, deliverOnce, DeliveryError, updatePanel, type ChannelSender, type OutboundMessage, type OutboundPart } from '../../domain/outbox.js';
+import { listReceipts, writeReceipt, writeReceipts } from '../../domain/receipts.js';
 import { testDatabases } from '../helpers/db.js';
 
 /** A sender that records what it was asked to send; `fail` decides per call whether to throw. */

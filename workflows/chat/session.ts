@@ -24,9 +24,9 @@ import {
   workflowInfo,
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
-import type { createActivities } from '../activities/index.js';
-import { turnWorkflowId } from '../common/ids.js';
-import { SessionState } from './core/session-state.js';
+import type { createActivities } from '../../activities/index.js';
+import { turnWorkflowId } from '../../common/ids.js';
+import { SessionState } from './session-state.js';
 import {
   approvalDecisionUpdate,
   inboundSignal,
@@ -36,11 +36,11 @@ import {
   steerUpdate,
   stopSignal,
   turnSteerSignal,
-} from './messages.js';
-import { ChatAttr, KindAttr, PlatformAttr, UserAttr } from './search-attributes.js';
+} from '../messages.js';
+import { ChatAttr, KindAttr, PlatformAttr, UserAttr } from '../search-attributes.js';
 import { turnWorkflow } from './turn.js';
 import { TurnLoop } from './turn-loop.js';
-import type { SessionInput, SessionStatus, SteerNote, TurnInput, TurnResult } from './types.js';
+import type { SessionInput, SessionStatus, SteerNote, TurnInput, TurnResult } from '../types.js';
 
 /**
  * Chat turns run inside the session (no child workflow per turn). Decided per turn: a session

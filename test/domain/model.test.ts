@@ -1,7 +1,7 @@
 /**
  * The model layer against the OpenAI-compatible test double, through the real AI SDK
  * providers (`openai-compatible`, and `openai` pointed at the double's base URL).
- * Run: node --import tsx --test test/activities/model.test.ts
+ * Run: node --import tsx --test test/domain/model.test.ts
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -15,7 +15,7 @@ import {
   thinkOptions,
   type ChatMessage,
   type ModelRegistry,
-} from '../../activities/model.js';
+} from '../../domain/model.js';
 import { startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
 
 const OPENAI_KEY = 'sk-proj-TESTKEYopenai0123456789abcdef';
