@@ -7,9 +7,13 @@
  * ambiguous binding never reaches a workflow; the event is receipted and, in a DM, answered
  * with how to pair. Each command has a minimum role; model turns are rate limited per role
  * (admins exempt). The operator's own HTTP API and CLI (bearer token) act as the operator.
+ *
+ * `handle` is a pipeline of named steps (module-level functions at the end of this file):
+ * accept (well formed) -> admit (identify the sender and the chat's binding, drop what is not
+ * addressed to Steward, authenticate, authorise) -> persist (recorded once) -> route (a turn
+ * for a message; a command to its handler in adapters/ingress-commands.ts).
  */
 import {
-  WithStartWorkflowOperation,
   WorkflowNotFoundError,
   WorkflowUpdateFailedError,
   type Client,
@@ -19,22 +23,17 @@ import { putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import {
   adminChannelExists,
-  bindChat,
   decidePairing,
   findActor,
   findApproval,
-  GovernanceError,
   isGoverned,
-  listApprovals,
   lookupBinding,
   notifyAdmins,
   OPERATOR,
   parseApprovalButton,
-  pendingPairings,
   rememberDm,
   requestPairing,
   withdrawUndeliveredPairing,
-  unbindChat,
   type Actor,
   type BindingRecord,
   type PairingDecision,
@@ -43,7 +42,7 @@ import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { readTranscript } from '../domain/transcript.js';
-import { commandAddressee, helpText, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
+import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
 import {
@@ -51,7 +50,6 @@ import {
   InboundMessageBaseSchema,
   InboundMessageSchema,
   MAX_ATTACHMENTS,
-  parseModelRef,
   PlatformSchema,
   type AttachmentRef,
   type InboundMessage,
@@ -61,18 +59,14 @@ import {
 import {
   approvalDecisionUpdate,
   inboundSignal,
-  newTaskSignal,
-  settingsUpdate,
   statusQuery,
-  steerUpdate,
-  stopSignal,
   turnStatusQuery,
 } from '../workflows/messages.js';
-import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 import { sessionWorkflow } from '../workflows/chat/session.js';
-import type { SessionInput, SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
-import { ChangeInputError, type ChangeService } from './changes.js';
-import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
+import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
+import type { ChangeService } from './changes.js';
+import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
+import type { ObjectiveService } from './objectives.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -223,12 +217,6 @@ export interface IngressDeps {
   runLink?: (workflowId: string) => string | undefined;
 }
 
-const PROVIDER_SETUP: Record<Provider, string> = {
-  openai: 'set OPENAI_API_KEY',
-  anthropic: 'set ANTHROPIC_API_KEY',
-  'openai-compatible': 'set STEWARD_MODEL_BASE_URL (and STEWARD_MODEL_API_KEY if the endpoint needs one)',
-};
-
 const HOW_TO_PAIR = 'Steward does not know you yet. Send /pair here to ask for access: you get a code, and an admin approves it.';
 
 /** The transcript key (and idempotency key) of an inbound message. */
@@ -276,26 +264,7 @@ export function createIngress(deps: IngressDeps): Ingress {
   /** Session rows this ingress has made sure of (rows are never deleted): one upsert per session and process, not per message. */
   const knownSessions = new Set<string>();
 
-  const sessionInput = (conversation: ConversationKey, binding?: BindingRecord): SessionInput => ({
-    conversation,
-    settings: { model: binding?.model ?? deps.defaultModel, think: 'off' },
-    limits: deps.limits,
-  });
-
-  const startOptions = (conversation: ConversationKey, binding?: BindingRecord) => {
-    const workflowId = sessionWorkflowId(conversation);
-    return {
-      workflowId,
-      taskQueue: deps.taskQueue,
-      args: [sessionInput(conversation, binding)] as [SessionInput],
-      typedSearchAttributes: [
-        { key: PlatformAttr, value: conversation.platform },
-        { key: ChatAttr, value: conversation.chatId },
-        { key: KindAttr, value: 'session' },
-      ],
-      staticSummary: `Conversation session: ${conversation.platform} chat ${conversation.chatId} (account ${conversation.account})`,
-    };
-  };
+  const startOptions = (conversation: ConversationKey, binding?: BindingRecord) => sessionStartOptions(deps, conversation, binding);
 
   async function recordSystem(sessionId: string, key: string, text: string): Promise<void> {
     try {
@@ -417,6 +386,20 @@ export function createIngress(deps: IngressDeps): Ingress {
     return r;
   }
 
+  const commands = commandHandlers({
+    client,
+    db,
+    configuredProviders: deps.configuredProviders,
+    ...(deps.changes ? { changes: deps.changes } : {}),
+    ...(deps.objectives ? { objectives: deps.objectives } : {}),
+    ...(deps.runLink ? { runLink: deps.runLink } : {}),
+    status,
+    formatStatus,
+    decidePairing: decidePairingImpl,
+    decideApproval: decideApprovalImpl,
+  });
+
+  /** A command the sender may use: its handler runs (adapters/ingress-commands.ts). */
   async function runCommand(
     msg: NormalizedInbound,
     cmd: ParsedCommand,
@@ -424,211 +407,8 @@ export function createIngress(deps: IngressDeps): Ingress {
     actor: Actor,
     binding: BindingRecord | undefined,
   ): Promise<string | undefined> {
-    const opts = startOptions(conversation, binding);
     const by = actor.kind === 'operator' ? msg.user : actor.name;
-    const withStart = () =>
-      new WithStartWorkflowOperation(sessionWorkflow, { ...opts, workflowIdConflictPolicy: 'USE_EXISTING' });
-    switch (cmd.kind) {
-      case 'stop': {
-        await client.workflow.signalWithStart(sessionWorkflow, { ...opts, signal: stopSignal, signalArgs: [{ by }] });
-        const stopped = deps.changes ? await deps.changes.stopInChat(conversation, { id: actor.id, name: by }) : [];
-        // the session answers for the turn through the outbox; stopped changes are named here
-        return stopped.length ? `Stopping change${stopped.length > 1 ? 's' : ''} ${stopped.join(', ')}: the coding agent is stopped and its work tree removed.` : undefined;
-      }
-      case 'change': {
-        if (!deps.changes) return 'Repository changes are not enabled on this Steward.';
-        try {
-          const r = await deps.changes.startChange({ repo: cmd.repo, request: cmd.request }, { id: actor.id, name: by }, { conversation, sessionId: opts.workflowId });
-          return `Change ${r.id} started on ${cmd.repo}: intake first, then a plan, a sandboxed coding agent, the validation gate and the promotion gate. /stop stops it.${r.runUrl ? ` Run: ${r.runUrl}` : ''}`;
-        } catch (err) {
-          if (err instanceof ChangeInputError) return `Not started: ${err.message}.`;
-          throw err;
-        }
-      }
-      case 'objectives': {
-        if (!deps.objectives) return 'Objectives are not enabled on this Steward.';
-        const all = await deps.objectives.list();
-        if (all.length === 0) return 'No objectives. Add one with /objective add <name> <30m or "cron"> [tz=Zone] <prompt>.';
-        return all
-          .map((o) => {
-            const when = o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : 'no schedule';
-            const on = [o.triggers.webhook ? 'webhook' : '', o.triggers.watch ? `files in ${o.triggers.watch}` : '', o.triggers.email ? `mail to ${o.triggers.email}` : ''].filter(Boolean).join(', ');
-            return `${o.name}: ${when}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}${on ? `, on ${on}` : ''}, ${o.paused ? 'paused' : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`;
-          })
-          .join('\n');
-      }
-      case 'objective': {
-        if (!deps.objectives) return 'Objectives are not enabled on this Steward.';
-        const who = { id: actor.id, name: by };
-        try {
-          switch (cmd.action) {
-            case 'add': {
-              const o = await deps.objectives.create(
-                { name: cmd.name, prompt: cmd.prompt, chatId: conversation.chatId, platform: conversation.platform, account: conversation.account, schedule: cmd.schedule },
-                who,
-              );
-              return `Objective ${o.name} added: it reports here; next run ${o.nextRuns[0] ?? 'when the schedule says'}.`;
-            }
-            case 'show': {
-              const o = await deps.objectives.show(cmd.name);
-              return [`${o.name} (${o.id}): ${o.prompt}`, `Schedule: ${JSON.stringify(o.schedule)}, overlap ${o.overlap}${o.paused ? ', paused' : ''}`, `Next: ${o.nextRuns.slice(0, 3).join(', ') || '-'}`, ...o.runs.slice(0, 5).map((r) => `- ${r.scheduledAt ?? 'triggered'}: ${r.status}${r.error ? ` (${r.error.slice(0, 80)})` : ''}`)].join('\n');
-            }
-            case 'pause':
-              await deps.objectives.pause(cmd.name, who);
-              return `Objective ${cmd.name} paused.`;
-            case 'resume':
-              await deps.objectives.resume(cmd.name, who);
-              return `Objective ${cmd.name} resumed.`;
-            case 'trigger':
-              await deps.objectives.trigger(cmd.name, who);
-              return `Objective ${cmd.name} runs now.`;
-            case 'skip-missed':
-              await deps.objectives.skipMissed(cmd.name, who);
-              return `Objective ${cmd.name}: runs missed until now are skipped.`;
-            case 'delete':
-              await deps.objectives.remove(cmd.name, who);
-              return `Objective ${cmd.name} deleted.`;
-          }
-        } catch (err) {
-          if (err instanceof ObjectiveInputError) return `Not done: ${err.message}.`;
-          throw err;
-        }
-        return undefined;
-      }
-      case 'answer': {
-        const waiting = deps.changes ? await deps.changes.waitingInChat(conversation) : undefined;
-        if (!deps.changes || !waiting) return 'No change in this chat is waiting for an answer.';
-        try {
-          return await deps.changes.answer(waiting, { text: cmd.text }, { id: actor.id, name: by });
-        } catch (err) {
-          if (err instanceof ChangeInputError) return `Not accepted: ${err.message}.`;
-          throw err;
-        }
-      }
-      case 'new':
-        await client.workflow.signalWithStart(sessionWorkflow, { ...opts, signal: newTaskSignal, signalArgs: [{ by }] });
-        return undefined;
-      case 'steer':
-        if (deps.changes) {
-          // with no turn running, steering goes to the chat's change in its coding phase
-          const s = await status(opts.workflowId);
-          if (!s.running) {
-            const m = await deps.changes.steerInChat(conversation, cmd.text, { id: actor.id, name: by });
-            if (m) return m;
-          }
-        }
-        try {
-          const r = await client.workflow.executeUpdateWithStart(steerUpdate, {
-            args: [{ text: cmd.text, by }],
-            startWorkflowOperation: withStart(),
-          });
-          return r.message;
-        } catch (err) {
-          if (err instanceof WorkflowUpdateFailedError) return `Steering not accepted: ${err.cause?.message ?? err.message}`;
-          throw err;
-        }
-      case 'model':
-      case 'think': {
-        if (cmd.kind === 'model' && cmd.model === undefined) {
-          const s = await status(opts.workflowId);
-          const providers = deps.configuredProviders();
-          return `Model: ${s.model}. Configured providers: ${providers.length ? providers.join(', ') : 'none'}.`;
-        }
-        if (cmd.kind === 'think' && cmd.level === undefined) {
-          const s = await status(opts.workflowId);
-          return `Thinking: ${s.think}. Use /think <off|low|medium|high>.`;
-        }
-        if (cmd.kind === 'model' && cmd.model !== undefined) {
-          const { provider } = parseModelRef(cmd.model);
-          if (!deps.configuredProviders().includes(provider)) {
-            return `The ${provider} provider is not configured: ${PROVIDER_SETUP[provider]} and restart Steward.`;
-          }
-        }
-        try {
-          const r = await client.workflow.executeUpdateWithStart(settingsUpdate, {
-            args: [{ ...(cmd.kind === 'model' ? { model: cmd.model } : { think: cmd.level }), by }],
-            startWorkflowOperation: withStart(),
-          });
-          return r.message;
-        } catch (err) {
-          if (err instanceof WorkflowUpdateFailedError) return `Not changed: ${err.cause?.message ?? err.message}`;
-          throw err;
-        }
-      }
-      case 'status': {
-        const view = await status(opts.workflowId);
-        const link = view.running ? deps.runLink?.(view.running.runWorkflowId) : undefined;
-        const text = link ? `${formatStatus(view)}\nRun: ${link}` : formatStatus(view);
-        const running = deps.changes ? await deps.changes.runningInChat(conversation) : [];
-        return running.length
-          ? `${text}\nChanges: ${running.map((c) => `${c.id} on ${c.repo} (${c.phase}${c.question ? ': waiting for /answer' : ''})`).join('; ')}`
-          : text;
-      }
-      case 'whoami':
-        return actor.kind === 'operator'
-          ? 'You are the operator (the API token holder): every command is open to you.'
-          : `You are ${actor.name}, with the ${actor.role} role.`;
-      case 'help':
-        return helpText(actor.role);
-      case 'pair':
-        return actor.kind === 'operator' ? 'The operator needs no pairing.' : `You are already paired as ${actor.name} (${actor.role}).`;
-      case 'approve':
-      case 'deny': {
-        const r = await decidePairingImpl(cmd.code, cmd.kind === 'approve' ? { approve: cmd.role } : 'deny', actor);
-        if (!r.ok) return r.message;
-        return cmd.kind === 'approve'
-          ? `Paired ${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}) as ${cmd.role}; they have been told.`
-          : `Denied the pairing request of ${r.pairing.displayName}; they have been told.`;
-      }
-      case 'pending': {
-        const [pairings, approvals] = await Promise.all([pendingPairings(db), listApprovals(db, { status: 'pending', limit: 50 })]);
-        const lines: string[] = [];
-        lines.push(pairings.length ? `Pairing requests (${pairings.length}):` : 'No pairing requests.');
-        for (const p of pairings) lines.push(`- ${p.displayName} (${p.platform} user ${p.userId}), expires ${p.expiresAt.toISOString()}: ask them for their code, then /approve <code> <role>`);
-        lines.push(approvals.length ? `Approvals waiting (${approvals.length}):` : 'No approvals waiting.');
-        for (const a of approvals) lines.push(`- ${a.id}: ${a.summary} (deadline ${a.deadline.toISOString()}): /approve-action ${a.id} or /deny-action ${a.id} [reason]`);
-        return lines.join('\n');
-      }
-      case 'approve-action':
-        return (await decideApprovalImpl(cmd.id, 'approve', actor)).reply;
-      case 'deny-action':
-        return (await decideApprovalImpl(cmd.id, 'deny', actor, cmd.reason)).reply;
-      case 'bind':
-      case 'unbind':
-      case 'admin-channel': {
-        if (msg.chatType !== 'group') return `/${cmd.kind} works in a group or channel; direct messages of people Steward knows are always answered.`;
-        if (cmd.kind === 'unbind') {
-          const n = await unbindChat(db, msg.platform, msg.account, msg.chatId);
-          await writeReceipt(db, { kind: 'binding.change', actor: actor.id, data: { action: 'unbind', platform: msg.platform, chatId: msg.chatId, removed: n } });
-          return n > 0 ? 'Unbound: Steward no longer answers in this chat.' : 'This chat was not bound.';
-        }
-        try {
-          const b = await bindChat(db, {
-            platform: msg.platform,
-            account: binding?.account ?? msg.account,
-            chatId: msg.chatId,
-            createdBy: actor.id,
-            ...(cmd.kind === 'bind' ? { ...(cmd.mode ? { mode: cmd.mode } : {}), ...(cmd.name ? { name: cmd.name } : {}) } : { adminChannel: cmd.on }),
-          });
-          await writeReceipt(db, {
-            kind: 'binding.change',
-            actor: actor.id,
-            data: { action: cmd.kind, platform: b.platform, chatId: b.chatId, mode: b.mode, name: b.name, adminChannel: b.adminChannel },
-          });
-          if (cmd.kind === 'admin-channel') {
-            return cmd.on ? 'This chat is now the admin channel: admin commands and notifications go here.' : 'This chat is no longer the admin channel.';
-          }
-          return `Bound: Steward answers here ${b.mode === 'all' ? 'to every message' : 'when mentioned or replied to'}${b.name ? `; the chat is named "${b.name}"` : ''}.`;
-        } catch (err) {
-          if (err instanceof GovernanceError) return `Not changed: ${err.message}.`;
-          throw err;
-        }
-      }
-      case 'invalid':
-        return `/${cmd.name}: ${cmd.error}`;
-      case 'unknown':
-        return `Unknown command ${cmd.name.startsWith('/') ? cmd.name : `/${cmd.name}`}.\n${helpText(actor.role)}`;
-    }
+    return commands.run(cmd, { msg, conversation, actor, binding, by, session: startOptions(conversation, binding) });
   }
 
   async function reject(msg: NormalizedInbound, workflowId: string, reason: RejectReason, reply: string | undefined, data: Record<string, unknown> = {}): Promise<IngressResult> {
@@ -675,218 +455,29 @@ export function createIngress(deps: IngressDeps): Ingress {
     return { refs, refused };
   }
 
+  /** The message's way in, step by step (see the steps below createIngress). */
+  const steps: IngressSteps = {
+    deps,
+    db,
+    senders,
+    pairingTtlMs,
+    rateLimits,
+    knownSessions,
+    issuedCode,
+    startOptions,
+    recordSystem,
+    reject,
+    storeAttachments,
+    runCommand,
+  };
   async function handle(raw: InboundMessage, opts: HandleOptions = {}): Promise<IngressResult> {
-    // Files may arrive separately (fetched once the sender is let in): text or files is enough.
-    const parsedMsg = (opts.attachments?.length ? InboundMessageBaseSchema : InboundMessageSchema).safeParse(raw);
-    if (!parsedMsg.success) {
-      const why = parsedMsg.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ');
-      const fallbackId = sessionWorkflowId({ platform: raw.platform, account: String(raw.account), chatId: String(raw.chatId) });
-      deps.log?.info({ platform: raw.platform, why }, 'inbound message invalid');
-      await writeReceipt(db, {
-        kind: 'ingress.rejected',
-        ...(typeof raw.userId === 'string' ? { actor: raw.userId.slice(0, 200) } : {}),
-        data: { platform: String(raw.platform).slice(0, 40), chatId: String(raw.chatId).slice(0, 200), reason: 'invalid', why: why.slice(0, 500) },
-      });
-      // Only the operator's own channels hear why; a chat platform's sender is not known yet,
-      // and fail closed means an unknown sender or chat hears nothing but how to pair.
-      const governed = PlatformSchema.safeParse(raw.platform);
-      const answer = governed.success && !isGoverned(governed.data);
-      return { workflowId: fallbackId, kind: 'rejected', duplicate: false, reason: 'invalid', ...(answer ? { reply: `Message not accepted: ${why}` } : {}) };
-    }
-    const msg = parsedMsg.data;
-    const conversation: ConversationKey = { platform: msg.platform, account: msg.account, chatId: msg.chatId };
-    const workflowId = sessionWorkflowId(conversation);
-    const parsed = parseText(msg.text);
-    const command = parsed.kind === 'command' ? parsed.command : undefined;
-    const spec = command ? specOf(command) : undefined;
-    const key = inboundKey(msg);
-    const governed = isGoverned(msg.platform);
-    const dm = msg.chatType === 'dm';
-
-    // Who is this?
-    let actor: Actor | undefined;
-    if (!governed || (msg.platform === 'openharness' && msg.userId === OPERATOR_USER_ID)) actor = OPERATOR;
-    else if (msg.userId) actor = await findActor(db, msg.platform, msg.userId);
-
-    // Which binding does this chat have?
-    let binding: BindingRecord | undefined;
-    if (governed) {
-      const found = await lookupBinding(db, msg.platform, msg.account, msg.chatId);
-      if (found.kind === 'ambiguous') {
-        const admin = actor !== undefined && isAdmin(actor.role);
-        return reject(msg, workflowId, 'ambiguous-binding', admin && (dm || msg.addressed) ? `This chat has ${found.bindings.length} bindings (one per bot account and one for every account); remove one with the CLI (steward bindings remove) so its settings are unambiguous.` : undefined, {
-          bindings: found.bindings.map((b) => b.id),
-        });
-      }
-      if (found.kind === 'bound') binding = found.binding;
-    }
-
-    // A group message that does not address Steward is not for it; nor is `/cmd@otherbot`,
-    // whatever the binding's mode.
-    if (governed && !dm && !msg.addressed && ((binding?.mode ?? 'mention') === 'mention' || (command && commandAddressee(msg.text) !== undefined))) {
-      return { workflowId, kind: 'ignored', duplicate: false };
-    }
-
-    if (governed && !actor) {
-      if (command?.kind === 'pair' && dm && msg.userId) {
-        if (await db.receipt.findUnique({ where: { key: `${key}:pairing` }, select: { id: true } })) {
-          return { workflowId, kind: 'command', duplicate: true };
-        }
-        const issued = await requestPairing(db, { platform: msg.platform, account: msg.account, userId: msg.userId, chatId: msg.chatId, displayName: msg.user }, pairingTtlMs);
-        await writeReceipt(db, {
-          key: `${key}:pairing`,
-          kind: 'pairing.requested',
-          workflowId,
-          actor: msg.userId,
-          data: { platform: msg.platform, userId: msg.userId, name: msg.user, ...(issued.ok ? { expiresAt: issued.expiresAt.toISOString() } : { refused: issued.reason }) },
-        });
-        if (!issued.ok) return { workflowId, kind: 'rejected', duplicate: false, reason: 'rate-limited', reply: issued.message };
-        await notifyAdmins(db, senders, {
-          key: `pairing:${msg.platform}:${msg.userId}:${issued.expiresAt.getTime()}`,
-          text: `**Pairing request** from ${msg.user} (${msg.platform} user ${msg.userId}). If you expect them, ask for their code and approve it with /approve <code> <role>, or deny it with /deny <code>.`,
-        }).catch((err: unknown) => deps.log?.warn({ err }, 'pairing notice not delivered'));
-        const minutes = Math.round(pairingTtlMs / 60_000);
-        return issuedCode(issued.code, {
-          workflowId,
-          kind: 'command',
-          duplicate: false,
-          reply: `Your pairing code is ${issued.code}. Give it to a Steward admin: they approve it with /approve ${issued.code} <role> within ${minutes} minute${minutes === 1 ? '' : 's'}. The code works once.`,
-          // the code lives only in the requester's chat; Steward keeps its hash
-          replyRecordAs: `A pairing code was issued (valid ${minutes} minute${minutes === 1 ? '' : 's'}).`,
-        });
-      }
-      return reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
-    }
-    const who: Actor = actor ?? OPERATOR;
-
-    if (governed && !dm && !binding) {
-      // in a chat Steward is not bound to, only an admin binding it is heard
-      const mayBind = isAdmin(who.role) && command && (command.kind === 'bind' || command.kind === 'admin-channel' || command.kind === 'whoami' || command.kind === 'help');
-      if (!mayBind) {
-        return reject(msg, workflowId, 'unbound-chat', isAdmin(who.role) ? 'Steward does not answer in this chat yet. An admin binds it with /bind [mention|all] [name].' : undefined, command ? { command: command.kind } : {});
-      }
-    }
-
-    // What may they do?
-    if (command) {
-      if (spec && !mayUse(spec, who.role)) {
-        return reject(msg, workflowId, 'forbidden', `/${spec.name} needs the ${spec.minRole} role; you are ${who.role === 'admin' || who.role === 'operator' || who.role === 'overlord' ? 'an' : 'a'} ${who.role}.`, { command: command.kind });
-      }
-      if (governed && spec && isAdminCommand(spec) && !dm && !binding?.adminChannel && command.kind !== 'bind' && command.kind !== 'admin-channel' && command.kind !== 'unbind' && (await adminChannelExists(db))) {
-        return reject(msg, workflowId, 'admin-channel-only', `/${spec.name} works in the admin channel (or in a direct message).`, { command: command.kind });
-      }
-    } else if (governed) {
-      if (who.role === 'viewer') {
-        return reject(msg, workflowId, 'forbidden', 'Viewers can use /status and /help, but not talk to the agent.');
-      }
-      const limit = isAdmin(who.role) ? undefined : rateLimits[who.role];
-      if (limit && who.kind === 'person') {
-        const since = new Date(Date.now() - limit.windowMs);
-        const used = await db.message.count({ where: { identityId: who.id, command: false, createdAt: { gt: since } } });
-        if (used >= limit.count) {
-          const oldest = await db.message.findFirst({ where: { identityId: who.id, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
-          const waitMin = oldest ? Math.max(1, Math.ceil((oldest.createdAt.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
-          return reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
-        }
-      }
-    }
-
-    // Admitted: record it (a redelivered id is a duplicate and changes nothing). The message's
-    // unique key finds a duplicate; files are looked at only once it is known to be new.
-    const recordedSeq = async () => (await db.message.findUnique({ where: { key }, select: { seq: true } }))?.seq;
-    const duplicate = (seq: number | undefined): IngressResult => ({ workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) });
-    if (opts.attachments?.length) {
-      const seen = await recordedSeq();
-      if (seen !== undefined) return duplicate(seen);
-    }
-    let attachments: AttachmentRef[] = msg.attachments;
-    let refusedFiles: string[] = [];
-    if (!command && opts.attachments?.length) {
-      const stored = await storeAttachments(opts.attachments);
-      attachments = [...attachments, ...stored.refs].slice(0, MAX_ATTACHMENTS);
-      refusedFiles = stored.refused;
-      if (!msg.text.trim() && attachments.length === 0) {
-        return reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`);
-      }
-    }
-    let seq: number;
-    try {
-      const row = await db.message.create({
-        data: {
-          key,
-          sessionId: workflowId,
-          role: 'user',
-          text: msg.text,
-          user: msg.user,
-          identityId: who.kind === 'person' ? who.id : null,
-          command: command !== undefined,
-          ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
-        },
-      });
-      seq = row.seq;
-    } catch (err) {
-      if (isUniqueViolation(err)) return duplicate(await recordedSeq());
-      throw err;
-    }
-    deps.onTranscript?.(workflowId, 'user');
-    if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
-    if (!knownSessions.has(workflowId)) {
-      await db.session.upsert({
-        where: { id: workflowId },
-        create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
-        update: {},
-      });
-      if (knownSessions.size >= 10_000) knownSessions.clear();
-      knownSessions.add(workflowId);
-    }
-    await writeReceipt(db, {
-      key: `${key}:ingress`,
-      kind: 'ingress',
-      workflowId,
-      sessionId: workflowId,
-      actor: who.kind === 'person' ? who.id : msg.user,
-      data: {
-        platform: msg.platform,
-        chatId: msg.chatId,
-        messageId: msg.id,
-        chars: msg.text.length,
-        command: command !== undefined,
-        ...(who.kind === 'person' ? { role: who.role } : {}),
-        ...(attachments.length ? { attachments: attachments.length } : {}),
-      },
-    });
-
-    if (!command) {
-      let handle;
-      try {
-        handle = await client.workflow.signalWithStart(sessionWorkflow, {
-          ...startOptions(conversation, binding),
-          signal: inboundSignal,
-          signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
-        });
-      } catch (err) {
-        // Not queued: forget the message, so that the platform's (or the client's) retry of
-        // the same id is taken as new, not as a duplicate that never gets a turn.
-        await db.message.deleteMany({ where: { key } });
-        throw err;
-      }
-      deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
-      const note = refusedFiles.length ? `Some files were not taken: ${refusedFiles.join('; ')}.` : undefined;
-      if (note) await recordSystem(workflowId, `${key}:files`, note);
-      return { workflowId, kind: 'message', duplicate: false, seq, ...(note ? { reply: note } : {}) };
-    }
-
-    const reply = await runCommand(msg, command, conversation, who, binding);
-    await writeReceipt(db, {
-      key: `${key}:command`,
-      kind: 'command',
-      workflowId,
-      sessionId: workflowId,
-      actor: who.kind === 'person' ? who.id : msg.user,
-      data: { command: command.kind, ...(reply !== undefined ? { reply: reply.slice(0, 2000) } : {}) },
-    });
-    if (reply !== undefined) await recordSystem(workflowId, `${key}:reply`, reply);
-    return { workflowId, kind: 'command', duplicate: false, seq, ...(reply !== undefined ? { reply } : {}) };
+    const accepted = await accept(steps, raw, opts);
+    if ('stop' in accepted) return accepted.stop;
+    const admitted = await admit(steps, accepted);
+    if ('stop' in admitted) return admitted.stop;
+    const persisted = await persist(steps, admitted, opts);
+    if ('stop' in persisted) return persisted.stop;
+    return route(steps, admitted, persisted);
   }
 
   return {
@@ -959,4 +550,297 @@ export function createIngress(deps: IngressDeps): Ingress {
     decidePairing: decidePairingImpl,
     decideApproval: decideApprovalImpl,
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The steps of `handle`: accept (the message is well formed), admit (who sends it, in which
+// chat, and whether they may: identify, address, authenticate, authorise), persist (record it
+// once) and route (a turn for a message, the handler for a command). A step that ends the way
+// in returns `{ stop: result }`.
+
+/** What the steps use of the ingress: its dependencies and the helpers createIngress builds. */
+interface IngressSteps {
+  deps: IngressDeps;
+  db: Db;
+  senders: Senders;
+  pairingTtlMs: number;
+  rateLimits: RateLimits;
+  /** Session rows this ingress has made sure of: one upsert per session and process. */
+  knownSessions: Set<string>;
+  issuedCode(code: string, result: IngressResult): IngressResult;
+  startOptions(conversation: ConversationKey, binding?: BindingRecord): SessionStart;
+  recordSystem(sessionId: string, key: string, text: string): Promise<void>;
+  reject(msg: NormalizedInbound, workflowId: string, reason: RejectReason, reply: string | undefined, data?: Record<string, unknown>): Promise<IngressResult>;
+  storeAttachments(pending: PendingAttachment[]): Promise<{ refs: AttachmentRef[]; refused: string[] }>;
+  runCommand(msg: NormalizedInbound, cmd: ParsedCommand, conversation: ConversationKey, actor: Actor, binding: BindingRecord | undefined): Promise<string | undefined>;
+}
+
+type Stop = { stop: IngressResult };
+
+/** An accepted message and what follows from its text. */
+interface Accepted {
+  msg: NormalizedInbound;
+  conversation: ConversationKey;
+  workflowId: string;
+  key: string;
+  command: ParsedCommand | undefined;
+  governed: boolean;
+  dm: boolean;
+}
+
+/** An admitted message: who sent it and the chat's binding. */
+interface Admitted extends Accepted {
+  who: Actor;
+  binding: BindingRecord | undefined;
+}
+
+interface Persisted {
+  seq: number;
+  attachments: AttachmentRef[];
+  refusedFiles: string[];
+}
+
+/** Accept: the message is well formed (else receipted, and answered only on the operator's own channels). */
+async function accept(s: IngressSteps, raw: InboundMessage, opts: HandleOptions): Promise<Accepted | Stop> {
+  // Files may arrive separately (fetched once the sender is let in): text or files is enough.
+  const parsedMsg = (opts.attachments?.length ? InboundMessageBaseSchema : InboundMessageSchema).safeParse(raw);
+  if (!parsedMsg.success) {
+    const why = parsedMsg.error.issues.map((i) => `${i.path.join('.') || '(message)'}: ${i.message}`).join('; ');
+    const fallbackId = sessionWorkflowId({ platform: raw.platform, account: String(raw.account), chatId: String(raw.chatId) });
+    s.deps.log?.info({ platform: raw.platform, why }, 'inbound message invalid');
+    await writeReceipt(s.db, {
+      kind: 'ingress.rejected',
+      ...(typeof raw.userId === 'string' ? { actor: raw.userId.slice(0, 200) } : {}),
+      data: { platform: String(raw.platform).slice(0, 40), chatId: String(raw.chatId).slice(0, 200), reason: 'invalid', why: why.slice(0, 500) },
+    });
+    // Only the operator's own channels hear why; a chat platform's sender is not known yet,
+    // and fail closed means an unknown sender or chat hears nothing but how to pair.
+    const governed = PlatformSchema.safeParse(raw.platform);
+    const answer = governed.success && !isGoverned(governed.data);
+    return { stop: { workflowId: fallbackId, kind: 'rejected', duplicate: false, reason: 'invalid', ...(answer ? { reply: `Message not accepted: ${why}` } : {}) } };
+  }
+  const msg = parsedMsg.data;
+  const conversation: ConversationKey = { platform: msg.platform, account: msg.account, chatId: msg.chatId };
+  const parsed = parseText(msg.text);
+  return {
+    msg,
+    conversation,
+    workflowId: sessionWorkflowId(conversation),
+    key: inboundKey(msg),
+    command: parsed.kind === 'command' ? parsed.command : undefined,
+    governed: isGoverned(msg.platform),
+    dm: msg.chatType === 'dm',
+  };
+}
+
+/** Admit: identify the sender and the chat's binding, drop what is not addressed to Steward, then authenticate and authorise. */
+async function admit(s: IngressSteps, a: Accepted): Promise<Admitted | Stop> {
+  const { msg, workflowId, command, governed, dm } = a;
+  // Who is this?
+  let actor: Actor | undefined;
+  if (!governed || (msg.platform === 'openharness' && msg.userId === OPERATOR_USER_ID)) actor = OPERATOR;
+  else if (msg.userId) actor = await findActor(s.db, msg.platform, msg.userId);
+
+  // Which binding does this chat have?
+  let binding: BindingRecord | undefined;
+  if (governed) {
+    const found = await lookupBinding(s.db, msg.platform, msg.account, msg.chatId);
+    if (found.kind === 'ambiguous') {
+      const admin = actor !== undefined && isAdmin(actor.role);
+      return {
+        stop: await s.reject(msg, workflowId, 'ambiguous-binding', admin && (dm || msg.addressed) ? `This chat has ${found.bindings.length} bindings (one per bot account and one for every account); remove one with the CLI (steward bindings remove) so its settings are unambiguous.` : undefined, {
+          bindings: found.bindings.map((b) => b.id),
+        }),
+      };
+    }
+    if (found.kind === 'bound') binding = found.binding;
+  }
+
+  // A group message that does not address Steward is not for it; nor is `/cmd@otherbot`,
+  // whatever the binding's mode.
+  if (governed && !dm && !msg.addressed && ((binding?.mode ?? 'mention') === 'mention' || (command && commandAddressee(msg.text) !== undefined))) {
+    return { stop: { workflowId, kind: 'ignored', duplicate: false } };
+  }
+
+  if (governed && !actor) return { stop: await authenticate(s, a) };
+  const admitted: Admitted = { ...a, who: actor ?? OPERATOR, binding };
+  const refused = await authorise(s, admitted);
+  return refused ? { stop: refused } : admitted;
+}
+
+/** Authenticate: an unknown sender gets a pairing code for /pair in a direct message, and nothing but how to pair otherwise. */
+async function authenticate(s: IngressSteps, a: Accepted): Promise<IngressResult> {
+  const { msg, workflowId, command, key, dm } = a;
+  if (!(command?.kind === 'pair' && dm && msg.userId)) {
+    return s.reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
+  }
+  if (await s.db.receipt.findUnique({ where: { key: `${key}:pairing` }, select: { id: true } })) {
+    return { workflowId, kind: 'command', duplicate: true };
+  }
+  const issued = await requestPairing(s.db, { platform: msg.platform, account: msg.account, userId: msg.userId, chatId: msg.chatId, displayName: msg.user }, s.pairingTtlMs);
+  await writeReceipt(s.db, {
+    key: `${key}:pairing`,
+    kind: 'pairing.requested',
+    workflowId,
+    actor: msg.userId,
+    data: { platform: msg.platform, userId: msg.userId, name: msg.user, ...(issued.ok ? { expiresAt: issued.expiresAt.toISOString() } : { refused: issued.reason }) },
+  });
+  if (!issued.ok) return { workflowId, kind: 'rejected', duplicate: false, reason: 'rate-limited', reply: issued.message };
+  await notifyAdmins(s.db, s.senders, {
+    key: `pairing:${msg.platform}:${msg.userId}:${issued.expiresAt.getTime()}`,
+    text: `**Pairing request** from ${msg.user} (${msg.platform} user ${msg.userId}). If you expect them, ask for their code and approve it with /approve <code> <role>, or deny it with /deny <code>.`,
+  }).catch((err: unknown) => s.deps.log?.warn({ err }, 'pairing notice not delivered'));
+  const minutes = Math.round(s.pairingTtlMs / 60_000);
+  return s.issuedCode(issued.code, {
+    workflowId,
+    kind: 'command',
+    duplicate: false,
+    reply: `Your pairing code is ${issued.code}. Give it to a Steward admin: they approve it with /approve ${issued.code} <role> within ${minutes} minute${minutes === 1 ? '' : 's'}. The code works once.`,
+    // the code lives only in the requester's chat; Steward keeps its hash
+    replyRecordAs: `A pairing code was issued (valid ${minutes} minute${minutes === 1 ? '' : 's'}).`,
+  });
+}
+
+/** Authorise: an unbound chat hears only an admin binding it; each command has its minimum role (and admin commands their channel); messages are rate limited per role. Undefined: allowed. */
+async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | undefined> {
+  const { msg, workflowId, command, governed, dm, who, binding } = a;
+  const spec = command ? specOf(command) : undefined;
+  if (governed && !dm && !binding) {
+    // in a chat Steward is not bound to, only an admin binding it is heard
+    const mayBind = isAdmin(who.role) && command && (command.kind === 'bind' || command.kind === 'admin-channel' || command.kind === 'whoami' || command.kind === 'help');
+    if (!mayBind) {
+      return s.reject(msg, workflowId, 'unbound-chat', isAdmin(who.role) ? 'Steward does not answer in this chat yet. An admin binds it with /bind [mention|all] [name].' : undefined, command ? { command: command.kind } : {});
+    }
+  }
+  if (command) {
+    if (spec && !mayUse(spec, who.role)) {
+      return s.reject(msg, workflowId, 'forbidden', `/${spec.name} needs the ${spec.minRole} role; you are ${who.role === 'admin' || who.role === 'operator' || who.role === 'overlord' ? 'an' : 'a'} ${who.role}.`, { command: command.kind });
+    }
+    if (governed && spec && isAdminCommand(spec) && !dm && !binding?.adminChannel && command.kind !== 'bind' && command.kind !== 'admin-channel' && command.kind !== 'unbind' && (await adminChannelExists(s.db))) {
+      return s.reject(msg, workflowId, 'admin-channel-only', `/${spec.name} works in the admin channel (or in a direct message).`, { command: command.kind });
+    }
+    return undefined;
+  }
+  if (!governed) return undefined;
+  if (who.role === 'viewer') return s.reject(msg, workflowId, 'forbidden', 'Viewers can use /status and /help, but not talk to the agent.');
+  const limit = isAdmin(who.role) ? undefined : s.rateLimits[who.role];
+  if (limit && who.kind === 'person') {
+    const since = new Date(Date.now() - limit.windowMs);
+    const used = await s.db.message.count({ where: { identityId: who.id, command: false, createdAt: { gt: since } } });
+    if (used >= limit.count) {
+      const oldest = await s.db.message.findFirst({ where: { identityId: who.id, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
+      const waitMin = oldest ? Math.max(1, Math.ceil((oldest.createdAt.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
+      return s.reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Persist: record the admitted message once (a redelivered id is a duplicate and changes
+ * nothing: the message's unique key finds it; files are looked at only once it is known to be
+ * new), make sure of the session row, and receipt the ingress.
+ */
+async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promise<Persisted | Stop> {
+  const { msg, workflowId, key, command, governed, dm, who } = a;
+  const db = s.db;
+  const recordedSeq = async () => (await db.message.findUnique({ where: { key }, select: { seq: true } }))?.seq;
+  const duplicate = (seq: number | undefined): Stop => ({ stop: { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) } });
+  if (opts.attachments?.length) {
+    const seen = await recordedSeq();
+    if (seen !== undefined) return duplicate(seen);
+  }
+  let attachments: AttachmentRef[] = msg.attachments;
+  let refusedFiles: string[] = [];
+  if (!command && opts.attachments?.length) {
+    const stored = await s.storeAttachments(opts.attachments);
+    attachments = [...attachments, ...stored.refs].slice(0, MAX_ATTACHMENTS);
+    refusedFiles = stored.refused;
+    if (!msg.text.trim() && attachments.length === 0) {
+      return { stop: await s.reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`) };
+    }
+  }
+  let seq: number;
+  try {
+    const row = await db.message.create({
+      data: {
+        key,
+        sessionId: workflowId,
+        role: 'user',
+        text: msg.text,
+        user: msg.user,
+        identityId: who.kind === 'person' ? who.id : null,
+        command: command !== undefined,
+        ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
+      },
+    });
+    seq = row.seq;
+  } catch (err) {
+    if (isUniqueViolation(err)) return duplicate(await recordedSeq());
+    throw err;
+  }
+  s.deps.onTranscript?.(workflowId, 'user');
+  if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
+  if (!s.knownSessions.has(workflowId)) {
+    await db.session.upsert({
+      where: { id: workflowId },
+      create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
+      update: {},
+    });
+    if (s.knownSessions.size >= 10_000) s.knownSessions.clear();
+    s.knownSessions.add(workflowId);
+  }
+  await writeReceipt(db, {
+    key: `${key}:ingress`,
+    kind: 'ingress',
+    workflowId,
+    sessionId: workflowId,
+    actor: who.kind === 'person' ? who.id : msg.user,
+    data: {
+      platform: msg.platform,
+      chatId: msg.chatId,
+      messageId: msg.id,
+      chars: msg.text.length,
+      command: command !== undefined,
+      ...(who.kind === 'person' ? { role: who.role } : {}),
+      ...(attachments.length ? { attachments: attachments.length } : {}),
+    },
+  });
+  return { seq, attachments, refusedFiles };
+}
+
+/** Route: a message goes to its session (signal-with-start: a turn), a command to its handler; the command's answer is receipted and kept in the transcript. */
+async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<IngressResult> {
+  const { msg, conversation, workflowId, key, command, who, binding } = a;
+  if (!command) {
+    let handle;
+    try {
+      handle = await s.deps.client.workflow.signalWithStart(sessionWorkflow, {
+        ...s.startOptions(conversation, binding),
+        signal: inboundSignal,
+        signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
+      });
+    } catch (err) {
+      // Not queued: forget the message, so that the platform's (or the client's) retry of
+      // the same id is taken as new, not as a duplicate that never gets a turn.
+      await s.db.message.deleteMany({ where: { key } });
+      throw err;
+    }
+    s.deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
+    const note = p.refusedFiles.length ? `Some files were not taken: ${p.refusedFiles.join('; ')}.` : undefined;
+    if (note) await s.recordSystem(workflowId, `${key}:files`, note);
+    return { workflowId, kind: 'message', duplicate: false, seq: p.seq, ...(note ? { reply: note } : {}) };
+  }
+
+  const reply = await s.runCommand(msg, command, conversation, who, binding);
+  await writeReceipt(s.db, {
+    key: `${key}:command`,
+    kind: 'command',
+    workflowId,
+    sessionId: workflowId,
+    actor: who.kind === 'person' ? who.id : msg.user,
+    data: { command: command.kind, ...(reply !== undefined ? { reply: reply.slice(0, 2000) } : {}) },
+  });
+  if (reply !== undefined) await s.recordSystem(workflowId, `${key}:reply`, reply);
+  return { workflowId, kind: 'command', duplicate: false, seq: p.seq, ...(reply !== undefined ? { reply } : {}) };
 }

@@ -1,6 +1,6 @@
 /** Types shared by the session and turn workflows, their activities and clients. Pure. */
 import type { ConversationKey } from '../common/ids.js';
-import type { AttachmentRef, ThinkLevel } from '../common/schemas.js';
+import type { ThinkLevel } from '../common/schemas.js';
 
 /** An inbound message as workflow history sees it: a reference, never the text (claim-check). */
 export interface InboundRef {

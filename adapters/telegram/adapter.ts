@@ -12,7 +12,7 @@
  * chat's messages reach the ingress in the order they were sent.
  */
 import { Bot, type Api } from 'grammy';
-import type { BotCommand, BotCommandScope, Message, MessageEntity, User, UserFromGetMe } from 'grammy/types';
+import type { BotCommand, BotCommandScope, Message, MessageEntity, User } from 'grammy/types';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { ActionResult, InboundAction, Ingress, PendingAttachment } from '../ingress.js';

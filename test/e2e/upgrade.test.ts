@@ -55,7 +55,11 @@ const quietLogger = { trace: () => undefined, debug: () => undefined, info: () =
 async function bundleWithSession(dir: string, build: string, edits: Array<[string, string]>): Promise<WorkflowBundleWithSourceMap> {
   const root = path.resolve(repoRoot);
   const wf = path.join(root, 'workflows');
-  let session = readFileSync(path.join(wf, 'session.ts'), 'utf8').replaceAll("from '../", `from '${root}/`).replaceAll("from './", `from '${wf}/`);
+  const chat = path.join(wf, 'chat');
+  let session = readFileSync(path.join(chat, 'session.ts'), 'utf8')
+    .replaceAll("from '../../", `from '${root}/`)
+    .replaceAll("from '../", `from '${wf}/`)
+    .replaceAll("from './", `from '${chat}/`);
   for (const [from, to] of edits) {
     assert.ok(session.includes(from), `build ${build}: the session has ${JSON.stringify(from)}`);
     session = session.replace(from, to);
@@ -65,9 +69,9 @@ async function bundleWithSession(dir: string, build: string, edits: Array<[strin
     path.join(dir, `index-${build}.ts`),
     [
       `export { sessionWorkflow } from './session-${build}.ts';`,
-      `export { turnWorkflow } from '${wf}/turn.ts';`,
-      `export { repoChangeWorkflow } from '${wf}/repo-change.ts';`,
-      `export { objectiveRunWorkflow } from '${wf}/objective.ts';`,
+      `export { turnWorkflow } from '${chat}/turn.ts';`,
+      `export { repoChangeWorkflow } from '${wf}/changes/repo-change.ts';`,
+      `export { objectiveRunWorkflow } from '${wf}/objectives/objective.ts';`,
       '',
     ].join('\n'),
   );

@@ -32,12 +32,6 @@ const key = (id: string): CodecKey => ({ id, key: randomBytes(32) });
 const meta = (p: Payload, k: string) => (p.metadata?.[k] ? Buffer.from(p.metadata[k]).toString('utf8') : undefined);
 const tmp = () => mkdtempSync(path.join(tmpdir(), 'steward-codec-'));
 
-async function roundtrip(codec: StewardCodec, value: unknown): Promise<unknown> {
-  const [encoded] = await codec.encode([converter.toPayload(value)]);
-  const [decoded] = await codec.decode([encoded!]);
-  return converter.fromPayload(decoded!);
-}
-
 describe('payload codec', () => {
   it('round-trips values and hides them: binary/encrypted, the key id in the metadata, no plaintext', async () => {
     const codec = new StewardCodec({ keys: [key('k1')] });

@@ -1,0 +1,343 @@
+/**
+ * The handlers of the chat commands, one per command of the catalog (common/commands.ts),
+ * registered by feature: the session's (stop, new, steer, model, think, status), access and
+ * governance (whoami, help, pair, pairing and action decisions, bindings), repository changes
+ * (change, answer) and objectives (objectives, objective). The table's type names every kind
+ * the parser produces, so a command without a handler does not compile. The ingress has already
+ * decided that the sender may use the command (role, chat, admin channel) when one runs.
+ */
+import { WithStartWorkflowOperation, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import type { Db } from '../domain/db.js';
+import {
+  bindChat,
+  GovernanceError,
+  listApprovals,
+  pendingPairings,
+  unbindChat,
+  type Actor,
+  type BindingRecord,
+  type PairingDecision,
+} from '../domain/governance.js';
+import { writeReceipt } from '../domain/receipts.js';
+import { helpText, type ParsedCommand } from '../common/commands.js';
+import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import type { Role } from '../common/roles.js';
+import { parseModelRef, type NormalizedInbound, type Provider } from '../common/schemas.js';
+import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../workflows/messages.js';
+import { sessionWorkflow } from '../workflows/chat/session.js';
+import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+import type { SessionInput, SessionLimits } from '../workflows/types.js';
+import { ChangeInputError, type ChangeService } from './changes.js';
+import type { SessionStatusView } from './ingress.js';
+import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
+
+type CommandKind = ParsedCommand['kind'];
+type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
+
+/** How the ingress starts (or finds) a conversation's session workflow: its id, queue, input, search attributes and summary. */
+export function sessionStartOptions(deps: { taskQueue: string; defaultModel: string; limits: SessionLimits }, conversation: ConversationKey, binding?: BindingRecord) {
+  const input: SessionInput = {
+    conversation,
+    settings: { model: binding?.model ?? deps.defaultModel, think: 'off' },
+    limits: deps.limits,
+  };
+  return {
+    workflowId: sessionWorkflowId(conversation),
+    taskQueue: deps.taskQueue,
+    args: [input] as [SessionInput],
+    typedSearchAttributes: [
+      { key: PlatformAttr, value: conversation.platform },
+      { key: ChatAttr, value: conversation.chatId },
+      { key: KindAttr, value: 'session' },
+    ],
+    staticSummary: `Conversation session: ${conversation.platform} chat ${conversation.chatId} (account ${conversation.account})`,
+  };
+}
+
+export type SessionStart = ReturnType<typeof sessionStartOptions>;
+
+/** One command as it arrived: who, where, and the chat's session. */
+export interface CommandCall {
+  msg: NormalizedInbound;
+  conversation: ConversationKey;
+  actor: Actor;
+  binding: BindingRecord | undefined;
+  /** The name the command is done in (the operator's own user name for the operator). */
+  by: string;
+  session: SessionStart;
+}
+
+/** What the handlers use: the ingress's dependencies and its session and decision helpers. */
+export interface CommandEnv {
+  client: Client;
+  db: Db;
+  configuredProviders: () => Provider[];
+  changes?: ChangeService;
+  objectives?: ObjectiveService;
+  runLink?: (workflowId: string) => string | undefined;
+  status(sessionId: string): Promise<SessionStatusView>;
+  formatStatus(view: SessionStatusView): string;
+  decidePairing(code: string, decision: { approve: Role } | 'deny', by: Actor): Promise<PairingDecision>;
+  decideApproval(id: string, decision: 'approve' | 'deny', by: Actor, reason?: string): Promise<{ reply: string }>;
+}
+
+type Handler<K extends CommandKind> = (cmd: CommandOf<K>, call: CommandCall) => Promise<string | undefined>;
+type Handlers<K extends CommandKind> = { [P in K]: Handler<P> };
+
+const PROVIDER_SETUP: Record<Provider, string> = {
+  openai: 'set OPENAI_API_KEY',
+  anthropic: 'set ANTHROPIC_API_KEY',
+  'openai-compatible': 'set STEWARD_MODEL_BASE_URL (and STEWARD_MODEL_API_KEY if the endpoint needs one)',
+};
+
+const withStart = (call: CommandCall) => new WithStartWorkflowOperation(sessionWorkflow, { ...call.session, workflowIdConflictPolicy: 'USE_EXISTING' });
+const person = (call: CommandCall) => ({ id: call.actor.id, name: call.by });
+
+/** The session's own commands: stop, a new task, steering, model and thinking, status. */
+function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | 'model' | 'think' | 'status'> {
+  const settings = async (change: { model?: string; think?: string }, call: CommandCall): Promise<string> => {
+    try {
+      const r = await env.client.workflow.executeUpdateWithStart(settingsUpdate, {
+        args: [{ ...(change as { model?: string; think?: 'off' | 'low' | 'medium' | 'high' }), by: call.by }],
+        startWorkflowOperation: withStart(call),
+      });
+      return r.message;
+    } catch (err) {
+      if (err instanceof WorkflowUpdateFailedError) return `Not changed: ${err.cause?.message ?? err.message}`;
+      throw err;
+    }
+  };
+  return {
+    async stop(_cmd, call) {
+      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: stopSignal, signalArgs: [{ by: call.by }] });
+      const stopped = env.changes ? await env.changes.stopInChat(call.conversation, person(call)) : [];
+      // the session answers for the turn through the outbox; stopped changes are named here
+      return stopped.length ? `Stopping change${stopped.length > 1 ? 's' : ''} ${stopped.join(', ')}: the coding agent is stopped and its work tree removed.` : undefined;
+    },
+    async new(_cmd, call) {
+      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: newTaskSignal, signalArgs: [{ by: call.by }] });
+      return undefined;
+    },
+    async steer(cmd, call) {
+      if (env.changes) {
+        // with no turn running, steering goes to the chat's change in its coding phase
+        const s = await env.status(call.session.workflowId);
+        if (!s.running) {
+          const m = await env.changes.steerInChat(call.conversation, cmd.text, person(call));
+          if (m) return m;
+        }
+      }
+      try {
+        const r = await env.client.workflow.executeUpdateWithStart(steerUpdate, { args: [{ text: cmd.text, by: call.by }], startWorkflowOperation: withStart(call) });
+        return r.message;
+      } catch (err) {
+        if (err instanceof WorkflowUpdateFailedError) return `Steering not accepted: ${err.cause?.message ?? err.message}`;
+        throw err;
+      }
+    },
+    async model(cmd, call) {
+      if (cmd.model === undefined) {
+        const s = await env.status(call.session.workflowId);
+        const providers = env.configuredProviders();
+        return `Model: ${s.model}. Configured providers: ${providers.length ? providers.join(', ') : 'none'}.`;
+      }
+      const { provider } = parseModelRef(cmd.model);
+      if (!env.configuredProviders().includes(provider)) return `The ${provider} provider is not configured: ${PROVIDER_SETUP[provider]} and restart Steward.`;
+      return settings({ model: cmd.model }, call);
+    },
+    async think(cmd, call) {
+      if (cmd.level === undefined) {
+        const s = await env.status(call.session.workflowId);
+        return `Thinking: ${s.think}. Use /think <off|low|medium|high>.`;
+      }
+      return settings({ think: cmd.level }, call);
+    },
+    async status(_cmd, call) {
+      const view = await env.status(call.session.workflowId);
+      const text = env.formatStatus(view);
+      const link = view.running ? env.runLink?.(view.running.runWorkflowId) : undefined;
+      const shown = link ? `${text}\nRun: ${link}` : text;
+      const running = env.changes ? await env.changes.runningInChat(call.conversation) : [];
+      return running.length ? `${shown}\nChanges: ${running.map((c) => `${c.id} on ${c.repo} (${c.phase}${c.question ? ': waiting for /answer' : ''})`).join('; ')}` : shown;
+    },
+  };
+}
+
+/** Who one is, help, pairing, decisions on proposed actions, and the chat's binding. */
+function accessCommands(env: CommandEnv): Handlers<'whoami' | 'help' | 'pair' | 'approve' | 'deny' | 'pending' | 'approve-action' | 'deny-action' | 'bind' | 'unbind' | 'admin-channel'> {
+  const decidePairing = async (code: string, decision: { approve: Role } | 'deny', call: CommandCall): Promise<string> => {
+    const r = await env.decidePairing(code, decision, call.actor);
+    if (!r.ok) return r.message;
+    return decision === 'deny'
+      ? `Denied the pairing request of ${r.pairing.displayName}; they have been told.`
+      : `Paired ${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}) as ${decision.approve}; they have been told.`;
+  };
+  const binding = async (cmd: CommandOf<'bind' | 'unbind' | 'admin-channel'>, call: CommandCall): Promise<string> => {
+    const { msg, actor } = call;
+    if (msg.chatType !== 'group') return `/${cmd.kind} works in a group or channel; direct messages of people Steward knows are always answered.`;
+    if (cmd.kind === 'unbind') {
+      const n = await unbindChat(env.db, msg.platform, msg.account, msg.chatId);
+      await writeReceipt(env.db, { kind: 'binding.change', actor: actor.id, data: { action: 'unbind', platform: msg.platform, chatId: msg.chatId, removed: n } });
+      return n > 0 ? 'Unbound: Steward no longer answers in this chat.' : 'This chat was not bound.';
+    }
+    try {
+      const b = await bindChat(env.db, {
+        platform: msg.platform,
+        account: call.binding?.account ?? msg.account,
+        chatId: msg.chatId,
+        createdBy: actor.id,
+        ...(cmd.kind === 'bind' ? { ...(cmd.mode ? { mode: cmd.mode } : {}), ...(cmd.name ? { name: cmd.name } : {}) } : { adminChannel: cmd.on }),
+      });
+      await writeReceipt(env.db, {
+        kind: 'binding.change',
+        actor: actor.id,
+        data: { action: cmd.kind, platform: b.platform, chatId: b.chatId, mode: b.mode, name: b.name, adminChannel: b.adminChannel },
+      });
+      if (cmd.kind === 'admin-channel') return cmd.on ? 'This chat is now the admin channel: admin commands and notifications go here.' : 'This chat is no longer the admin channel.';
+      return `Bound: Steward answers here ${b.mode === 'all' ? 'to every message' : 'when mentioned or replied to'}${b.name ? `; the chat is named "${b.name}"` : ''}.`;
+    } catch (err) {
+      if (err instanceof GovernanceError) return `Not changed: ${err.message}.`;
+      throw err;
+    }
+  };
+  return {
+    async whoami(_cmd, { actor }) {
+      return actor.kind === 'operator' ? 'You are the operator (the API token holder): every command is open to you.' : `You are ${actor.name}, with the ${actor.role} role.`;
+    },
+    async help(_cmd, { actor }) {
+      return helpText(actor.role);
+    },
+    async pair(_cmd, { actor }) {
+      return actor.kind === 'operator' ? 'The operator needs no pairing.' : `You are already paired as ${actor.name} (${actor.role}).`;
+    },
+    approve: (cmd, call) => decidePairing(cmd.code, { approve: cmd.role }, call),
+    deny: (cmd, call) => decidePairing(cmd.code, 'deny', call),
+    async pending() {
+      const [pairings, approvals] = await Promise.all([pendingPairings(env.db), listApprovals(env.db, { status: 'pending', limit: 50 })]);
+      const lines: string[] = [];
+      lines.push(pairings.length ? `Pairing requests (${pairings.length}):` : 'No pairing requests.');
+      for (const p of pairings) lines.push(`- ${p.displayName} (${p.platform} user ${p.userId}), expires ${p.expiresAt.toISOString()}: ask them for their code, then /approve <code> <role>`);
+      lines.push(approvals.length ? `Approvals waiting (${approvals.length}):` : 'No approvals waiting.');
+      for (const a of approvals) lines.push(`- ${a.id}: ${a.summary} (deadline ${a.deadline.toISOString()}): /approve-action ${a.id} or /deny-action ${a.id} [reason]`);
+      return lines.join('\n');
+    },
+    'approve-action': async (cmd, call) => (await env.decideApproval(cmd.id, 'approve', call.actor)).reply,
+    'deny-action': async (cmd, call) => (await env.decideApproval(cmd.id, 'deny', call.actor, cmd.reason)).reply,
+    bind: binding,
+    unbind: binding,
+    'admin-channel': binding,
+  };
+}
+
+/** Governed repository changes from chat: start one, answer its clarifying question. */
+function changeCommands(env: CommandEnv): Handlers<'change' | 'answer'> {
+  return {
+    async change(cmd, call) {
+      if (!env.changes) return 'Repository changes are not enabled on this Steward.';
+      try {
+        const r = await env.changes.startChange({ repo: cmd.repo, request: cmd.request }, person(call), { conversation: call.conversation, sessionId: call.session.workflowId });
+        return `Change ${r.id} started on ${cmd.repo}: intake first, then a plan, a sandboxed coding agent, the validation gate and the promotion gate. /stop stops it.${r.runUrl ? ` Run: ${r.runUrl}` : ''}`;
+      } catch (err) {
+        if (err instanceof ChangeInputError) return `Not started: ${err.message}.`;
+        throw err;
+      }
+    },
+    async answer(cmd, call) {
+      const waiting = env.changes ? await env.changes.waitingInChat(call.conversation) : undefined;
+      if (!env.changes || !waiting) return 'No change in this chat is waiting for an answer.';
+      try {
+        return await env.changes.answer(waiting, { text: cmd.text }, person(call));
+      } catch (err) {
+        if (err instanceof ChangeInputError) return `Not accepted: ${err.message}.`;
+        throw err;
+      }
+    },
+  };
+}
+
+/** Objectives on Temporal Schedules from chat: list them, and add, show, pause, resume, trigger, skip or delete one. */
+function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'> {
+  const act = async (cmd: CommandOf<'objective'>, call: CommandCall, objectives: ObjectiveService): Promise<string> => {
+    const who = person(call);
+    switch (cmd.action) {
+      case 'add': {
+        const { conversation } = call;
+        const o = await objectives.create({ name: cmd.name, prompt: cmd.prompt, chatId: conversation.chatId, platform: conversation.platform, account: conversation.account, schedule: cmd.schedule }, who);
+        return `Objective ${o.name} added: it reports here; next run ${o.nextRuns[0] ?? 'when the schedule says'}.`;
+      }
+      case 'show': {
+        const o = await objectives.show(cmd.name);
+        return [
+          `${o.name} (${o.id}): ${o.prompt}`,
+          `Schedule: ${JSON.stringify(o.schedule)}, overlap ${o.overlap}${o.paused ? ', paused' : ''}`,
+          `Next: ${o.nextRuns.slice(0, 3).join(', ') || '-'}`,
+          ...o.runs.slice(0, 5).map((r) => `- ${r.scheduledAt ?? 'triggered'}: ${r.status}${r.error ? ` (${r.error.slice(0, 80)})` : ''}`),
+        ].join('\n');
+      }
+      case 'pause':
+        await objectives.pause(cmd.name, who);
+        return `Objective ${cmd.name} paused.`;
+      case 'resume':
+        await objectives.resume(cmd.name, who);
+        return `Objective ${cmd.name} resumed.`;
+      case 'trigger':
+        await objectives.trigger(cmd.name, who);
+        return `Objective ${cmd.name} runs now.`;
+      case 'skip-missed':
+        await objectives.skipMissed(cmd.name, who);
+        return `Objective ${cmd.name}: runs missed until now are skipped.`;
+      case 'delete':
+        await objectives.remove(cmd.name, who);
+        return `Objective ${cmd.name} deleted.`;
+    }
+  };
+  return {
+    async objectives() {
+      if (!env.objectives) return 'Objectives are not enabled on this Steward.';
+      const all = await env.objectives.list();
+      if (all.length === 0) return 'No objectives. Add one with /objective add <name> <30m or "cron"> [tz=Zone] <prompt>.';
+      return all
+        .map((o) => {
+          const when = o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : 'no schedule';
+          const on = [o.triggers.webhook ? 'webhook' : '', o.triggers.watch ? `files in ${o.triggers.watch}` : '', o.triggers.email ? `mail to ${o.triggers.email}` : ''].filter(Boolean).join(', ');
+          return `${o.name}: ${when}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}${on ? `, on ${on}` : ''}, ${o.paused ? 'paused' : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`;
+        })
+        .join('\n');
+    },
+    async objective(cmd, call) {
+      if (!env.objectives) return 'Objectives are not enabled on this Steward.';
+      try {
+        return await act(cmd, call, env.objectives);
+      } catch (err) {
+        if (err instanceof ObjectiveInputError) return `Not done: ${err.message}.`;
+        throw err;
+      }
+    },
+  };
+}
+
+/** What the parser could not take: a known command with bad arguments, or an unknown one. */
+function parseFailures(): Handlers<'invalid' | 'unknown'> {
+  return {
+    async invalid(cmd) {
+      return `/${cmd.name}: ${cmd.error}`;
+    },
+    async unknown(cmd, { actor }) {
+      return `Unknown command ${cmd.name.startsWith('/') ? cmd.name : `/${cmd.name}`}.\n${helpText(actor.role)}`;
+    },
+  };
+}
+
+/** Every command's handler, by feature; `run` dispatches a parsed command to its own. */
+export function commandHandlers(env: CommandEnv): { run(cmd: ParsedCommand, call: CommandCall): Promise<string | undefined> } {
+  const handlers: Handlers<CommandKind> = {
+    ...sessionCommands(env),
+    ...accessCommands(env),
+    ...changeCommands(env),
+    ...objectiveCommands(env),
+    ...parseFailures(),
+  };
+  return {
+    run: (cmd, call) => (handlers[cmd.kind] as (c: ParsedCommand, call: CommandCall) => Promise<string | undefined>)(cmd, call),
+  };
+}
