@@ -186,6 +186,7 @@ function planDetails(changeId: string, repo: string, goal: string, plan: Plan): 
   ].join('\n');
 }
 
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export function createRepoChangeActivities(deps: RepoChangeDeps) {
   const { db, senders } = deps;
   const settings = deps.settings;

@@ -249,6 +249,7 @@ function humanBytes(n: number): string {
   return `${n} bytes`;
 }
 
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export function createIngress(deps: IngressDeps): Ingress {
   const { client, db } = deps;
   const senders = deps.senders ?? {};

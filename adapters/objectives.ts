@@ -183,6 +183,7 @@ export function newObjectiveId(): string {
   return `obj-${randomBytes(6).toString('hex')}`;
 }
 
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export function createObjectiveService(deps: ObjectiveServiceDeps) {
   const { client, db } = deps;
   const readSecret = deps.secret ?? ((n: string) => process.env[n]);

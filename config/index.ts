@@ -539,6 +539,7 @@ function readConfigFile(file: string): Record<string, string> {
  * Load the configuration from `env` (default `process.env`) and the optional config file
  * (`STEWARD_CONFIG`, else `<data dir>/steward.json` when it exists).
  */
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): StewardConfig {
   const known = Object.keys(ConfigEnvSchema.shape);
   const fromEnv: Record<string, string> = {};

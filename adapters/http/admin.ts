@@ -139,6 +139,7 @@ export interface AdminDeps {
   ingress: Ingress;
 }
 
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
   const { db, ingress } = deps;
   const sec = [{ bearer: [] }];

@@ -88,6 +88,7 @@ input[type=password]{width:100%;padding:.4rem;font-family:monospace}button{margi
 </head><body>${body}</body></html>`;
 }
 
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
   const backoff = deps.backoff ?? new AuthBackoff({ log: deps.log });
   const signIn = deps.signIn ?? new BrowserSignIn({ apiToken: deps.apiToken, ...(deps.now ? { now: deps.now } : {}) });

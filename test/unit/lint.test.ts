@@ -71,6 +71,10 @@ describe('static checks', () => {
     const upward = await lint(`${root}domain/blobs.ts`, "import { createActivities } from '../activities/index.js';\nimport type { TurnInput } from '../workflows/types.js';\nexport type A = [typeof createActivities, TurnInput];");
     assert.equal(upward.length, 1, upward.join('\n'));
     assert.match(upward[0]!, /imports no activity, adapter or workflow/);
+    // a new function over 150 lines is refused
+    const long = `export function tooLong(): number {\n  let n = 0;\n${'  n += 1;\n'.repeat(160)}  return n;\n}`;
+    const [longResult] = await eslint.lintText(`${readFileSync(`${root}domain/blobs.ts`, 'utf8')}\n${long}\n`, { filePath: `${root}domain/blobs.ts` });
+    assert.match((longResult?.messages ?? []).map((m) => `${m.ruleId}: ${m.message}`).join('\n'), /max-lines-per-function: Function 'tooLong' has too many lines \(16\d\)/);
     const adapter = await lint(`${root}adapters/ingress.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
     assert.match(adapter.join('\n'), /Nothing imports the runtime/);
   });

@@ -92,6 +92,7 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
+// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
 export async function sessionWorkflow(input: SessionInput): Promise<void> {
   const info = workflowInfo();
   const sessionId = info.workflowId;
