@@ -26,7 +26,7 @@ import { parseModelRef, type NormalizedInbound, type Provider } from '../common/
 import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../workflows/messages.js';
 import { sessionWorkflow } from '../workflows/chat/session.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
-import type { SessionInput, SessionLimits } from '../workflows/types.js';
+import type { SessionInput, SessionLimits, SettingsChange } from '../workflows/types.js';
 import { ChangeInputError, type ChangeService } from './changes.js';
 import type { SessionStatusView } from './ingress.js';
 import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
@@ -95,10 +95,10 @@ const person = (call: CommandCall) => ({ id: call.actor.id, name: call.by });
 
 /** The session's own commands: stop, a new task, steering, model and thinking, status. */
 function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | 'model' | 'think' | 'status'> {
-  const settings = async (change: { model?: string; think?: string }, call: CommandCall): Promise<string> => {
+  const settings = async (change: Omit<SettingsChange, 'by'>, call: CommandCall): Promise<string> => {
     try {
       const r = await env.client.workflow.executeUpdateWithStart(settingsUpdate, {
-        args: [{ ...(change as { model?: string; think?: 'off' | 'low' | 'medium' | 'high' }), by: call.by }],
+        args: [{ ...change, by: call.by }],
         startWorkflowOperation: withStart(call),
       });
       return r.message;

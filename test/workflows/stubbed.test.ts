@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { ApplicationFailure } from '@temporalio/common';
-import { WorkflowFailedError } from '@temporalio/client';
+import { WorkflowFailedError, type WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
@@ -151,7 +151,9 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
           await until('the approval wait', async () => (await h.query(turnStatusQuery)).phase === 'approval');
           const approvalId = (await h.query(turnStatusQuery)).approvalId!;
           // the person whose message led to the call may not approve it
-          await assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-pat', byName: 'Pat' }] }), /Update failed|may not approve/);
+          await assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-pat', byName: 'Pat' }] }), (err: Error) =>
+            /may not approve it \(policy STEWARD_FORBID_SELF_APPROVAL\)/.test(String((err as WorkflowUpdateFailedError).cause?.message)),
+          );
           await h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-ada', byName: 'Ada' }] });
           const r = await h.result();
           assert.equal(r.outcome, 'replied');
@@ -317,7 +319,9 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         const h = await env.client.workflow.start(repoChangeWorkflow, { taskQueue, workflowId: input.changeId, args: [input] });
         await until('the approval', async () => (await h.query(changeStatusQuery)).approvalId !== undefined);
         const approvalId = (await h.query(changeStatusQuery)).approvalId!;
-        await assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-pat', byName: 'Pat' }] }));
+        await assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-pat', byName: 'Pat' }] }), (err: Error) =>
+          /the requester may not approve their own change/.test(String((err as WorkflowUpdateFailedError).cause?.message)),
+        );
         await h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'deny', by: 'id-ada', byName: 'Ada', reason: 'not now' }] });
         const r = await h.result();
         assert.deepEqual(r, { status: 'refused', phase: 'approval', reason: 'promotion denied by Ada', patchHash: 'h-patch' });
