@@ -27,7 +27,7 @@ import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../workf
 import { sessionWorkflow } from '../workflows/chat/session.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 import type { SessionInput, SessionLimits, SettingsChange } from '../workflows/types.js';
-import { ChangeInputError, type ChangeService } from './changes.js';
+import { ChangeInputError, type ChangeService } from '../services/changes.js';
 import type { SessionStatusView } from './ingress.js';
 import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
 

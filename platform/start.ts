@@ -24,7 +24,7 @@ import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/co
 import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
-import { createChangeService } from '../adapters/changes.js';
+import { createChangeService } from '../services/changes.js';
 import { createObjectiveService } from '../adapters/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';

@@ -20,7 +20,7 @@ import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import type { ObjectiveService } from '../objectives.js';
-import type { ChangeService } from '../changes.js';
+import type { ChangeService } from '../../services/changes.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */
 export const MAX_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 4096;

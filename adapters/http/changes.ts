@@ -10,7 +10,7 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
-import { ChangeInputError, type ChangeService } from '../changes.js';
+import { ChangeInputError, type ChangeService } from '../../services/changes.js';
 
 const errors = errorResponses('ChangeError');
 /** The body is validated by the service (one schema for API, CLI and chat), so the route takes any JSON. */

@@ -25,7 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, Connection } from '@temporalio/client';
 import type { Db } from '../../domain/db.js';
 import { OPERATOR } from '../../domain/governance.js';
-import { createChangeService } from '../../adapters/changes.js';
+import { createChangeService } from '../../services/changes.js';
 import { createIngress, type IngressResult } from '../../adapters/ingress.js';
 import { createObjectiveService } from '../../adapters/objectives.js';
 import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } from '../../common/codec.js';

@@ -16,7 +16,7 @@ import { getBlobText } from '../../domain/blobs.js';
 import { OPERATOR, createIdentity } from '../../domain/governance.js';
 import { createModelRegistry } from '../../domain/model.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS } from '../../activities/changes.js';
-import type { ChangeView } from '../../adapters/changes.js';
+import type { ChangeView } from '../../services/changes.js';
 import { changeModel } from '../helpers/change-model.js';
 import { createGitFixture, git, gitInput, stewardTempDirs, type GitFixture } from '../helpers/git-fixture.js';
 import { preloadOpenApi, startGitHubDouble } from '../helpers/github-double.js';

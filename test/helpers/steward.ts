@@ -12,7 +12,7 @@ import type { Db } from '../../domain/db.js';
 import type { ToolPolicy } from '../../activities/index.js';
 import type { ActionOptions } from '../../domain/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/changes.js';
-import { createChangeService, type ChangeService } from '../../adapters/changes.js';
+import { createChangeService, type ChangeService } from '../../services/changes.js';
 import { createObjectiveService, type ObjectiveService } from '../../adapters/objectives.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';

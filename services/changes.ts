@@ -1,0 +1,353 @@
+/**
+ * The application service of governed repository changes, as the API, the CLI and chat use it: register a
+ * repository, start a change (a repo-change workflow on the repo task queue), read its phase
+ * and records, download its patch, answer its clarifying question, steer or stop it. Every
+ * input is validated with zod before anything changes; every change writes a receipt.
+ */
+import { randomBytes } from 'node:crypto';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
+import type { Logger } from 'pino';
+import { getBlobText } from '../domain/blobs.js';
+import type { Db } from '../domain/db.js';
+import * as store from '../domain/store/changes.js';
+import { describeIssues } from '../common/schemas.js';
+import { writeReceipt } from '../domain/receipts.js';
+import type { ConversationKey } from '../common/ids.js';
+import {
+  ChangeAnswerSchema,
+  ChangeRequestSchema,
+  RepoRegistrationSchema,
+  type ChangeResult,
+  type GateVerdict,
+  type Plan,
+  type RepoRegistration,
+  type Report,
+  type TaskDraft,
+  type TaskState,
+} from '../common/repo-change.js';
+import { changeAnswerUpdate, changeSteerSignal } from '../workflows/messages.js';
+import { repoChangeWorkflow } from '../workflows/changes/repo-change.js';
+import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';
+import type { RepoChangeInput } from '../workflows/types.js';
+
+export interface ChangeServiceDeps {
+  client: Client;
+  db: Db;
+  /** The task queue the repo-change workflows run on (their tasks are short). */
+  taskQueue: string;
+  /**
+   * The repo task queue their activities run on (coding agent, gates, promotion), so a long
+   * change never holds a chat worker's activity slot; default the workflow's queue.
+   */
+  activityQueue?: string;
+  clarifyTimeoutMs?: number;
+  maxQuestions?: number;
+  runLink?: (workflowId: string) => string | undefined;
+  log?: Logger;
+}
+
+export interface Requester {
+  id: string;
+  name: string;
+}
+
+export class ChangeInputError extends Error {
+  override readonly name = 'ChangeInputError';
+  constructor(
+    message: string,
+    readonly status: 400 | 404 | 409 = 400,
+  ) {
+    super(message);
+  }
+}
+
+export interface RepoView {
+  name: string;
+  cloneUrl: string;
+  defaultBranch: string;
+  checks: RepoRegistration['checks'];
+  policy: RepoRegistration['policy'];
+  agent: RepoRegistration['agent'];
+  github: RepoRegistration['github'] | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface ChangeView {
+  id: string;
+  repo: string;
+  request: string;
+  base: string;
+  baseSha: string | null;
+  phase: string;
+  status: string;
+  requestedBy: string;
+  question: string | null;
+  draft: TaskDraft | null;
+  taskState: TaskState | null;
+  plan: Plan | null;
+  planHash: string | null;
+  verdict: GateVerdict | null;
+  result: ChangeResult | null;
+  report: Report | null;
+  patchHash: string | null;
+  error: string | null;
+  workflowId: string;
+  runUrl: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+
+/** A change's patch and where the change stands (GET /api/v1/changes/{id}/patch). */
+export interface ChangePatch {
+  patch: string;
+  hash: string;
+  /** running, done, failed, refused, cancelled */
+  status: string;
+  /** The validation gate's verdict, null before the gate ran. */
+  verdict: 'pass' | 'fail' | null;
+  reasons: string[];
+  /** The change ended done with its result: the patch passed the gates and was promoted. */
+  promoted: boolean;
+  error: string | null;
+}
+
+const parseJson = <T>(s: string | null): T | null => (s ? (JSON.parse(s) as T) : null);
+
+/** A fresh change id: lowercase, so it is also a valid agent-harness task id. */
+export function newChangeId(): string {
+  return `chg-${randomBytes(6).toString('hex')}`;
+}
+
+/** A registration's row as the API shows it. */
+function repoView(r: store.RepoRow): RepoView {
+  return {
+    name: r.name,
+    cloneUrl: r.cloneUrl,
+    defaultBranch: r.defaultBranch,
+    checks: JSON.parse(r.checks) as RepoView['checks'],
+    policy: JSON.parse(r.policy) as RepoView['policy'],
+    agent: JSON.parse(r.agent) as RepoView['agent'],
+    github: parseJson<NonNullable<RepoView['github']>>(r.github),
+    createdAt: r.createdAt.toISOString(),
+    updatedAt: r.updatedAt.toISOString(),
+  };
+}
+
+/** A change's row as the API shows it. */
+function changeView(deps: ChangeServiceDeps, r: store.ChangeRow): ChangeView {
+  return {
+    id: r.id,
+    repo: r.repo,
+    request: r.request,
+    base: r.baseBranch,
+    baseSha: r.baseSha,
+    phase: r.phase,
+    status: r.status,
+    requestedBy: r.requestedByName,
+    question: r.question,
+    draft: parseJson<TaskDraft>(r.draft),
+    taskState: parseJson<TaskState>(r.taskState),
+    plan: parseJson<Plan>(r.plan),
+    planHash: r.planHash,
+    verdict: parseJson<GateVerdict>(r.verdict),
+    result: parseJson<ChangeResult>(r.result),
+    report: parseJson<Report>(r.report),
+    patchHash: r.patchHash,
+    error: r.error,
+    workflowId: r.workflowId,
+    runUrl: deps.runLink?.(r.workflowId) ?? null,
+    createdAt: r.createdAt.toISOString(),
+    updatedAt: r.updatedAt.toISOString(),
+  };
+}
+
+async function getChange(deps: ChangeServiceDeps, id: string): Promise<ChangeView | undefined> {
+  const r = await store.findChange(deps.db, id);
+  return r ? changeView(deps, r) : undefined;
+}
+
+/** Register (or replace) a repository. */
+async function registerRepo(deps: ChangeServiceDeps, input: unknown, by: Requester): Promise<{ repo: RepoView; created: boolean }> {
+  const parsed = RepoRegistrationSchema.safeParse(input);
+  if (!parsed.success) throw new ChangeInputError(`invalid repository: ${describeIssues(parsed.error)}`);
+  const r = parsed.data;
+  const { row, created } = await store.saveRepo(
+    deps.db,
+    r.name,
+    {
+      cloneUrl: r.cloneUrl,
+      defaultBranch: r.defaultBranch,
+      checks: JSON.stringify(r.checks),
+      policy: JSON.stringify(r.policy),
+      agent: JSON.stringify(r.agent),
+      github: r.github ? JSON.stringify(r.github) : null,
+    },
+    by.id,
+  );
+  await writeReceipt(deps.db, {
+    kind: 'repo.change',
+    actor: by.id,
+    data: { action: created ? 'register' : 'update', repo: r.name, cloneUrl: r.cloneUrl, defaultBranch: r.defaultBranch, checks: r.checks.map((c) => c.name), github: r.github ? `${r.github.owner}/${r.github.repo}` : null },
+  });
+  return { repo: repoView(row), created };
+}
+
+async function removeRepo(deps: ChangeServiceDeps, name: string, by: Requester): Promise<boolean> {
+  const removed = await store.deleteRepo(deps.db, name);
+  if (removed) await writeReceipt(deps.db, { kind: 'repo.change', actor: by.id, data: { action: 'remove', repo: name } });
+  return removed;
+}
+
+type Origin = { conversation: ConversationKey; sessionId: string };
+
+/** Start a change: the record, then its workflow (the request travels by reference). */
+async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requester, origin?: Origin): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
+  const parsed = ChangeRequestSchema.safeParse(input);
+  if (!parsed.success) throw new ChangeInputError(`invalid change request: ${describeIssues(parsed.error)}`);
+  const req = parsed.data;
+  const repo = await store.findRepo(deps.db, req.repo);
+  if (!repo) throw new ChangeInputError(`no repository is registered as ${req.repo} (register it with POST /api/v1/repos or steward repos add)`, 404);
+  const id = newChangeId();
+  const base = req.base ?? repo.defaultBranch;
+  await store.createChange(deps.db, { id, repo: repo.name, request: req.request, baseBranch: base, requestedBy: by, ...(origin ? { origin } : {}) });
+  const wfInput: RepoChangeInput = {
+    changeId: id,
+    repo: repo.name,
+    requestedBy: by,
+    ...(origin ? { origin } : {}),
+    clarifyTimeoutMs: deps.clarifyTimeoutMs ?? 60 * 60_000,
+    maxQuestions: deps.maxQuestions ?? 3,
+    ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
+  };
+  try {
+    await deps.client.workflow.start(repoChangeWorkflow, {
+      workflowId: id,
+      taskQueue: deps.taskQueue,
+      args: [wfInput],
+      typedSearchAttributes: [
+        { key: KindAttr, value: 'repo-change' },
+        { key: RepoAttr, value: repo.name },
+        ...(origin ? [{ key: PlatformAttr, value: origin.conversation.platform }, { key: ChatAttr, value: origin.conversation.chatId }] : []),
+      ],
+      staticSummary: `Repo change on ${repo.name}: ${req.request.slice(0, 150)}`,
+      staticDetails: `Requested by ${by.name}. Base ${base}.\n\n${req.request.slice(0, 2000)}`,
+    });
+  } catch (err) {
+    await store.markChangeStartFailed(deps.db, id, `could not start: ${(err as Error).message}`);
+    throw err;
+  }
+  await writeReceipt(deps.db, {
+    kind: 'change.start',
+    workflowId: id,
+    actor: by.id,
+    ...(origin ? { sessionId: origin.sessionId } : {}),
+    data: { changeId: id, repo: repo.name, base, chars: req.request.length, from: origin ? `${origin.conversation.platform}:${origin.conversation.chatId}` : 'api' },
+  });
+  return { id, workflowId: id, runUrl: deps.runLink?.(id) ?? null };
+}
+
+async function listChanges(deps: ChangeServiceDeps, opts: { repo?: string; limit?: number } = {}): Promise<ChangeView[]> {
+  const out: ChangeView[] = [];
+  for (const id of await store.listChangeIds(deps.db, opts)) {
+    const v = await getChange(deps, id);
+    if (v) out.push(v);
+  }
+  return out;
+}
+
+/**
+ * The patch the change's agent produced, with where the change stands: `promoted` only when
+ * the change ended done with its result (patch artifact or draft PR) after the gates; a
+ * patch of a change refused, failed, cancelled or still running is not.
+ */
+async function getPatch(deps: ChangeServiceDeps, id: string): Promise<ChangePatch | undefined> {
+  const r = await store.findChange(deps.db, id);
+  if (!r?.patchHash) return undefined;
+  const verdict = parseJson<GateVerdict>(r.verdict);
+  return {
+    patch: await getBlobText(deps.db, r.patchHash),
+    hash: r.patchHash,
+    status: r.status,
+    verdict: verdict?.verdict ?? null,
+    reasons: verdict?.reasons ?? [],
+    promoted: r.status === 'done' && r.result !== null,
+    error: r.error,
+  };
+}
+
+/** Answer a change's clarifying question (validated in the workflow: only while one is open). */
+async function answer(deps: ChangeServiceDeps, id: string, input: unknown, by: Requester): Promise<string> {
+  const parsed = ChangeAnswerSchema.safeParse(input);
+  if (!parsed.success) throw new ChangeInputError(`invalid answer: ${describeIssues(parsed.error)}`);
+  const row = await store.findChange(deps.db, id);
+  if (!row) throw new ChangeInputError(`no change ${id}`, 404);
+  try {
+    const r = await deps.client.workflow.getHandle(row.workflowId).executeUpdate(changeAnswerUpdate, { args: [{ text: parsed.data.text, by: by.id, byName: by.name }] });
+    await writeReceipt(deps.db, { kind: 'change.answer', workflowId: row.workflowId, actor: by.id, data: { changeId: id, chars: parsed.data.text.length } });
+    return r.message;
+  } catch (err) {
+    if (err instanceof WorkflowUpdateFailedError) throw new ChangeInputError(err.cause?.message ?? err.message, 409);
+    if (err instanceof WorkflowNotFoundError) throw new ChangeInputError(`change ${id} has ended`, 409);
+    throw err;
+  }
+}
+
+/** /stop in a chat: cancel the chat's running changes (their sandboxes are killed, trees removed). */
+async function stopInChat(deps: ChangeServiceDeps, conversation: ConversationKey, by: Requester): Promise<string[]> {
+  const stopped: string[] = [];
+  for (const r of await store.runningChangesInChat(deps.db, conversation)) {
+    try {
+      await deps.client.workflow.getHandle(r.workflowId).cancel();
+      stopped.push(r.id);
+      await writeReceipt(deps.db, { kind: 'command', workflowId: r.workflowId, actor: by.id, data: { command: 'stop', changeId: r.id } });
+    } catch (err) {
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+    }
+  }
+  return stopped;
+}
+
+/** /steer in a chat whose change is in its coding phase: the agent reads it before its next step. */
+async function steerInChat(deps: ChangeServiceDeps, conversation: ConversationKey, text: string, by: Requester): Promise<string | undefined> {
+  const r = await store.newestRunningChangeInChat(deps.db, conversation, ['plan', 'work']);
+  if (!r) return undefined;
+  await store.addSteer(deps.db, r.id, text, by.name);
+  try {
+    await deps.client.workflow.getHandle(r.workflowId).signal(changeSteerSignal, { text: text.slice(0, 200), by: by.name });
+  } catch (err) {
+    if (!(err instanceof WorkflowNotFoundError)) throw err;
+  }
+  await writeReceipt(deps.db, { kind: 'change.steer', workflowId: r.workflowId, actor: by.id, data: { changeId: r.id, chars: text.length } });
+  return `Steering noted for change ${r.id}: the coding agent takes it in before its next step.`;
+}
+
+/** The change service, bound to its dependencies. */
+export function createChangeService(deps: ChangeServiceDeps) {
+  const { db } = deps;
+  return {
+    registerRepo: (input: unknown, by: Requester) => registerRepo(deps, input, by),
+    listRepos: async (): Promise<RepoView[]> => (await store.listRepos(db)).map(repoView),
+    getRepo: async (name: string): Promise<RepoView | undefined> => {
+      const r = await store.findRepo(db, name);
+      return r ? repoView(r) : undefined;
+    },
+    removeRepo: (name: string, by: Requester) => removeRepo(deps, name, by),
+    startChange: (input: unknown, by: Requester, origin?: Origin) => startChange(deps, input, by, origin),
+    getChange: (id: string) => getChange(deps, id),
+    listChanges: (opts?: { repo?: string; limit?: number }) => listChanges(deps, opts),
+    /** The patch artifact (git apply-able), by the change's content hash. */
+    getPatch: (id: string) => getPatch(deps, id),
+    answer: (id: string, input: unknown, by: Requester) => answer(deps, id, input, by),
+    /** The chat's running changes (for /status). */
+    runningInChat: async (conversation: ConversationKey): Promise<Array<{ id: string; repo: string; phase: string; question: string | null }>> =>
+      (await store.runningChangesInChat(db, conversation)).map(({ id, repo, phase, question }) => ({ id, repo, phase, question })),
+    /** The chat's change that waits for an answer, if any. */
+    waitingInChat: async (conversation: ConversationKey): Promise<string | undefined> => (await store.newestRunningChangeInChat(db, conversation, ['clarify']))?.id,
+    stopInChat: (conversation: ConversationKey, by: Requester) => stopInChat(deps, conversation, by),
+    steerInChat: (conversation: ConversationKey, text: string, by: Requester) => steerInChat(deps, conversation, text, by),
+  };
+}
+
+export type ChangeService = ReturnType<typeof createChangeService>;
