@@ -16,13 +16,17 @@ import { getBlobText, putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import { askAdminsToApprove } from '../domain/governance.js';
 import { buildPrompt } from '../domain/prompt.js';
-import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from '../domain/model.js';
-import { clearPanel, deliverOnce, DeliveryError, updatePanel, type Senders } from '../domain/outbox.js';
+import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall } from '../domain/model.js';
+import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
 import { writeReceipt, writeReceipts } from '../domain/receipts.js';
+import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadApprovalRow } from '../domain/store/approvals.js';
+import { findSession } from '../domain/store/sessions.js';
 import { recordTurn } from '../common/metrics.js';
 import type { RepoChangeSettings } from './changes.js';
 import { maskHeldSecretsDeep, viewProposal } from '../domain/proposals.js';
-import { describeToolCall, loadToolCall, redact, runValidatedTool, toolResultMessage, validateToolCall } from '../domain/tools.js';
+import { redact } from '../domain/redaction.js';
+import { loadToolCall } from '../domain/tool-calls.js';
+import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall } from '../domain/tools.js';
 
 export interface ToolPolicy {
   /** Tools that wait for an admin's approval before they run ("*": every tool). */
@@ -199,352 +203,369 @@ function failureType(status: number | undefined, retryable: boolean, fallback: s
   return fallback || 'ModelUnavailable';
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-export function createChatActivities(deps: ActivityDeps) {
-  const { db } = deps;
-  const senders = deps.senders ?? {};
-  const beatMs = deps.heartbeatEveryMs ?? 200;
-  const policy = deps.toolPolicy ?? DEFAULT_TOOL_POLICY;
-  const needsApproval = (name: string) => approvalRequired(policy, name);
-  const actions = resolveActionSettings(deps.actions);
+/** What every chat activity works with: the dependencies and the settings derived from them once. */
+interface ChatContext extends ActivityDeps {
+  senders: Senders;
+  beatMs: number;
+  policy: ToolPolicy;
+  actions: ReturnType<typeof resolveActionSettings>;
+}
 
-  async function loadScratch(refs: ScratchRef[] | undefined): Promise<ModelMessage[]> {
-    const out: ModelMessage[] = [];
-    for (const r of refs ?? []) out.push(JSON.parse(await getBlobText(db, r.hash)) as ModelMessage);
-    return out;
-  }
+/** The model messages of a step's scratch (earlier steps of this turn), by reference. */
+async function loadScratch(db: Db, refs: ScratchRef[] | undefined): Promise<ModelMessage[]> {
+  const out: ModelMessage[] = [];
+  for (const r of refs ?? []) out.push(JSON.parse(await getBlobText(db, r.hash)) as ModelMessage);
+  return out;
+}
 
+/**
+ * What history keeps of a model's tool call: its id and name, Steward's own validation verdict
+ * and the approval policy's, never the input. A proposed action that could not run anyway is
+ * refused here, not put to an admin.
+ */
+function toolCallRef(c: ChatContext, call: ModelToolCall): ToolCallRef {
+  // Steward validates every call itself (the SDK's verdict on an invalid one is verbose)
+  let own = validateToolCall(call.toolName, call.input);
+  const refusal = own.ok && isActionTool(own.tool) ? proposalRefusal(own.tool, own.input, c.actions, { startRepoChange: c.startRepoChange !== undefined }) : undefined;
+  if (refusal !== undefined) own = { ok: false, error: `The ${call.toolName} action cannot be proposed: ${refusal}.` };
+  const v = call.invalid && own.ok ? { ok: false as const, error: `The call could not be read: ${call.error ?? 'invalid'}` } : own;
+  const approval = v.ok && approvalRequired(c.policy, call.toolName);
   return {
-    /** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
-    async modelStep(input: ModelStepInput): Promise<ModelStepResult> {
-      const ctx = Context.current();
-      const info = activityInfo();
-      const wf = workflowRef(info, input.sessionId);
-      if (input.step === 1) {
-        await writeReceipt(db, {
-          key: `${input.turnId}:start`,
-          kind: 'turn.start',
-          ...wf,
-          data: { turnId: input.turnId, inbound: input.inbound.length, model: input.settings.model },
-        });
-      }
-      const prompt = await buildPrompt(db, {
-        systemPrompt: deps.systemPrompt,
-        workingSet: input.workingSet,
-        inbound: input.inbound,
-        steers: input.steers,
-        ...(input.draftHash ? { draft: await getBlobText(db, input.draftHash) } : {}),
-        scratch: await loadScratch(input.scratch),
-      });
-      let chars = 0;
-      // No heartbeat up front: a step that answers within one beat costs the server no
-      // heartbeat write (a third of its persistence writes per turn). The first beat, after
-      // `beatMs`, is sent at once, and its response carries a cancellation (/stop) requested
-      // before it.
-      const beat = setInterval(() => ctx.heartbeat({ step: input.step, chars }), beatMs);
-      const started = Date.now();
-      try {
-        const out = await runModelStep(
-          deps.models,
-          { model: input.settings.model, think: input.settings.think, messages: prompt, tools: MODEL_TOOLS },
-          {
-            signal: ctx.cancellationSignal,
-            onDelta: (soFar) => {
-              chars = soFar.length;
-            },
-          },
-        );
-        const outputHash = await putBlob(db, out.text);
-        const usage = { input: out.usage.inputTokens, output: out.usage.outputTokens, total: out.usage.totalTokens };
-        let tools: { messageHash: string; toolCalls: ToolCallRef[] } | undefined;
-        if (out.toolCalls.length > 0) {
-          // The step's message (its text and calls) is stored; history gets the call ids, names,
-          // validation errors and the approval policy's verdict, never the inputs.
-          const message: ModelMessage = {
-            role: 'assistant',
-            content: [
-              ...(out.text ? [{ type: 'text' as const, text: out.text }] : []),
-              ...out.toolCalls.map((c) => ({ type: 'tool-call' as const, toolCallId: c.toolCallId, toolName: c.toolName, input: c.input ?? {} })),
-            ],
-          };
-          const messageHash = await putBlob(db, JSON.stringify(message), 'application/json');
-          const toolCalls = out.toolCalls.map((c): ToolCallRef => {
-            // Steward validates every call itself (the SDK's verdict on an invalid one is verbose)
-            let own = validateToolCall(c.toolName, c.input);
-            // a proposed action that could not run anyway is refused now, not put to an admin
-            const refusal = own.ok && isActionTool(own.tool) ? proposalRefusal(own.tool, own.input, actions, { startRepoChange: deps.startRepoChange !== undefined }) : undefined;
-            if (refusal !== undefined) own = { ok: false, error: `The ${c.toolName} action cannot be proposed: ${refusal}.` };
-            const v = c.invalid && own.ok ? { ok: false as const, error: `The call could not be read: ${c.error ?? 'invalid'}` } : own;
-            const approval = v.ok && needsApproval(c.toolName);
-            return {
-              id: c.toolCallId,
-              name: c.toolName,
-              needsApproval: approval,
-              ...(approval ? { forbidSelfApproval: policy.forbidSelfApproval !== false } : {}),
-              ...(v.ok ? {} : { error: v.error }),
-            };
-          });
-          tools = { messageHash, toolCalls };
-        }
-        await writeReceipt(db, {
-          key: `${input.turnId}:model:${input.step}:${info.attempt}`,
-          kind: 'model.call',
-          ...wf,
-          data: {
-            turnId: input.turnId,
-            step: input.step,
-            attempt: info.attempt,
-            model: out.model,
-            finishReason: out.finishReason,
-            usage,
-            ms: Date.now() - started,
-            outputHash,
-            ...(tools ? { toolCalls: tools.toolCalls.map((c) => c.name) } : {}),
-          },
-        });
-        return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}) };
-      } catch (err) {
-        if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
-        if (err instanceof ModelNotConfiguredError) return { kind: 'not-configured', message: err.message, usage: ZERO };
-        const c = classifyModelError(err);
-        await writeReceipt(db, {
-          key: `${input.turnId}:model:${input.step}:${info.attempt}`,
-          kind: 'model.call',
-          ...wf,
-          data: { turnId: input.turnId, step: input.step, attempt: info.attempt, model: input.settings.model, error: c.message, status: c.status, retryable: c.retryable, ms: Date.now() - started },
-        });
-        throw ApplicationFailure.create({
-          type: failureType(c.status, c.retryable, c.type),
-          message: c.message,
-          nonRetryable: !c.retryable,
-        });
-      } finally {
-        clearInterval(beat);
-      }
-    },
+    id: call.toolCallId,
+    name: call.toolName,
+    needsApproval: approval,
+    ...(approval ? { forbidSelfApproval: c.policy.forbidSelfApproval !== false } : {}),
+    ...(v.ok ? {} : { error: v.error }),
+  };
+}
 
-    /** Deliver one outbound message exactly once (keyed), and record it. */
-    async deliver(input: DeliverInput): Promise<{ sent: boolean; messageSeq: number }> {
-      const info = activityInfo();
-      const wf = workflowRef(info, input.sessionId);
-      const text = input.blobHash ? await getBlobText(db, input.blobHash) : (input.text ?? '');
-      const outcome = await platformCall(() =>
-        deliverOnce(db, senders, {
-          key: input.key,
-          sessionId: input.sessionId,
-          conversation: input.conversation,
-          kind: input.kind,
-          text,
-          ...(input.turnId ? { turnId: input.turnId } : {}),
-          ...(input.attachments?.length ? { attachments: input.attachments } : {}),
-        }),
-      );
-      // the delivery's receipt and, for a turn's answer, the turn's end: one write
-      const [firstDelivery, ended] = await writeReceipts(db, [
-        {
-          key: `${input.key}:delivery`,
-          kind: 'delivery',
-          ...wf,
-          data: {
-            key: input.key,
-            kind: input.kind,
-            platform: input.conversation.platform,
-            chatId: input.conversation.chatId,
-            sent: outcome.sent,
-            chars: text.length,
-            parts: outcome.externalIds.length,
-            ...(input.attachments?.length ? { attachments: input.attachments.length } : {}),
-            ...(outcome.failed ? { failed: outcome.failed } : {}),
-          },
+/** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
+async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelStepResult> {
+  const ctx = Context.current();
+  const info = activityInfo();
+  const wf = workflowRef(info, input.sessionId);
+  if (input.step === 1) {
+    await writeReceipt(c.db, {
+      key: `${input.turnId}:start`,
+      kind: 'turn.start',
+      ...wf,
+      data: { turnId: input.turnId, inbound: input.inbound.length, model: input.settings.model },
+    });
+  }
+  const prompt = await buildPrompt(c.db, {
+    systemPrompt: c.systemPrompt,
+    workingSet: input.workingSet,
+    inbound: input.inbound,
+    steers: input.steers,
+    ...(input.draftHash ? { draft: await getBlobText(c.db, input.draftHash) } : {}),
+    scratch: await loadScratch(c.db, input.scratch),
+  });
+  let chars = 0;
+  // No heartbeat up front: a step that answers within one beat costs the server no
+  // heartbeat write (a third of its persistence writes per turn). The first beat, after
+  // `c.beatMs`, is sent at once, and its response carries a cancellation (/stop) requested
+  // before it.
+  const beat = setInterval(() => ctx.heartbeat({ step: input.step, chars }), c.beatMs);
+  const started = Date.now();
+  try {
+    const out = await runModelStep(
+      c.models,
+      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: MODEL_TOOLS },
+      {
+        signal: ctx.cancellationSignal,
+        onDelta: (soFar) => {
+          chars = soFar.length;
         },
-        ...(input.turnId
-          ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 } }]
-          : []),
-      ]);
-      if (input.turnId) {
-        if (ended) recordTurn(input.kind === 'reply' ? 'replied' : 'notice');
-      } else if (firstDelivery && /:(stopped|failed)$/.test(input.key)) {
-        // the session's notice of a turn stopped by /stop, or abandoned after failing
-        recordTurn(input.key.endsWith(':stopped') ? 'stopped' : 'abandoned');
-      }
-      if (outcome.sent) deps.onTranscript?.(input.sessionId, input.kind === 'reply' ? 'assistant' : 'system');
-      return { sent: outcome.sent, messageSeq: outcome.messageSeq };
-    },
+      },
+    );
+    const outputHash = await putBlob(c.db, out.text);
+    const usage = { input: out.usage.inputTokens, output: out.usage.outputTokens, total: out.usage.totalTokens };
+    let tools: { messageHash: string; toolCalls: ToolCallRef[] } | undefined;
+    if (out.toolCalls.length > 0) {
+      // The step's message (its text and calls) is stored; history gets the call ids, names,
+      // validation errors and the approval policy's verdict, never the inputs.
+      const message: ModelMessage = {
+        role: 'assistant',
+        content: [
+          ...(out.text ? [{ type: 'text' as const, text: out.text }] : []),
+          ...out.toolCalls.map((c) => ({ type: 'tool-call' as const, toolCallId: c.toolCallId, toolName: c.toolName, input: c.input ?? {} })),
+        ],
+      };
+      const messageHash = await putBlob(c.db, JSON.stringify(message), 'application/json');
+      const toolCalls = out.toolCalls.map((call) => toolCallRef(c, call));
+      tools = { messageHash, toolCalls };
+    }
+    await writeReceipt(c.db, {
+      key: `${input.turnId}:model:${input.step}:${info.attempt}`,
+      kind: 'model.call',
+      ...wf,
+      data: {
+        turnId: input.turnId,
+        step: input.step,
+        attempt: info.attempt,
+        model: out.model,
+        finishReason: out.finishReason,
+        usage,
+        ms: Date.now() - started,
+        outputHash,
+        ...(tools ? { toolCalls: tools.toolCalls.map((t) => t.name) } : {}),
+      },
+    });
+    return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}) };
+  } catch (err) {
+    if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
+    if (err instanceof ModelNotConfiguredError) return { kind: 'not-configured', message: err.message, usage: ZERO };
+    const e = classifyModelError(err);
+    await writeReceipt(c.db, {
+      key: `${input.turnId}:model:${input.step}:${info.attempt}`,
+      kind: 'model.call',
+      ...wf,
+      data: { turnId: input.turnId, step: input.step, attempt: info.attempt, model: input.settings.model, error: e.message, status: e.status, retryable: e.retryable, ms: Date.now() - started },
+    });
+    throw ApplicationFailure.create({
+      type: failureType(e.status, e.retryable, e.type),
+      message: e.message,
+      nonRetryable: !e.retryable,
+    });
+  } finally {
+    clearInterval(beat);
+  }
+}
 
-    /** Run one tool call (or tell the model why it was not run). */
-    async runTool(input: RunToolInput): Promise<RunToolResult> {
-      const info = activityInfo();
-      const wf = workflowRef(info, input.sessionId);
-      const call = await loadToolCall(db, input.messageHash, input.toolCallId);
-      let outcome: { text: string; ok: boolean; note?: string; attachment?: AttachmentRef; detail: Record<string, unknown> };
-      const v = validateToolCall(call.toolName, call.input);
-      if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
-      else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
-      else {
-        outcome = await runValidatedTool(
-          {
-            db,
-            senders,
-            turnId: input.turnId,
-            sessionId: input.sessionId,
-            conversation: input.conversation,
-            actions,
-            ...(deps.startRepoChange ? { startRepoChange: deps.startRepoChange } : {}),
-            workflow: { ...(wf.workflowId ? { workflowId: wf.workflowId } : {}), ...(wf.runId ? { runId: wf.runId } : {}) },
-          },
-          call,
-          v.tool,
-        );
-      }
-      const resultHash = await putBlob(db, JSON.stringify(toolResultMessage(call, outcome.text)), 'application/json');
-      await writeReceipt(db, {
-        key: `${input.turnId}:tool:${input.toolCallId}`,
-        kind: 'tool.call',
-        ...wf,
-        data: { turnId: input.turnId, tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...(redact(outcome.detail) as Record<string, unknown>) },
-      });
-      return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };
+/** Deliver one outbound message exactly once (keyed), and record it. */
+async function deliver(c: ChatContext, input: DeliverInput): Promise<{ sent: boolean; messageSeq: number }> {
+  const info = activityInfo();
+  const wf = workflowRef(info, input.sessionId);
+  const text = input.blobHash ? await getBlobText(c.db, input.blobHash) : (input.text ?? '');
+  const outcome = await platformCall(() =>
+    deliverOnce(c.db, c.senders, {
+      key: input.key,
+      sessionId: input.sessionId,
+      conversation: input.conversation,
+      kind: input.kind,
+      text,
+      ...(input.turnId ? { turnId: input.turnId } : {}),
+      ...(input.attachments?.length ? { attachments: input.attachments } : {}),
+    }),
+  );
+  // the delivery's receipt and, for a turn's answer, the turn's end: one write
+  const [firstDelivery, ended] = await writeReceipts(c.db, [
+    {
+      key: `${input.key}:delivery`,
+      kind: 'delivery',
+      ...wf,
+      data: {
+        key: input.key,
+        kind: input.kind,
+        platform: input.conversation.platform,
+        chatId: input.conversation.chatId,
+        sent: outcome.sent,
+        chars: text.length,
+        parts: outcome.externalIds.length,
+        ...(input.attachments?.length ? { attachments: input.attachments.length } : {}),
+        ...(outcome.failed ? { failed: outcome.failed } : {}),
+      },
     },
+    ...(input.turnId
+      ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 } }]
+      : []),
+  ]);
+  if (input.turnId) {
+    if (ended) recordTurn(input.kind === 'reply' ? 'replied' : 'notice');
+  } else if (firstDelivery && /:(stopped|failed)$/.test(input.key)) {
+    // the session's notice of a turn stopped by /stop, or abandoned after failing
+    recordTurn(input.key.endsWith(':stopped') ? 'stopped' : 'abandoned');
+  }
+  if (outcome.sent) c.onTranscript?.(input.sessionId, input.kind === 'reply' ? 'assistant' : 'system');
+  return { sent: outcome.sent, messageSeq: outcome.messageSeq };
+}
 
-    /**
-     * Record a proposed action as a pending approval and ask the admins (admin channel, else
-     * their DMs) with Approve/Deny buttons. Idempotent: the id follows from the turn and call.
-     */
-    async requestApproval(input: RequestApprovalInput): Promise<{ approvalId: string; timeoutMs: number; summary: string; forbidSelfApproval: boolean }> {
-      const info = activityInfo();
-      const wf = workflowRef(info, input.sessionId);
-      const call = await loadToolCall(db, input.messageHash, input.toolCallId);
-      const id = approvalIdFor(input.turnId, input.toolCallId);
-      const summary = describeToolCall(call.toolName, call.input);
-      // exactly what will be sent, every value the model chose; only Steward's own secrets masked
-      const view = viewProposal(call.toolName, call.input, { heldSecrets: actions.heldSecrets, ...(actions.smtp ? { smtpFrom: actions.smtp.from } : {}) });
-      const forbidSelfApproval = policy.forbidSelfApproval !== false;
-      const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
-      let row = await db.approval.findUnique({ where: { id } });
-      if (row && (row.turnId !== input.turnId || row.toolCallId !== input.toolCallId)) {
-        throw ApplicationFailure.create({ type: 'ApprovalIdCollision', message: `approval id ${id} already belongs to another proposal`, nonRetryable: true });
-      }
-      if (!row) {
-        row = await db.approval.create({
-          data: {
-            id,
-            workflowId: info.workflowExecution?.workflowId ?? input.turnId,
-            runId: info.workflowExecution?.runId ?? null,
-            sessionId: input.sessionId,
-            turnId: input.turnId,
-            toolCallId: input.toolCallId,
-            tool: call.toolName,
-            summary,
-            payload: view.payload,
-            requestHash: view.hash,
-            risk: spec?.risk ?? 'caution',
-            requestedBy: input.requestedBy ?? null,
-            status: 'pending',
-            deadline: new Date(Date.now() + policy.approvalTimeoutMs),
-          },
-        });
-      }
-      const timeoutMs = Math.max(0, row.deadline.getTime() - Date.now());
-      const where = `${input.conversation.platform} chat ${input.conversation.chatId}`;
-      const link = deps.runLink?.(row.workflowId);
-      const text = [
-        `**Approval needed** (${id}): an agent in ${where} wants to ${describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, actions.heldSecrets))}.`,
-        'Exactly what will be sent, every value as the agent wrote it:',
-        view.block,
-        ...(view.invisible ? ['Invisible or direction-changing characters in it are shown as \\u{…}.'] : []),
-        ...(view.credentials.length ? [`⚠ It carries credentials the agent wrote itself: ${view.credentials.join(', ')}. Approve only if you know where they came from.`] : []),
-        `Request sha256: ${view.hash} (the action runs only if what it sends is exactly this).`,
-        ...(forbidSelfApproval && input.requestedBy ? ['The person whose message led to this proposal may not approve it.'] : []),
-        `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
-        `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
-      ].join('\n');
-      const targets = await platformCall(() => askAdminsToApprove(db, senders, id, text));
-      if (!senders[input.conversation.platform]) {
-        // no progress panel on this channel: tell the chat in its transcript
-        await deliverOnce(db, senders, {
-          key: `approval:${id}:asked`,
-          sessionId: input.sessionId,
-          conversation: input.conversation,
-          kind: 'notice',
-          text: `Waiting for an admin to approve: ${summary} (approval ${id}).`,
-          turnId: input.turnId,
-        });
-        deps.onTranscript?.(input.sessionId, 'system');
-      }
-      await writeReceipt(db, {
-        key: `approval:${id}:requested`,
-        kind: 'approval.requested',
-        ...wf,
-        actor: input.requestedBy,
-        data: { approvalId: id, turnId: input.turnId, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length },
-      });
-      return { approvalId: id, timeoutMs, summary, forbidSelfApproval };
-    },
+/** Run one tool call (or tell the model why it was not run). */
+async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResult> {
+  const info = activityInfo();
+  const wf = workflowRef(info, input.sessionId);
+  const call = await loadToolCall(c.db, input.messageHash, input.toolCallId);
+  let outcome: { text: string; ok: boolean; note?: string; attachment?: AttachmentRef; detail: Record<string, unknown> };
+  const v = validateToolCall(call.toolName, call.input);
+  if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
+  else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
+  else {
+    outcome = await runValidatedTool(
+      {
+        db: c.db,
+        senders: c.senders,
+        turnId: input.turnId,
+        sessionId: input.sessionId,
+        conversation: input.conversation,
+        actions: c.actions,
+        ...(c.startRepoChange ? { startRepoChange: c.startRepoChange } : {}),
+        workflow: { ...(wf.workflowId ? { workflowId: wf.workflowId } : {}), ...(wf.runId ? { runId: wf.runId } : {}) },
+      },
+      call,
+      v.tool,
+    );
+  }
+  const resultHash = await putBlob(c.db, JSON.stringify(toolResultMessage(call, outcome.text)), 'application/json');
+  await writeReceipt(c.db, {
+    key: `${input.turnId}:tool:${input.toolCallId}`,
+    kind: 'tool.call',
+    ...wf,
+    data: { turnId: input.turnId, tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...(redact(outcome.detail) as Record<string, unknown>) },
+  });
+  return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };
+}
 
-    /** Record the decision (or the deadline), show it on the admins' posts and tell the proposer. */
-    async settleApproval(input: SettleApprovalInput): Promise<{ reason: string }> {
-      const info = activityInfo();
-      const row = await db.approval.findUniqueOrThrow({ where: { id: input.approvalId } });
-      const wf = workflowRef(info, row.sessionId);
-      if (row.status === 'pending') {
-        await db.approval.updateMany({
-          where: { id: row.id, status: 'pending' },
-          data: { status: input.decision, decidedBy: input.byName, reason: input.reason ?? null, decidedAt: new Date() },
-        });
-      }
-      const reason =
-        input.decision === 'approved'
-          ? `approved by ${input.byName}`
-          : input.decision === 'denied'
-            ? `denied by ${input.byName}${input.reason ? `: ${input.reason}` : ''}`
-            : input.decision === 'expired'
-              ? `no admin decided before the deadline (${row.deadline.toISOString()}), so it was denied`
-              : input.byName; // who or what cancelled it (the turn or the change was stopped)
-      await writeReceipt(db, {
-        key: `approval:${row.id}:decision`,
-        kind: 'approval.decision',
-        ...wf,
-        actor: input.by,
-        data: { approvalId: row.id, tool: row.tool, decision: input.decision, by: input.byName, requestHash: row.requestHash, ...(input.reason ? { reason: input.reason } : {}) },
-      });
-      const verdict = `${input.decision === 'approved' ? 'Approved' : input.decision === 'denied' ? 'Denied' : input.decision === 'expired' ? 'Expired (denied)' : 'Cancelled'}: ${reason}.`;
-      for (const n of await db.approvalNotice.findMany({ where: { approvalId: row.id } })) {
-        const sender = senders[n.platform as keyof Senders];
-        const part = await db.deliveryPart.findFirst({ where: { key: n.deliveryKey, status: 'sent' }, orderBy: { part: 'desc' } });
-        if (!sender || !part?.externalId) continue;
-        const conversation = { platform: n.platform as ConversationKey['platform'], account: n.account, chatId: n.chatId };
-        try {
-          await sender.edit(conversation, part.externalId, `**Approval ${row.id}**: ${row.summary}\n${verdict}`, null);
-        } catch (err) {
-          if (!(err instanceof DeliveryError && err.permanent)) throw deliveryFailure(err);
-        }
-      }
-      const session = await db.session.findUnique({ where: { id: row.sessionId } });
-      if (session) {
-        const conversation = { platform: session.platform as ConversationKey['platform'], account: session.account, chatId: session.chatId };
-        await platformCall(() =>
-          deliverOnce(db, senders, {
-            key: `approval:${row.id}:settled`,
-            sessionId: row.sessionId,
-            conversation,
-            kind: 'notice',
-            text: `The proposed action (${row.summary}) was ${reason}.`,
-            turnId: row.turnId,
-          }),
-        );
-        deps.onTranscript?.(row.sessionId, 'system');
-      }
-      return { reason };
-    },
+/**
+ * Record a proposed action as a pending approval and ask the admins (admin channel, else
+ * their DMs) with Approve/Deny buttons. Idempotent: the id follows from the turn and call.
+ */
+async function requestApproval(c: ChatContext, input: RequestApprovalInput): Promise<{ approvalId: string; timeoutMs: number; summary: string; forbidSelfApproval: boolean }> {
+  const info = activityInfo();
+  const wf = workflowRef(info, input.sessionId);
+  const call = await loadToolCall(c.db, input.messageHash, input.toolCallId);
+  const id = approvalIdFor(input.turnId, input.toolCallId);
+  const summary = describeToolCall(call.toolName, call.input);
+  // exactly what will be sent, every value the model chose; only Steward's own secrets masked
+  const view = viewProposal(call.toolName, call.input, { heldSecrets: c.actions.heldSecrets, ...(c.actions.smtp ? { smtpFrom: c.actions.smtp.from } : {}) });
+  const forbidSelfApproval = c.policy.forbidSelfApproval !== false;
+  const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
+  const existing = await findApprovalRow(c.db, id);
+  if (existing && (existing.turnId !== input.turnId || existing.toolCallId !== input.toolCallId)) {
+    throw ApplicationFailure.create({ type: 'ApprovalIdCollision', message: `approval id ${id} already belongs to another proposal`, nonRetryable: true });
+  }
+  const row =
+    existing ??
+    (await createApproval(c.db, {
+      id,
+      workflowId: info.workflowExecution?.workflowId ?? input.turnId,
+      runId: info.workflowExecution?.runId ?? null,
+      sessionId: input.sessionId,
+      turnId: input.turnId,
+      toolCallId: input.toolCallId,
+      tool: call.toolName,
+      summary,
+      payload: view.payload,
+      requestHash: view.hash,
+      risk: spec?.risk ?? 'caution',
+      requestedBy: input.requestedBy ?? null,
+      deadline: new Date(Date.now() + c.policy.approvalTimeoutMs),
+    }));
+  const timeoutMs = Math.max(0, row.deadline.getTime() - Date.now());
+  const where = `${input.conversation.platform} chat ${input.conversation.chatId}`;
+  const link = c.runLink?.(row.workflowId);
+  const text = [
+    `**Approval needed** (${id}): an agent in ${where} wants to ${describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, c.actions.heldSecrets))}.`,
+    'Exactly what will be sent, every value as the agent wrote it:',
+    view.block,
+    ...(view.invisible ? ['Invisible or direction-changing characters in it are shown as \\u{…}.'] : []),
+    ...(view.credentials.length ? [`⚠ It carries credentials the agent wrote itself: ${view.credentials.join(', ')}. Approve only if you know where they came from.`] : []),
+    `Request sha256: ${view.hash} (the action runs only if what it sends is exactly this).`,
+    ...(forbidSelfApproval && input.requestedBy ? ['The person whose message led to this proposal may not approve it.'] : []),
+    `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
+    `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
+  ].join('\n');
+  const targets = await platformCall(() => askAdminsToApprove(c.db, c.senders, id, text));
+  if (!c.senders[input.conversation.platform]) {
+    // no progress panel on this channel: tell the chat in its transcript
+    await deliverOnce(c.db, c.senders, {
+      key: `approval:${id}:asked`,
+      sessionId: input.sessionId,
+      conversation: input.conversation,
+      kind: 'notice',
+      text: `Waiting for an admin to approve: ${summary} (approval ${id}).`,
+      turnId: input.turnId,
+    });
+    c.onTranscript?.(input.sessionId, 'system');
+  }
+  await writeReceipt(c.db, {
+    key: `approval:${id}:requested`,
+    kind: 'approval.requested',
+    ...wf,
+    actor: input.requestedBy,
+    data: { approvalId: id, turnId: input.turnId, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length },
+  });
+  return { approvalId: id, timeoutMs, summary, forbidSelfApproval };
+}
 
-    /** Post or edit the turn's progress panel (throttled to the platform's edit interval). */
-    async updateProgress(input: ProgressInput): Promise<string> {
-      return platformCall(() => updatePanel(db, senders, input, (ms) => Context.current().sleep(ms)));
-    },
+/** Record the decision (or the deadline), show it on the admins' posts and tell the proposer. */
+async function settleApproval(c: ChatContext, input: SettleApprovalInput): Promise<{ reason: string }> {
+  const info = activityInfo();
+  const row = await loadApprovalRow(c.db, input.approvalId);
+  const wf = workflowRef(info, row.sessionId);
+  if (row.status === 'pending') {
+    await decideApproval(c.db, row.id, { status: input.decision, decidedBy: input.byName, reason: input.reason ?? null });
+  }
+  const reason =
+    input.decision === 'approved'
+      ? `approved by ${input.byName}`
+      : input.decision === 'denied'
+        ? `denied by ${input.byName}${input.reason ? `: ${input.reason}` : ''}`
+        : input.decision === 'expired'
+          ? `no admin decided before the deadline (${row.deadline.toISOString()}), so it was denied`
+          : input.byName; // who or what cancelled it (the turn or the change was stopped)
+  await writeReceipt(c.db, {
+    key: `approval:${row.id}:decision`,
+    kind: 'approval.decision',
+    ...wf,
+    actor: input.by,
+    data: { approvalId: row.id, tool: row.tool, decision: input.decision, by: input.byName, requestHash: row.requestHash, ...(input.reason ? { reason: input.reason } : {}) },
+  });
+  const verdict = `${input.decision === 'approved' ? 'Approved' : input.decision === 'denied' ? 'Denied' : input.decision === 'expired' ? 'Expired (denied)' : 'Cancelled'}: ${reason}.`;
+  for (const n of await approvalNotices(c.db, row.id)) {
+    const sender = c.senders[n.platform as keyof Senders];
+    const part = await lastSentPart(c.db, n.deliveryKey);
+    if (!sender || !part?.externalId) continue;
+    const conversation = { platform: n.platform as ConversationKey['platform'], account: n.account, chatId: n.chatId };
+    try {
+      await sender.edit(conversation, part.externalId, `**Approval ${row.id}**: ${row.summary}\n${verdict}`, null);
+    } catch (err) {
+      if (!(err instanceof DeliveryError && err.permanent)) throw deliveryFailure(err);
+    }
+  }
+  const session = await findSession(c.db, row.sessionId);
+  if (session) {
+    const conversation = { platform: session.platform as ConversationKey['platform'], account: session.account, chatId: session.chatId };
+    await platformCall(() =>
+      deliverOnce(c.db, c.senders, {
+        key: `approval:${row.id}:settled`,
+        sessionId: row.sessionId,
+        conversation,
+        kind: 'notice',
+        text: `The proposed action (${row.summary}) was ${reason}.`,
+        turnId: row.turnId,
+      }),
+    );
+    c.onTranscript?.(row.sessionId, 'system');
+  }
+  return { reason };
+}
 
-    /** Remove the turn's progress panel. */
-    async clearProgress(input: { turnId: string; conversation: ConversationKey }): Promise<string> {
-      return platformCall(() => clearPanel(db, senders, input.turnId, input.conversation));
-    },
+/** Post or edit the turn's progress panel (throttled to the platform's edit interval). */
+async function updateProgress(c: ChatContext, input: ProgressInput): Promise<string> {
+  return platformCall(() => updatePanel(c.db, c.senders, input, (ms) => Context.current().sleep(ms)));
+}
+
+/** Remove the turn's progress panel. */
+async function clearProgress(c: ChatContext, input: { turnId: string; conversation: ConversationKey }): Promise<string> {
+  return platformCall(() => clearPanel(c.db, c.senders, input.turnId, input.conversation));
+}
+
+/** The chat turn's activities, bound to their dependencies. */
+export function createChatActivities(deps: ActivityDeps) {
+  const c: ChatContext = {
+    ...deps,
+    senders: deps.senders ?? {},
+    beatMs: deps.heartbeatEveryMs ?? 200,
+    policy: deps.toolPolicy ?? DEFAULT_TOOL_POLICY,
+    actions: resolveActionSettings(deps.actions),
+  };
+  return {
+    modelStep: (input: ModelStepInput) => modelStep(c, input),
+    deliver: (input: DeliverInput) => deliver(c, input),
+    runTool: (input: RunToolInput) => runTool(c, input),
+    requestApproval: (input: RequestApprovalInput) => requestApproval(c, input),
+    settleApproval: (input: SettleApprovalInput) => settleApproval(c, input),
+    updateProgress: (input: ProgressInput) => updateProgress(c, input),
+    clearProgress: (input: { turnId: string; conversation: ConversationKey }) => clearProgress(c, input),
   };
 }

@@ -39,9 +39,9 @@ import {
   type PairingDecision,
 } from '../domain/governance.js';
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
-import { isUniqueViolation } from '../domain/prisma-errors.js';
-import { writeReceipt } from '../domain/receipts.js';
-import { readTranscript } from '../domain/transcript.js';
+import { receiptExists, writeReceipt } from '../domain/receipts.js';
+import { ensureSession } from '../domain/store/sessions.js';
+import { forgetMessage, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage } from '../domain/transcript.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
@@ -64,7 +64,7 @@ import {
 } from '../workflows/messages.js';
 import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
-import type { ChangeService } from './changes.js';
+import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
 import type { ObjectiveService } from './objectives.js';
 
@@ -268,12 +268,7 @@ export function createIngress(deps: IngressDeps): Ingress {
   const startOptions = (conversation: ConversationKey, binding?: BindingRecord) => sessionStartOptions(deps, conversation, binding);
 
   async function recordSystem(sessionId: string, key: string, text: string): Promise<void> {
-    try {
-      await db.message.create({ data: { key, sessionId, role: 'system', text } });
-      deps.onTranscript?.(sessionId, 'system');
-    } catch (err) {
-      if (!isUniqueViolation(err)) throw err;
-    }
+    if (await recordSystemMessage(db, sessionId, key, text)) deps.onTranscript?.(sessionId, 'system');
   }
 
   /** Send a notice to one conversation through the outbox (keyed: sent once). */
@@ -675,7 +670,7 @@ async function authenticate(s: IngressSteps, a: Accepted): Promise<IngressResult
   if (!(command?.kind === 'pair' && dm && msg.userId)) {
     return s.reject(msg, workflowId, 'unknown-sender', dm ? HOW_TO_PAIR : undefined, command ? { command: command.kind } : {});
   }
-  if (await s.db.receipt.findUnique({ where: { key: `${key}:pairing` }, select: { id: true } })) {
+  if (await receiptExists(s.db, `${key}:pairing`)) {
     return { workflowId, kind: 'command', duplicate: true };
   }
   const issued = await requestPairing(s.db, { platform: msg.platform, account: msg.account, userId: msg.userId, chatId: msg.chatId, displayName: msg.user }, s.pairingTtlMs);
@@ -727,10 +722,10 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
   const limit = isAdmin(who.role) ? undefined : s.rateLimits[who.role];
   if (limit && who.kind === 'person') {
     const since = new Date(Date.now() - limit.windowMs);
-    const used = await s.db.message.count({ where: { identityId: who.id, command: false, createdAt: { gt: since } } });
+    const used = await messagesSince(s.db, who.id, since);
     if (used >= limit.count) {
-      const oldest = await s.db.message.findFirst({ where: { identityId: who.id, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
-      const waitMin = oldest ? Math.max(1, Math.ceil((oldest.createdAt.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
+      const oldest = await oldestMessageSince(s.db, who.id, since);
+      const waitMin = oldest ? Math.max(1, Math.ceil((oldest.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
       return s.reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
     }
   }
@@ -743,12 +738,11 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
  * new), make sure of the session row, and receipt the ingress.
  */
 async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promise<Persisted | Stop> {
-  const { msg, workflowId, key, command, governed, dm, who } = a;
+  const { msg, conversation, workflowId, key, command, governed, dm, who } = a;
   const db = s.db;
-  const recordedSeq = async () => (await db.message.findUnique({ where: { key }, select: { seq: true } }))?.seq;
   const duplicate = (seq: number | undefined): Stop => ({ stop: { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) } });
   if (opts.attachments?.length) {
-    const seen = await recordedSeq();
+    const seen = await recordedSeq(db, key);
     if (seen !== undefined) return duplicate(seen);
   }
   let attachments: AttachmentRef[] = msg.attachments;
@@ -761,33 +755,21 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
       return { stop: await s.reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`) };
     }
   }
-  let seq: number;
-  try {
-    const row = await db.message.create({
-      data: {
-        key,
-        sessionId: workflowId,
-        role: 'user',
-        text: msg.text,
-        user: msg.user,
-        identityId: who.kind === 'person' ? who.id : null,
-        command: command !== undefined,
-        ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
-      },
-    });
-    seq = row.seq;
-  } catch (err) {
-    if (isUniqueViolation(err)) return duplicate(await recordedSeq());
-    throw err;
-  }
+  const recorded = await recordInbound(db, {
+    key,
+    sessionId: workflowId,
+    text: msg.text,
+    user: msg.user,
+    identityId: who.kind === 'person' ? who.id : null,
+    command: command !== undefined,
+    ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
+  });
+  if ('duplicate' in recorded) return duplicate(await recordedSeq(db, key));
+  const seq = recorded.seq;
   s.deps.onTranscript?.(workflowId, 'user');
   if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
   if (!s.knownSessions.has(workflowId)) {
-    await db.session.upsert({
-      where: { id: workflowId },
-      create: { id: workflowId, platform: msg.platform, account: msg.account, chatId: msg.chatId },
-      update: {},
-    });
+    await ensureSession(db, workflowId, conversation);
     if (s.knownSessions.size >= 10_000) s.knownSessions.clear();
     s.knownSessions.add(workflowId);
   }
@@ -824,7 +806,7 @@ async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<Ingres
     } catch (err) {
       // Not queued: forget the message, so that the platform's (or the client's) retry of
       // the same id is taken as new, not as a duplicate that never gets a turn.
-      await s.db.message.deleteMany({ where: { key } });
+      await forgetMessage(s.db, key);
       throw err;
     }
     s.deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');

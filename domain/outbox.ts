@@ -251,3 +251,8 @@ export async function clearPanel(db: Db, senders: Senders, turnId: string, conve
   await db.progressPanel.update({ where: { turnId }, data: { status: 'cleared' } });
   return 'cleared';
 }
+
+/** The last part of a delivery that was sent (its platform message id is what a later edit targets). */
+export async function lastSentPart(db: Db, key: string): Promise<{ externalId: string | null } | null> {
+  return db.deliveryPart.findFirst({ where: { key, status: 'sent' }, orderBy: { part: 'desc' }, select: { externalId: true } });
+}

@@ -143,3 +143,8 @@ export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<Re
     at: r.createdAt.toISOString(),
   }));
 }
+
+/** Whether a receipt was written under `key`. */
+export async function receiptExists(db: Db, key: string): Promise<boolean> {
+  return (await db.receipt.findUnique({ where: { key }, select: { id: true } })) !== null;
+}

@@ -1,5 +1,6 @@
 /** The conversation transcript: what users sent and what was delivered to them. */
 import type { Db } from './db.js';
+import { isUniqueViolation } from './prisma-errors.js';
 
 export type TranscriptRole = 'user' | 'assistant' | 'system';
 
@@ -44,4 +45,59 @@ export async function messagesByKeys(db: Db, keys: string[]): Promise<Transcript
     const row = byKey.get(k);
     return row ? [row] : [];
   });
+}
+
+/** The sequence number of the message recorded under `key`, if there is one. */
+export async function recordedSeq(db: Db, key: string): Promise<number | undefined> {
+  return (await db.message.findUnique({ where: { key }, select: { seq: true } }))?.seq;
+}
+
+/** An inbound message as the ingress records it. */
+export interface InboundMessage {
+  key: string;
+  sessionId: string;
+  text: string;
+  user: string;
+  identityId: string | null;
+  command: boolean;
+  /** JSON array of attachment references. */
+  attachments?: string;
+}
+
+/** Record an inbound message once: its sequence number, or `duplicate` when its key was recorded before. */
+export async function recordInbound(db: Db, m: InboundMessage): Promise<{ seq: number } | { duplicate: true }> {
+  try {
+    const row = await db.message.create({ data: { ...m, role: 'user' }, select: { seq: true } });
+    return { seq: row.seq };
+  } catch (err) {
+    if (isUniqueViolation(err)) return { duplicate: true };
+    throw err;
+  }
+}
+
+/** Record a system line in a transcript once; false when its key was recorded before. */
+export async function recordSystemMessage(db: Db, sessionId: string, key: string, text: string): Promise<boolean> {
+  try {
+    await db.message.create({ data: { key, sessionId, role: 'system', text } });
+    return true;
+  } catch (err) {
+    if (isUniqueViolation(err)) return false;
+    throw err;
+  }
+}
+
+/** Forget a recorded message (an inbound one that could not be queued, so the platform's retry counts as new). */
+export async function forgetMessage(db: Db, key: string): Promise<void> {
+  await db.message.deleteMany({ where: { key } });
+}
+
+/** How many messages (not commands) a person sent since `since` (the rate limit). */
+export async function messagesSince(db: Db, identityId: string, since: Date): Promise<number> {
+  return db.message.count({ where: { identityId, command: false, createdAt: { gt: since } } });
+}
+
+/** When the oldest of a person's messages (not commands) since `since` came. */
+export async function oldestMessageSince(db: Db, identityId: string, since: Date): Promise<Date | undefined> {
+  const r = await db.message.findFirst({ where: { identityId, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
+  return r?.createdAt;
 }

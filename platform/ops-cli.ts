@@ -11,6 +11,7 @@ import type { DataConverter } from '@temporalio/common';
 import { z } from 'zod';
 import { createDb, type Db } from '../domain/db.js';
 import { listReceipts, type ReceiptFilter } from '../domain/receipts.js';
+import { sessionIdsOfChat } from '../domain/store/sessions.js';
 import { parseDuration, temporalUiBase, type StewardConfig } from '../config/index.js';
 import { formatDoctor, runDoctor, tcpProbe } from './doctor.js';
 import { configuredPayloadCodec } from './histories.js';
@@ -102,8 +103,7 @@ const PAGE = 500;
 /** The sessions a `--chat` value names: a session id as is, else every session of that chat id. */
 async function sessionsOf(db: Db, chat: string): Promise<string[]> {
   if (chat.startsWith('session:')) return [chat];
-  const rows = await db.session.findMany({ where: { chatId: chat }, select: { id: true }, take: 1000 });
-  return rows.map((r) => r.id);
+  return sessionIdsOfChat(db, chat, 1000);
 }
 
 /**
