@@ -47,7 +47,8 @@ import { isUniqueViolation } from './prisma-errors.js';
 import { heldSecretsIn, literalCredentials, requestHash, type HeldSecret } from './proposals.js';
 import { writeReceipt } from './receipts.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
-import { redact, redactText, type LoadedToolCall, type ToolOutcome } from './tools.js';
+import { redact, redactText } from './redaction.js';
+import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
 
 export type HttpActionInput = z.infer<typeof HttpRequestInput>;
 export type EmailActionInput = z.infer<typeof SendEmailInput>;

@@ -4,7 +4,7 @@
  * call id, so a retried activity repeats no effect. The result goes back to the model as a
  * tool message, stored as a blob.
  */
-import type { AssistantModelMessage, ToolModelMessage } from 'ai';
+import type { ToolModelMessage } from 'ai';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import type { Platform } from '../common/schemas.js';
 import {
@@ -21,25 +21,11 @@ import {
 } from '../common/tools.js';
 import { performActionOnce, type ActionSettings, type HostResolver, type StartRepoChange } from './actions.js';
 import type { AttachmentRef } from '../common/schemas.js';
-import { getBlobText, putBlob } from './blobs.js';
+import { putBlob } from './blobs.js';
+import { redact } from './redaction.js';
+import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
 import type { Db } from './db.js';
 import { deliverOnce, type Senders } from './outbox.js';
-
-export interface LoadedToolCall {
-  toolCallId: string;
-  toolName: string;
-  input: unknown;
-}
-
-/** The tool call `toolCallId` of a stored assistant message. */
-export async function loadToolCall(db: Db, messageHash: string, toolCallId: string): Promise<LoadedToolCall> {
-  const message = JSON.parse(await getBlobText(db, messageHash)) as AssistantModelMessage;
-  const parts = Array.isArray(message.content) ? message.content : [];
-  for (const p of parts) {
-    if (p.type === 'tool-call' && p.toolCallId === toolCallId) return { toolCallId, toolName: p.toolName, input: p.input };
-  }
-  throw new Error(`tool call ${toolCallId} is not in message ${messageHash}`);
-}
 
 /** Validate a call's input; the error text goes back to the model. */
 export function validateToolCall(name: string, input: unknown): { ok: true; tool: ToolName; input: unknown } | { ok: false; error: string } {
@@ -47,50 +33,6 @@ export function validateToolCall(name: string, input: unknown): { ok: true; tool
   const r = TOOLS[name].input.safeParse(input);
   if (!r.success) return { ok: false, error: `Invalid input for ${name}: ${r.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ')}` };
   return { ok: true, tool: name, input: r.data };
-}
-
-/**
- * Names (object keys, header names, query and form fields) whose values never leave the
- * database unredacted in approval requests and receipts: anything naming a token, secret,
- * key or password, authorization, cookies, credentials and signatures.
- */
-const SECRET_KEY = /(passw(or)?d|passphrase|^pass$|^pwd$|secret|token|key|auth(?!ors?(?![A-Za-z]))|cookie|credential|signature|^sig$|session[_-]?id)/i;
-const SECRET_VALUE = /\b(sk-[A-Za-z0-9_-]{16,}|ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|\d{6,}:[A-Za-z0-9_-]{30,})\b/g;
-/** Credentials after an HTTP authentication scheme, wherever they appear in text. */
-const AUTH_SCHEME = /\b(Bearer|Basic|Digest|Token)\s+[A-Za-z0-9._~+/=-]{6,}/g;
-const URL_IN_TEXT = /\b[a-z][a-z0-9+.-]*:\/\/[^\s"'<>`]+/gi;
-/** `name=value`, `name: value`, `"name": "value"` where the name looks secret (bodies, argv, prose). */
-const SECRET_PAIR =
-  /(["']?)([A-Za-z0-9_.-]*(?:passw(?:or)?d|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|auth(?!ors?(?![A-Za-z]))[A-Za-z_-]*|credential|cookie)[A-Za-z0-9_.-]*)\1(\s*[:=]\s*)("(?:[^"\\]|\\.)*"|'[^']*'|[^\s&,;}"']+)/gi;
-const R = '[redacted]';
-
-function redactUrl(u: string): string {
-  return u
-    .replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#\s@]*@/i, `$1${R}@`)
-    .replace(/([?&;])([^=&#;]+)=([^&#;]*)/g, (m, sep: string, name: string) => (SECRET_KEY.test(name) ? `${sep}${name}=${R}` : m));
-}
-
-/** Redact secrets in free text: known token shapes, credentials after Bearer/Basic, URL userinfo and secret query values, secret-named pairs. */
-export function redactText(text: string): string {
-  return text
-    .replace(SECRET_VALUE, R)
-    .replace(AUTH_SCHEME, `$1 ${R}`)
-    .replace(URL_IN_TEXT, redactUrl)
-    .replace(SECRET_PAIR, (m, q: string, name: string, sep: string, value: string) => {
-      if (value === R || value.startsWith('[redacted') || /^(Bearer|Basic|Digest|Token)$/i.test(value)) return m;
-      const shown = value.startsWith('"') ? `"${R}"` : value.startsWith("'") ? `'${R}'` : R;
-      return `${q}${name}${q}${sep}${shown}`;
-    });
-}
-
-/** A value with its secrets redacted: secret-named keys (headers too) lose their values, strings go through redactText. */
-export function redact(value: unknown): unknown {
-  if (typeof value === 'string') return redactText(value);
-  if (Array.isArray(value)) return value.map(redact);
-  if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SECRET_KEY.test(k) ? R : redact(v)]));
-  }
-  return value;
 }
 
 /**
@@ -147,16 +89,6 @@ export interface ToolRunContext {
   workflow?: { workflowId?: string; runId?: string };
   /** Tests: a resolver standing in for DNS. */
   resolve?: HostResolver;
-}
-
-export interface ToolOutcome {
-  /** What the model is told. */
-  text: string;
-  ok: boolean;
-  note?: string;
-  attachment?: AttachmentRef;
-  /** Facts for the receipt. */
-  detail: Record<string, unknown>;
 }
 
 /** Run a validated call. Keyed by turn and call id: a retry repeats no effect. */

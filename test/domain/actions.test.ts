@@ -31,7 +31,8 @@ import {
 } from '../../domain/actions.js';
 import { approvalRequired } from '../../activities/index.js';
 import { heldSecretsFrom, heldSecretsIn, literalCredentials, requestHash, showInvisible, viewProposal } from '../../domain/proposals.js';
-import { describeToolCall, redact, redactText, validateToolCall } from '../../domain/tools.js';
+import { redact, redactText } from '../../domain/redaction.js';
+import { describeToolCall, validateToolCall } from '../../domain/tools.js';
 import { ACTION_TOOLS, DEFAULT_ACTION_COMMANDS } from '../../common/tools.js';
 import { loadConfig } from '../../config/index.js';
 import { needs } from '../helpers/requirements.js';
