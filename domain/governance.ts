@@ -156,6 +156,11 @@ export async function createIdentity(db: Db, input: NewIdentity): Promise<{ id: 
   return { id };
 }
 
+/** The names and roles of these identities (ids that match none are left out). */
+export async function findIdentitiesByIds(db: Db, ids: string[]): Promise<Array<{ id: string; name: string; role: string }>> {
+  return db.identity.findMany({ where: { id: { in: ids } }, select: { id: true, name: true, role: true } });
+}
+
 // ---------------------------------------------------------------------------------------
 // Pairing
 

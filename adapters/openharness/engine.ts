@@ -60,6 +60,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
 import { sha256 } from '../../domain/governance.js';
+import { deleteContinuation, extendContinuation, findContinuation, insertContinuation, pruneExpiredContinuations } from '../../domain/store/shells.js';
 import { parseText } from '../../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
@@ -535,8 +536,8 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
   async function issueContinuation(shellId: string, sessionId: string, afterSeq: number): Promise<ContinuationRef> {
     const token = `ohc_${randomBytes(32).toString('base64url')}`;
     const expiresAt = new Date(now() + ttlMs);
-    await db.shellContinuation.deleteMany({ where: { expiresAt: { lt: new Date(now()) } } });
-    await db.shellContinuation.create({ data: { tokenHash: sha256(token), shellId, sessionId, afterSeq, expiresAt } });
+    await pruneExpiredContinuations(db, new Date(now()));
+    await insertContinuation(db, { tokenHash: sha256(token), shellId, sessionId, afterSeq, expiresAt });
     return { run_id: sessionId, continuation_token: token, expires_at: expiresAt.toISOString() };
   }
 
@@ -544,15 +545,15 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
     const invalid = (why: string) => new Refusal(200, 'continuation_invalid', why);
     const unknown = 'This continuation token is unknown to Steward for this shell (it was never issued to it, or its shell token was revoked); send the message again.';
     if (!CONTINUATION_RE.test(token)) throw invalid(unknown);
-    const row = await db.shellContinuation.findUnique({ where: { tokenHash: sha256(token) } });
+    const row = await findContinuation(db, sha256(token));
     if (!row || row.shellId !== principal.shellId) throw invalid(unknown);
     if (row.expiresAt.getTime() <= now()) {
-      await db.shellContinuation.deleteMany({ where: { tokenHash: row.tokenHash } });
+      await deleteContinuation(db, row.tokenHash);
       throw invalid(`This continuation token expired at ${row.expiresAt.toISOString()}; send the message again (a retried request_id returns its answer).`);
     }
     // sliding expiry: a shell that keeps resuming keeps its token
     const expiresAt = new Date(now() + ttlMs);
-    await db.shellContinuation.updateMany({ where: { tokenHash: row.tokenHash }, data: { expiresAt } });
+    await extendContinuation(db, row.tokenHash, expiresAt);
     return { sessionId: row.sessionId, afterSeq: row.afterSeq, ref: { run_id: row.sessionId, continuation_token: token, expires_at: expiresAt.toISOString() } };
   }
 
