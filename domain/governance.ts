@@ -317,6 +317,18 @@ export async function listApprovals(db: Db, opts: { status?: string; limit?: num
   })) as ApprovalRecord[];
 }
 
+/** A pending approval as a shell is shown it. */
+export type PendingApproval = Pick<ApprovalRecord, 'id' | 'turnId' | 'tool' | 'summary' | 'payload' | 'risk' | 'deadline'>;
+
+/** The approvals a session's turns wait for, oldest first. */
+export async function pendingApprovalsOfSession(db: Db, sessionId: string): Promise<PendingApproval[]> {
+  return db.approval.findMany({
+    where: { sessionId, status: 'pending' },
+    orderBy: { createdAt: 'asc' },
+    select: { id: true, turnId: true, tool: true, summary: true, payload: true, risk: true, deadline: true },
+  });
+}
+
 export function approvalButtons(id: string): Button[][] {
   return [[{ id: `apr:${id}:y`, label: 'Approve', style: 'primary' }, { id: `apr:${id}:n`, label: 'Deny', style: 'danger' }]];
 }

@@ -59,8 +59,10 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
-import { sha256 } from '../../domain/governance.js';
+import { pendingApprovalsOfSession, sha256, type PendingApproval } from '../../domain/governance.js';
+import { receiptIdByKey, receiptIdsByKeys } from '../../domain/receipts.js';
 import { deleteContinuation, extendContinuation, findContinuation, insertContinuation, pruneExpiredContinuations } from '../../domain/store/shells.js';
+import { messageByKey, messageKeyAt, repliesAfter, systemMessagesAfter, type TranscriptRow } from '../../domain/transcript.js';
 import { parseText } from '../../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
@@ -253,32 +255,12 @@ interface Principal {
   account: string;
 }
 
-interface Row {
-  seq: number;
-  key: string;
-  role: string;
-  text: string;
-  turnId: string | null;
-  attachments: string | null;
-  createdAt: Date;
-}
-
-interface ApprovalRow {
-  id: string;
-  turnId: string;
-  tool: string;
-  summary: string;
-  payload: string;
-  risk: string;
-  deadline: Date;
-}
-
 interface AnswerState {
   /** The turn that took the message has delivered its final message. */
   done: boolean;
-  rows: Row[];
+  rows: TranscriptRow[];
   /** Approvals the turn waits for (only when not done). */
-  approvals: ApprovalRow[];
+  approvals: PendingApproval[];
 }
 
 class Refusal extends Error {
@@ -335,7 +317,7 @@ function parseAttachments(raw: string | null): Array<Record<string, unknown>> {
   }
 }
 
-function renderMessage(row: Row, kind: 'reply' | 'notice' | 'command'): ActionDirective {
+function renderMessage(row: TranscriptRow, kind: 'reply' | 'notice' | 'command'): ActionDirective {
   const files = parseAttachments(row.attachments);
   return {
     action_type: 'render_message',
@@ -350,7 +332,7 @@ function renderMessage(row: Row, kind: 'reply' | 'notice' | 'command'): ActionDi
       kind,
       role: row.role === 'assistant' ? 'assistant' : 'system',
       seq: row.seq,
-      at: row.createdAt.toISOString(),
+      at: row.at,
       ...(files.length ? { attachments: files } : {}),
     },
   };
@@ -421,7 +403,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
   const turnEndRe = /^:turn:(\d+):([^:]+):(reply|stopped|failed)$/;
 
   /** The turn a transcript row belongs to (its turnId column, or a session notice keyed by a turn). */
-  function turnOf(sessionId: string, row: Row): { turnId: string; end: boolean } | undefined {
+  function turnOf(sessionId: string, row: TranscriptRow): { turnId: string; end: boolean } | undefined {
     if (row.key.startsWith(`${sessionId}:turn:`)) {
       const m = turnEndRe.exec(row.key.slice(sessionId.length));
       if (m) return { turnId: `${sessionId}:turn:${m[1]}:${m[2]}`, end: true };
@@ -437,20 +419,11 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
    * out.
    */
   async function readAnswer(sessionId: string, afterSeq: number): Promise<AnswerState> {
-    const inbound = await db.message.findFirst({ where: { sessionId, seq: afterSeq }, select: { key: true } });
-    const marker = inbound ? await db.receipt.findUnique({ where: { key: `${inbound.key}:ingress` }, select: { id: true } }) : null;
-    const own = inbound ? `${inbound.key}:` : undefined;
-    const rows: Row[] = await db.message.findMany({
-      where: { sessionId, seq: { gt: afterSeq }, role: { not: 'user' } },
-      orderBy: { seq: 'asc' },
-      take: 500,
-      select: { seq: true, key: true, role: true, text: true, turnId: true, attachments: true, createdAt: true },
-    });
-    const pending: ApprovalRow[] = await db.approval.findMany({
-      where: { sessionId, status: 'pending' },
-      orderBy: { createdAt: 'asc' },
-      select: { id: true, turnId: true, tool: true, summary: true, payload: true, risk: true, deadline: true },
-    });
+    const inbound = await messageKeyAt(db, sessionId, afterSeq);
+    const marker = inbound !== undefined ? await receiptIdByKey(db, `${inbound}:ingress`) : undefined;
+    const own = inbound !== undefined ? `${inbound}:` : undefined;
+    const rows = await repliesAfter(db, sessionId, afterSeq, 500);
+    const pending = await pendingApprovalsOfSession(db, sessionId);
     const turnIds = new Set<string>();
     for (const r of rows) {
       const t = turnOf(sessionId, r);
@@ -458,13 +431,13 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
     }
     for (const a of pending) turnIds.add(a.turnId);
     const earlier = new Set<string>();
-    if (marker && turnIds.size > 0) {
-      const starts = await db.receipt.findMany({ where: { key: { in: [...turnIds].map((t) => `${t}:start`) } }, select: { key: true, id: true } });
-      for (const s of starts) if (s.key && s.id < marker.id) earlier.add(s.key.slice(0, -':start'.length));
+    if (marker !== undefined && turnIds.size > 0) {
+      const starts = await receiptIdsByKeys(db, [...turnIds].map((t) => `${t}:start`));
+      for (const [key, id] of starts) if (id < marker) earlier.add(key.slice(0, -':start'.length));
     }
     const approvals = pending.filter((a) => !earlier.has(a.turnId));
     const asked = new Set(approvals.map((a) => `approval:${a.id}:asked`));
-    const out: Row[] = [];
+    const out: TranscriptRow[] = [];
     let done = false;
     for (const r of rows) {
       if (r.key.startsWith('in:') && !(own && r.key.startsWith(own))) continue; // another request's command answer
@@ -564,7 +537,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
     continuation?: ContinuationRef;
   }
 
-  function approvalDirective(a: ApprovalRow, continuation: ContinuationRef): ActionDirective {
+  function approvalDirective(a: PendingApproval, continuation: ContinuationRef): ActionDirective {
     let proposed: unknown = a.payload;
     try {
       proposed = JSON.parse(a.payload) as unknown;
@@ -633,15 +606,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
       sessionId,
       now() + Math.min(deps.waitMs, 5_000),
       signal,
-      async () =>
-        (
-          await db.message.findMany({
-            where: { sessionId, seq: { gt: afterSeq }, role: 'system' },
-            orderBy: { seq: 'asc' },
-            take: 20,
-            select: { seq: true, key: true, role: true, text: true, turnId: true, attachments: true, createdAt: true },
-          })
-        ).filter((r) => !r.key.startsWith('in:')),
+      async () => (await systemMessagesAfter(db, sessionId, afterSeq, 20)).filter((r) => !r.key.startsWith('in:')),
       (r) => r.length > 0,
     );
     if (rows.length > 0) return { directives: rows.map((r) => renderMessage(r, 'notice')) };
@@ -680,7 +645,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
 
     let seq = result.seq;
     if (result.duplicate) {
-      const stored = await db.message.findUnique({ where: { key }, select: { seq: true, text: true } });
+      const stored = await messageByKey(db, key);
       if (stored && stored.text !== intent) {
         throw new Refusal(400, 'invalid_request', 'invalid request: this request_id was already used for a different user_intent; use a new request_id for a new message', { request_id: id });
       }
@@ -696,7 +661,7 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
 
     if (result.kind === 'command') {
       let reply = result.reply;
-      if (reply === undefined && result.duplicate) reply = (await db.message.findUnique({ where: { key: `${key}:reply` }, select: { text: true } }))?.text;
+      if (reply === undefined && result.duplicate) reply = (await messageByKey(db, `${key}:reply`))?.text;
       if (reply !== undefined) return { sessionId, outcome: { directives: [textMessage(reply, 'command')] } };
       return { sessionId, outcome: await commandFollowUp(sessionId, seq, signal) };
     }
