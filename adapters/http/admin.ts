@@ -10,10 +10,19 @@ import type { Db } from '../../domain/db.js';
 import {
   bindChat,
   createIdentity,
+  deleteBinding,
+  deleteIdentity,
+  findBinding,
+  findIdentity,
   GovernanceError,
   listApprovals,
+  listBindings,
+  listIdentities,
   OPERATOR,
   pendingPairings,
+  updateIdentity,
+  type BindingRow,
+  type IdentityRow,
 } from '../../domain/governance.js';
 import { writeReceipt } from '../../domain/receipts.js';
 import { ROLES, RoleSchema } from '../../common/roles.js';
@@ -95,7 +104,7 @@ const Decision = z.object({ applied: z.boolean(), message: z.string() }).openapi
 const Code = z.object({ code: z.string().regex(/^[A-Za-z0-9-]{4,16}$/).openapi({ param: { name: 'code', in: 'path' } }) });
 const IdParam = z.object({ id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' } }) });
 
-function identityView(i: { id: string; name: string; role: string; createdAt: Date; accounts: Array<{ platform: string; userId: string; displayName: string | null; dmChatId: string | null }> }) {
+function identityView(i: IdentityRow) {
   const role = RoleSchema.safeParse(i.role);
   return {
     id: i.id,
@@ -106,7 +115,7 @@ function identityView(i: { id: string; name: string; role: string; createdAt: Da
   };
 }
 
-function bindingView(b: { id: string; platform: string; account: string; chatId: string; name: string | null; mode: string; model: string | null; adminChannel: boolean; createdAt: Date }) {
+function bindingView(b: BindingRow) {
   return { ...b, mode: b.mode === 'all' ? ('all' as const) : ('mention' as const), createdAt: b.createdAt.toISOString() };
 }
 
@@ -147,7 +156,7 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/identities', summary: 'People Steward knows, with their roles and platform accounts', security: sec, responses: { 200: json(z.object({ identities: z.array(IdentityView) }), 'Identities'), ...errors } }),
     async (c) => {
-      const rows = await db.identity.findMany({ include: { accounts: true }, orderBy: { createdAt: 'asc' } });
+      const rows = await listIdentities(db);
       return c.json({ identities: rows.map(identityView) }, 200);
     },
   );
@@ -159,7 +168,8 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       try {
         const { id } = await createIdentity(db, { name: b.name, role: b.role, accounts: b.accounts, createdBy: OPERATOR.id });
         await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'create', identityId: id, name: b.name, role: b.role, accounts: b.accounts } });
-        const row = await db.identity.findUniqueOrThrow({ where: { id }, include: { accounts: true } });
+        const row = await findIdentity(db, id);
+        if (!row) throw new Error(`identity ${id} is gone right after it was created`);
         return c.json(identityView(row), 201);
       } catch (err) {
         if (err instanceof GovernanceError) return c.json({ error: err.message }, 409);
@@ -173,9 +183,9 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     async (c) => {
       const { id } = c.req.valid('param');
       const b = c.req.valid('json');
-      const before = await db.identity.findUnique({ where: { id } });
+      const before = await findIdentity(db, id);
       if (!before) return c.json({ error: `no identity ${id}` }, 404);
-      const row = await db.identity.update({ where: { id }, data: { ...(b.name ? { name: b.name } : {}), ...(b.role ? { role: b.role } : {}) }, include: { accounts: true } });
+      const row = await updateIdentity(db, id, { ...(b.name ? { name: b.name } : {}), ...(b.role ? { role: b.role } : {}) });
       await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'update', identityId: id, before: { name: before.name, role: before.role }, after: { name: row.name, role: row.role } } });
       return c.json(identityView(row), 200);
     },
@@ -185,8 +195,7 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     createRoute({ method: 'delete', path: '/api/v1/identities/{id}', summary: 'Forget a person (their platform accounts become unknown senders)', security: sec, request: { params: IdParam }, responses: { 200: json(z.object({ deleted: z.boolean() }), 'Deleted'), ...errors } }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const r = await db.identity.deleteMany({ where: { id } });
-      if (r.count === 0) return c.json({ error: `no identity ${id}` }, 404);
+      if (!(await deleteIdentity(db, id))) return c.json({ error: `no identity ${id}` }, 404);
       await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'delete', identityId: id } });
       return c.json({ deleted: true }, 200);
     },
@@ -195,7 +204,7 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/bindings', summary: 'Chats Steward answers in', security: sec, responses: { 200: json(z.object({ bindings: z.array(BindingView) }), 'Bindings'), ...errors } }),
     async (c) => {
-      const rows = await db.binding.findMany({ orderBy: { createdAt: 'asc' } });
+      const rows = await listBindings(db);
       return c.json({ bindings: rows.map(bindingView) }, 200);
     },
   );
@@ -216,7 +225,8 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
           ...(b.adminChannel !== undefined ? { adminChannel: b.adminChannel } : {}),
         });
         await writeReceipt(db, { kind: 'binding.change', actor: OPERATOR.id, data: { action: 'bind', ...r } });
-        const row = await db.binding.findUniqueOrThrow({ where: { id: r.id } });
+        const row = await findBinding(db, r.id);
+        if (!row) throw new Error(`binding ${r.id} is gone right after it was made`);
         return c.json(bindingView(row), 201);
       } catch (err) {
         if (err instanceof GovernanceError) return c.json({ error: err.message }, 409);
@@ -229,9 +239,8 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     createRoute({ method: 'delete', path: '/api/v1/bindings/{id}', summary: 'Remove a binding', security: sec, request: { params: IdParam }, responses: { 200: json(z.object({ deleted: z.boolean() }), 'Removed'), ...errors } }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const row = await db.binding.findUnique({ where: { id } });
-      if (!row) return c.json({ error: `no binding ${id}` }, 404);
-      await db.binding.delete({ where: { id } });
+      const row = await findBinding(db, id);
+      if (!row || !(await deleteBinding(db, id))) return c.json({ error: `no binding ${id}` }, 404);
       await writeReceipt(db, { kind: 'binding.change', actor: OPERATOR.id, data: { action: 'unbind', id, platform: row.platform, chatId: row.chatId } });
       return c.json({ deleted: true }, 200);
     },
