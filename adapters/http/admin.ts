@@ -30,6 +30,8 @@ import { ChatIdSchema, ModelRefSchema } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 
 const errors = errorResponses('AdminError');
+/** The bearer token (the operator) every admin route asks for. */
+const sec = [{ bearer: [] }];
 const body = <T extends z.ZodType>(schema: T) => ({ body: { content: { 'application/json': { schema } }, required: true } });
 
 const GovernedPlatform = z.enum(['telegram', 'discord', 'openharness']);
@@ -148,11 +150,16 @@ export interface AdminDeps {
   ingress: Ingress;
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
+/** Register the administration routes (identities, bindings, pairings, approvals, in this order). */
 export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
-  const { db, ingress } = deps;
-  const sec = [{ bearer: [] }];
+  registerIdentityRoutes(app, deps.db);
+  registerBindingRoutes(app, deps.db);
+  registerPairingRoutes(app, deps);
+  registerApprovalRoutes(app, deps);
+}
 
+/** GET/POST /api/v1/identities, PATCH/DELETE /api/v1/identities/{id}: people and their roles. */
+function registerIdentityRoutes(app: OpenAPIHono, db: Db): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/identities', summary: 'People Steward knows, with their roles and platform accounts', security: sec, responses: { 200: json(z.object({ identities: z.array(IdentityView) }), 'Identities'), ...errors } }),
     async (c) => {
@@ -200,7 +207,10 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       return c.json({ deleted: true }, 200);
     },
   );
+}
 
+/** GET/POST /api/v1/bindings, DELETE /api/v1/bindings/{id}: the chats Steward answers in. */
+function registerBindingRoutes(app: OpenAPIHono, db: Db): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/bindings', summary: 'Chats Steward answers in', security: sec, responses: { 200: json(z.object({ bindings: z.array(BindingView) }), 'Bindings'), ...errors } }),
     async (c) => {
@@ -245,7 +255,21 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       return c.json({ deleted: true }, 200);
     },
   );
+}
 
+/** Decide a pairing code as the operator (the requester is told): the status and body to answer with. */
+async function decidePairingAsOperator(ingress: Ingress, code: string, decision: { approve: (typeof ROLES)[number] } | 'deny') {
+  const r = await ingress.decidePairing(code, decision, OPERATOR);
+  if (!r.ok) return { status: r.reason === 'unknown' ? (404 as const) : (409 as const), body: { error: r.message } };
+  return {
+    status: 200 as const,
+    body: { applied: true, message: `${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}): ${r.pairing.status}${r.pairing.role ? ` as ${r.pairing.role}` : ''}` },
+  };
+}
+
+/** GET /api/v1/pairings, POST /api/v1/pairings/{code}/approve|deny: pairing requests. */
+function registerPairingRoutes(app: OpenAPIHono, deps: AdminDeps): void {
+  const { db, ingress } = deps;
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/pairings', summary: 'Pending pairing requests (codes are never shown: the requester has theirs)', security: sec, responses: { 200: json(z.object({ pairings: z.array(PairingView) }), 'Pending'), ...errors } }),
     async (c) => {
@@ -257,16 +281,6 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     },
   );
 
-  /** Decide a pairing code as the operator; the requester is told. */
-  const decidePairingAsOperator = async (code: string, decision: { approve: (typeof ROLES)[number] } | 'deny') => {
-    const r = await ingress.decidePairing(code, decision, OPERATOR);
-    if (!r.ok) return { status: r.reason === 'unknown' ? (404 as const) : (409 as const), body: { error: r.message } };
-    return {
-      status: 200 as const,
-      body: { applied: true, message: `${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}): ${r.pairing.status}${r.pairing.role ? ` as ${r.pairing.role}` : ''}` },
-    };
-  };
-
   app.openapi(
     createRoute({
       method: 'post',
@@ -277,7 +291,7 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       responses: { 200: json(Decision, 'Decided'), ...errors },
     }),
     async (c) => {
-      const r = await decidePairingAsOperator(c.req.valid('param').code, { approve: c.req.valid('json').role });
+      const r = await decidePairingAsOperator(ingress, c.req.valid('param').code, { approve: c.req.valid('json').role });
       return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
     },
   );
@@ -292,11 +306,15 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       responses: { 200: json(Decision, 'Decided'), ...errors },
     }),
     async (c) => {
-      const r = await decidePairingAsOperator(c.req.valid('param').code, 'deny');
+      const r = await decidePairingAsOperator(ingress, c.req.valid('param').code, 'deny');
       return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
     },
   );
+}
 
+/** GET /api/v1/approvals, POST /api/v1/approvals/{id}/approve|deny: actions agents proposed. */
+function registerApprovalRoutes(app: OpenAPIHono, deps: AdminDeps): void {
+  const { db, ingress } = deps;
   app.openapi(
     createRoute({
       method: 'get',
