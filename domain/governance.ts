@@ -119,6 +119,36 @@ export async function adminChannelExists(db: Db): Promise<boolean> {
   return (await db.binding.count({ where: { adminChannel: true } })) > 0;
 }
 
+/** A binding as stored (the mode as written, and when it was made). */
+export interface BindingRow {
+  id: string;
+  platform: string;
+  account: string;
+  chatId: string;
+  name: string | null;
+  mode: string;
+  model: string | null;
+  adminChannel: boolean;
+  createdAt: Date;
+}
+
+const BINDING_SELECT = { id: true, platform: true, account: true, chatId: true, name: true, mode: true, model: true, adminChannel: true, createdAt: true } as const;
+
+/** Every binding, oldest first. */
+export async function listBindings(db: Db): Promise<BindingRow[]> {
+  return db.binding.findMany({ select: BINDING_SELECT, orderBy: { createdAt: 'asc' } });
+}
+
+/** One binding by id. */
+export async function findBinding(db: Db, id: string): Promise<BindingRow | undefined> {
+  return (await db.binding.findUnique({ where: { id }, select: BINDING_SELECT })) ?? undefined;
+}
+
+/** Remove a binding by id; false when there was none. */
+export async function deleteBinding(db: Db, id: string): Promise<boolean> {
+  return (await db.binding.deleteMany({ where: { id } })).count > 0;
+}
+
 // ---------------------------------------------------------------------------------------
 // Identities
 
@@ -154,6 +184,48 @@ export async function createIdentity(db: Db, input: NewIdentity): Promise<{ id: 
     throw err;
   }
   return { id };
+}
+
+/** An identity as stored, with its platform accounts (the role as written: see toRole). */
+export interface IdentityRow {
+  id: string;
+  name: string;
+  role: string;
+  createdAt: Date;
+  accounts: Array<{ platform: string; userId: string; displayName: string | null; dmChatId: string | null }>;
+}
+
+const IDENTITY_SELECT = {
+  id: true,
+  name: true,
+  role: true,
+  createdAt: true,
+  accounts: { select: { platform: true, userId: true, displayName: true, dmChatId: true } },
+} as const;
+
+/** Every identity with its platform accounts, oldest first. */
+export async function listIdentities(db: Db): Promise<IdentityRow[]> {
+  return db.identity.findMany({ select: IDENTITY_SELECT, orderBy: { createdAt: 'asc' } });
+}
+
+/** One identity with its platform accounts. */
+export async function findIdentity(db: Db, id: string): Promise<IdentityRow | undefined> {
+  return (await db.identity.findUnique({ where: { id }, select: IDENTITY_SELECT })) ?? undefined;
+}
+
+/** Change an identity's name and/or role; the identity afterwards (throws when there is none). */
+export async function updateIdentity(db: Db, id: string, change: { name?: string; role?: Role }): Promise<IdentityRow> {
+  return db.identity.update({ where: { id }, data: { ...(change.name ? { name: change.name } : {}), ...(change.role ? { role: change.role } : {}) }, select: IDENTITY_SELECT });
+}
+
+/** Forget an identity (its platform accounts go with it); false when there was none. */
+export async function deleteIdentity(db: Db, id: string): Promise<boolean> {
+  return (await db.identity.deleteMany({ where: { id } })).count > 0;
+}
+
+/** The names and roles of these identities (ids that match none are left out). */
+export async function findIdentitiesByIds(db: Db, ids: string[]): Promise<Array<{ id: string; name: string; role: string }>> {
+  return db.identity.findMany({ where: { id: { in: ids } }, select: { id: true, name: true, role: true } });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -310,6 +382,18 @@ export async function listApprovals(db: Db, opts: { status?: string; limit?: num
     orderBy: { createdAt: 'desc' },
     take: Math.min(opts.limit ?? 100, 1000),
   })) as ApprovalRecord[];
+}
+
+/** A pending approval as a shell is shown it. */
+export type PendingApproval = Pick<ApprovalRecord, 'id' | 'turnId' | 'tool' | 'summary' | 'payload' | 'risk' | 'deadline'>;
+
+/** The approvals a session's turns wait for, oldest first. */
+export async function pendingApprovalsOfSession(db: Db, sessionId: string): Promise<PendingApproval[]> {
+  return db.approval.findMany({
+    where: { sessionId, status: 'pending' },
+    orderBy: { createdAt: 'asc' },
+    select: { id: true, turnId: true, tool: true, summary: true, payload: true, risk: true, deadline: true },
+  });
 }
 
 export function approvalButtons(id: string): Button[][] {

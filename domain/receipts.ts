@@ -146,5 +146,18 @@ export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<Re
 
 /** Whether a receipt was written under `key`. */
 export async function receiptExists(db: Db, key: string): Promise<boolean> {
-  return (await db.receipt.findUnique({ where: { key }, select: { id: true } })) !== null;
+  return (await receiptIdByKey(db, key)) !== undefined;
+}
+
+/** The ids of the receipts written under these keys, by key (keys never written are absent). */
+export async function receiptIdsByKeys(db: Db, keys: string[]): Promise<Map<string, number>> {
+  if (keys.length === 0) return new Map();
+  const rows = await db.receipt.findMany({ where: { key: { in: keys } }, select: { key: true, id: true } });
+  return new Map(rows.flatMap((r) => (r.key ? [[r.key, r.id] as const] : [])));
+}
+
+/** The id of the receipt written under `key`. */
+export async function receiptIdByKey(db: Db, key: string): Promise<number | undefined> {
+  const row = await db.receipt.findUnique({ where: { key }, select: { id: true } });
+  return row?.id;
 }

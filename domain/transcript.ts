@@ -101,3 +101,29 @@ export async function oldestMessageSince(db: Db, identityId: string, since: Date
   const r = await db.message.findFirst({ where: { identityId, command: false, createdAt: { gt: since } }, orderBy: { createdAt: 'asc' }, select: { createdAt: true } });
   return r?.createdAt;
 }
+
+const ROW_SELECT = { seq: true, key: true, role: true, text: true, user: true, turnId: true, attachments: true, createdAt: true } as const;
+
+/** The key of the message at `seq` of a session (an inbound message's idempotency key). */
+export async function messageKeyAt(db: Db, sessionId: string, seq: number): Promise<string | undefined> {
+  const row = await db.message.findFirst({ where: { sessionId, seq }, select: { key: true } });
+  return row?.key;
+}
+
+/** One message by its transcript key. */
+export async function messageByKey(db: Db, key: string): Promise<TranscriptRow | undefined> {
+  const row = await db.message.findUnique({ where: { key }, select: ROW_SELECT });
+  return row ? toRow(row) : undefined;
+}
+
+/** What was said to the conversation after `afterSeq` (assistant and system messages), oldest first. */
+export async function repliesAfter(db: Db, sessionId: string, afterSeq: number, limit: number): Promise<TranscriptRow[]> {
+  const rows = await db.message.findMany({ where: { sessionId, seq: { gt: afterSeq }, role: { not: 'user' } }, orderBy: { seq: 'asc' }, take: limit, select: ROW_SELECT });
+  return rows.map(toRow);
+}
+
+/** The system messages (notices, command answers) after `afterSeq`, oldest first. */
+export async function systemMessagesAfter(db: Db, sessionId: string, afterSeq: number, limit: number): Promise<TranscriptRow[]> {
+  const rows = await db.message.findMany({ where: { sessionId, seq: { gt: afterSeq }, role: 'system' }, orderBy: { seq: 'asc' }, take: limit, select: ROW_SELECT });
+  return rows.map(toRow);
+}

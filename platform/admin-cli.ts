@@ -10,7 +10,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { createDb, migrateDatabase, type Db } from '../domain/db.js';
-import { bindChat, createIdentity, GovernanceError } from '../domain/governance.js';
+import { bindChat, createIdentity, deleteBinding, deleteIdentity, findIdentity, GovernanceError, listBindings, listIdentities, updateIdentity } from '../domain/governance.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
@@ -96,7 +96,7 @@ async function identities(sub: string | undefined, args: string[], io: CliIo): P
   switch (sub) {
     case 'list':
       return withDb(cfg, async (db) => {
-        const rows = await db.identity.findMany({ include: { accounts: true }, orderBy: { createdAt: 'asc' } });
+        const rows = await listIdentities(db);
         io.out(table([['ID', 'NAME', 'ROLE', 'ACCOUNTS'], ...rows.map((i) => [i.id, i.name, i.role, i.accounts.map((a) => `${a.platform}:${a.userId}`).join(' ')])]));
         return 0;
       });
@@ -128,12 +128,12 @@ async function identities(sub: string | undefined, args: string[], io: CliIo): P
       if (!id || !roleArg) throw new UsageError('usage: steward identities set-role ID ROLE');
       const role = check(RoleSchema, roleArg, 'ROLE');
       return withDb(cfg, async (db) => {
-        const before = await db.identity.findUnique({ where: { id } });
+        const before = await findIdentity(db, id);
         if (!before) {
           io.err(`No identity ${id}.\n`);
           return 1;
         }
-        await db.identity.update({ where: { id }, data: { role } });
+        await updateIdentity(db, id, { role });
         await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'update', identityId: id, before: { role: before.role }, after: { role } } });
         io.out(`${before.name}: ${before.role} -> ${role}.\n`);
         return 0;
@@ -143,8 +143,7 @@ async function identities(sub: string | undefined, args: string[], io: CliIo): P
       const [id] = positionals;
       if (!id) throw new UsageError('usage: steward identities remove ID');
       return withDb(cfg, async (db) => {
-        const r = await db.identity.deleteMany({ where: { id } });
-        if (r.count === 0) {
+        if (!(await deleteIdentity(db, id))) {
           io.err(`No identity ${id}.\n`);
           return 1;
         }
@@ -176,7 +175,7 @@ async function bindings(sub: string | undefined, args: string[], io: CliIo): Pro
   switch (sub) {
     case 'list':
       return withDb(cfg, async (db) => {
-        const rows = await db.binding.findMany({ orderBy: { createdAt: 'asc' } });
+        const rows = await listBindings(db);
         io.out(table([['ID', 'PLATFORM', 'ACCOUNT', 'CHAT', 'MODE', 'NAME', 'ADMIN'], ...rows.map((b) => [b.id, b.platform, b.account, b.chatId, b.mode, b.name ?? '', b.adminChannel ? 'yes' : ''])]));
         return 0;
       });
@@ -215,8 +214,7 @@ async function bindings(sub: string | undefined, args: string[], io: CliIo): Pro
       const [id] = positionals;
       if (!id) throw new UsageError('usage: steward bindings remove ID');
       return withDb(cfg, async (db) => {
-        const r = await db.binding.deleteMany({ where: { id } });
-        if (r.count === 0) {
+        if (!(await deleteBinding(db, id))) {
           io.err(`No binding ${id}.\n`);
           return 1;
         }

@@ -10,10 +10,19 @@ import type { Db } from '../../domain/db.js';
 import {
   bindChat,
   createIdentity,
+  deleteBinding,
+  deleteIdentity,
+  findBinding,
+  findIdentity,
   GovernanceError,
   listApprovals,
+  listBindings,
+  listIdentities,
   OPERATOR,
   pendingPairings,
+  updateIdentity,
+  type BindingRow,
+  type IdentityRow,
 } from '../../domain/governance.js';
 import { writeReceipt } from '../../domain/receipts.js';
 import { ROLES, RoleSchema } from '../../common/roles.js';
@@ -21,6 +30,8 @@ import { ChatIdSchema, ModelRefSchema } from '../../common/schemas.js';
 import type { Ingress } from '../ingress.js';
 
 const errors = errorResponses('AdminError');
+/** The bearer token (the operator) every admin route asks for. */
+const sec = [{ bearer: [] }];
 const body = <T extends z.ZodType>(schema: T) => ({ body: { content: { 'application/json': { schema } }, required: true } });
 
 const GovernedPlatform = z.enum(['telegram', 'discord', 'openharness']);
@@ -95,7 +106,7 @@ const Decision = z.object({ applied: z.boolean(), message: z.string() }).openapi
 const Code = z.object({ code: z.string().regex(/^[A-Za-z0-9-]{4,16}$/).openapi({ param: { name: 'code', in: 'path' } }) });
 const IdParam = z.object({ id: z.string().min(1).max(64).openapi({ param: { name: 'id', in: 'path' } }) });
 
-function identityView(i: { id: string; name: string; role: string; createdAt: Date; accounts: Array<{ platform: string; userId: string; displayName: string | null; dmChatId: string | null }> }) {
+function identityView(i: IdentityRow) {
   const role = RoleSchema.safeParse(i.role);
   return {
     id: i.id,
@@ -106,7 +117,7 @@ function identityView(i: { id: string; name: string; role: string; createdAt: Da
   };
 }
 
-function bindingView(b: { id: string; platform: string; account: string; chatId: string; name: string | null; mode: string; model: string | null; adminChannel: boolean; createdAt: Date }) {
+function bindingView(b: BindingRow) {
   return { ...b, mode: b.mode === 'all' ? ('all' as const) : ('mention' as const), createdAt: b.createdAt.toISOString() };
 }
 
@@ -139,15 +150,20 @@ export interface AdminDeps {
   ingress: Ingress;
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
+/** Register the administration routes (identities, bindings, pairings, approvals, in this order). */
 export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
-  const { db, ingress } = deps;
-  const sec = [{ bearer: [] }];
+  registerIdentityRoutes(app, deps.db);
+  registerBindingRoutes(app, deps.db);
+  registerPairingRoutes(app, deps);
+  registerApprovalRoutes(app, deps);
+}
 
+/** GET/POST /api/v1/identities, PATCH/DELETE /api/v1/identities/{id}: people and their roles. */
+function registerIdentityRoutes(app: OpenAPIHono, db: Db): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/identities', summary: 'People Steward knows, with their roles and platform accounts', security: sec, responses: { 200: json(z.object({ identities: z.array(IdentityView) }), 'Identities'), ...errors } }),
     async (c) => {
-      const rows = await db.identity.findMany({ include: { accounts: true }, orderBy: { createdAt: 'asc' } });
+      const rows = await listIdentities(db);
       return c.json({ identities: rows.map(identityView) }, 200);
     },
   );
@@ -159,7 +175,8 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       try {
         const { id } = await createIdentity(db, { name: b.name, role: b.role, accounts: b.accounts, createdBy: OPERATOR.id });
         await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'create', identityId: id, name: b.name, role: b.role, accounts: b.accounts } });
-        const row = await db.identity.findUniqueOrThrow({ where: { id }, include: { accounts: true } });
+        const row = await findIdentity(db, id);
+        if (!row) throw new Error(`identity ${id} is gone right after it was created`);
         return c.json(identityView(row), 201);
       } catch (err) {
         if (err instanceof GovernanceError) return c.json({ error: err.message }, 409);
@@ -173,9 +190,9 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     async (c) => {
       const { id } = c.req.valid('param');
       const b = c.req.valid('json');
-      const before = await db.identity.findUnique({ where: { id } });
+      const before = await findIdentity(db, id);
       if (!before) return c.json({ error: `no identity ${id}` }, 404);
-      const row = await db.identity.update({ where: { id }, data: { ...(b.name ? { name: b.name } : {}), ...(b.role ? { role: b.role } : {}) }, include: { accounts: true } });
+      const row = await updateIdentity(db, id, { ...(b.name ? { name: b.name } : {}), ...(b.role ? { role: b.role } : {}) });
       await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'update', identityId: id, before: { name: before.name, role: before.role }, after: { name: row.name, role: row.role } } });
       return c.json(identityView(row), 200);
     },
@@ -185,17 +202,19 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     createRoute({ method: 'delete', path: '/api/v1/identities/{id}', summary: 'Forget a person (their platform accounts become unknown senders)', security: sec, request: { params: IdParam }, responses: { 200: json(z.object({ deleted: z.boolean() }), 'Deleted'), ...errors } }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const r = await db.identity.deleteMany({ where: { id } });
-      if (r.count === 0) return c.json({ error: `no identity ${id}` }, 404);
+      if (!(await deleteIdentity(db, id))) return c.json({ error: `no identity ${id}` }, 404);
       await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'delete', identityId: id } });
       return c.json({ deleted: true }, 200);
     },
   );
+}
 
+/** GET/POST /api/v1/bindings, DELETE /api/v1/bindings/{id}: the chats Steward answers in. */
+function registerBindingRoutes(app: OpenAPIHono, db: Db): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/bindings', summary: 'Chats Steward answers in', security: sec, responses: { 200: json(z.object({ bindings: z.array(BindingView) }), 'Bindings'), ...errors } }),
     async (c) => {
-      const rows = await db.binding.findMany({ orderBy: { createdAt: 'asc' } });
+      const rows = await listBindings(db);
       return c.json({ bindings: rows.map(bindingView) }, 200);
     },
   );
@@ -216,7 +235,8 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
           ...(b.adminChannel !== undefined ? { adminChannel: b.adminChannel } : {}),
         });
         await writeReceipt(db, { kind: 'binding.change', actor: OPERATOR.id, data: { action: 'bind', ...r } });
-        const row = await db.binding.findUniqueOrThrow({ where: { id: r.id } });
+        const row = await findBinding(db, r.id);
+        if (!row) throw new Error(`binding ${r.id} is gone right after it was made`);
         return c.json(bindingView(row), 201);
       } catch (err) {
         if (err instanceof GovernanceError) return c.json({ error: err.message }, 409);
@@ -229,14 +249,27 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     createRoute({ method: 'delete', path: '/api/v1/bindings/{id}', summary: 'Remove a binding', security: sec, request: { params: IdParam }, responses: { 200: json(z.object({ deleted: z.boolean() }), 'Removed'), ...errors } }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const row = await db.binding.findUnique({ where: { id } });
-      if (!row) return c.json({ error: `no binding ${id}` }, 404);
-      await db.binding.delete({ where: { id } });
+      const row = await findBinding(db, id);
+      if (!row || !(await deleteBinding(db, id))) return c.json({ error: `no binding ${id}` }, 404);
       await writeReceipt(db, { kind: 'binding.change', actor: OPERATOR.id, data: { action: 'unbind', id, platform: row.platform, chatId: row.chatId } });
       return c.json({ deleted: true }, 200);
     },
   );
+}
 
+/** Decide a pairing code as the operator (the requester is told): the status and body to answer with. */
+async function decidePairingAsOperator(ingress: Ingress, code: string, decision: { approve: (typeof ROLES)[number] } | 'deny') {
+  const r = await ingress.decidePairing(code, decision, OPERATOR);
+  if (!r.ok) return { status: r.reason === 'unknown' ? (404 as const) : (409 as const), body: { error: r.message } };
+  return {
+    status: 200 as const,
+    body: { applied: true, message: `${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}): ${r.pairing.status}${r.pairing.role ? ` as ${r.pairing.role}` : ''}` },
+  };
+}
+
+/** GET /api/v1/pairings, POST /api/v1/pairings/{code}/approve|deny: pairing requests. */
+function registerPairingRoutes(app: OpenAPIHono, deps: AdminDeps): void {
+  const { db, ingress } = deps;
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/pairings', summary: 'Pending pairing requests (codes are never shown: the requester has theirs)', security: sec, responses: { 200: json(z.object({ pairings: z.array(PairingView) }), 'Pending'), ...errors } }),
     async (c) => {
@@ -248,16 +281,6 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     },
   );
 
-  /** Decide a pairing code as the operator; the requester is told. */
-  const decidePairingAsOperator = async (code: string, decision: { approve: (typeof ROLES)[number] } | 'deny') => {
-    const r = await ingress.decidePairing(code, decision, OPERATOR);
-    if (!r.ok) return { status: r.reason === 'unknown' ? (404 as const) : (409 as const), body: { error: r.message } };
-    return {
-      status: 200 as const,
-      body: { applied: true, message: `${r.pairing.displayName} (${r.pairing.platform} user ${r.pairing.userId}): ${r.pairing.status}${r.pairing.role ? ` as ${r.pairing.role}` : ''}` },
-    };
-  };
-
   app.openapi(
     createRoute({
       method: 'post',
@@ -268,7 +291,7 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       responses: { 200: json(Decision, 'Decided'), ...errors },
     }),
     async (c) => {
-      const r = await decidePairingAsOperator(c.req.valid('param').code, { approve: c.req.valid('json').role });
+      const r = await decidePairingAsOperator(ingress, c.req.valid('param').code, { approve: c.req.valid('json').role });
       return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
     },
   );
@@ -283,11 +306,15 @@ export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
       responses: { 200: json(Decision, 'Decided'), ...errors },
     }),
     async (c) => {
-      const r = await decidePairingAsOperator(c.req.valid('param').code, 'deny');
+      const r = await decidePairingAsOperator(ingress, c.req.valid('param').code, 'deny');
       return r.status === 200 ? c.json(r.body, 200) : c.json(r.body, r.status);
     },
   );
+}
 
+/** GET /api/v1/approvals, POST /api/v1/approvals/{id}/approve|deny: actions agents proposed. */
+function registerApprovalRoutes(app: OpenAPIHono, deps: AdminDeps): void {
+  const { db, ingress } = deps;
   app.openapi(
     createRoute({
       method: 'get',

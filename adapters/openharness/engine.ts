@@ -59,7 +59,10 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
-import { sha256 } from '../../domain/governance.js';
+import { pendingApprovalsOfSession, sha256, type PendingApproval } from '../../domain/governance.js';
+import { receiptIdByKey, receiptIdsByKeys } from '../../domain/receipts.js';
+import { deleteContinuation, extendContinuation, findContinuation, insertContinuation, pruneExpiredContinuations } from '../../domain/store/shells.js';
+import { messageByKey, messageKeyAt, repliesAfter, systemMessagesAfter, type TranscriptRow } from '../../domain/transcript.js';
 import { parseText } from '../../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
@@ -252,32 +255,12 @@ interface Principal {
   account: string;
 }
 
-interface Row {
-  seq: number;
-  key: string;
-  role: string;
-  text: string;
-  turnId: string | null;
-  attachments: string | null;
-  createdAt: Date;
-}
-
-interface ApprovalRow {
-  id: string;
-  turnId: string;
-  tool: string;
-  summary: string;
-  payload: string;
-  risk: string;
-  deadline: Date;
-}
-
 interface AnswerState {
   /** The turn that took the message has delivered its final message. */
   done: boolean;
-  rows: Row[];
+  rows: TranscriptRow[];
   /** Approvals the turn waits for (only when not done). */
-  approvals: ApprovalRow[];
+  approvals: PendingApproval[];
 }
 
 class Refusal extends Error {
@@ -334,7 +317,7 @@ function parseAttachments(raw: string | null): Array<Record<string, unknown>> {
   }
 }
 
-function renderMessage(row: Row, kind: 'reply' | 'notice' | 'command'): ActionDirective {
+function renderMessage(row: TranscriptRow, kind: 'reply' | 'notice' | 'command'): ActionDirective {
   const files = parseAttachments(row.attachments);
   return {
     action_type: 'render_message',
@@ -349,7 +332,7 @@ function renderMessage(row: Row, kind: 'reply' | 'notice' | 'command'): ActionDi
       kind,
       role: row.role === 'assistant' ? 'assistant' : 'system',
       seq: row.seq,
-      at: row.createdAt.toISOString(),
+      at: row.at,
       ...(files.length ? { attachments: files } : {}),
     },
   };
@@ -377,371 +360,525 @@ function textMessage(text: string, kind: 'command' | 'notice'): ActionDirective 
   };
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
-  const { ingress, db } = deps;
-  const now = deps.now ?? (() => Date.now());
-  const pollMs = Math.max(10, deps.pollMs ?? (deps.events ? 1000 : 250));
+// ---------------------------------------------------------------------------------------
+// The engine: what its functions share
+
+/** The deps with their defaults applied, shared by the engine's functions. */
+interface Engine {
+  deps: OpenHarnessDeps;
+  db: Db;
+  ingress: Ingress;
+  now: () => number;
+  pollMs: number;
+  ttlMs: number;
+  backoff: AuthBackoff;
+  supportedCapabilities: Record<string, unknown>;
+}
+
+/** Apply the defaults of the deps (clock, poll interval, continuation lifetime, back-off). */
+function engineOf(deps: OpenHarnessDeps): Engine {
   const ttlMs = deps.continuationTtlMs ?? DEFAULT_CONTINUATION_TTL_MS;
-  const backoff = deps.backoff ?? new AuthBackoff({ db, log: deps.log });
-  const supportedCapabilities: Record<string, unknown> = {
-    [CAPABILITY_APPROVAL]: { decided_by: 'admin', approve: '/approve-action <id>', deny: '/deny-action <id> [reason]' },
-    [CAPABILITY_CONTINUATION]: { ttl_ms: ttlMs, wait_ms: deps.waitMs },
+  return {
+    deps,
+    db: deps.db,
+    ingress: deps.ingress,
+    now: deps.now ?? (() => Date.now()),
+    pollMs: Math.max(10, deps.pollMs ?? (deps.events ? 1000 : 250)),
+    ttlMs,
+    backoff: deps.backoff ?? new AuthBackoff({ db: deps.db, log: deps.log }),
+    supportedCapabilities: {
+      [CAPABILITY_APPROVAL]: { decided_by: 'admin', approve: '/approve-action <id>', deny: '/deny-action <id> [reason]' },
+      [CAPABILITY_CONTINUATION]: { ttl_ms: ttlMs, wait_ms: deps.waitMs },
+    },
   };
+}
 
-  async function authenticate(header: string | undefined): Promise<Principal | undefined> {
-    const token = bearer(header);
-    if (!token) return undefined;
-    if (deps.operatorToken && sameSecret(token, deps.operatorToken)) {
-      return { shellId: OPERATOR_SHELL_ID, name: 'operator', userId: OPERATOR_USER_ID, account: OPERATOR_SHELL_ID };
-    }
-    const shell = await verifyShellToken(db, token);
-    return shell ? { shellId: shell.shellId, name: shell.name, userId: shell.shellId, account: shell.shellId } : undefined;
+// ---------------------------------------------------------------------------------------
+// Auth and capabilities
+
+/** The shell a bearer header authenticates (the operator's token acts as the operator); undefined when none. */
+async function authenticate(e: Engine, header: string | undefined): Promise<Principal | undefined> {
+  const token = bearer(header);
+  if (!token) return undefined;
+  if (e.deps.operatorToken && sameSecret(token, e.deps.operatorToken)) {
+    return { shellId: OPERATOR_SHELL_ID, name: 'operator', userId: OPERATOR_USER_ID, account: OPERATOR_SHELL_ID };
   }
+  const shell = await verifyShellToken(e.db, token);
+  return shell ? { shellId: shell.shellId, name: shell.name, userId: shell.shellId, account: shell.shellId } : undefined;
+}
 
-  function denialsFor(capabilities: Record<string, unknown> | undefined, attachments: number): CapabilityDenial[] {
-    const out: CapabilityDenial[] = [];
-    for (const [key, value] of Object.entries(capabilities ?? {})) {
-      if (!asked(value) || Object.hasOwn(supportedCapabilities, key)) continue;
-      out.push({ capability: key, code: 'not_supported', message: DENIED_CAPABILITIES[key] ?? `Steward does not know the capability "${key}".` });
-    }
-    if (attachments > 0 && !out.some((d) => d.capability === 'openharness.attachments.upload')) {
-      out.push({
-        capability: 'openharness.attachments.upload',
-        code: 'not_supported',
-        message: `Steward does not take attachments over OpenHarness: ${attachments} attachment reference${attachments === 1 ? ' was' : 's were'} ignored; send the content as text.`,
-      });
-    }
-    return out;
+/** The capabilities asked for that Steward cannot honour (and ignored attachments), with why. */
+function denialsFor(e: Engine, capabilities: Record<string, unknown> | undefined, attachments: number): CapabilityDenial[] {
+  const out: CapabilityDenial[] = [];
+  for (const [key, value] of Object.entries(capabilities ?? {})) {
+    if (!asked(value) || Object.hasOwn(e.supportedCapabilities, key)) continue;
+    out.push({ capability: key, code: 'not_supported', message: DENIED_CAPABILITIES[key] ?? `Steward does not know the capability "${key}".` });
   }
-
-  // ---- reading the answer of a turn ----------------------------------------------------
-
-  const turnEndRe = /^:turn:(\d+):([^:]+):(reply|stopped|failed)$/;
-
-  /** The turn a transcript row belongs to (its turnId column, or a session notice keyed by a turn). */
-  function turnOf(sessionId: string, row: Row): { turnId: string; end: boolean } | undefined {
-    if (row.key.startsWith(`${sessionId}:turn:`)) {
-      const m = turnEndRe.exec(row.key.slice(sessionId.length));
-      if (m) return { turnId: `${sessionId}:turn:${m[1]}:${m[2]}`, end: true };
-    }
-    return row.turnId ? { turnId: row.turnId, end: false } : undefined;
-  }
-
-  /**
-   * What the conversation has answered to the inbound message at `afterSeq` so far: the
-   * assistant and system messages after it up to the end of the turn that took it, and the
-   * approvals that turn waits for. Messages of turns that had started before the message
-   * arrived (they answer earlier messages) and answers to other requests' commands are left
-   * out.
-   */
-  async function readAnswer(sessionId: string, afterSeq: number): Promise<AnswerState> {
-    const inbound = await db.message.findFirst({ where: { sessionId, seq: afterSeq }, select: { key: true } });
-    const marker = inbound ? await db.receipt.findUnique({ where: { key: `${inbound.key}:ingress` }, select: { id: true } }) : null;
-    const own = inbound ? `${inbound.key}:` : undefined;
-    const rows: Row[] = await db.message.findMany({
-      where: { sessionId, seq: { gt: afterSeq }, role: { not: 'user' } },
-      orderBy: { seq: 'asc' },
-      take: 500,
-      select: { seq: true, key: true, role: true, text: true, turnId: true, attachments: true, createdAt: true },
+  if (attachments > 0 && !out.some((d) => d.capability === 'openharness.attachments.upload')) {
+    out.push({
+      capability: 'openharness.attachments.upload',
+      code: 'not_supported',
+      message: `Steward does not take attachments over OpenHarness: ${attachments} attachment reference${attachments === 1 ? ' was' : 's were'} ignored; send the content as text.`,
     });
-    const pending: ApprovalRow[] = await db.approval.findMany({
-      where: { sessionId, status: 'pending' },
-      orderBy: { createdAt: 'asc' },
-      select: { id: true, turnId: true, tool: true, summary: true, payload: true, risk: true, deadline: true },
-    });
-    const turnIds = new Set<string>();
-    for (const r of rows) {
-      const t = turnOf(sessionId, r);
-      if (t) turnIds.add(t.turnId);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading the answer of a turn
+
+const TURN_END_RE = /^:turn:(\d+):([^:]+):(reply|stopped|failed)$/;
+
+/** The turn a transcript row belongs to (its turnId column, or a session notice keyed by a turn). */
+function turnOf(sessionId: string, row: TranscriptRow): { turnId: string; end: boolean } | undefined {
+  if (row.key.startsWith(`${sessionId}:turn:`)) {
+    const m = TURN_END_RE.exec(row.key.slice(sessionId.length));
+    if (m) return { turnId: `${sessionId}:turn:${m[1]}:${m[2]}`, end: true };
+  }
+  return row.turnId ? { turnId: row.turnId, end: false } : undefined;
+}
+
+/**
+ * What the conversation has answered to the inbound message at `afterSeq` so far: the
+ * assistant and system messages after it up to the end of the turn that took it, and the
+ * approvals that turn waits for. Messages of turns that had started before the message
+ * arrived (they answer earlier messages) and answers to other requests' commands are left
+ * out.
+ */
+async function readAnswer(db: Db, sessionId: string, afterSeq: number): Promise<AnswerState> {
+  const inbound = await messageKeyAt(db, sessionId, afterSeq);
+  const marker = inbound !== undefined ? await receiptIdByKey(db, `${inbound}:ingress`) : undefined;
+  const own = inbound !== undefined ? `${inbound}:` : undefined;
+  const rows = await repliesAfter(db, sessionId, afterSeq, 500);
+  const pending = await pendingApprovalsOfSession(db, sessionId);
+  const turnIds = new Set<string>();
+  for (const r of rows) {
+    const t = turnOf(sessionId, r);
+    if (t) turnIds.add(t.turnId);
+  }
+  for (const a of pending) turnIds.add(a.turnId);
+  const earlier = new Set<string>();
+  if (marker !== undefined && turnIds.size > 0) {
+    const starts = await receiptIdsByKeys(db, [...turnIds].map((t) => `${t}:start`));
+    for (const [key, id] of starts) if (id < marker) earlier.add(key.slice(0, -':start'.length));
+  }
+  const approvals = pending.filter((a) => !earlier.has(a.turnId));
+  const asked = new Set(approvals.map((a) => `approval:${a.id}:asked`));
+  const out: TranscriptRow[] = [];
+  let done = false;
+  for (const r of rows) {
+    if (r.key.startsWith('in:') && !(own && r.key.startsWith(own))) continue; // another request's command answer
+    if (asked.has(r.key)) continue; // the request_approval directive says it
+    const t = turnOf(sessionId, r);
+    if (t && earlier.has(t.turnId)) continue;
+    out.push(r);
+    if (t?.end) {
+      done = true;
+      break;
     }
-    for (const a of pending) turnIds.add(a.turnId);
-    const earlier = new Set<string>();
-    if (marker && turnIds.size > 0) {
-      const starts = await db.receipt.findMany({ where: { key: { in: [...turnIds].map((t) => `${t}:start`) } }, select: { key: true, id: true } });
-      for (const s of starts) if (s.key && s.id < marker.id) earlier.add(s.key.slice(0, -':start'.length));
-    }
-    const approvals = pending.filter((a) => !earlier.has(a.turnId));
-    const asked = new Set(approvals.map((a) => `approval:${a.id}:asked`));
-    const out: Row[] = [];
-    let done = false;
-    for (const r of rows) {
-      if (r.key.startsWith('in:') && !(own && r.key.startsWith(own))) continue; // another request's command answer
-      if (asked.has(r.key)) continue; // the request_approval directive says it
-      const t = turnOf(sessionId, r);
-      if (t && earlier.has(t.turnId)) continue;
-      out.push(r);
-      if (t?.end) {
-        done = true;
-        break;
+  }
+  return { done, rows: out, approvals: done ? [] : approvals };
+}
+
+/** Wakes on a transcript event of the session (when events are given), a poll tick or an abort. */
+function subscribe(events: OpenHarnessDeps['events'], sessionId: string) {
+  let dirty = false;
+  let wakeUp: (() => void) | undefined;
+  const onEvent = (sid: string) => {
+    if (sid !== sessionId) return;
+    dirty = true;
+    wakeUp?.();
+  };
+  events?.on('transcript', onEvent);
+  return {
+    next(ms: number, signal: AbortSignal | undefined): Promise<void> {
+      if (dirty || signal?.aborted) {
+        dirty = false;
+        return Promise.resolve();
       }
-    }
-    return { done, rows: out, approvals: done ? [] : approvals };
-  }
-
-  /** Wakes on a transcript event of the session (when events are given), a poll tick or an abort. */
-  function subscribe(sessionId: string) {
-    let dirty = false;
-    let wakeUp: (() => void) | undefined;
-    const onEvent = (sid: string) => {
-      if (sid !== sessionId) return;
-      dirty = true;
-      wakeUp?.();
-    };
-    deps.events?.on('transcript', onEvent);
-    return {
-      next(ms: number, signal: AbortSignal | undefined): Promise<void> {
-        if (dirty || signal?.aborted) {
+      return new Promise<void>((resolve) => {
+        const finish = () => {
+          clearTimeout(timer);
+          signal?.removeEventListener('abort', finish);
+          wakeUp = undefined;
           dirty = false;
-          return Promise.resolve();
-        }
-        return new Promise<void>((resolve) => {
-          const finish = () => {
-            clearTimeout(timer);
-            signal?.removeEventListener('abort', finish);
-            wakeUp = undefined;
-            dirty = false;
-            resolve();
-          };
-          const timer = setTimeout(finish, Math.max(0, ms));
-          wakeUp = finish;
-          signal?.addEventListener('abort', finish, { once: true });
-        });
-      },
-      close() {
-        deps.events?.off('transcript', onEvent);
-        wakeUp?.();
-      },
-    };
-  }
+          resolve();
+        };
+        const timer = setTimeout(finish, Math.max(0, ms));
+        wakeUp = finish;
+        signal?.addEventListener('abort', finish, { once: true });
+      });
+    },
+    close() {
+      events?.off('transcript', onEvent);
+      wakeUp?.();
+    },
+  };
+}
 
-  /** Read until `ready` holds, the deadline passes or the client goes away; returns the last read. */
-  async function waitUntil<T>(sessionId: string, deadline: number, signal: AbortSignal | undefined, read: () => Promise<T>, ready: (v: T) => boolean): Promise<T> {
-    const sub = subscribe(sessionId);
-    try {
-      for (;;) {
-        const v = await read();
-        const left = deadline - now();
-        if (ready(v) || left <= 0 || signal?.aborted) return v;
-        await sub.next(Math.min(pollMs, left), signal);
-      }
-    } finally {
-      sub.close();
+/** Read until `ready` holds, the deadline passes or the client goes away; returns the last read. */
+async function waitUntil<T>(e: Engine, sessionId: string, deadline: number, signal: AbortSignal | undefined, read: () => Promise<T>, ready: (v: T) => boolean): Promise<T> {
+  const sub = subscribe(e.deps.events, sessionId);
+  try {
+    for (;;) {
+      const v = await read();
+      const left = deadline - e.now();
+      if (ready(v) || left <= 0 || signal?.aborted) return v;
+      await sub.next(Math.min(e.pollMs, left), signal);
     }
+  } finally {
+    sub.close();
   }
+}
 
-  // ---- continuations ------------------------------------------------------------------
+// ---------------------------------------------------------------------------------------
+// Continuations
 
-  async function issueContinuation(shellId: string, sessionId: string, afterSeq: number): Promise<ContinuationRef> {
-    const token = `ohc_${randomBytes(32).toString('base64url')}`;
-    const expiresAt = new Date(now() + ttlMs);
-    await db.shellContinuation.deleteMany({ where: { expiresAt: { lt: new Date(now()) } } });
-    await db.shellContinuation.create({ data: { tokenHash: sha256(token), shellId, sessionId, afterSeq, expiresAt } });
-    return { run_id: sessionId, continuation_token: token, expires_at: expiresAt.toISOString() };
+/** Issue a continuation token for the answer to the message at `afterSeq` (expired ones are dropped first). */
+async function issueContinuation(e: Engine, shellId: string, sessionId: string, afterSeq: number): Promise<ContinuationRef> {
+  const token = `ohc_${randomBytes(32).toString('base64url')}`;
+  const expiresAt = new Date(e.now() + e.ttlMs);
+  await pruneExpiredContinuations(e.db, new Date(e.now()));
+  await insertContinuation(e.db, { tokenHash: sha256(token), shellId, sessionId, afterSeq, expiresAt });
+  return { run_id: sessionId, continuation_token: token, expires_at: expiresAt.toISOString() };
+}
+
+/** The conversation and message a shell's continuation token resumes (its expiry slides); a Refusal when it cannot be used. */
+async function resolveContinuation(e: Engine, principal: Principal, token: string): Promise<{ sessionId: string; afterSeq: number; ref: ContinuationRef }> {
+  const invalid = (why: string) => new Refusal(200, 'continuation_invalid', why);
+  const unknown = 'This continuation token is unknown to Steward for this shell (it was never issued to it, or its shell token was revoked); send the message again.';
+  if (!CONTINUATION_RE.test(token)) throw invalid(unknown);
+  const row = await findContinuation(e.db, sha256(token));
+  if (!row || row.shellId !== principal.shellId) throw invalid(unknown);
+  if (row.expiresAt.getTime() <= e.now()) {
+    await deleteContinuation(e.db, row.tokenHash);
+    throw invalid(`This continuation token expired at ${row.expiresAt.toISOString()}; send the message again (a retried request_id returns its answer).`);
   }
+  // sliding expiry: a shell that keeps resuming keeps its token
+  const expiresAt = new Date(e.now() + e.ttlMs);
+  await extendContinuation(e.db, row.tokenHash, expiresAt);
+  return { sessionId: row.sessionId, afterSeq: row.afterSeq, ref: { run_id: row.sessionId, continuation_token: token, expires_at: expiresAt.toISOString() } };
+}
 
-  async function resolveContinuation(principal: Principal, token: string): Promise<{ sessionId: string; afterSeq: number; ref: ContinuationRef }> {
-    const invalid = (why: string) => new Refusal(200, 'continuation_invalid', why);
-    const unknown = 'This continuation token is unknown to Steward for this shell (it was never issued to it, or its shell token was revoked); send the message again.';
-    if (!CONTINUATION_RE.test(token)) throw invalid(unknown);
-    const row = await db.shellContinuation.findUnique({ where: { tokenHash: sha256(token) } });
-    if (!row || row.shellId !== principal.shellId) throw invalid(unknown);
-    if (row.expiresAt.getTime() <= now()) {
-      await db.shellContinuation.deleteMany({ where: { tokenHash: row.tokenHash } });
-      throw invalid(`This continuation token expired at ${row.expiresAt.toISOString()}; send the message again (a retried request_id returns its answer).`);
-    }
-    // sliding expiry: a shell that keeps resuming keeps its token
-    const expiresAt = new Date(now() + ttlMs);
-    await db.shellContinuation.updateMany({ where: { tokenHash: row.tokenHash }, data: { expiresAt } });
-    return { sessionId: row.sessionId, afterSeq: row.afterSeq, ref: { run_id: row.sessionId, continuation_token: token, expires_at: expiresAt.toISOString() } };
+// ---------------------------------------------------------------------------------------
+// Answers
+
+interface Outcome {
+  directives: ActionDirective[];
+  continuation?: ContinuationRef;
+}
+
+/** The request_approval directive for an approval the turn waits for (`nowMs` sets its deadline_ms). */
+function approvalDirective(a: PendingApproval, continuation: ContinuationRef, nowMs: number): ActionDirective {
+  let proposed: unknown = a.payload;
+  try {
+    proposed = JSON.parse(a.payload) as unknown;
+  } catch {
+    // keep the stored text
   }
-
-  // ---- answers ------------------------------------------------------------------------
-
-  interface Outcome {
-    directives: ActionDirective[];
-    continuation?: ContinuationRef;
-  }
-
-  function approvalDirective(a: ApprovalRow, continuation: ContinuationRef): ActionDirective {
-    let proposed: unknown = a.payload;
-    try {
-      proposed = JSON.parse(a.payload) as unknown;
-    } catch {
-      // keep the stored text
-    }
-    const text = [
-      `Approval needed (${a.id}): the agent wants to ${a.summary}.`,
-      `An admin approves with /approve-action ${a.id} or denies with /deny-action ${a.id} [reason] before ${a.deadline.toISOString()} (denied if nobody decides).`,
-    ].join('\n');
-    return {
-      action_type: 'request_approval',
-      priority: 'high',
-      execution: 'sequential',
-      risk_tier: riskTier(a.risk),
-      requires_user_approval: true,
-      deadline_ms: Math.max(0, Math.round(a.deadline.getTime() - now())),
-      payload: {
-        approval_id: a.id,
-        tool: a.tool,
-        summary: a.summary,
-        proposed_payload: proposed,
-        deadline: a.deadline.toISOString(),
-        decided_by: 'admin',
-        approve: { user_intent: `/approve-action ${a.id}` },
-        deny: { user_intent: `/deny-action ${a.id} [reason]` },
-        text,
-        message: text,
-        fallback_message: text,
-        continuation,
-      },
-    };
-  }
-
-  /** Wait for the answer to the message at `afterSeq` and turn it into directives. */
-  async function answer(principal: Principal, sessionId: string, afterSeq: number, signal: AbortSignal | undefined, existing?: ContinuationRef): Promise<Outcome> {
-    const state = await waitUntil(sessionId, now() + deps.waitMs, signal, () => readAnswer(sessionId, afterSeq), (s) => s.done || s.approvals.length > 0);
-    const messages = state.rows.map((r) => renderMessage(r, r.role === 'assistant' ? 'reply' : r.key.startsWith('in:') ? 'command' : 'notice'));
-    if (state.done) return { directives: messages };
-    const continuation = existing ?? (await issueContinuation(principal.shellId, sessionId, afterSeq));
-    if (state.approvals.length > 0) {
-      return { directives: [...messages, ...state.approvals.map((a) => approvalDirective(a, continuation))], continuation };
-    }
-    return {
-      directives: [
-        {
-          action_type: 'noop',
-          priority: 'low',
-          execution: 'sequential',
-          risk_tier: 'safe',
-          payload: {
-            text: 'still working',
-            message: 'Steward is still working on this; resume with the continuation token to get the answer.',
-            fallback_message: 'Still working…',
-            continuation,
-          },
-        },
-      ],
+  const text = [
+    `Approval needed (${a.id}): the agent wants to ${a.summary}.`,
+    `An admin approves with /approve-action ${a.id} or denies with /deny-action ${a.id} [reason] before ${a.deadline.toISOString()} (denied if nobody decides).`,
+  ].join('\n');
+  return {
+    action_type: 'request_approval',
+    priority: 'high',
+    execution: 'sequential',
+    risk_tier: riskTier(a.risk),
+    requires_user_approval: true,
+    deadline_ms: Math.max(0, Math.round(a.deadline.getTime() - nowMs)),
+    payload: {
+      approval_id: a.id,
+      tool: a.tool,
+      summary: a.summary,
+      proposed_payload: proposed,
+      deadline: a.deadline.toISOString(),
+      decided_by: 'admin',
+      approve: { user_intent: `/approve-action ${a.id}` },
+      deny: { user_intent: `/deny-action ${a.id} [reason]` },
+      text,
+      message: text,
+      fallback_message: text,
       continuation,
-    };
-  }
+    },
+  };
+}
 
-  /** A command without an immediate answer (/stop, /new): the session's notice, if it comes soon. */
-  async function commandFollowUp(sessionId: string, afterSeq: number, signal: AbortSignal | undefined): Promise<Outcome> {
-    const rows = await waitUntil(
-      sessionId,
-      now() + Math.min(deps.waitMs, 5_000),
-      signal,
-      async () =>
-        (
-          await db.message.findMany({
-            where: { sessionId, seq: { gt: afterSeq }, role: 'system' },
-            orderBy: { seq: 'asc' },
-            take: 20,
-            select: { seq: true, key: true, role: true, text: true, turnId: true, attachments: true, createdAt: true },
-          })
-        ).filter((r) => !r.key.startsWith('in:')),
-      (r) => r.length > 0,
-    );
-    if (rows.length > 0) return { directives: rows.map((r) => renderMessage(r, 'notice')) };
-    return { directives: [textMessage('Done: the session answers in its transcript.', 'command')] };
-  }
+/** The noop directive of a turn still working, with the continuation to resume with. */
+function stillWorking(continuation: ContinuationRef): ActionDirective {
+  return {
+    action_type: 'noop',
+    priority: 'low',
+    execution: 'sequential',
+    risk_tier: 'safe',
+    payload: {
+      text: 'still working',
+      message: 'Steward is still working on this; resume with the continuation token to get the answer.',
+      fallback_message: 'Still working…',
+      continuation,
+    },
+  };
+}
 
-  function refusalFor(result: IngressResult): Refusal {
-    const reason: RejectReason | undefined = result.reason;
-    const details = { reason: reason ?? 'unknown' };
-    switch (reason) {
-      case 'rate-limited':
-        return new Refusal(200, 'rate_limited', result.reply ?? 'Too many messages: try again later.', details);
-      case 'invalid':
-        return new Refusal(400, 'invalid_request', result.reply ?? 'The message was not accepted.', details);
-      case 'unknown-sender':
-        return new Refusal(200, 'forbidden', "Steward does not know this shell's identity any more (it was removed): send /pair to ask an admin for access (the code comes back in the answer), or ask the operator to issue a new shell token.", details);
-      default:
-        return new Refusal(200, 'forbidden', result.reply ?? 'Steward refused this message.', details);
+/** Wait for the answer to the message at `afterSeq` and turn it into directives. */
+async function answer(e: Engine, principal: Principal, sessionId: string, afterSeq: number, signal: AbortSignal | undefined, existing?: ContinuationRef): Promise<Outcome> {
+  const state = await waitUntil(e, sessionId, e.now() + e.deps.waitMs, signal, () => readAnswer(e.db, sessionId, afterSeq), (s) => s.done || s.approvals.length > 0);
+  const messages = state.rows.map((r) => renderMessage(r, r.role === 'assistant' ? 'reply' : r.key.startsWith('in:') ? 'command' : 'notice'));
+  if (state.done) return { directives: messages };
+  const continuation = existing ?? (await issueContinuation(e, principal.shellId, sessionId, afterSeq));
+  if (state.approvals.length > 0) {
+    return { directives: [...messages, ...state.approvals.map((a) => approvalDirective(a, continuation, e.now()))], continuation };
+  }
+  return { directives: [stillWorking(continuation)], continuation };
+}
+
+/** A command without an immediate answer (/stop, /new): the session's notice, if it comes soon. */
+async function commandFollowUp(e: Engine, sessionId: string, afterSeq: number, signal: AbortSignal | undefined): Promise<Outcome> {
+  const rows = await waitUntil(
+    e,
+    sessionId,
+    e.now() + Math.min(e.deps.waitMs, 5_000),
+    signal,
+    async () => (await systemMessagesAfter(e.db, sessionId, afterSeq, 20)).filter((r) => !r.key.startsWith('in:')),
+    (r) => r.length > 0,
+  );
+  if (rows.length > 0) return { directives: rows.map((r) => renderMessage(r, 'notice')) };
+  return { directives: [textMessage('Done: the session answers in its transcript.', 'command')] };
+}
+
+/** The error answer to a message ingress refused. */
+function refusalFor(result: IngressResult): Refusal {
+  const reason: RejectReason | undefined = result.reason;
+  const details = { reason: reason ?? 'unknown' };
+  switch (reason) {
+    case 'rate-limited':
+      return new Refusal(200, 'rate_limited', result.reply ?? 'Too many messages: try again later.', details);
+    case 'invalid':
+      return new Refusal(400, 'invalid_request', result.reply ?? 'The message was not accepted.', details);
+    case 'unknown-sender':
+      return new Refusal(200, 'forbidden', "Steward does not know this shell's identity any more (it was removed): send /pair to ask an admin for access (the code comes back in the answer), or ask the operator to issue a new shell token.", details);
+    default:
+      return new Refusal(200, 'forbidden', result.reply ?? 'Steward refused this message.', details);
+  }
+}
+
+/** A user_intent: hand it to ingress as one inbound message of the conversation, then wait for its answer. */
+async function handleMessage(e: Engine, principal: Principal, req: OpenHarnessRequest, intent: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
+  const context = req.request.context ?? {};
+  if (!context.session_id) throw new Refusal(400, 'invalid_request', 'invalid request: request.context.session_id is required with a user_intent (it names the conversation)');
+  const chatId = chatIdFor(context.session_id, context.conversation_id);
+  const conversation: ConversationKey = { platform: 'openharness', account: principal.account, chatId };
+  const sessionId = sessionWorkflowId(conversation);
+  const id = req.request_id ?? randomUUID();
+  const key = inboundKey({ platform: 'openharness', account: principal.account, chatId, id });
+  const result = await e.ingress.handle(
+    { id, platform: 'openharness', account: principal.account, chatId, user: principal.name, userId: principal.userId, chatType: 'dm', text: intent, at: new Date(e.now()).toISOString() },
+    { deliverReply: false },
+  );
+  if (result.kind === 'rejected') throw refusalFor(result);
+  if (result.kind === 'ignored') return { sessionId, outcome: { directives: [textMessage('Steward did not take this message.', 'notice')] } };
+
+  let seq = result.seq;
+  if (result.duplicate) {
+    const stored = await messageByKey(e.db, key);
+    if (stored && stored.text !== intent) {
+      throw new Refusal(400, 'invalid_request', 'invalid request: this request_id was already used for a different user_intent; use a new request_id for a new message', { request_id: id });
     }
+    seq ??= stored?.seq;
   }
-
-  async function handleMessage(principal: Principal, req: OpenHarnessRequest, intent: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
-    const context = req.request.context ?? {};
-    if (!context.session_id) throw new Refusal(400, 'invalid_request', 'invalid request: request.context.session_id is required with a user_intent (it names the conversation)');
-    const chatId = chatIdFor(context.session_id, context.conversation_id);
-    const conversation: ConversationKey = { platform: 'openharness', account: principal.account, chatId };
-    const sessionId = sessionWorkflowId(conversation);
-    const id = req.request_id ?? randomUUID();
-    const key = inboundKey({ platform: 'openharness', account: principal.account, chatId, id });
-    const result = await ingress.handle(
-      { id, platform: 'openharness', account: principal.account, chatId, user: principal.name, userId: principal.userId, chatType: 'dm', text: intent, at: new Date(now()).toISOString() },
-      { deliverReply: false },
-    );
-    if (result.kind === 'rejected') throw refusalFor(result);
-    if (result.kind === 'ignored') return { sessionId, outcome: { directives: [textMessage('Steward did not take this message.', 'notice')] } };
-
-    let seq = result.seq;
-    if (result.duplicate) {
-      const stored = await db.message.findUnique({ where: { key }, select: { seq: true, text: true } });
-      if (stored && stored.text !== intent) {
-        throw new Refusal(400, 'invalid_request', 'invalid request: this request_id was already used for a different user_intent; use a new request_id for a new message', { request_id: id });
-      }
-      seq ??= stored?.seq;
-    }
-    if (seq === undefined && result.kind === 'command') {
-      // A command answered without a transcript entry: /pair from a shell Steward does not
-      // know (its identity was removed). Its reply holds the pairing code, which lives only in
-      // this answer (Steward keeps its hash), so it is answered here and never through the outbox.
-      return { sessionId, outcome: { directives: [textMessage(result.reply ?? unrecordedRetry(intent), 'command')] } };
-    }
-    if (seq === undefined) throw new Error('ingress recorded the message without a transcript seq');
-
-    if (result.kind === 'command') {
-      let reply = result.reply;
-      if (reply === undefined && result.duplicate) reply = (await db.message.findUnique({ where: { key: `${key}:reply` }, select: { text: true } }))?.text;
-      if (reply !== undefined) return { sessionId, outcome: { directives: [textMessage(reply, 'command')] } };
-      return { sessionId, outcome: await commandFollowUp(sessionId, seq, signal) };
-    }
-    return { sessionId, outcome: await answer(principal, sessionId, seq, signal) };
+  if (seq === undefined && result.kind === 'command') {
+    // A command answered without a transcript entry: /pair from a shell Steward does not
+    // know (its identity was removed). Its reply holds the pairing code, which lives only in
+    // this answer (Steward keeps its hash), so it is answered here and never through the outbox.
+    return { sessionId, outcome: { directives: [textMessage(result.reply ?? unrecordedRetry(intent), 'command')] } };
   }
+  if (seq === undefined) throw new Error('ingress recorded the message without a transcript seq');
 
-  async function handleResume(principal: Principal, token: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
-    const c = await resolveContinuation(principal, token);
-    return { sessionId: c.sessionId, outcome: await answer(principal, c.sessionId, c.afterSeq, signal, c.ref) };
+  if (result.kind === 'command') {
+    let reply = result.reply;
+    if (reply === undefined && result.duplicate) reply = (await messageByKey(e.db, `${key}:reply`))?.text;
+    if (reply !== undefined) return { sessionId, outcome: { directives: [textMessage(reply, 'command')] } };
+    return { sessionId, outcome: await commandFollowUp(e, sessionId, seq, signal) };
   }
+  return { sessionId, outcome: await answer(e, principal, sessionId, seq, signal) };
+}
 
-  // ---- HTTP ---------------------------------------------------------------------------
+/** A continuation token: resume waiting for the answer it names. */
+async function handleResume(e: Engine, principal: Principal, token: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
+  const c = await resolveContinuation(e, principal, token);
+  return { sessionId: c.sessionId, outcome: await answer(e, principal, c.sessionId, c.afterSeq, signal, c.ref) };
+}
 
-  interface Envelope {
-    requestId?: string;
-    correlationId?: string;
-    denials: CapabilityDenial[];
-    started: number;
-  }
+// ---------------------------------------------------------------------------------------
+// HTTP: envelopes, errors and the request's steps
 
-  const body = (env: Envelope, response: Omit<OpenHarnessResponse['response'], 'engine_latency_ms'>): OpenHarnessResponse => ({
+interface Envelope {
+  requestId?: string;
+  correlationId?: string;
+  denials: CapabilityDenial[];
+  started: number;
+}
+
+/** The response envelope around `response` (ids echoed, versions, capabilities, latency). */
+function envelopeBody(e: Engine, env: Envelope, response: Omit<OpenHarnessResponse['response'], 'engine_latency_ms'>): OpenHarnessResponse {
+  return {
     protocol_version: PROTOCOL_VERSION,
     ...(env.requestId !== undefined ? { request_id: env.requestId } : {}),
     ...(env.correlationId !== undefined ? { correlation_id: env.correlationId } : {}),
     supported_protocol_versions: [...SUPPORTED_PROTOCOL_VERSIONS],
-    supported_capabilities: supportedCapabilities,
+    supported_capabilities: e.supportedCapabilities,
     capability_denials: env.denials,
-    response: { ...response, engine_latency_ms: Math.max(0, now() - env.started) },
-  });
+    response: { ...response, engine_latency_ms: Math.max(0, e.now() - env.started) },
+  };
+}
 
-  const fail = (c: Context, env: Envelope, status: ContentfulStatusCode, code: ErrorCode, message: string, details?: Record<string, unknown>, headers?: Record<string, string>) =>
-    c.json(body(env, { status: 'error', error: { code, message, retryable: RETRYABLE[code], ...(details ? { details } : {}) } }), status, headers);
+/** An error answer (a schema-valid envelope with status error). */
+function fail(e: Engine, c: Context, env: Envelope, status: ContentfulStatusCode, code: ErrorCode, message: string, details?: Record<string, unknown>, headers?: Record<string, string>): Response {
+  return c.json(envelopeBody(e, env, { status: 'error', error: { code, message, retryable: RETRYABLE[code], ...(details ? { details } : {}) } }), status, headers);
+}
 
-  /** Ids echoed even in answers to requests that are otherwise refused (when they are well-formed). */
-  function echoIds(raw: unknown): Pick<Envelope, 'requestId' | 'correlationId'> {
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return {};
-    const r = raw as Record<string, unknown>;
-    const ok = (v: unknown, max: number): v is string => typeof v === 'string' && v.length >= 1 && [...v].length <= max; // code points, as the schema counts
-    return { ...(ok(r.request_id, 200) ? { requestId: r.request_id } : {}), ...(ok(r.correlation_id, 1024) ? { correlationId: r.correlation_id } : {}) };
+/** Ids echoed even in answers to requests that are otherwise refused (when they are well-formed). */
+function echoIds(raw: unknown): Pick<Envelope, 'requestId' | 'correlationId'> {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return {};
+  const r = raw as Record<string, unknown>;
+  const ok = (v: unknown, max: number): v is string => typeof v === 'string' && v.length >= 1 && [...v].length <= max; // code points, as the schema counts
+  return { ...(ok(r.request_id, 200) ? { requestId: r.request_id } : {}), ...(ok(r.correlation_id, 1024) ? { correlationId: r.correlation_id } : {}) };
+}
+
+interface Admission {
+  client: ReturnType<AuthBackoff['client']>;
+  header: string | undefined;
+  /** How long this address must still wait after wrong tokens (0: it may try). */
+  wait: number;
+  principal: Principal | undefined;
+}
+
+/** Who is asking: the bearer token checked, unless the address must wait after wrong tokens. */
+async function admit(e: Engine, c: Context): Promise<Admission> {
+  const client = e.backoff.client(c);
+  const header = c.req.header('authorization');
+  const presented = bearer(header);
+  // the operator's token from loopback never waits; anyone else waits without a token check
+  const wait = e.backoff.waitMs(client, presented !== undefined && e.deps.operatorToken !== '' && sameSecret(presented, e.deps.operatorToken));
+  const principal = wait > 0 ? undefined : await authenticate(e, header);
+  return { client, header, wait, principal };
+}
+
+/** The body as JSON (`malformed` when it is not). */
+async function readJson(c: Context): Promise<{ raw: unknown; malformed: boolean }> {
+  const text = await c.req.text();
+  try {
+    return { raw: JSON.parse(text) as unknown, malformed: false };
+  } catch {
+    return { raw: undefined, malformed: true };
+  }
+}
+
+/** The 429 or 401 answer to a request that is not admitted, else its principal (a right operator token clears the address's back-off). */
+function refuseUnadmitted(e: Engine, c: Context, env: Envelope, a: Admission): Response | Principal {
+  if (a.wait > 0) {
+    const seconds = retryAfterSeconds(a.wait);
+    e.deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'rate_limited', reason: 'auth-backoff' }, 'openharness request refused');
+    return fail(e, c, env, 429, 'rate_limited', `Too many wrong bearer tokens from this address: try again in ${seconds} second${seconds === 1 ? '' : 's'}.`, { reason: 'auth-backoff', retry_after_seconds: seconds }, { 'retry-after': String(seconds) });
+  }
+  if (!a.principal) {
+    if (a.header) e.backoff.failure(a.client, 'openharness'); // no credential at all is not a guess
+    e.deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'unauthorized' }, 'openharness request refused');
+    return fail(e, c, env, 401, 'unauthorized', 'Missing or wrong bearer token: send Authorization: Bearer <shell token>.', undefined, { 'www-authenticate': 'Bearer' });
+  }
+  if (a.principal.shellId === OPERATOR_SHELL_ID) e.backoff.success(a.client); // a shell token does not clear the address's record
+  return a.principal;
+}
+
+/** The validated request, or the 415/400 answer (content type, JSON, protocol version, schema). */
+function parseRequest(e: Engine, c: Context, env: Envelope, raw: unknown, malformed: boolean): Response | OpenHarnessRequest {
+  const type = c.req.header('content-type');
+  if (type !== undefined && !/^application\/([a-z0-9.+-]*\+)?json\b/i.test(type)) {
+    return fail(e, c, env, 415, 'invalid_request', 'invalid request: expected Content-Type: application/json');
+  }
+  if (malformed) return fail(e, c, env, 400, 'invalid_request', 'invalid request: malformed JSON in the request body');
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    return fail(e, c, env, 400, 'invalid_request', 'invalid request: the body must be a JSON object (an OpenHarness request envelope)');
   }
 
+  const version = VersionProbe.safeParse(raw);
+  if (!version.success) {
+    const { message, issues } = issuesText(version.error.issues);
+    return fail(e, c, env, 400, 'invalid_request', message, { issues });
+  }
+  const major = Number(version.data.protocol_version.split('.')[0]);
+  if (major !== 1) {
+    return fail(e, c, env, 400, 'protocol_version_unsupported', `Steward serves OpenHarness ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}; protocol_version ${version.data.protocol_version} is not supported.`, {
+      requested: version.data.protocol_version,
+      supported_protocol_versions: [...SUPPORTED_PROTOCOL_VERSIONS],
+    });
+  }
+
+  const parsed = OpenHarnessRequestSchema.safeParse(raw);
+  if (!parsed.success) {
+    const { message, issues } = issuesText(parsed.error.issues);
+    return fail(e, c, env, 400, 'invalid_request', message, { issues });
+  }
+  return parsed.data;
+}
+
+/** Handle a valid request (a message or a resume) and answer it: success, a refusal or an internal error. */
+async function serve(e: Engine, c: Context, env: Envelope, principal: Principal, req: OpenHarnessRequest): Promise<Response> {
+  const context = req.request.context ?? {};
+  env.denials = denialsFor(e, req.capabilities, context.attachments?.length ?? 0);
+  const tier = context.environment_state?.privacy_tier;
+  const logBase = { requestId: env.requestId, correlationId: env.correlationId, shell: principal.shellId };
+
+  const intent = context.user_intent;
+  const token = context.continuation?.continuation_token;
+  if (intent !== undefined && intent.trim() === '') return fail(e, c, env, 400, 'invalid_request', 'invalid request: request.context.user_intent must not be empty');
+  if (intent === undefined && token === undefined) {
+    return fail(e, c, env, 400, 'invalid_request', 'invalid request: send request.context.user_intent (a message) or request.context.continuation.continuation_token (to resume a turn)');
+  }
+  if (tier === 'public' && intent !== undefined) e.deps.log?.debug({ ...logBase, intent: intent.slice(0, 200) }, 'openharness intent');
+
+  let sessionId: string | undefined;
+  try {
+    const r = intent !== undefined ? await handleMessage(e, principal, req, intent, c.req.raw.signal) : await handleResume(e, principal, token ?? '', c.req.raw.signal);
+    sessionId = r.sessionId;
+    const directives = r.outcome.directives;
+    e.deps.log?.info(
+      { ...logBase, sessionId, status: 'success', directives: directives.map((d) => d.action_type), continuation: r.outcome.continuation !== undefined, ms: e.now() - env.started },
+      'openharness request',
+    );
+    return c.json(envelopeBody(e, env, { status: 'success', action_directives: directives, ...(r.outcome.continuation ? { continuation: r.outcome.continuation } : {}) }), 200);
+  } catch (err) {
+    if (err instanceof Refusal) {
+      e.deps.log?.info({ ...logBase, sessionId, status: 'error', code: err.code, ms: e.now() - env.started }, 'openharness request refused');
+      return fail(e, c, env, err.status, err.code, err.message, err.details);
+    }
+    const error = err instanceof Error ? err : new Error(String(err));
+    e.deps.log?.error({ ...logBase, sessionId, ...(tier === 'secret' ? { errName: error.name } : { err: error }) }, 'openharness request failed');
+    return fail(e, c, env, 500, 'internal_error', 'Steward failed to handle the request; retry with the same request_id.');
+  }
+}
+
+/** POST /api/openharness/v1: admit, parse, serve. */
+async function handlePost(e: Engine, c: Context): Promise<Response> {
+  const env: Envelope = { denials: [], started: e.now() };
+  const admission = await admit(e, c);
+  const { raw, malformed } = await readJson(c);
+  Object.assign(env, echoIds(raw));
+  const principal = refuseUnadmitted(e, c, env, admission);
+  if (principal instanceof Response) return principal;
+  const req = parseRequest(e, c, env, raw, malformed);
+  if (req instanceof Response) return req;
+  return serve(e, c, env, principal, req);
+}
+
+/** The OpenHarness engine's routes: POST /api/openharness/v1 (other methods: 405). */
+export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
+  const e = engineOf(deps);
   const app = new Hono();
 
   app.onError((err, c) => {
     deps.log?.error({ errName: err.name }, 'openharness: unexpected failure');
-    return fail(c, { denials: [], started: now() }, 500, 'internal_error', 'Steward failed to handle the request; retry with the same request_id.');
+    return fail(e, c, { denials: [], started: e.now() }, 500, 'internal_error', 'Steward failed to handle the request; retry with the same request_id.');
   });
 
   app.post(
@@ -750,102 +887,13 @@ export function createOpenHarnessRoutes(deps: OpenHarnessDeps): Hono {
       maxSize: MAX_OPENHARNESS_BODY_BYTES,
       // the rest of the body is not read: the connection closes rather than being reused
       onError: (c) =>
-        fail(c, { denials: [], started: now() }, 413, 'invalid_request', `invalid request: the body is larger than ${MAX_OPENHARNESS_BODY_BYTES} bytes`, undefined, { connection: 'close' }),
+        fail(e, c, { denials: [], started: e.now() }, 413, 'invalid_request', `invalid request: the body is larger than ${MAX_OPENHARNESS_BODY_BYTES} bytes`, undefined, { connection: 'close' }),
     }),
-    async (c) => {
-      const started = now();
-      const env: Envelope = { denials: [], started };
-      const client = backoff.client(c);
-      const header = c.req.header('authorization');
-      const presented = bearer(header);
-      // the operator's token from loopback never waits; anyone else waits without a token check
-      const wait = backoff.waitMs(client, presented !== undefined && deps.operatorToken !== '' && sameSecret(presented, deps.operatorToken));
-      const principal = wait > 0 ? undefined : await authenticate(header);
-      const text = await c.req.text();
-      let raw: unknown;
-      let malformed = false;
-      try {
-        raw = JSON.parse(text) as unknown;
-      } catch {
-        malformed = true;
-      }
-      Object.assign(env, echoIds(raw));
-      if (wait > 0) {
-        const seconds = retryAfterSeconds(wait);
-        deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'rate_limited', reason: 'auth-backoff' }, 'openharness request refused');
-        return fail(c, env, 429, 'rate_limited', `Too many wrong bearer tokens from this address: try again in ${seconds} second${seconds === 1 ? '' : 's'}.`, { reason: 'auth-backoff', retry_after_seconds: seconds }, { 'retry-after': String(seconds) });
-      }
-      if (!principal) {
-        if (header) backoff.failure(client, 'openharness'); // no credential at all is not a guess
-        deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'unauthorized' }, 'openharness request refused');
-        return fail(c, env, 401, 'unauthorized', 'Missing or wrong bearer token: send Authorization: Bearer <shell token>.', undefined, { 'www-authenticate': 'Bearer' });
-      }
-      if (principal.shellId === OPERATOR_SHELL_ID) backoff.success(client); // a shell token does not clear the address's record
-      const type = c.req.header('content-type');
-      if (type !== undefined && !/^application\/([a-z0-9.+-]*\+)?json\b/i.test(type)) {
-        return fail(c, env, 415, 'invalid_request', 'invalid request: expected Content-Type: application/json');
-      }
-      if (malformed) return fail(c, env, 400, 'invalid_request', 'invalid request: malformed JSON in the request body');
-      if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-        return fail(c, env, 400, 'invalid_request', 'invalid request: the body must be a JSON object (an OpenHarness request envelope)');
-      }
-
-      const version = VersionProbe.safeParse(raw);
-      if (!version.success) {
-        const { message, issues } = issuesText(version.error.issues);
-        return fail(c, env, 400, 'invalid_request', message, { issues });
-      }
-      const major = Number(version.data.protocol_version.split('.')[0]);
-      if (major !== 1) {
-        return fail(c, env, 400, 'protocol_version_unsupported', `Steward serves OpenHarness ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')}; protocol_version ${version.data.protocol_version} is not supported.`, {
-          requested: version.data.protocol_version,
-          supported_protocol_versions: [...SUPPORTED_PROTOCOL_VERSIONS],
-        });
-      }
-
-      const parsed = OpenHarnessRequestSchema.safeParse(raw);
-      if (!parsed.success) {
-        const { message, issues } = issuesText(parsed.error.issues);
-        return fail(c, env, 400, 'invalid_request', message, { issues });
-      }
-      const req = parsed.data;
-      const context = req.request.context ?? {};
-      env.denials = denialsFor(req.capabilities, context.attachments?.length ?? 0);
-      const tier = context.environment_state?.privacy_tier;
-      const logBase = { requestId: env.requestId, correlationId: env.correlationId, shell: principal.shellId };
-
-      const intent = context.user_intent;
-      const token = context.continuation?.continuation_token;
-      if (intent !== undefined && intent.trim() === '') return fail(c, env, 400, 'invalid_request', 'invalid request: request.context.user_intent must not be empty');
-      if (intent === undefined && token === undefined) {
-        return fail(c, env, 400, 'invalid_request', 'invalid request: send request.context.user_intent (a message) or request.context.continuation.continuation_token (to resume a turn)');
-      }
-      if (tier === 'public' && intent !== undefined) deps.log?.debug({ ...logBase, intent: intent.slice(0, 200) }, 'openharness intent');
-
-      let sessionId: string | undefined;
-      try {
-        const r = intent !== undefined ? await handleMessage(principal, req, intent, c.req.raw.signal) : await handleResume(principal, token ?? '', c.req.raw.signal);
-        sessionId = r.sessionId;
-        const directives = r.outcome.directives;
-        deps.log?.info(
-          { ...logBase, sessionId, status: 'success', directives: directives.map((d) => d.action_type), continuation: r.outcome.continuation !== undefined, ms: now() - started },
-          'openharness request',
-        );
-        return c.json(body(env, { status: 'success', action_directives: directives, ...(r.outcome.continuation ? { continuation: r.outcome.continuation } : {}) }), 200);
-      } catch (err) {
-        if (err instanceof Refusal) {
-          deps.log?.info({ ...logBase, sessionId, status: 'error', code: err.code, ms: now() - started }, 'openharness request refused');
-          return fail(c, env, err.status, err.code, err.message, err.details);
-        }
-        const e = err instanceof Error ? err : new Error(String(err));
-        deps.log?.error({ ...logBase, sessionId, ...(tier === 'secret' ? { errName: e.name } : { err: e }) }, 'openharness request failed');
-        return fail(c, env, 500, 'internal_error', 'Steward failed to handle the request; retry with the same request_id.');
-      }
-    },
+    (c) => handlePost(e, c),
   );
 
   app.on(['GET', 'PUT', 'PATCH', 'DELETE'], OPENHARNESS_PATH, (c) =>
-    fail(c, { denials: [], started: now() }, 405, 'invalid_request', `invalid request: ${OPENHARNESS_PATH} takes POST only`, undefined, { allow: 'POST' }),
+    fail(e, c, { denials: [], started: e.now() }, 405, 'invalid_request', `invalid request: ${OPENHARNESS_PATH} takes POST only`, undefined, { allow: 'POST' }),
   );
 
   return app;

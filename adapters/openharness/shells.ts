@@ -13,6 +13,7 @@ import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
 import { GovernanceError, sha256 } from '../../domain/governance.js';
 import { isUniqueViolation } from '../../domain/prisma-errors.js';
+import { findShellByIdOrName, findShellByTokenHash, insertShell, listShellRows, markShellRevoked } from '../../domain/store/shells.js';
 import { RoleSchema, type Role } from '../../common/roles.js';
 
 /** Prefix of every shell token: tells a shell token from other secrets at a glance. */
@@ -87,25 +88,10 @@ export async function issueShell(db: Db, input: IssueShellInput): Promise<Issued
   const id = randomUUID();
   const token = newShellToken();
   try {
-    const linked = await db.$transaction(async (tx) => {
-      if (await tx.shellToken.findUnique({ where: { name }, select: { id: true } })) {
-        throw new ShellError(`a shell named "${name}" already exists (names stay taken after a revocation); pick another name`);
-      }
-      let identity = identityId;
-      if (identity !== undefined) {
-        const found = await tx.identity.findUnique({ where: { id: identity }, select: { id: true } });
-        if (!found) throw new ShellError(`no identity has the id ${identity}`);
-        await tx.platformAccount.create({ data: { platform: 'openharness', userId: id, identityId: identity, displayName: name } });
-      } else {
-        identity = randomUUID();
-        await tx.identity.create({
-          data: { id: identity, name, role, createdBy, accounts: { create: [{ platform: 'openharness', userId: id, displayName: name }] } },
-        });
-      }
-      await tx.shellToken.create({ data: { id, name, tokenHash: sha256(token), identityId: identity } });
-      return identity;
-    });
-    return { id, name, token, identityId: linked };
+    const r = await insertShell(db, { id, name, tokenHash: sha256(token), createdBy, role, ...(identityId !== undefined ? { identityId } : {}) });
+    if (r.kind === 'name-taken') throw new ShellError(`a shell named "${name}" already exists (names stay taken after a revocation); pick another name`);
+    if (r.kind === 'unknown-identity') throw new ShellError(`no identity has the id ${identityId}`);
+    return { id, name, token, identityId: r.identityId };
   } catch (err) {
     if (err instanceof ShellError) throw err;
     if (isUniqueViolation(err)) throw new ShellError(`a shell named "${name}" already exists`);
@@ -116,11 +102,9 @@ export async function issueShell(db: Db, input: IssueShellInput): Promise<Issued
 
 /** Every shell (revoked ones too), oldest first. Never the token or its hash. */
 export async function listShells(db: Db): Promise<ShellRecord[]> {
-  const rows = await db.shellToken.findMany({ orderBy: { createdAt: 'asc' }, select: { id: true, name: true, identityId: true, createdAt: true, revokedAt: true } });
-  const identities = await db.identity.findMany({ where: { id: { in: [...new Set(rows.map((r) => r.identityId))] } }, select: { id: true, name: true, role: true } });
-  const byId = new Map(identities.map((i) => [i.id, i]));
+  const rows = await listShellRows(db);
   return rows.map((r) => {
-    const identity = byId.get(r.identityId);
+    const identity = r.identity;
     const role = identity ? RoleSchema.safeParse(identity.role) : undefined;
     return {
       id: r.id,
@@ -142,21 +126,19 @@ export async function listShells(db: Db): Promise<ShellRecord[]> {
 export async function revokeShell(db: Db, nameOrId: string, now = new Date()): Promise<(ShellRecord & { alreadyRevoked: boolean }) | undefined> {
   const key = nameOrId.trim();
   if (!key) return undefined;
-  const row = (await db.shellToken.findUnique({ where: { id: key } })) ?? (await db.shellToken.findUnique({ where: { name: key } }));
+  const row = await findShellByIdOrName(db, key);
   if (!row) return undefined;
   if (row.revokedAt) {
     return { id: row.id, name: row.name, identityId: row.identityId, createdAt: row.createdAt, revokedAt: row.revokedAt, alreadyRevoked: true };
   }
-  await db.shellToken.updateMany({ where: { id: row.id, revokedAt: null }, data: { revokedAt: now } });
-  await db.shellContinuation.deleteMany({ where: { shellId: row.id } });
-  const after = await db.shellToken.findUniqueOrThrow({ where: { id: row.id } });
+  const after = await markShellRevoked(db, row.id, now);
   return { id: after.id, name: after.name, identityId: after.identityId, createdAt: after.createdAt, revokedAt: after.revokedAt, alreadyRevoked: false };
 }
 
 /** The shell a bearer token belongs to; undefined for an unknown, malformed or revoked token. */
 export async function verifyShellToken(db: Db, token: string): Promise<VerifiedShell | undefined> {
   if (!SHELL_TOKEN_RE.test(token)) return undefined;
-  const row = await db.shellToken.findUnique({ where: { tokenHash: sha256(token) }, select: { id: true, name: true, revokedAt: true } });
+  const row = await findShellByTokenHash(db, sha256(token));
   if (!row || row.revokedAt) return undefined;
   return { shellId: row.id, name: row.name };
 }
