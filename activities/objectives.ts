@@ -16,6 +16,7 @@ import { notifyAdmins } from '../domain/governance.js';
 import type { Senders } from '../domain/outbox.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { writeReceipt } from '../domain/receipts.js';
+import { ensureRunSession, findObjective, findObjectiveRun, recordRunFinished, recordRunPrompt, recordRunStarted } from '../domain/store/objectives.js';
 
 export interface ObjectiveDeps {
   db: Db;
@@ -43,7 +44,7 @@ export function createObjectiveActivities(deps: ObjectiveDeps) {
   return {
     /** Record the run; skip it when the objective is gone or its scheduled time was chosen to be skipped. */
     async objectivePrepareRun(input: { objectiveId: string; runId: string; scheduledAt?: string; maxSteps: number; event?: { id: string; source: string; payloadHash: string } }): Promise<PrepareRunResult> {
-      const obj = await db.objective.findUnique({ where: { id: input.objectiveId } });
+      const obj = await findObjective(db, input.objectiveId);
       const scheduledAt = input.scheduledAt ? new Date(input.scheduledAt) : null;
       if (!obj) {
         await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...wf(), data: { objectiveId: input.objectiveId, skipped: 'the objective was deleted' } });
@@ -51,11 +52,7 @@ export function createObjectiveActivities(deps: ObjectiveDeps) {
       }
       const skip = obj.skipBefore && scheduledAt && scheduledAt < obj.skipBefore;
       const turnId = `${input.runId}:turn`;
-      await db.objectiveRun.upsert({
-        where: { id: input.runId },
-        create: { id: input.runId, objectiveId: obj.id, scheduledAt, status: skip ? 'skipped' : 'running', ...(skip ? {} : { turnId }) },
-        update: {},
-      });
+      await recordRunStarted(db, skip ? { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'skipped' } : { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'running', turnId });
       if (skip) {
         const reason = `missed runs before ${obj.skipBefore!.toISOString()} are skipped`;
         await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...wf(), data: { objectiveId: obj.id, name: obj.name, scheduledAt, skipped: reason } });
@@ -63,7 +60,7 @@ export function createObjectiveActivities(deps: ObjectiveDeps) {
       }
       const conversation = { platform: obj.platform, account: obj.account, chatId: obj.chatId } as ConversationKey;
       const sessionId = sessionWorkflowId(conversation);
-      await db.session.upsert({ where: { id: sessionId }, create: { id: sessionId, ...conversation }, update: {} });
+      await ensureRunSession(db, sessionId, conversation);
       const key = `objective:${input.runId}`;
       const at = new Date().toISOString();
       try {
@@ -74,7 +71,7 @@ export function createObjectiveActivities(deps: ObjectiveDeps) {
           input.event && event !== undefined
             ? `${obj.prompt}\n\n${EVENT_NOTE}\n${wrapUntrusted('event', { source: input.event.source, id: input.event.id }, event)}`
             : obj.prompt;
-        await db.message.create({ data: { key, sessionId, role: 'user', text, user: `objective ${obj.name}`, turnId } });
+        await recordRunPrompt(db, { key, sessionId, text, user: `objective ${obj.name}`, turnId });
         deps.onTranscript?.(sessionId, 'user');
       } catch (err) {
         if (!isUniqueViolation(err)) throw err; // recorded by an earlier attempt
@@ -104,13 +101,10 @@ export function createObjectiveActivities(deps: ObjectiveDeps) {
 
     /** Record the result; a failed run tells the admins (admin channel, else their DMs) with its link. */
     async objectiveFinishRun(input: { runId: string; status: 'done' | 'failed'; reason?: string; outcome?: string }): Promise<void> {
-      const run = await db.objectiveRun.findUnique({ where: { id: input.runId } });
+      const run = await findObjectiveRun(db, input.runId);
       if (!run) throw ApplicationFailure.create({ type: 'ObjectiveGone', message: `no run ${input.runId}`, nonRetryable: true });
-      await db.objectiveRun.update({
-        where: { id: input.runId },
-        data: { status: input.status, outcome: input.outcome ?? null, error: input.reason ?? null },
-      });
-      const obj = await db.objective.findUnique({ where: { id: run.objectiveId } });
+      await recordRunFinished(db, input.runId, { status: input.status, outcome: input.outcome ?? null, error: input.reason ?? null });
+      const obj = await findObjective(db, run.objectiveId);
       await writeReceipt(db, {
         key: `objective-run:${input.runId}:end`,
         kind: 'objective.run',

@@ -24,6 +24,25 @@ import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { lookupBinding } from '../domain/governance.js';
 import { writeReceipt } from '../domain/receipts.js';
 import {
+  deleteObjective,
+  findGithubEventByBody,
+  findInboundEmailOwner,
+  findObjective,
+  findObjectiveByIdOrName,
+  findObjectiveByName,
+  findObjectiveEvent,
+  forgetObjectiveEvent,
+  insertObjective,
+  latestObjectiveRun,
+  listObjectives,
+  recentObjectiveRuns,
+  recordObjectiveEvent,
+  setObjectivePaused,
+  skipObjectiveRunsBefore,
+  updateObjective,
+  type ObjectiveRow,
+} from '../domain/store/objectives.js';
+import {
   BackfillSchema,
   DEFAULT_HOOK_TOLERANCE_MS,
   durationMs,
@@ -113,8 +132,6 @@ const OVERLAP: Record<OverlapPolicy, ScheduleOverlapPolicy> = {
   'allow-all': ScheduleOverlapPolicy.ALLOW_ALL,
 };
 
-
-type ObjectiveRow = NonNullable<Awaited<ReturnType<Db['objective']['findUnique']>>>;
 
 /** The answer to an event: a run started (202), a duplicate (200), or refused. */
 export type ObjectiveEventResult = { status: 202 | 200; runId: string; duplicate: boolean } | { status: 401 | 404 | 400 | 409; error: string };
@@ -272,7 +289,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       if (refused) throw new ObjectiveInputError(`${what}: watch.path: ${refused}`);
     }
     if (t.inboundEmail) {
-      const owner = await db.objective.findUnique({ where: { inboundEmail: t.inboundEmail } });
+      const owner = await findInboundEmailOwner(db, t.inboundEmail);
       if (owner && owner.id !== self) throw new ObjectiveInputError(`the address ${t.inboundEmail} belongs to objective ${owner.name} already`, 409);
     }
   }
@@ -289,17 +306,17 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     const key = e.byBody ? `#body:${payloadHash}` : e.id;
     const runId = `${objectiveRunWorkflowId(o.id)}-event-${e.byBody ? `body-${payloadHash.slice(0, 40)}` : e.id}`;
     const seen = e.byBody
-      ? await db.objectiveEvent.findFirst({ where: { objectiveId: o.id, payloadHash, source: { startsWith: 'github' } } })
-      : await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId: key } } });
+      ? await findGithubEventByBody(db, o.id, payloadHash)
+      : await findObjectiveEvent(db, o.id, key);
     if (seen) return { status: 200, runId: seen.runId, duplicate: true };
     if (o.paused) return { status: 409, error: `objective ${o.name} is paused` };
     await putBlob(db, text, 'application/json');
     try {
-      await db.objectiveEvent.create({ data: { objectiveId: o.id, eventId: key, source: e.source, payloadHash, runId } });
+      await recordObjectiveEvent(db, { objectiveId: o.id, eventId: key, source: e.source, payloadHash, runId });
     } catch (err) {
       if (!isUniqueViolation(err)) throw err;
       // delivered twice at once
-      const first = await db.objectiveEvent.findUnique({ where: { objectiveId_eventId: { objectiveId: o.id, eventId: key } } });
+      const first = await findObjectiveEvent(db, o.id, key);
       return { status: 200, runId: first?.runId ?? runId, duplicate: true };
     }
     const input: ObjectiveRunInput = {
@@ -323,7 +340,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
         // nothing started: forget the event, so that a redelivery (or the watcher's retry) runs it
-        await db.objectiveEvent.delete({ where: { objectiveId_eventId: { objectiveId: o.id, eventId: key } } }).catch(() => undefined);
+        await forgetObjectiveEvent(db, o.id, key).catch(() => undefined);
         throw err;
       }
     }
@@ -342,7 +359,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
 
   /** An objective by id or name. */
   async function find(idOrName: string): Promise<ObjectiveRow> {
-    const o = (await db.objective.findUnique({ where: { id: idOrName } })) ?? (await db.objective.findUnique({ where: { name: idOrName } }));
+    const o = await findObjectiveByIdOrName(db, idOrName);
     if (!o) throw new ObjectiveInputError(`no objective ${idOrName}`, 404);
     return o;
   }
@@ -357,7 +374,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     } catch (err) {
       if (!(err instanceof ScheduleNotFoundError)) throw err;
     }
-    const last = await db.objectiveRun.findFirst({ where: { objectiveId: o.id }, orderBy: { createdAt: 'desc' } });
+    const last = await latestObjectiveRun(db, o.id);
     return {
       id: o.id,
       name: o.name,
@@ -400,7 +417,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     const handle = client.schedule.getHandle(objectiveScheduleId(before.id));
     if (paused) await handle.pause(`paused by ${by.name}`);
     else await handle.unpause(`resumed by ${by.name}`);
-    const after = await db.objective.update({ where: { id: before.id }, data: { paused } });
+    const after = await setObjectivePaused(db, before.id, paused);
     await receipt(by, paused ? 'pause' : 'resume', before.id, before, after);
     changed();
     return view(after);
@@ -411,7 +428,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       const parsed = NewObjectiveSchema.safeParse(input);
       if (!parsed.success) throw new ObjectiveInputError(`invalid objective: ${describeIssues(parsed.error)}`);
       const n = parsed.data;
-      if (await db.objective.findUnique({ where: { name: n.name } })) throw new ObjectiveInputError(`an objective named ${n.name} exists already`, 409);
+      if (await findObjectiveByName(db, n.name)) throw new ObjectiveInputError(`an objective named ${n.name} exists already`, 409);
       let account = n.account ?? 'default';
       if (n.platform !== 'http') {
         const b = await lookupBinding(db, n.platform, n.account ?? '*', n.chatId);
@@ -420,25 +437,23 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         if (!account) throw new ObjectiveInputError(`give the bot account of the ${n.platform} chat ${n.chatId} ("account")`);
       }
       await checkTriggers({ webhookSecretRef: n.webhook?.secretRef ?? null, watchPath: n.watch?.path ?? null, inboundEmail: n.inboundEmail ?? null }, 'invalid objective');
-      const row = await db.objective.create({
-        data: {
-          id: newObjectiveId(),
-          name: n.name,
-          prompt: n.prompt,
-          platform: n.platform,
-          account,
-          chatId: n.chatId,
-          model: n.model ?? null,
-          schedule: JSON.stringify(n.schedule ?? {}),
-          webhookSecretRef: n.webhook?.secretRef ?? null,
-          watchPath: n.watch?.path ?? null,
-          inboundEmail: n.inboundEmail ?? null,
-          overlap: n.overlap,
-          catchupWindowMs: durationMs(n.catchupWindow)!,
-          pauseOnFailure: n.pauseOnFailure,
-          paused: n.paused,
-          createdBy: by.id,
-        },
+      const row = await insertObjective(db, {
+        id: newObjectiveId(),
+        name: n.name,
+        prompt: n.prompt,
+        platform: n.platform,
+        account,
+        chatId: n.chatId,
+        model: n.model ?? null,
+        schedule: JSON.stringify(n.schedule ?? {}),
+        webhookSecretRef: n.webhook?.secretRef ?? null,
+        watchPath: n.watch?.path ?? null,
+        inboundEmail: n.inboundEmail ?? null,
+        overlap: n.overlap,
+        catchupWindowMs: durationMs(n.catchupWindow)!,
+        pauseOnFailure: n.pauseOnFailure,
+        paused: n.paused,
+        createdBy: by.id,
       }).catch((err: unknown) => {
         // two creations racing for one name or address: the second changes nothing
         if (isUniqueViolation(err)) throw new ObjectiveInputError(`an objective with this name or inbound address exists already`, 409);
@@ -447,7 +462,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       try {
         await temporal(() => client.schedule.create(scheduleOptions(row)));
       } catch (err) {
-        await db.objective.delete({ where: { id: row.id } });
+        await deleteObjective(db, row.id);
         throw err;
       }
       await receipt(by, 'create', row.id, null, row);
@@ -456,13 +471,13 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     },
 
     async list(): Promise<ObjectiveView[]> {
-      const rows = await db.objective.findMany({ orderBy: { name: 'asc' } });
+      const rows = await listObjectives(db);
       return Promise.all(rows.map(view));
     },
 
     async show(idOrName: string): Promise<ObjectiveView & { runs: Array<{ id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null }> }> {
       const o = await find(idOrName);
-      const runs = await db.objectiveRun.findMany({ where: { objectiveId: o.id }, orderBy: { createdAt: 'desc' }, take: 20 });
+      const runs = await recentObjectiveRuns(db, o.id, 20);
       return {
         ...(await view(o)),
         runs: runs.map((r) => ({ id: r.id, scheduledAt: r.scheduledAt?.toISOString() ?? null, status: r.status, outcome: r.outcome, error: r.error })),
@@ -496,7 +511,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
         const { scheduleId: _id, ...rest } = scheduleOptions(candidate);
         return { ...rest, state: { paused: before.paused } };
       }));
-      const after = await db.objective.update({ where: { id: before.id }, data: next }).catch((err: unknown) => {
+      const after = await updateObjective(db, before.id, next).catch((err: unknown) => {
         if (isUniqueViolation(err)) throw new ObjectiveInputError(`the address ${p.inboundEmail ?? ''} belongs to another objective already`, 409);
         throw err;
       });
@@ -532,7 +547,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     /** After downtime: runs scheduled before now that have not started yet are skipped. */
     async skipMissed(idOrName: string, by: Requester): Promise<ObjectiveView> {
       const before = await find(idOrName);
-      const after = await db.objective.update({ where: { id: before.id }, data: { skipBefore: new Date() } });
+      const after = await skipObjectiveRunsBefore(db, before.id, new Date());
       await receipt(by, 'skip-missed', before.id, before, after);
       return view(after);
     },
@@ -548,7 +563,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     async receiveEvent(name: string, rawBody: string, header: (name: string) => string | undefined): Promise<ObjectiveEventResult> {
       const req = hookRequest(header, unauthorized);
       if (!('kind' in req)) return req;
-      const o = await db.objective.findUnique({ where: { name } });
+      const o = await findObjectiveByName(db, name);
       const secret = o ? webhookSecret(o) : undefined;
       const signed = signatureMatches(secret ?? dummyKey, req, rawBody);
       const fresh = req.kind === 'github' || Math.abs(now() - req.at) <= toleranceMs;
@@ -574,7 +589,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
     async receiveInternalEvent(objectiveId: string, event: InternalEvent): Promise<ObjectiveEventResult> {
       const idParsed = InternalEventIdSchema.safeParse(event.eventId);
       if (!idParsed.success) return { status: 400, error: `bad event id: ${idParsed.error.issues[0]?.message ?? ''}` };
-      const o = await db.objective.findUnique({ where: { id: objectiveId } });
+      const o = await findObjective(db, objectiveId);
       const has = o && (event.source === 'file' ? o.watchPath !== null : o.inboundEmail !== null);
       if (!o || !has) return { status: 404, error: `no objective ${objectiveId} takes ${event.source} events` };
       const actor = event.source === 'file' ? `watch:${o.watchPath ?? ''}` : `email:${o.inboundEmail ?? ''}`;
@@ -594,7 +609,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       } catch (err) {
         if (!(err instanceof ScheduleNotFoundError)) throw err;
       }
-      await db.objective.delete({ where: { id: o.id } });
+      await deleteObjective(db, o.id);
       await receipt(by, 'delete', o.id, o, null);
       changed();
       return true;
