@@ -40,6 +40,7 @@ COPY config ./config
 COPY domain ./domain
 COPY platform ./platform
 COPY prisma ./prisma
+COPY services ./services
 COPY specs ./specs
 COPY workers ./workers
 COPY workflows ./workflows

@@ -21,7 +21,7 @@ import type { Logger } from 'pino';
 import type { SMTPServerAddress, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { Db } from '../domain/db.js';
 import { findInboundEmailOwner } from '../domain/store/objectives.js';
-import type { ObjectiveEventResult, ObjectiveService } from './objectives.js';
+import type { ObjectiveEventResult, ObjectiveService } from '../services/objectives.js';
 
 export interface InboundEmailOptions {
   db: Db;

@@ -28,7 +28,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Db } from '../domain/db.js';
 import { listWatchedObjectives } from '../domain/store/objectives.js';
-import { checkWatchDirectory, type ObjectiveEventResult, type ObjectiveService } from './objectives.js';
+import { checkWatchDirectory, type ObjectiveEventResult, type ObjectiveService } from '../services/objectives.js';
 
 export interface WatchedFile {
   /** Relative to the watched directory, with `/` separators. */
