@@ -24,7 +24,7 @@ import tseslint from 'typescript-eslint';
 const PURE_COMMON = ['ids', 'schemas', 'objectives', 'limits'];
 
 const WORKFLOW_CODE = ['workflows/**/*.ts', 'test/**/fixtures/*.ts', 'bench/floor/workflows.ts'];
-const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'adapters/**/*.ts'];
+const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'adapters/**/*.ts', 'services/**/*.ts'];
 const RUNTIME = ['platform/**/*.ts', 'workers/**/*.ts'];
 
 const builtins = builtinModules.flatMap((m) => (m.startsWith('node:') ? [m] : [m, `node:${m}`]));

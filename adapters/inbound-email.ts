@@ -20,7 +20,8 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { SMTPServerAddress, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { Db } from '../domain/db.js';
-import type { ObjectiveEventResult, ObjectiveService } from './objectives.js';
+import { findInboundEmailOwner } from '../domain/store/objectives.js';
+import type { ObjectiveEventResult, ObjectiveService } from '../services/objectives.js';
 
 export interface InboundEmailOptions {
   db: Db;
@@ -312,7 +313,7 @@ export async function startInboundEmail(opts: InboundEmailOptions): Promise<Inbo
   const log = opts.log;
 
   async function ownerOf(address: string) {
-    return opts.db.objective.findUnique({ where: { inboundEmail: address.toLowerCase() }, select: { id: true, name: true, paused: true } });
+    return findInboundEmailOwner(opts.db, address.toLowerCase());
   }
 
   async function deliver(raw: Buffer, session: SMTPServerSession): Promise<string> {

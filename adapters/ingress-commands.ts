@@ -29,7 +29,7 @@ import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes
 import type { SessionInput, SessionLimits, SettingsChange } from '../workflows/types.js';
 import { ChangeInputError, type ChangeService } from '../services/changes.js';
 import type { SessionStatusView } from './ingress.js';
-import { ObjectiveInputError, type ObjectiveService } from './objectives.js';
+import { ObjectiveInputError, type ObjectiveService } from '../services/objectives.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;

@@ -66,7 +66,7 @@ import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
-import type { ObjectiveService } from './objectives.js';
+import type { ObjectiveService } from '../services/objectives.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';

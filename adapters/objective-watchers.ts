@@ -27,7 +27,8 @@ import { lstat, open, opendir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Db } from '../domain/db.js';
-import { checkWatchDirectory, type ObjectiveEventResult, type ObjectiveService } from './objectives.js';
+import { listWatchedObjectives } from '../domain/store/objectives.js';
+import { checkWatchDirectory, type ObjectiveEventResult, type ObjectiveService } from '../services/objectives.js';
 
 export interface WatchedFile {
   /** Relative to the watched directory, with `/` separators. */
@@ -555,8 +556,8 @@ export async function startObjectiveWatchers(opts: ObjectiveWatchersOptions): Pr
 
   async function reconcile(): Promise<void> {
     if (stopped) return;
-    const rows = await opts.db.objective.findMany({ where: { watchPath: { not: null }, paused: false }, select: { id: true, watchPath: true } });
-    const want = new Map(rows.map((r) => [r.id, r.watchPath!]));
+    const rows = await listWatchedObjectives(opts.db);
+    const want = new Map(rows.map((r) => [r.id, r.watchPath]));
     for (const id of refusedOnce.keys()) if (!want.has(id)) refusedOnce.delete(id);
     for (const [id, t] of triggers) {
       // gone, moved, paused, or its directory was removed (watched again once it is back)

@@ -25,7 +25,7 @@ import { createIngress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService } from '../services/changes.js';
-import { createObjectiveService } from '../adapters/objectives.js';
+import { createObjectiveService } from '../services/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';

@@ -19,7 +19,7 @@ import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
-import type { ObjectiveService } from '../objectives.js';
+import type { ObjectiveService } from '../../services/objectives.js';
 import type { ChangeService } from '../../services/changes.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */

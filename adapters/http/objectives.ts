@@ -10,7 +10,7 @@ import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { OVERLAP_POLICIES } from '../../common/objectives.js';
-import { ObjectiveInputError, type ObjectiveService } from '../objectives.js';
+import { ObjectiveInputError, type ObjectiveService } from '../../services/objectives.js';
 
 const errors = errorResponses('ObjectiveError');
 const Loose = z.record(z.string(), z.unknown());

@@ -17,7 +17,7 @@ import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { AuthBackoff, normalizeIp, type Client } from '../../adapters/http/backoff.js';
 import { createCodecRoutes } from '../../adapters/http/codec.js';
 import type { Ingress } from '../../adapters/ingress.js';
-import type { ObjectiveEventResult, ObjectiveService } from '../../adapters/objectives.js';
+import type { ObjectiveEventResult, ObjectiveService } from '../../services/objectives.js';
 import { createOpenHarnessRoutes, OPENHARNESS_PATH, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
 import { issueShell } from '../../adapters/openharness/shells.js';
 import { loadConfig } from '../../config/index.js';

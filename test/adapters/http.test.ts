@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import type { Ingress, SessionStatusView } from '../../adapters/ingress.js';
-import { ObjectiveInputError, type ObjectiveService } from '../../adapters/objectives.js';
+import { ObjectiveInputError, type ObjectiveService } from '../../services/objectives.js';
 import type { InboundMessage } from '../../common/schemas.js';
 
 const TOKEN = 'http-test-token-0123456789';

@@ -27,7 +27,7 @@ import type { Db } from '../../domain/db.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { createChangeService } from '../../services/changes.js';
 import { createIngress, type IngressResult } from '../../adapters/ingress.js';
-import { createObjectiveService } from '../../adapters/objectives.js';
+import { createObjectiveService } from '../../services/objectives.js';
 import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } from '../../common/codec.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import type { InboundMessage } from '../../common/schemas.js';

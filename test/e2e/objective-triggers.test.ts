@@ -17,7 +17,7 @@ import { getBlobText } from '../../domain/blobs.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { emailEventId, parseEmail, senderAllowed, startInboundEmail, MAX_EMAIL_TEXT } from '../../adapters/inbound-email.js';
 import { startObjectiveWatchers, type FileEventPayload, type ObjectiveWatchers } from '../../adapters/objective-watchers.js';
-import type { ObjectiveEventResult } from '../../adapters/objectives.js';
+import type { ObjectiveEventResult } from '../../services/objectives.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { ConfigError, loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';

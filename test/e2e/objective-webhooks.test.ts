@@ -23,7 +23,7 @@ import { createObjectiveActivities, type PrepareRunResult } from '../../activiti
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { startInboundEmail } from '../../adapters/inbound-email.js';
 import { startObjectiveWatchers } from '../../adapters/objective-watchers.js';
-import { createObjectiveService, type ObjectiveEventResult, type ObjectiveService } from '../../adapters/objectives.js';
+import { createObjectiveService, type ObjectiveEventResult, type ObjectiveService } from '../../services/objectives.js';
 import { lastUserText } from '../helpers/model-server.js';
 import { useStack, waitFor, withHarness, type Harness, type HarnessOptions } from '../helpers/steward.js';
 import { objectiveRuns } from '../helpers/objective-runs.js';

@@ -37,7 +37,7 @@ import { NativeConnection, type Worker } from '@temporalio/worker';
 import type { Db } from '../../domain/db.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { createModelRegistry } from '../../domain/model.js';
-import { createObjectiveService, type ObjectiveService } from '../../adapters/objectives.js';
+import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
 import { objectiveScheduleId } from '../../common/objectives.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
 import { findTemporalCli } from '../../platform/temporal-server.js';

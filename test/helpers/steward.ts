@@ -13,7 +13,7 @@ import type { ToolPolicy } from '../../activities/index.js';
 import type { ActionOptions } from '../../domain/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/changes.js';
 import { createChangeService, type ChangeService } from '../../services/changes.js';
-import { createObjectiveService, type ObjectiveService } from '../../adapters/objectives.js';
+import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
 import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
