@@ -41,7 +41,7 @@ import {
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
 import { receiptExists, writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { forgetMessage, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage } from '../domain/transcript.js';
+import { forgetMessage, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
@@ -249,7 +249,7 @@ function humanBytes(n: number): string {
   return `${n} bytes`;
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
+/** The one way in from every chat platform and the API: `handle` runs the pipeline below; buttons, transcripts and status for the adapters. */
 export function createIngress(deps: IngressDeps): Ingress {
   const { client, db } = deps;
   const senders = deps.senders ?? {};
@@ -266,6 +266,8 @@ export function createIngress(deps: IngressDeps): Ingress {
   const knownSessions = new Set<string>();
 
   const startOptions = (conversation: ConversationKey, binding?: BindingRecord) => sessionStartOptions(deps, conversation, binding);
+  const status = (sessionId: string) => sessionStatus(client, deps.defaultModel, sessionId);
+  const decideApprovalImpl = (id: string, decision: 'approve' | 'deny', by: Actor, reason?: string) => decideApprovalAs(db, client, id, decision, by, reason);
 
   async function recordSystem(sessionId: string, key: string, text: string): Promise<void> {
     if (await recordSystemMessage(db, sessionId, key, text)) deps.onTranscript?.(sessionId, 'system');
@@ -279,83 +281,6 @@ export function createIngress(deps: IngressDeps): Ingress {
       deps.onTranscript?.(sessionId, 'system');
     } catch (err) {
       deps.log?.warn({ err, key }, 'notice could not be delivered');
-    }
-  }
-
-  async function status(sessionId: string): Promise<SessionStatusView> {
-    const base: SessionStatusView = {
-      workflowId: sessionId,
-      exists: false,
-      running: null,
-      queueLength: 0,
-      model: deps.defaultModel,
-      think: 'off',
-      tokens: { input: 0, output: 0, total: 0 },
-      turns: 0,
-    };
-    let s: SessionStatus;
-    try {
-      s = await client.workflow.getHandle(sessionId).query(statusQuery);
-    } catch (err) {
-      if (err instanceof WorkflowNotFoundError) return base;
-      throw err;
-    }
-    let turn: TurnStatus | undefined = s.running?.turn;
-    if (s.running && !turn) {
-      // a turn started as its own workflow (sessions recorded before turns ran inline)
-      try {
-        turn = await client.workflow.getHandle(s.running.turnId).query(turnStatusQuery);
-      } catch {
-        turn = undefined; // the turn is starting or just ended
-      }
-    }
-    return {
-      workflowId: sessionId,
-      exists: true,
-      running: s.running
-        ? {
-            turnId: s.running.turnId,
-            runWorkflowId: s.running.turn ? sessionId : s.running.turnId,
-            step: turn?.step ?? 0,
-            phase: turn?.phase ?? 'starting',
-            startedAt: turn?.startedAt ?? s.running.startedAt,
-            ...(turn?.tool ? { tool: turn.tool } : {}),
-            ...(turn?.approvalId ? { approvalId: turn.approvalId } : {}),
-          }
-        : null,
-      queueLength: s.queueLength,
-      model: s.settings.model,
-      think: s.settings.think,
-      tokens: {
-        input: s.tokens.input + (turn?.usage.input ?? 0),
-        output: s.tokens.output + (turn?.usage.output ?? 0),
-        total: s.tokens.total + (turn?.usage.total ?? 0),
-      },
-      turns: s.turnsStarted,
-    };
-  }
-
-  async function decideApprovalImpl(id: string, decision: 'approve' | 'deny', by: Actor, reason?: string): Promise<ActionResult> {
-    const refuse = async (why: string, data: Record<string, unknown> = {}): Promise<ActionResult> => {
-      await writeReceipt(db, { kind: 'approval.refused', actor: by.id, data: { approvalId: id, decision, by: by.name, why, ...data } });
-      return { reply: why, applied: false };
-    };
-    if (!isAdmin(by.role)) return refuse(`Deciding approvals needs the admin role; you are ${by.role === 'operator' ? 'an' : 'a'} ${by.role}.`);
-    const row = await findApproval(db, id);
-    if (!row) return refuse(`No approval has the id ${id}.`);
-    if (row.status !== 'pending') {
-      const what = row.status === 'expired' ? 'expired (denied at its deadline)' : `already ${row.status}${row.decidedBy ? ` by ${row.decidedBy}` : ''}`;
-      return refuse(`Approval ${row.id} was ${what}; nothing changed.`, { status: row.status });
-    }
-    try {
-      const r = await client.workflow.getHandle(row.workflowId).executeUpdate(approvalDecisionUpdate, {
-        args: [{ approvalId: row.id, decision, by: by.id, byName: by.name, ...(reason ? { reason } : {}) }],
-      });
-      return { reply: `Approval ${row.id} (${row.summary}): ${r.message}`, applied: true };
-    } catch (err) {
-      if (err instanceof WorkflowUpdateFailedError) return refuse(`Not applied: ${err.cause?.message ?? err.message}.`);
-      if (err instanceof WorkflowNotFoundError) return refuse(`The run that waited for approval ${row.id} has ended; nothing changed.`);
-      throw err;
     }
   }
 
@@ -419,38 +344,6 @@ export function createIngress(deps: IngressDeps): Ingress {
     return { workflowId, kind: 'rejected', duplicate: false, reason, ...(reply ? { reply } : {}) };
   }
 
-  /** Fetch, check and store the files of an admitted message; refusals are explained. */
-  async function storeAttachments(pending: PendingAttachment[]): Promise<{ refs: AttachmentRef[]; refused: string[] }> {
-    const refs: AttachmentRef[] = [];
-    const refused: string[] = [];
-    for (const p of pending.slice(0, MAX_ATTACHMENTS)) {
-      const name = p.name.replace(/[\\/\u0000-\u001f]/g, '_').slice(0, 255) || 'file';
-      if (!mediaTypeAllowed(p.mediaType, attachmentLimits.types)) {
-        refused.push(`${name}: files of type ${p.mediaType} are not accepted (allowed: ${attachmentLimits.types.join(', ')})`);
-        continue;
-      }
-      if (p.size !== undefined && p.size > attachmentLimits.maxBytes) {
-        refused.push(`${name}: ${humanBytes(p.size)} is over the limit of ${humanBytes(attachmentLimits.maxBytes)}`);
-        continue;
-      }
-      let data: Buffer;
-      try {
-        data = await p.fetch();
-      } catch (err) {
-        refused.push(`${name}: it could not be downloaded (${(err as Error).message})`);
-        continue;
-      }
-      if (data.length > attachmentLimits.maxBytes) {
-        refused.push(`${name}: ${humanBytes(data.length)} is over the limit of ${humanBytes(attachmentLimits.maxBytes)}`);
-        continue;
-      }
-      const hash = await putBlob(db, data, p.mediaType);
-      refs.push(AttachmentRefSchema.parse({ hash, name, mediaType: p.mediaType.split(';')[0]?.trim() || 'application/octet-stream', size: data.length }));
-    }
-    if (pending.length > MAX_ATTACHMENTS) refused.push(`only the first ${MAX_ATTACHMENTS} files of a message are taken`);
-    return { refs, refused };
-  }
-
   /** The message's way in, step by step (see the steps below createIngress). */
   const steps: IngressSteps = {
     deps,
@@ -463,7 +356,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     startOptions,
     recordSystem,
     reject,
-    storeAttachments,
+    storeAttachments: (pending) => storeAttachments(db, attachmentLimits, pending),
     runCommand,
   };
   async function handle(raw: InboundMessage, opts: HandleOptions = {}): Promise<IngressResult> {
@@ -479,73 +372,194 @@ export function createIngress(deps: IngressDeps): Ingress {
   return {
     async handle(raw, opts = {}) {
       const result = await handle(raw, opts);
-      const sender = senders[raw.platform];
-      if (result.reply && !result.duplicate && sender && opts.deliverReply !== false) {
-        const conversation: ConversationKey = { platform: raw.platform, account: raw.account, chatId: raw.chatId };
-        let failed: unknown;
-        try {
-          const out = await deliverOnce(db, senders, {
-            key: `${inboundKey(raw)}:answer`,
-            sessionId: result.workflowId,
-            conversation,
-            kind: 'notice',
-            text: result.reply,
-            ...(result.replyRecordAs ? { recordAs: result.replyRecordAs } : {}),
-          });
-          if (out.sent) deps.onTranscript?.(result.workflowId, 'system');
-          if (out.failed) failed = out.failed;
-        } catch (err) {
-          failed = err;
-        }
-        if (failed !== undefined) {
-          deps.log?.warn({ err: failed, platform: raw.platform, chatId: raw.chatId }, 'the answer could not be delivered');
-          // a pairing code nobody received is withdrawn, so the failed send uses up no request
-          const code = pairingCodes.get(result);
-          if (code) await withdrawUndeliveredPairing(db, code);
-        }
-      }
+      if (result.reply && !result.duplicate && opts.deliverReply !== false) await deliverAnswer(deps, raw, result, pairingCodes.get(result));
       return result;
     },
 
-    async handleAction(action) {
-      const actor = await findActor(db, action.platform, action.userId);
-      const receiptKey = `act:${action.platform}:${action.id}`;
-      if (!actor) {
-        await writeReceipt(db, { key: receiptKey, kind: 'ingress.rejected', actor: action.userId, data: { platform: action.platform, chatId: action.chatId, reason: 'unknown-sender', action: action.data } });
-        return { reply: 'Steward does not know you: only paired admins can decide.', applied: false };
-      }
-      const button = parseApprovalButton(action.data);
-      if (!button) return { reply: 'This button is not Steward’s (or is out of date).', applied: false };
-      if (action.chatType === 'group' && isAdmin(actor.role) && (await adminChannelExists(db))) {
-        const found = await lookupBinding(db, action.platform, action.account, action.chatId);
-        if (found.kind !== 'bound' || !found.binding.adminChannel) return { reply: 'Approvals are decided in the admin channel.', applied: false };
-      }
-      return decideApprovalImpl(button.id, button.decision, actor);
-    },
+    handleAction: (action) => handleApprovalButton(db, action, decideApprovalImpl),
 
     async transcript(sessionId, opts = {}) {
       const rows = await readTranscript(db, sessionId, {
         ...(opts.limit !== undefined ? { limit: opts.limit } : {}),
         ...(opts.afterSeq !== undefined ? { afterSeq: opts.afterSeq } : {}),
       });
-      return rows.map((r) => {
-        let attachments: AttachmentRef[] | undefined;
-        if (r.attachments) {
-          try {
-            const p = AttachmentRefSchema.array().safeParse(JSON.parse(r.attachments));
-            if (p.success && p.data.length) attachments = p.data;
-          } catch {
-            attachments = undefined;
-          }
-        }
-        return { seq: r.seq, role: r.role, text: r.text, at: r.at, ...(r.user ? { user: r.user } : {}), ...(attachments ? { attachments } : {}) };
-      });
+      return rows.map(transcriptEntry);
     },
 
     status,
     decidePairing: decidePairingImpl,
     decideApproval: decideApprovalImpl,
   };
+}
+
+/** The session's status as /status and the API show it (with the running turn's, when that runs as a workflow of its own). */
+async function sessionStatus(client: Client, defaultModel: string, sessionId: string): Promise<SessionStatusView> {
+  const base: SessionStatusView = {
+    workflowId: sessionId,
+    exists: false,
+    running: null,
+    queueLength: 0,
+    model: defaultModel,
+    think: 'off',
+    tokens: { input: 0, output: 0, total: 0 },
+    turns: 0,
+  };
+  let s: SessionStatus;
+  try {
+    s = await client.workflow.getHandle(sessionId).query(statusQuery);
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return base;
+    throw err;
+  }
+  let turn: TurnStatus | undefined = s.running?.turn;
+  if (s.running && !turn) {
+    // a turn started as its own workflow (sessions recorded before turns ran inline)
+    try {
+      turn = await client.workflow.getHandle(s.running.turnId).query(turnStatusQuery);
+    } catch {
+      turn = undefined; // the turn is starting or just ended
+    }
+  }
+  return {
+    workflowId: sessionId,
+    exists: true,
+    running: s.running
+      ? {
+          turnId: s.running.turnId,
+          runWorkflowId: s.running.turn ? sessionId : s.running.turnId,
+          step: turn?.step ?? 0,
+          phase: turn?.phase ?? 'starting',
+          startedAt: turn?.startedAt ?? s.running.startedAt,
+          ...(turn?.tool ? { tool: turn.tool } : {}),
+          ...(turn?.approvalId ? { approvalId: turn.approvalId } : {}),
+        }
+      : null,
+    queueLength: s.queueLength,
+    model: s.settings.model,
+    think: s.settings.think,
+    tokens: {
+      input: s.tokens.input + (turn?.usage.input ?? 0),
+      output: s.tokens.output + (turn?.usage.output ?? 0),
+      total: s.tokens.total + (turn?.usage.total ?? 0),
+    },
+    turns: s.turnsStarted,
+  };
+}
+
+/** An admin's decision on an approval, handed to the run that waits for it; refusals are receipted. */
+async function decideApprovalAs(db: Db, client: Client, id: string, decision: 'approve' | 'deny', by: Actor, reason?: string): Promise<ActionResult> {
+  const refuse = async (why: string, data: Record<string, unknown> = {}): Promise<ActionResult> => {
+    await writeReceipt(db, { kind: 'approval.refused', actor: by.id, data: { approvalId: id, decision, by: by.name, why, ...data } });
+    return { reply: why, applied: false };
+  };
+  if (!isAdmin(by.role)) return refuse(`Deciding approvals needs the admin role; you are ${by.role === 'operator' ? 'an' : 'a'} ${by.role}.`);
+  const row = await findApproval(db, id);
+  if (!row) return refuse(`No approval has the id ${id}.`);
+  if (row.status !== 'pending') {
+    const what = row.status === 'expired' ? 'expired (denied at its deadline)' : `already ${row.status}${row.decidedBy ? ` by ${row.decidedBy}` : ''}`;
+    return refuse(`Approval ${row.id} was ${what}; nothing changed.`, { status: row.status });
+  }
+  try {
+    const r = await client.workflow.getHandle(row.workflowId).executeUpdate(approvalDecisionUpdate, {
+      args: [{ approvalId: row.id, decision, by: by.id, byName: by.name, ...(reason ? { reason } : {}) }],
+    });
+    return { reply: `Approval ${row.id} (${row.summary}): ${r.message}`, applied: true };
+  } catch (err) {
+    if (err instanceof WorkflowUpdateFailedError) return refuse(`Not applied: ${err.cause?.message ?? err.message}.`);
+    if (err instanceof WorkflowNotFoundError) return refuse(`The run that waited for approval ${row.id} has ended; nothing changed.`);
+    throw err;
+  }
+}
+
+/** Fetch, check and store the files of an admitted message; refusals are explained. */
+async function storeAttachments(db: Db, attachmentLimits: AttachmentLimits, pending: PendingAttachment[]): Promise<{ refs: AttachmentRef[]; refused: string[] }> {
+  const refs: AttachmentRef[] = [];
+  const refused: string[] = [];
+  for (const p of pending.slice(0, MAX_ATTACHMENTS)) {
+    const name = p.name.replace(/[\\/\u0000-\u001f]/g, '_').slice(0, 255) || 'file';
+    if (!mediaTypeAllowed(p.mediaType, attachmentLimits.types)) {
+      refused.push(`${name}: files of type ${p.mediaType} are not accepted (allowed: ${attachmentLimits.types.join(', ')})`);
+      continue;
+    }
+    if (p.size !== undefined && p.size > attachmentLimits.maxBytes) {
+      refused.push(`${name}: ${humanBytes(p.size)} is over the limit of ${humanBytes(attachmentLimits.maxBytes)}`);
+      continue;
+    }
+    let data: Buffer;
+    try {
+      data = await p.fetch();
+    } catch (err) {
+      refused.push(`${name}: it could not be downloaded (${(err as Error).message})`);
+      continue;
+    }
+    if (data.length > attachmentLimits.maxBytes) {
+      refused.push(`${name}: ${humanBytes(data.length)} is over the limit of ${humanBytes(attachmentLimits.maxBytes)}`);
+      continue;
+    }
+    const hash = await putBlob(db, data, p.mediaType);
+    refs.push(AttachmentRefSchema.parse({ hash, name, mediaType: p.mediaType.split(';')[0]?.trim() || 'application/octet-stream', size: data.length }));
+  }
+  if (pending.length > MAX_ATTACHMENTS) refused.push(`only the first ${MAX_ATTACHMENTS} files of a message are taken`);
+  return { refs, refused };
+}
+
+/** A transcript row as the API shows it (its attachments parsed; unreadable ones left out). */
+function transcriptEntry(r: TranscriptRow): TranscriptEntry {
+  let attachments: AttachmentRef[] | undefined;
+  if (r.attachments) {
+    try {
+      const p = AttachmentRefSchema.array().safeParse(JSON.parse(r.attachments));
+      if (p.success && p.data.length) attachments = p.data;
+    } catch {
+      attachments = undefined;
+    }
+  }
+  return { seq: r.seq, role: r.role, text: r.text, at: r.at, ...(r.user ? { user: r.user } : {}), ...(attachments ? { attachments } : {}) };
+}
+
+/** An Approve/Deny button pressed on a chat platform: only a paired admin decides, in the admin channel when there is one. */
+async function handleApprovalButton(db: Db, action: InboundAction, decide: (id: string, decision: 'approve' | 'deny', by: Actor) => Promise<ActionResult>): Promise<ActionResult> {
+  const actor = await findActor(db, action.platform, action.userId);
+  const receiptKey = `act:${action.platform}:${action.id}`;
+  if (!actor) {
+    await writeReceipt(db, { key: receiptKey, kind: 'ingress.rejected', actor: action.userId, data: { platform: action.platform, chatId: action.chatId, reason: 'unknown-sender', action: action.data } });
+    return { reply: 'Steward does not know you: only paired admins can decide.', applied: false };
+  }
+  const button = parseApprovalButton(action.data);
+  if (!button) return { reply: 'This button is not Steward’s (or is out of date).', applied: false };
+  if (action.chatType === 'group' && isAdmin(actor.role) && (await adminChannelExists(db))) {
+    const found = await lookupBinding(db, action.platform, action.account, action.chatId);
+    if (found.kind !== 'bound' || !found.binding.adminChannel) return { reply: 'Approvals are decided in the admin channel.', applied: false };
+  }
+  return decide(button.id, button.decision, actor);
+}
+
+/** The ingress's own answer (a command's reply, a refusal) sent back to the chat it came from; a pairing code nobody received is withdrawn. */
+async function deliverAnswer(deps: IngressDeps, raw: InboundMessage, result: IngressResult, pairingCode: string | undefined): Promise<void> {
+  const { db } = deps;
+  const senders = deps.senders ?? {};
+  if (!result.reply || !senders[raw.platform]) return;
+  const conversation: ConversationKey = { platform: raw.platform, account: raw.account, chatId: raw.chatId };
+  let failed: unknown;
+  try {
+    const out = await deliverOnce(db, senders, {
+      key: `${inboundKey(raw)}:answer`,
+      sessionId: result.workflowId,
+      conversation,
+      kind: 'notice',
+      text: result.reply,
+      ...(result.replyRecordAs ? { recordAs: result.replyRecordAs } : {}),
+    });
+    if (out.sent) deps.onTranscript?.(result.workflowId, 'system');
+    if (out.failed) failed = out.failed;
+  } catch (err) {
+    failed = err;
+  }
+  if (failed !== undefined) {
+    deps.log?.warn({ err: failed, platform: raw.platform, chatId: raw.chatId }, 'the answer could not be delivered');
+    // a pairing code nobody received is withdrawn, so the failed send uses up no request
+    if (pairingCode) await withdrawUndeliveredPairing(db, pairingCode);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
