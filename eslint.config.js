@@ -11,12 +11,19 @@
  * - Nothing imports the runtime (platform/, workers/: start, workers, CLI) but the runtime
  *   itself, the tests, the benchmarks and the scripts.
  * - domain/ (the store, governance, the model client, sandbox, git) imports no activity,
- *   adapter or workflow: it is the library the layers above it use.
+ *   service, adapter or workflow: it is the library the layers above it use.
+ * - Prisma queries live in domain/ only (domain/store/ has a module per aggregate; outbox,
+ *   receipts, blobs, transcript, governance and actions own their tables): activities,
+ *   services, adapters and the runtime call domain functions, never `db.<model>.<query>()`,
+ *   `$transaction` or raw SQL, and import no value from the generated client.
+ * - services/ (the application services: changes, objectives) imports no adapter: the
+ *   adapters call it.
  * (Later blocks replace an earlier block's rule for the files they name: the stricter come last.)
  * - Everywhere: no floating promises (a promise is awaited, returned, or marked `void`).
  * - Product code: no function over 150 lines (blank lines and comments not counted); the ones
  *   that were longer when the rule came carry a marked exception, to be split.
  */
+import { readFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import tseslint from 'typescript-eslint';
 
@@ -24,8 +31,28 @@ import tseslint from 'typescript-eslint';
 const PURE_COMMON = ['ids', 'schemas', 'objectives', 'limits'];
 
 const WORKFLOW_CODE = ['workflows/**/*.ts', 'test/**/fixtures/*.ts', 'bench/floor/workflows.ts'];
-const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'adapters/**/*.ts', 'services/**/*.ts'];
+const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.ts'];
 const RUNTIME = ['platform/**/*.ts', 'workers/**/*.ts'];
+
+/** Folders above the store: they call domain functions, never a Prisma query of their own. */
+const ABOVE_STORE = ['activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.ts', ...RUNTIME];
+
+/** The Prisma models' client names (`Message` -> `message`), read from the schema so a new model is covered. */
+const MODELS = [...readFileSync(new URL('./prisma/models.prisma', import.meta.url), 'utf8').matchAll(/^model (\w+) \{/gm)].map(([, m]) => m[0].toLowerCase() + m.slice(1));
+const QUERIES = ['findUnique', 'findUniqueOrThrow', 'findFirst', 'findFirstOrThrow', 'findMany', 'create', 'createMany', 'createManyAndReturn', 'update', 'updateMany', 'updateManyAndReturn', 'upsert', 'delete', 'deleteMany', 'count', 'aggregate', 'groupBy'];
+const STORE_MESSAGE = 'Prisma queries live in domain/ (a store module per aggregate: domain/store/, or the domain module that owns the table): call a domain function here.';
+const NO_QUERIES = [
+  { selector: `CallExpression > MemberExpression.callee[property.name=/^(${QUERIES.join('|')})$/] > MemberExpression.object[property.name=/^(${MODELS.join('|')})$/]`, message: STORE_MESSAGE },
+  { selector: 'MemberExpression[property.name=/^\\$(transaction|queryRaw|queryRawUnsafe|executeRaw|executeRawUnsafe)$/]', message: STORE_MESSAGE },
+];
+
+const PENDING_STORE_MOVE = [
+  'platform/start.ts',
+  'platform/trace.ts',
+];
+
+/** The generated Prisma client is the store's: types may be used above it, values not. */
+const NO_GENERATED = { regex: '(^|/)generated/prisma/', allowTypeImports: true, message: STORE_MESSAGE };
 
 const builtins = builtinModules.flatMap((m) => (m.startsWith('node:') ? [m] : [m, `node:${m}`]));
 
@@ -74,9 +101,9 @@ export default tseslint.config(
           patterns: [
             NO_RUNTIME,
             {
-              regex: '(^|/)(activities|adapters|workflows)/',
+              regex: '(^|/)(activities|services|adapters|workflows)/',
               allowTypeImports: true,
-              message: 'domain/ is the library the layers above use: it imports no activity, adapter or workflow (types only).',
+              message: 'domain/ is the library the layers above use: it imports no activity, service, adapter or workflow (types only).',
             },
           ],
         },
@@ -128,5 +155,38 @@ export default tseslint.config(
         },
       ],
     },
+  },
+  {
+    files: ['activities/**/*.ts', 'adapters/**/*.ts'],
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED] }] },
+  },
+  {
+    files: RUNTIME,
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_GENERATED] }] },
+  },
+  {
+    files: ['services/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            NO_RUNTIME,
+            NO_GENERATED,
+            {
+              regex: '(^|/)adapters/',
+              allowTypeImports: true,
+              message: 'services/ is what the adapters call: it imports no adapter (types only).',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ABOVE_STORE,
+    // files whose queries are still being moved into domain/ (issue 13): this list only shrinks
+    ignores: PENDING_STORE_MOVE,
+    rules: { 'no-restricted-syntax': ['error', ...NO_QUERIES] },
   },
 );

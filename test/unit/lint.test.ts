@@ -6,14 +6,57 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import { ESLint } from 'eslint';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const require = createRequire(import.meta.url);
+
+/** The value imports between the project's own modules (type-only imports are erased). */
+function importGraph(folders: string[]): Map<string, string[]> {
+  const files: string[] = [];
+  const walk = (dir: string): void => {
+    for (const name of readdirSync(dir)) {
+      const p = path.join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (p.endsWith('.ts')) files.push(p);
+    }
+  };
+  for (const f of folders) walk(path.join(root, f));
+  const graph = new Map<string, string[]>();
+  for (const f of files) {
+    const deps: string[] = [];
+    for (const m of readFileSync(f, 'utf8').matchAll(/^(?:import|export)\s+(type\s+)?[^;]*?\sfrom\s+'(\.[^']+)'/gms)) {
+      if (!m[1]) deps.push(path.join(path.dirname(f), m[2]!.replace(/\.js$/, '.ts')));
+    }
+    graph.set(f, deps);
+  }
+  return graph;
+}
+
+/** Every import cycle in the graph, as the chain of files (relative to the root). */
+function cyclesOf(graph: Map<string, string[]>): string[] {
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const cycles: string[] = [];
+  const visit = (n: string): void => {
+    state.set(n, 'open');
+    stack.push(n);
+    for (const d of graph.get(n) ?? []) {
+      if (!graph.has(d)) continue;
+      if (state.get(d) === 'open') cycles.push([...stack.slice(stack.indexOf(d)), d].map((f) => path.relative(root, f)).join(' -> '));
+      else if (!state.has(d)) visit(d);
+    }
+    stack.pop();
+    state.set(n, 'done');
+  };
+  for (const f of graph.keys()) if (!state.has(f)) visit(f);
+  return cycles;
+}
 
 function run(bin: string, args: string[]): { status: number | null; output: string } {
   const r = spawnSync(process.execPath, [bin, ...args], { cwd: root, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
@@ -45,7 +88,7 @@ describe('static checks', () => {
     const refused = await lint(
       workflowFile,
       [
-        "import { readFileSync } from 'node:fs';",
+        "import { readdirSync, readFileSync, statSync } from 'node:fs';",
         "import { createDb } from '../../domain/db.js';",
         "import { ENCODING_KEY } from '../../common/codec.js';",
         "import { pino } from 'pino';",
@@ -70,12 +113,48 @@ describe('static checks', () => {
     assert.match(domain[0]!, /Nothing imports the runtime/);
     const upward = await lint(`${root}domain/blobs.ts`, "import { createActivities } from '../activities/index.js';\nimport type { TurnInput } from '../workflows/types.js';\nexport type A = [typeof createActivities, TurnInput];");
     assert.equal(upward.length, 1, upward.join('\n'));
-    assert.match(upward[0]!, /imports no activity, adapter or workflow/);
+    assert.match(upward[0]!, /imports no activity, service, adapter or workflow/);
     // a new function over 150 lines is refused
     const long = `export function tooLong(): number {\n  let n = 0;\n${'  n += 1;\n'.repeat(160)}  return n;\n}`;
     const [longResult] = await eslint.lintText(`${readFileSync(`${root}domain/blobs.ts`, 'utf8')}\n${long}\n`, { filePath: `${root}domain/blobs.ts` });
     assert.match((longResult?.messages ?? []).map((m) => `${m.ruleId}: ${m.message}`).join('\n'), /max-lines-per-function: Function 'tooLong' has too many lines \(16\d\)/);
     const adapter = await lint(`${root}adapters/ingress.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
     assert.match(adapter.join('\n'), /Nothing imports the runtime/);
+  });
+
+  it('has no import cycles between product modules (value imports)', () => {
+    const folders = ['common', 'config', 'domain', 'workflows', 'activities', 'services', 'adapters', 'platform', 'workers'];
+    const graph = importGraph(folders);
+    assert.ok(graph.size > 80, `read ${graph.size} modules`);
+    assert.deepEqual(cyclesOf(graph), []);
+    // the check sees a cycle when there is one
+    const a = path.join(root, 'domain/a.ts');
+    const b = path.join(root, 'domain/b.ts');
+    assert.deepEqual(cyclesOf(new Map([[a, [b]], [b, [a]]])), ['domain/a.ts -> domain/b.ts -> domain/a.ts']);
+  });
+
+  it('refuses Prisma queries above domain/ (adapters, activities, services, the runtime); domain functions pass', async () => {
+    const eslint = new ESLint({ cwd: root });
+    const store = async (file: string, tail: string) => {
+      const [result] = await eslint.lintText(`${readFileSync(file, 'utf8')}\n${tail}\n`, { filePath: file });
+      return (result?.messages ?? []).filter((m) => m.ruleId === 'no-restricted-syntax' || m.ruleId === '@typescript-eslint/no-restricted-imports').map((m) => m.message);
+    };
+    const query = 'export async function probe(db: Db): Promise<unknown> {\n  await db.$transaction(async () => undefined);\n  return db.message.findMany({ take: 1 });\n}';
+    for (const file of ['adapters/ingress.ts', 'activities/chat.ts', 'services/changes.ts', 'platform/ops-cli.ts']) {
+      const refused = await store(`${root}${file}`, query);
+      assert.equal(refused.length, 2, `${file}: ${refused.join('\n')}`);
+      for (const m of refused) assert.match(m, /Prisma queries live in domain\//);
+    }
+    // the same query in a store module is its home
+    assert.deepEqual(await store(`${root}domain/store/sessions.ts`, query), []);
+    // calling a domain function, or a Map's delete, is not a query
+    assert.deepEqual(await store(`${root}adapters/ingress.ts`, "export async function probe(db: Db, m: Map<string, number>): Promise<void> {\n  m.delete('x');\n  await ensureSession(db, 's', { platform: 'cli', account: 'a', chatId: 'c' });\n}"), []);
+    // a value import of the generated client is refused; a type import passes
+    const generated = await store(`${root}adapters/ingress.ts`, "import { Prisma } from '../generated/prisma/sqlite/client.js';\nexport const p = Prisma;");
+    assert.equal(generated.length, 1, generated.join('\n'));
+    assert.deepEqual(await store(`${root}adapters/ingress.ts`, "import type { Message } from '../generated/prisma/sqlite/client.js';\nexport type M = Message;"), []);
+    // services import no adapter
+    const upward = await store(`${root}services/changes.ts`, "import { createIngress } from '../adapters/ingress.js';\nexport const i = createIngress;");
+    assert.match(upward.join('\n'), /imports no adapter/);
   });
 });
