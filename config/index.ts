@@ -535,12 +535,14 @@ function readConfigFile(file: string): Record<string, string> {
   return Object.fromEntries(Object.entries(parsed.data).map(([k, v]) => [k, String(v)]));
 }
 
-/**
- * Load the configuration from `env` (default `process.env`) and the optional config file
- * (`STEWARD_CONFIG`, else `<data dir>/steward.json` when it exists).
- */
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): StewardConfig {
+/** The settings as given: the environment's Steward variables and the config file's, before parsing. */
+interface RawSettings {
+  fromEnv: Record<string, string>;
+  fromFile: Record<string, string>;
+}
+
+/** Collects the Steward variables of `env` and reads the config file (STEWARD_CONFIG, else `<data dir>/steward.json` when it exists). */
+function readRawSettings(env: NodeJS.ProcessEnv, cwd: string): RawSettings {
   const known = Object.keys(ConfigEnvSchema.shape);
   const fromEnv: Record<string, string> = {};
   for (const key of known) {
@@ -555,6 +557,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     throw new ConfigError([`STEWARD_CONFIG: no such file: ${configFile}`]);
   }
   const fromFile = existsSync(configFile) ? readConfigFile(configFile) : {};
+  return { fromEnv, fromFile };
+}
+
+/** Parses the merged settings (the environment over the file), or throws naming each bad variable (secrets' values hidden). */
+function parseSettings({ fromEnv, fromFile }: RawSettings): ConfigEnv {
   const parsed = ConfigEnvSchema.safeParse({ ...fromFile, ...fromEnv });
   if (!parsed.success) {
     const merged: Record<string, string> = { ...fromFile, ...fromEnv };
@@ -567,7 +574,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       }),
     );
   }
-  const e = parsed.data;
+  return parsed.data;
+}
+
+/** Throws on settings that are each valid but do not go together (a key without its URL, half a TLS pair, ...). */
+function checkCombinations(e: ConfigEnv): void {
   const problems: string[] = [];
   if (e.STEWARD_MODEL_API_KEY && !e.STEWARD_MODEL_BASE_URL) {
     problems.push('STEWARD_MODEL_BASE_URL: expected the OpenAI-compatible endpoint URL when STEWARD_MODEL_API_KEY is set');
@@ -583,8 +594,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   }
   if (e.STEWARD_SMTP_URL && !e.STEWARD_SMTP_FROM) problems.push('STEWARD_SMTP_FROM: expected the From address of emails when STEWARD_SMTP_URL is set');
   if (problems.length > 0) throw new ConfigError(problems);
+}
 
-  const dataDir = path.resolve(cwd, e.STEWARD_DATA_DIR ?? '.data');
+/** The model section: the providers with credentials, the default model, prompt, steps and prices. */
+function modelSection(e: ConfigEnv): StewardConfig['model'] {
   const providers: StewardConfig['model']['providers'] = {};
   if (e.OPENAI_API_KEY) providers.openai = { apiKey: e.OPENAI_API_KEY, ...(e.OPENAI_BASE_URL ? { baseURL: e.OPENAI_BASE_URL } : {}) };
   if (e.ANTHROPIC_API_KEY) providers.anthropic = { apiKey: e.ANTHROPIC_API_KEY, ...(e.ANTHROPIC_BASE_URL ? { baseURL: e.ANTHROPIC_BASE_URL } : {}) };
@@ -599,120 +612,184 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   const defaultModel =
     e.STEWARD_MODEL ??
     (providers.openai ? 'openai:gpt-4.1' : providers.anthropic ? 'anthropic:claude-sonnet-4-5' : 'openai:gpt-4.1');
-  let globalPolicy: RepoPolicyInput = {};
-  if (e.STEWARD_REPO_POLICY) {
-    const file = path.resolve(cwd, e.STEWARD_REPO_POLICY);
-    let raw: unknown;
-    try {
-      raw = JSON.parse(readFileSync(file, 'utf8'));
-    } catch (err) {
-      throw new ConfigError([`STEWARD_REPO_POLICY: cannot read ${file} as JSON: ${(err as Error).message}`]);
-    }
-    const parsed = RepoPolicySchema.safeParse(raw);
-    if (!parsed.success) {
-      throw new ConfigError(parsed.error.issues.map((i) => `STEWARD_REPO_POLICY: ${i.path.join('.') || '(root)'}: ${i.message}`));
-    }
-    globalPolicy = parsed.data;
+  return {
+    default: defaultModel,
+    prices: e.STEWARD_MODEL_PRICES,
+    systemPrompt: e.STEWARD_SYSTEM_PROMPT ?? DEFAULT_SYSTEM_PROMPT,
+    maxSteps: e.STEWARD_TURN_MAX_STEPS,
+    providers,
+    configuredProviders,
+  };
+}
+
+/** The operator's repo policy layer: the JSON file STEWARD_REPO_POLICY names, validated (none: an empty policy). */
+function readRepoPolicy(policyFile: string | undefined, cwd: string): RepoPolicyInput {
+  if (!policyFile) return {};
+  const file = path.resolve(cwd, policyFile);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ConfigError([`STEWARD_REPO_POLICY: cannot read ${file} as JSON: ${(err as Error).message}`]);
   }
+  const parsed = RepoPolicySchema.safeParse(raw);
+  if (!parsed.success) {
+    throw new ConfigError(parsed.error.issues.map((i) => `STEWARD_REPO_POLICY: ${i.path.join('.') || '(root)'}: ${i.message}`));
+  }
+  return parsed.data;
+}
+
+/** The HTTP API section: listen address, API token, back-off on wrong credentials, trusted proxies. */
+function httpSection(e: ConfigEnv): StewardConfig['http'] {
+  return {
+    host: e.STEWARD_HTTP_HOST,
+    port: e.STEWARD_HTTP_PORT,
+    ...(e.STEWARD_API_TOKEN ? { apiToken: e.STEWARD_API_TOKEN } : {}),
+    backoff: { after: e.STEWARD_AUTH_BACKOFF_AFTER, maxDelayMs: e.STEWARD_AUTH_BACKOFF_MAX, windowMs: e.STEWARD_AUTH_BACKOFF_WINDOW },
+    trustedProxies: e.STEWARD_TRUSTED_PROXIES,
+  };
+}
+
+/** The Temporal section: an existing cluster (address, namespace, credentials, TLS) or the embedded server, and the queues. */
+function temporalSection(e: ConfigEnv): StewardConfig['temporal'] {
   const tlsWanted = e.TEMPORAL_TLS || e.TEMPORAL_TLS_CERT || e.TEMPORAL_TLS_CA || e.TEMPORAL_API_KEY;
+  return {
+    ...(e.TEMPORAL_ADDRESS ? { address: e.TEMPORAL_ADDRESS } : {}),
+    namespace: e.TEMPORAL_NAMESPACE,
+    ...(e.TEMPORAL_API_KEY ? { apiKey: e.TEMPORAL_API_KEY } : {}),
+    ...(tlsWanted
+      ? {
+          tls: {
+            ...(e.TEMPORAL_TLS_CERT ? { certPath: e.TEMPORAL_TLS_CERT } : {}),
+            ...(e.TEMPORAL_TLS_KEY ? { keyPath: e.TEMPORAL_TLS_KEY } : {}),
+            ...(e.TEMPORAL_TLS_CA ? { caPath: e.TEMPORAL_TLS_CA } : {}),
+            ...(e.TEMPORAL_TLS_SERVER_NAME ? { serverName: e.TEMPORAL_TLS_SERVER_NAME } : {}),
+          },
+        }
+      : {}),
+    embedded: {
+      port: e.STEWARD_TEMPORAL_PORT,
+      uiPort: e.STEWARD_TEMPORAL_UI_PORT,
+      ui: e.STEWARD_TEMPORAL_UI,
+      ...(e.TEMPORAL_CLI_PATH ? { cliPath: e.TEMPORAL_CLI_PATH } : {}),
+    },
+    taskQueue: e.STEWARD_TASK_QUEUE,
+    backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
+    maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
+  };
+}
+
+/** The workers section: the queues a worker process polls, slots per queue, a prebuilt bundle, Worker Versioning. */
+function workersSection(e: ConfigEnv, cwd: string): StewardConfig['workers'] {
+  return {
+    queues: e.STEWARD_WORKER_QUEUES,
+    concurrency: e.STEWARD_WORKER_CONCURRENCY,
+    ...(e.STEWARD_WORKFLOW_BUNDLE ? { bundlePath: path.resolve(cwd, e.STEWARD_WORKFLOW_BUNDLE) } : {}),
+    versioning: { mode: e.STEWARD_WORKER_VERSIONING, deploymentName: e.STEWARD_DEPLOYMENT_NAME, ...(e.STEWARD_BUILD_ID ? { buildId: e.STEWARD_BUILD_ID } : {}) },
+  };
+}
+
+/** The telemetry section: where traces go (OTLP/HTTP), the service name, the metrics listener. */
+function telemetrySection(e: ConfigEnv): StewardConfig['telemetry'] {
+  return {
+    ...(e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || e.OTEL_EXPORTER_OTLP_ENDPOINT
+      ? { tracesUrl: e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? `${(e.OTEL_EXPORTER_OTLP_ENDPOINT ?? '').replace(/\/+$/, '')}/v1/traces` }
+      : {}),
+    serviceName: e.OTEL_SERVICE_NAME,
+    metrics: { host: e.STEWARD_METRICS_HOST, ...(e.STEWARD_METRICS_PORT !== undefined ? { port: e.STEWARD_METRICS_PORT } : {}) },
+  };
+}
+
+/** The chat platforms with a bot token: Telegram and Discord (each absent without its token). */
+function chatPlatformSections(e: ConfigEnv): Pick<StewardConfig, 'telegram' | 'discord'> {
+  return {
+    ...(e.TELEGRAM_BOT_TOKEN ? { telegram: { token: e.TELEGRAM_BOT_TOKEN, ...(e.TELEGRAM_API_ROOT ? { apiRoot: e.TELEGRAM_API_ROOT } : {}) } } : {}),
+    ...(e.DISCORD_BOT_TOKEN
+      ? { discord: { token: e.DISCORD_BOT_TOKEN, ...(e.DISCORD_API_URL ? { apiUrl: e.DISCORD_API_URL } : {}), ...(e.DISCORD_GUILD_ID ? { guildId: e.DISCORD_GUILD_ID } : {}) } }
+      : {}),
+  };
+}
+
+/** The governance section: pairing, approvals, rate limits, accepted attachments. */
+function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
+  return {
+    pairingTtlMs: e.STEWARD_PAIRING_TTL,
+    approvalTimeoutMs: e.STEWARD_APPROVAL_TIMEOUT,
+    approvalTools: e.STEWARD_APPROVAL_TOOLS,
+    forbidSelfApproval: e.STEWARD_FORBID_SELF_APPROVAL,
+    rateLimits: e.STEWARD_TURN_RATE_LIMITS,
+    attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
+  };
+}
+
+/** The repo changes section: their queue, the operator's policy layer, the sandbox, GitHub, the coding agent's limits. */
+function repoChangesSection(e: ConfigEnv, globalPolicy: RepoPolicyInput): StewardConfig['repoChanges'] {
+  return {
+    taskQueue: e.STEWARD_REPO_TASK_QUEUE,
+    globalPolicy,
+    sandboxRoBinds: e.STEWARD_SANDBOX_RO_BINDS,
+    githubApiUrl: (e.STEWARD_GITHUB_API_URL ?? 'https://api.github.com').replace(/\/$/, ''),
+    clarifyTimeoutMs: e.STEWARD_CHANGE_CLARIFY_TIMEOUT,
+    maxQuestions: e.STEWARD_CHANGE_MAX_QUESTIONS,
+    agentMaxSteps: e.STEWARD_CHANGE_AGENT_STEPS,
+  };
+}
+
+/** The proposed actions section: SMTP, HTTP and command limits, and the secrets Steward holds (from `env` and the config file). */
+function actionsSection(e: ConfigEnv, env: NodeJS.ProcessEnv, fromFile: Record<string, string>): StewardConfig['actions'] {
+  return {
+    ...(e.STEWARD_SMTP_URL && e.STEWARD_SMTP_FROM ? { smtp: { url: e.STEWARD_SMTP_URL, from: e.STEWARD_SMTP_FROM } } : {}),
+    http: { allowPrivate: e.STEWARD_ACTION_HTTP_ALLOW_PRIVATE, allowHosts: e.STEWARD_ACTION_HTTP_ALLOW_HOSTS, maxResponseBytes: e.STEWARD_ACTION_MAX_RESPONSE_BYTES },
+    commands: { allowlist: e.STEWARD_ACTION_COMMANDS },
+    literalCredentials: e.STEWARD_ACTION_LITERAL_CREDENTIALS,
+    heldSecrets: heldSecretsFrom({ ...env, ...fromFile }),
+  };
+}
+
+/** The payload codec section: on or off, the keys, compression, the browser origins of its endpoint. */
+function codecSection(e: ConfigEnv): StewardConfig['codec'] {
+  return {
+    enabled: e.STEWARD_CODEC,
+    ...(e.STEWARD_CODEC_KEYS ? { keys: e.STEWARD_CODEC_KEYS } : {}),
+    compressAboveBytes: e.STEWARD_CODEC_COMPRESS_ABOVE,
+    ...(e.STEWARD_CODEC_CORS_ORIGINS.length > 0 ? { corsOrigins: e.STEWARD_CODEC_CORS_ORIGINS } : {}),
+  };
+}
+
+/**
+ * Load the configuration from `env` (default `process.env`) and the optional config file
+ * (`STEWARD_CONFIG`, else `<data dir>/steward.json` when it exists).
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.cwd()): StewardConfig {
+  const raw = readRawSettings(env, cwd);
+  const e = parseSettings(raw);
+  checkCombinations(e);
+
+  const dataDir = path.resolve(cwd, e.STEWARD_DATA_DIR ?? '.data');
+  const model = modelSection(e);
+  const globalPolicy = readRepoPolicy(e.STEWARD_REPO_POLICY, cwd);
 
   return {
     dataDir,
-    http: {
-      host: e.STEWARD_HTTP_HOST,
-      port: e.STEWARD_HTTP_PORT,
-      ...(e.STEWARD_API_TOKEN ? { apiToken: e.STEWARD_API_TOKEN } : {}),
-      backoff: { after: e.STEWARD_AUTH_BACKOFF_AFTER, maxDelayMs: e.STEWARD_AUTH_BACKOFF_MAX, windowMs: e.STEWARD_AUTH_BACKOFF_WINDOW },
-      trustedProxies: e.STEWARD_TRUSTED_PROXIES,
-    },
-    model: {
-      default: defaultModel,
-      prices: e.STEWARD_MODEL_PRICES,
-      systemPrompt: e.STEWARD_SYSTEM_PROMPT ?? DEFAULT_SYSTEM_PROMPT,
-      maxSteps: e.STEWARD_TURN_MAX_STEPS,
-      providers,
-      configuredProviders,
-    },
+    http: httpSection(e),
+    model,
     session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS },
-    temporal: {
-      ...(e.TEMPORAL_ADDRESS ? { address: e.TEMPORAL_ADDRESS } : {}),
-      namespace: e.TEMPORAL_NAMESPACE,
-      ...(e.TEMPORAL_API_KEY ? { apiKey: e.TEMPORAL_API_KEY } : {}),
-      ...(tlsWanted
-        ? {
-            tls: {
-              ...(e.TEMPORAL_TLS_CERT ? { certPath: e.TEMPORAL_TLS_CERT } : {}),
-              ...(e.TEMPORAL_TLS_KEY ? { keyPath: e.TEMPORAL_TLS_KEY } : {}),
-              ...(e.TEMPORAL_TLS_CA ? { caPath: e.TEMPORAL_TLS_CA } : {}),
-              ...(e.TEMPORAL_TLS_SERVER_NAME ? { serverName: e.TEMPORAL_TLS_SERVER_NAME } : {}),
-            },
-          }
-        : {}),
-      embedded: {
-        port: e.STEWARD_TEMPORAL_PORT,
-        uiPort: e.STEWARD_TEMPORAL_UI_PORT,
-        ui: e.STEWARD_TEMPORAL_UI,
-        ...(e.TEMPORAL_CLI_PATH ? { cliPath: e.TEMPORAL_CLI_PATH } : {}),
-      },
-      taskQueue: e.STEWARD_TASK_QUEUE,
-      backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
-      maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
-    },
-    workers: {
-      queues: e.STEWARD_WORKER_QUEUES,
-      concurrency: e.STEWARD_WORKER_CONCURRENCY,
-      ...(e.STEWARD_WORKFLOW_BUNDLE ? { bundlePath: path.resolve(cwd, e.STEWARD_WORKFLOW_BUNDLE) } : {}),
-      versioning: { mode: e.STEWARD_WORKER_VERSIONING, deploymentName: e.STEWARD_DEPLOYMENT_NAME, ...(e.STEWARD_BUILD_ID ? { buildId: e.STEWARD_BUILD_ID } : {}) },
-    },
+    temporal: temporalSection(e),
+    workers: workersSection(e, cwd),
     webhooks: { toleranceMs: e.STEWARD_WEBHOOK_TOLERANCE },
     ...(e.STEWARD_INBOUND_SMTP_PORT !== undefined
       ? { inboundSmtp: { host: e.STEWARD_INBOUND_SMTP_HOST, port: e.STEWARD_INBOUND_SMTP_PORT, maxBytes: e.STEWARD_INBOUND_SMTP_MAX_BYTES, allowFrom: e.STEWARD_INBOUND_SMTP_ALLOW_FROM } }
       : {}),
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,
-    telemetry: {
-      ...(e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || e.OTEL_EXPORTER_OTLP_ENDPOINT
-        ? { tracesUrl: e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? `${(e.OTEL_EXPORTER_OTLP_ENDPOINT ?? '').replace(/\/+$/, '')}/v1/traces` }
-        : {}),
-      serviceName: e.OTEL_SERVICE_NAME,
-      metrics: { host: e.STEWARD_METRICS_HOST, ...(e.STEWARD_METRICS_PORT !== undefined ? { port: e.STEWARD_METRICS_PORT } : {}) },
-    },
-    ...(e.TELEGRAM_BOT_TOKEN ? { telegram: { token: e.TELEGRAM_BOT_TOKEN, ...(e.TELEGRAM_API_ROOT ? { apiRoot: e.TELEGRAM_API_ROOT } : {}) } } : {}),
-    ...(e.DISCORD_BOT_TOKEN
-      ? { discord: { token: e.DISCORD_BOT_TOKEN, ...(e.DISCORD_API_URL ? { apiUrl: e.DISCORD_API_URL } : {}), ...(e.DISCORD_GUILD_ID ? { guildId: e.DISCORD_GUILD_ID } : {}) } }
-      : {}),
-    governance: {
-      pairingTtlMs: e.STEWARD_PAIRING_TTL,
-      approvalTimeoutMs: e.STEWARD_APPROVAL_TIMEOUT,
-      approvalTools: e.STEWARD_APPROVAL_TOOLS,
-      forbidSelfApproval: e.STEWARD_FORBID_SELF_APPROVAL,
-      rateLimits: e.STEWARD_TURN_RATE_LIMITS,
-      attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
-    },
+    telemetry: telemetrySection(e),
+    ...chatPlatformSections(e),
+    governance: governanceSection(e),
     openharness: { waitMs: e.STEWARD_OPENHARNESS_WAIT },
     ...(e.STEWARD_TEMPORAL_UI_URL ? { temporalUiUrl: e.STEWARD_TEMPORAL_UI_URL.replace(/\/$/, '') } : {}),
-    repoChanges: {
-      taskQueue: e.STEWARD_REPO_TASK_QUEUE,
-      globalPolicy,
-      sandboxRoBinds: e.STEWARD_SANDBOX_RO_BINDS,
-      githubApiUrl: (e.STEWARD_GITHUB_API_URL ?? 'https://api.github.com').replace(/\/$/, ''),
-      clarifyTimeoutMs: e.STEWARD_CHANGE_CLARIFY_TIMEOUT,
-      maxQuestions: e.STEWARD_CHANGE_MAX_QUESTIONS,
-      agentMaxSteps: e.STEWARD_CHANGE_AGENT_STEPS,
-    },
-    actions: {
-      ...(e.STEWARD_SMTP_URL && e.STEWARD_SMTP_FROM ? { smtp: { url: e.STEWARD_SMTP_URL, from: e.STEWARD_SMTP_FROM } } : {}),
-      http: { allowPrivate: e.STEWARD_ACTION_HTTP_ALLOW_PRIVATE, allowHosts: e.STEWARD_ACTION_HTTP_ALLOW_HOSTS, maxResponseBytes: e.STEWARD_ACTION_MAX_RESPONSE_BYTES },
-      commands: { allowlist: e.STEWARD_ACTION_COMMANDS },
-      literalCredentials: e.STEWARD_ACTION_LITERAL_CREDENTIALS,
-      heldSecrets: heldSecretsFrom({ ...env, ...fromFile }),
-    },
-    codec: {
-      enabled: e.STEWARD_CODEC,
-      ...(e.STEWARD_CODEC_KEYS ? { keys: e.STEWARD_CODEC_KEYS } : {}),
-      compressAboveBytes: e.STEWARD_CODEC_COMPRESS_ABOVE,
-      ...(e.STEWARD_CODEC_CORS_ORIGINS.length > 0 ? { corsOrigins: e.STEWARD_CODEC_CORS_ORIGINS } : {}),
-    },
+    repoChanges: repoChangesSection(e, globalPolicy),
+    actions: actionsSection(e, env, raw.fromFile),
+    codec: codecSection(e),
   };
 }
 

@@ -15,17 +15,17 @@ import { createDb, migrateDatabase, tuneDb, type Db } from '../domain/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
 import { createModelRegistry } from '../domain/model.js';
-import { createHttpApp, startHttpServer } from '../adapters/http/app.js';
+import { createHttpApp, startHttpServer, type HttpDeps } from '../adapters/http/app.js';
 import { AuthBackoff } from '../adapters/http/backoff.js';
 import { createCodecRoutes } from '../adapters/http/codec.js';
 import { BrowserSignIn } from '../adapters/http/sign-in.js';
 import { createTemporalUiProxy } from '../adapters/http/temporal-ui.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
-import { createIngress } from '../adapters/ingress.js';
+import { createIngress, type Ingress } from '../adapters/ingress.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
-import { createChangeService } from '../services/changes.js';
-import { createObjectiveService } from '../services/objectives.js';
+import { createChangeService, type ChangeService } from '../services/changes.js';
+import { createObjectiveService, type ObjectiveService } from '../services/objectives.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
@@ -263,7 +263,184 @@ export interface StartOptions {
   role?: 'all' | 'api';
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
+/** Shutdown steps, in the order they were added (they run last first). */
+type Cleanups = Array<() => Promise<void>>;
+
+/** Runs every shutdown step once, the last added first; a step that fails is logged and the others still run. */
+async function runCleanups(cleanups: Cleanups, log: Logger): Promise<void> {
+  for (const fn of cleanups.reverse().splice(0)) {
+    try {
+      await fn();
+    } catch (err) {
+      log.warn({ err }, 'shutdown step failed');
+    }
+  }
+}
+
+/** Temporal reached from this process, and the embedded UI's upstream when this process started the dev server with its UI. */
+interface TemporalConnections {
+  address: string;
+  uiUpstream: string | undefined;
+  connection: Connection;
+  nativeConnection: NativeConnection;
+}
+
+/**
+ * Temporal: the configured cluster (its search attributes ensured), else the embedded dev server,
+ * whose Web UI listens on loopback under /ui and is served through the API's origin (<api>/ui),
+ * where its relative codec endpoint (/codec) is the API's own. Connected; the server's stop and
+ * the connections' closes join the shutdown steps.
+ */
+async function startTemporal(config: StewardConfig, log: Logger, cleanups: Cleanups): Promise<TemporalConnections> {
+  let address: string;
+  let uiUpstream: string | undefined;
+  if (config.temporal.address) {
+    address = config.temporal.address;
+  } else {
+    const server = await startEmbeddedTemporal({
+      dataDir: config.dataDir,
+      port: config.temporal.embedded.port,
+      uiPort: config.temporal.embedded.uiPort,
+      ui: config.temporal.embedded.ui,
+      namespace: config.temporal.namespace,
+      ...(config.temporal.embedded.cliPath ? { cliPath: config.temporal.embedded.cliPath } : {}),
+      log,
+      uiCodecEndpoint: '/codec',
+      uiPublicPath: EMBEDDED_UI_PATH,
+    });
+    cleanups.push(() => server.stop());
+    address = server.address;
+    if (server.uiUrl) uiUpstream = new URL(server.uiUrl).origin;
+  }
+  const { connection, nativeConnection } = await connectTemporal(config.temporal, address);
+  cleanups.push(() => connection.close());
+  cleanups.push(() => nativeConnection.close());
+  if (config.temporal.address) await ensureSearchAttributes(connection, config.temporal.namespace);
+  return { address, uiUpstream, connection, nativeConnection };
+}
+
+/** The database, migrated and tuned; its disconnect joins the shutdown steps. */
+async function openDatabase(databaseUrl: string, cleanups: Cleanups): Promise<Db> {
+  await migrateDatabase(databaseUrl);
+  const db = createDb(databaseUrl);
+  cleanups.push(() => db.$disconnect());
+  await tuneDb(db, databaseUrl);
+  return db;
+}
+
+/**
+ * The all-in-one process's workers, one per task queue of every role, running (none for
+ * `steward api`); their stop joins the shutdown steps. The all-in-one start replaces its only
+ * build at restart: unversioned unless STEWARD_WORKER_VERSIONING=on.
+ */
+async function startLocalWorkers(
+  config: StewardConfig,
+  role: 'all' | 'api',
+  temporal: Pick<TemporalConnections, 'connection' | 'nativeConnection'>,
+  deps: ActivityDeps,
+  opts: { dataConverter: DataConverter; tracing: Tracing; log: Logger; cleanups: Cleanups },
+): Promise<Worker[]> {
+  const { dataConverter, tracing, log, cleanups } = opts;
+  const versioning = role === 'api' ? undefined : await workerVersioningFor(config.workers.versioning, temporal.connection, config.temporal.namespace, log, { allInOne: true });
+  const workers =
+    role === 'api'
+      ? []
+      : await workersFor(config, temporal.nativeConnection, deps, {
+          roles: QUEUE_ROLES,
+          dataConverter,
+          telemetry: workerTelemetry(tracing),
+          ...(versioning?.options ? { workerDeploymentOptions: versioning.options } : {}),
+        });
+  const running = runWorkers(workers, log);
+  void versioning?.afterStart();
+  cleanups.push(() => running.stop());
+  return workers;
+}
+
+/** Objective event triggers: changed files in watched workspaces, and inbound email when configured; their stops join the shutdown steps. */
+async function startObjectiveTriggers(config: StewardConfig, db: Db, objectives: ObjectiveService, log: Logger, cleanups: Cleanups): Promise<void> {
+  const watchers = await startObjectiveWatchers({ db, objectives, log });
+  cleanups.push(() => watchers.stop());
+  if (config.inboundSmtp) {
+    const smtp = await startInboundEmail({ db, objectives, ...config.inboundSmtp, log });
+    cleanups.push(() => smtp.close());
+  }
+}
+
+/** The health check of the API: each worker's state (the interactive queue's as `worker`), Temporal's and the database's. */
+function healthCheck(config: StewardConfig, role: 'all' | 'api', workers: Worker[], connection: Connection, db: Db): HttpDeps['health'] {
+  return async () => {
+    const checks: Record<string, string> = {};
+    // the interactive queue's worker as `worker`, the others (background, repo) by task queue
+    for (const w of workers) checks[w.options.taskQueue === config.temporal.taskQueue ? 'worker' : `worker:${w.options.taskQueue}`] = w.getState();
+    if (role === 'api') checks.worker = 'none in this process (steward api)';
+    try {
+      await connection.healthService.check({});
+      checks.temporal = 'ok';
+    } catch (err) {
+      checks.temporal = `unreachable: ${(err as Error).message}`;
+    }
+    try {
+      await db.session.count();
+      checks.database = 'ok';
+    } catch (err) {
+      checks.database = `error: ${(err as Error).message}`;
+    }
+    return { ok: workers.every((w) => w.getState() === 'RUNNING') && checks.temporal === 'ok' && checks.database === 'ok', checks };
+  };
+}
+
+/** What the HTTP app serves from: the ingress, the services, and what the codec endpoint and the embedded UI need. */
+interface ApiAppParts {
+  ingress: Ingress;
+  token: string;
+  db: Db;
+  changes: ChangeService;
+  objectives: ObjectiveService;
+  health: HttpDeps['health'];
+  codec: StewardCodec;
+  events: RunningSteward['events'];
+  tracing: Tracing;
+  uiUpstream: string | undefined;
+  log: Logger;
+}
+
+/**
+ * The HTTP app: the API (one back-off on wrong credentials for the API, the codec endpoint,
+ * shells and webhooks), the OpenHarness shells, the codec endpoint and the embedded UI behind the
+ * browser sign-in. Returns the sign-in too, for the UI's one-time link.
+ */
+function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
+  const { ingress, token, db, changes, objectives, health, codec, events, tracing, uiUpstream, log } = parts;
+  const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
+  const app = createHttpApp({
+    ingress,
+    apiToken: token,
+    log,
+    backoff,
+    metrics: renderMetrics,
+    ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
+    admin: { db },
+    changes,
+    objectives,
+    health,
+  });
+  // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
+  app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log, backoff }));
+  // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or
+  // the browser sign-in), and the embedded UI behind the same sign-in
+  const signIn = new BrowserSignIn({ apiToken: token });
+  const uiPort = config.temporal.embedded.uiPort;
+  const corsOrigins = config.codec.corsOrigins ?? [
+    `http://127.0.0.1:${uiPort}`,
+    `http://localhost:${uiPort}`,
+    ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
+  ];
+  app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
+  return { app, signIn };
+}
+
 export async function startSteward(config: StewardConfig, log: Logger, opts: StartOptions = {}): Promise<RunningSteward> {
   const role = opts.role ?? 'all';
   if (role === 'api' && !config.temporal.address) {
@@ -272,18 +449,10 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
   await installTemporalRuntime(log);
   setModelPrices(config.model.prices);
   const tracing = installTracing({ ...(config.telemetry.tracesUrl ? { tracesUrl: config.telemetry.tracesUrl } : {}), serviceName: config.telemetry.serviceName }, log);
-  const cleanups: Array<() => Promise<void>> = [];
+  const cleanups: Cleanups = [];
   // the last step of shutdown: spans still buffered go out
   cleanups.push(() => tracing.flush());
-  const stopAll = async () => {
-    for (const fn of cleanups.reverse().splice(0)) {
-      try {
-        await fn();
-      } catch (err) {
-        log.warn({ err }, 'shutdown step failed');
-      }
-    }
-  };
+  const stopAll = () => runCleanups(cleanups, log);
   const events = new EventEmitter<{ transcript: [sessionId: string, role: 'user' | 'assistant' | 'system'] }>();
   events.setMaxListeners(0);
   const onTranscript = (sessionId: string, role: 'user' | 'assistant' | 'system') => events.emit('transcript', sessionId, role);
@@ -294,64 +463,27 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // what this machine cannot do (probed meanwhile; the workers' features, so not for `steward api`)
     const unavailable = role === 'api' ? Promise.resolve([]) : unavailableFeatures();
 
-    // Temporal. The embedded server's Web UI listens on loopback under /ui and is served through
-    // the API's origin (<api>/ui), where its relative codec endpoint (/codec) is the API's own.
-    let address: string;
-    let uiUpstream: string | undefined;
-    if (config.temporal.address) {
-      address = config.temporal.address;
-    } else {
-      const server = await startEmbeddedTemporal({
-        dataDir: config.dataDir,
-        port: config.temporal.embedded.port,
-        uiPort: config.temporal.embedded.uiPort,
-        ui: config.temporal.embedded.ui,
-        namespace: config.temporal.namespace,
-        ...(config.temporal.embedded.cliPath ? { cliPath: config.temporal.embedded.cliPath } : {}),
-        log,
-        uiCodecEndpoint: '/codec',
-        uiPublicPath: EMBEDDED_UI_PATH,
-      });
-      cleanups.push(() => server.stop());
-      address = server.address;
-      if (server.uiUrl) uiUpstream = new URL(server.uiUrl).origin;
-    }
-    const { connection, nativeConnection } = await connectTemporal(config.temporal, address);
-    cleanups.push(() => connection.close());
-    cleanups.push(() => nativeConnection.close());
-    if (config.temporal.address) await ensureSearchAttributes(connection, config.temporal.namespace);
+    const temporal = await startTemporal(config, log, cleanups);
+    const { address, uiUpstream, connection } = temporal;
     const client = clientFor(config, connection, dataConverter, tracing);
-
-    // Database
-    await migrateDatabase(config.databaseUrl);
-    const db = createDb(config.databaseUrl);
-    cleanups.push(() => db.$disconnect());
-    await tuneDb(db, config.databaseUrl);
+    const db = await openDatabase(config.databaseUrl, cleanups);
 
     // Worker
     const models = createModelRegistry(config.model.providers);
     const senders = createSenders(config, log);
     const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
-    // the all-in-one start replaces its only build at restart: unversioned unless STEWARD_WORKER_VERSIONING=on
-    const versioning = role === 'api' ? undefined : await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log, { allInOne: true });
-    const workers =
-      role === 'api'
-        ? []
-        : await workersFor(config, nativeConnection, {
-            db,
-            models,
-            systemPrompt: config.model.systemPrompt,
-            log,
-            onTranscript,
-            senders,
-            ...activityOptions(config),
-            // an approved start_repo_change goes through the change service
-            startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
-          }, { roles: QUEUE_ROLES, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning?.options ? { workerDeploymentOptions: versioning.options } : {}) });
-    const running = runWorkers(workers, log);
-    void versioning?.afterStart();
-    cleanups.push(() => running.stop());
+    const workers = await startLocalWorkers(config, role, temporal, {
+      db,
+      models,
+      systemPrompt: config.model.systemPrompt,
+      log,
+      onTranscript,
+      senders,
+      ...activityOptions(config),
+      // an approved start_repo_change goes through the change service
+      startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
+    }, { dataConverter, tracing, log, cleanups });
     const objectives = createObjectiveService({
       client,
       db,
@@ -361,13 +493,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       log,
       ...(runLink ? { runLink } : {}),
     });
-    // Objective event triggers: changed files in watched workspaces, inbound email
-    const watchers = await startObjectiveWatchers({ db, objectives, log });
-    cleanups.push(() => watchers.stop());
-    if (config.inboundSmtp) {
-      const smtp = await startInboundEmail({ db, objectives, ...config.inboundSmtp, log });
-      cleanups.push(() => smtp.close());
-    }
+    await startObjectiveTriggers(config, db, objectives, log, cleanups);
 
     // HTTP API
     const ingress = createIngress({
@@ -387,51 +513,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       objectives,
       ...(runLink ? { runLink } : {}),
     });
-    // one back-off on wrong credentials for the API, the codec endpoint, shells and webhooks
-    const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
-    const app = createHttpApp({
-      ingress,
-      apiToken: token,
-      log,
-      backoff,
-      metrics: renderMetrics,
-      ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
-      admin: { db },
-      changes,
-      objectives,
-      health: async () => {
-        const checks: Record<string, string> = {};
-        // the interactive queue's worker as `worker`, the others (background, repo) by task queue
-        for (const w of workers) checks[w.options.taskQueue === config.temporal.taskQueue ? 'worker' : `worker:${w.options.taskQueue}`] = w.getState();
-        if (role === 'api') checks.worker = 'none in this process (steward api)';
-        try {
-          await connection.healthService.check({});
-          checks.temporal = 'ok';
-        } catch (err) {
-          checks.temporal = `unreachable: ${(err as Error).message}`;
-        }
-        try {
-          await db.session.count();
-          checks.database = 'ok';
-        } catch (err) {
-          checks.database = `error: ${(err as Error).message}`;
-        }
-        return { ok: workers.every((w) => w.getState() === 'RUNNING') && checks.temporal === 'ok' && checks.database === 'ok', checks };
-      },
-    });
-    // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
-    app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log, backoff }));
-    // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or
-    // the browser sign-in), and the embedded UI behind the same sign-in
-    const signIn = new BrowserSignIn({ apiToken: token });
-    const uiPort = config.temporal.embedded.uiPort;
-    const corsOrigins = config.codec.corsOrigins ?? [
-      `http://127.0.0.1:${uiPort}`,
-      `http://localhost:${uiPort}`,
-      ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
-    ];
-    app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
-    if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
+    const health = healthCheck(config, role, workers, connection, db);
+    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;

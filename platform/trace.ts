@@ -735,48 +735,224 @@ function runInfo(events: HistoryEvent[]): { workflowType?: string; status: strin
   return { ...(type ? { workflowType: type } : {}), status: (last && closedStatus(last)) ?? 'running' };
 }
 
-/** Rebuild the path of a message, a turn, a workflow or a run. Throws TraceNotFoundError when nothing matches. */
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace> {
-  const { db, client } = opts;
-  const withData = opts.withData ?? false;
-  const query = ref.trim();
-  if (!query) throw new TraceNotFoundError('Nothing to trace: give a message id, a turn id, a workflow id or a run id.');
-  const notes: string[] = [];
-  const pending: Pending[] = [];
-  const seenReceipts = new Set<number>();
-  const addReceipts = (rows: ReceiptRow[]) => {
+/** The hint of a note about payloads that could not be decoded. */
+const UNDECODABLE = 'is the payload codec key configured?';
+
+type RunHistory = { events: HistoryEvent[] } | { error: string };
+
+/** A trace being built: what it reads from, and what it has gathered so far (receipts each once, histories each read once, runs, notes). */
+class TraceBuilder {
+  readonly db: Db;
+  readonly client: Client | undefined;
+  readonly withData: boolean;
+  readonly inputOf: ScheduledInput | undefined;
+  readonly notes: string[] = [];
+  readonly pending: Pending[] = [];
+  readonly runs: TraceRun[] = [];
+  private readonly seenReceipts = new Set<number>();
+  private readonly histories = new Map<string, RunHistory>();
+
+  constructor(readonly opts: TraceOptions) {
+    this.db = opts.db;
+    this.client = opts.client;
+    this.withData = opts.withData ?? false;
+    this.inputOf = opts.client ? scheduledInputs(opts.client) : undefined;
+  }
+
+  /** Add these receipts to the timeline (those already in it are skipped). */
+  addReceipts(rows: ReceiptRow[]): void {
     for (const r of rows) {
-      if (seenReceipts.has(r.id)) continue;
-      seenReceipts.add(r.id);
-      pending.push(receiptEntry(r, withData));
+      if (this.seenReceipts.has(r.id)) continue;
+      this.seenReceipts.add(r.id);
+      this.pending.push(receiptEntry(r, this.withData));
     }
-  };
-  const histories = new Map<string, { events: HistoryEvent[] } | { error: string }>();
-  const history = async (workflowId: string, runId: string) => {
+  }
+
+  /** The history of a run, read from Temporal once (or why it cannot be read). */
+  async history(workflowId: string, runId: string): Promise<RunHistory> {
     const k = `${workflowId}\u0000${runId}`;
-    let h = histories.get(k);
+    let h = this.histories.get(k);
     if (!h) {
-      h = client ? await readHistory(client, workflowId, runId) : { error: 'Temporal is not connected' };
-      histories.set(k, h);
+      h = this.client ? await readHistory(this.client, workflowId, runId) : { error: 'Temporal is not connected' };
+      this.histories.set(k, h);
     }
     return h;
-  };
-  const inputOf = client ? scheduledInputs(client) : undefined;
-  const undecodable = 'is the payload codec key configured?';
+  }
 
   /** A turn's inbound transcript keys, from its own workflow's input or (inline) its first model step's; or why they cannot be read. */
-  const inboundOf = async (t: TraceTurn): Promise<{ keys?: string[]; unreadable?: string }> => {
-    const h = await history(t.workflowId, t.runId);
+  async inboundOf(t: TraceTurn): Promise<{ keys?: string[]; unreadable?: string }> {
+    const h = await this.history(t.workflowId, t.runId);
     if ('error' in h) return { unreadable: h.error };
     if (!t.inline) {
-      const keys = await inboundKeysOf(client!, h.events);
-      return keys ? { keys } : { unreadable: `its input could not be decoded (${undecodable})` };
+      const keys = await inboundKeysOf(this.client!, h.events);
+      return keys ? { keys } : { unreadable: `its input could not be decoded (${UNDECODABLE})` };
     }
-    const r = await inlineInboundKeys(h.events, t.turnId, inputOf!);
+    const r = await inlineInboundKeys(h.events, t.turnId, this.inputOf!);
     if (r.keys) return { keys: r.keys };
-    return { unreadable: r.unreadable ? `its model step's input could not be decoded (${undecodable})` : `its first model step is not in run ${t.runId} of ${t.workflowId}` };
-  };
+    return { unreadable: r.unreadable ? `its model step's input could not be decoded (${UNDECODABLE})` : `its first model step is not in run ${t.runId} of ${t.workflowId}` };
+  }
+}
+
+/** The turn a chat message led to: the first turn of its session started after it whose input holds it (or, when inputs cannot be read, inferred as the first). */
+async function turnOfMessage(b: TraceBuilder, msg: MessageMatch & { sessionId: string }): Promise<TraceTurn | undefined> {
+  const candidates = await b.db.receipt.findMany({
+    where: { kind: 'turn.start', sessionId: msg.sessionId, ...(msg.ingress ? { id: { gt: msg.ingress.id } } : { createdAt: { gte: msg.at } }) },
+    orderBy: { id: 'asc' },
+    take: MAX_TURN_CANDIDATES,
+  });
+  const turns = candidates.flatMap((c) => {
+    const id = turnIdOfReceipt(c);
+    const t = id ? turnFromReceipt(c, id) : undefined;
+    return t ? [t] : [];
+  });
+  let turn: TraceTurn | undefined;
+  let unreadable: string | undefined;
+  for (const t of turns) {
+    const r = await b.inboundOf(t);
+    if (!r.keys) {
+      unreadable ??= r.unreadable;
+      continue;
+    }
+    if (r.keys.includes(msg.key)) {
+      turn = { ...t, inbound: r.keys };
+      break;
+    }
+  }
+  if (!turn && unreadable !== undefined && turns[0]) {
+    turn = turns[0];
+    b.notes.push(`Inferred: the turn is the first one of the session that started after the message (a turn's history could not be read: ${unreadable}).`);
+  }
+  if (!turn) b.notes.push(candidates.length ? 'None of the turns that started after the message took it in (yet).' : 'No turn has started for this message yet.');
+  return turn;
+}
+
+/** A message's start of the trace: the message, its ingress receipt (or a note), its command receipt or the turn it led to. */
+async function traceMessage(b: TraceBuilder, msg: MessageMatch): Promise<{ message: NonNullable<Trace['message']>; turn: TraceTurn | undefined }> {
+  const message = { key: msg.key, ...(msg.messageId ? { messageId: msg.messageId } : {}), sessionId: msg.sessionId, at: msg.at.toISOString(), command: msg.command };
+  if (msg.ingress) b.addReceipts([msg.ingress]);
+  else b.notes.push('No ingress receipt for this message: its time is the transcript\'s.');
+  let turn: TraceTurn | undefined;
+  if (msg.command) {
+    b.addReceipts(await b.db.receipt.findMany({ where: { key: { in: [`${msg.key}:command`] } } }));
+    b.notes.push('The message was a command: commands are answered at ingress and start no turn.');
+  } else if (msg.sessionId) {
+    // its turn: the first turn of the session started after it whose input holds the message
+    turn = await turnOfMessage(b, { ...msg, sessionId: msg.sessionId });
+  }
+  return { message, turn };
+}
+
+/** What a query that names no message names: a workflow (its runs), a turn that ran inline, or a run. Throws TraceNotFoundError when none. */
+async function matchNonMessage(
+  b: TraceBuilder,
+  query: string,
+): Promise<{ matched: 'workflow' | 'turn' | 'run'; workflowId?: string; runIds: string[]; turn?: TraceTurn }> {
+  const { db, client } = b;
+  const asWorkflow = await runsOf(db, client, query);
+  if (asWorkflow.length) return { matched: 'workflow', workflowId: query, runIds: asWorkflow };
+  const t = await findInlineTurn(db, client, query, (workflowId, runId) => b.history(workflowId, runId), b.inputOf);
+  if (t) return { matched: 'turn', runIds: [], turn: t };
+  const wf = await workflowOfRun(db, client, query);
+  if (!wf) {
+    throw new TraceNotFoundError(
+      `Nothing matches ${query}: it is not an inbound message id (the platform's message id or a transcript key in:<platform>:<account>:<chat>:<id>), ` +
+        `nor a turn id, a workflow id or a run id known to the receipts${client ? ` or to Temporal (namespace ${b.opts.namespace})` : ' (Temporal was not consulted)'}.`,
+    );
+  }
+  return { matched: 'run', workflowId: wf, runIds: [query] };
+}
+
+/** A turn that ran inside its session: its receipts and its approvals', the messages it took in, and its part of the session run's history. Returns the turn with its inbound keys when they were read here. */
+async function traceInlineTurn(b: TraceBuilder, t: TraceTurn): Promise<TraceTurn> {
+  const { db, client, opts } = b;
+  let turn = t;
+  // its receipts: keyed by the turn or naming it, and those of its approvals
+  b.addReceipts(
+    await db.receipt.findMany({
+      where: { OR: [{ key: { startsWith: `${t.turnId}:` } }, { sessionId: t.workflowId, data: { contains: `"turnId":${JSON.stringify(t.turnId)}` } }] },
+      orderBy: { id: 'asc' },
+      take: 10_000,
+    }),
+  );
+  const approvalIds = new Set((await db.approval.findMany({ where: { turnId: t.turnId }, select: { id: true }, take: 50 })).map((a) => a.id));
+  if (!t.inbound) {
+    const r = await b.inboundOf(t);
+    if (r.keys) turn = { ...t, inbound: r.keys };
+  }
+  const inbound = turn.inbound ?? [];
+  // the messages it took in (a trace by message already has its own)
+  if (inbound.length) b.addReceipts(await db.receipt.findMany({ where: { key: { in: inbound.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+  const h = await b.history(t.workflowId, t.runId);
+  const link = uiLink(opts.uiBase, opts.namespace, t.workflowId, t.runId);
+  if ('error' in h) {
+    b.notes.push(`The history of run ${t.runId} of ${t.workflowId}, where the turn ran, was not read: ${h.error}.`);
+    b.runs.push({ workflowId: t.workflowId, runId: t.runId, ...(link ? { uiUrl: link } : {}), history: false });
+  } else {
+    const own = b.pending.filter((p) => p.entry.source === 'receipt' && p.entry.kind !== 'ingress').map((p) => p.atMs);
+    const window = own.length ? { from: Math.min(...own), to: Math.max(...own) } : undefined;
+    const part = await inlineTurnEvents(client!, h.events, { turnId: t.turnId, inbound }, approvalIds, b.inputOf!, window);
+    if (part.inferred) b.notes.push(`Inferred: the turn's part of the session's history is taken from the times of its receipts (its activities' inputs could not be decoded: ${UNDECODABLE}).`);
+    else if (part.events.length === 0) b.notes.push(`No event of run ${t.runId} of ${t.workflowId} could be told to belong to the turn.`);
+    const { entries } = await historyEntries(client!, t.workflowId, t.runId, part.events, b.withData);
+    b.pending.push(...entries);
+    const info = runInfo(h.events);
+    b.runs.push({ workflowId: t.workflowId, runId: t.runId, ...(info.workflowType ? { workflowType: info.workflowType } : {}), status: info.status, ...(link ? { uiUrl: link } : {}), history: true });
+  }
+  b.addReceipts(await approvalReceipts(db, [...approvalIds], { keyed: true }));
+  return turn;
+}
+
+/**
+ * Runs of a workflow (or the one run traced): their receipts, their histories and their
+ * approvals' refused decisions; a turn workflow's inbound messages too. Returns the turn, set
+ * here when a single turn workflow run is traced by its id.
+ */
+async function traceWorkflowRuns(
+  b: TraceBuilder,
+  wfId: string,
+  runIds: string[],
+  seen: { matched: Trace['matched']; message: Trace['message']; turn: TraceTurn | undefined },
+): Promise<TraceTurn | undefined> {
+  const { db, client, opts } = b;
+  const { matched, message } = seen;
+  let turn = seen.turn;
+  b.addReceipts(await db.receipt.findMany({ where: matched === 'run' ? { runId: { in: runIds } } : { workflowId: wfId }, orderBy: { id: 'asc' }, take: 10_000 }));
+  for (const runId of runIds) {
+    const h = await b.history(wfId, runId);
+    const link = uiLink(opts.uiBase, opts.namespace, wfId, runId);
+    if ('error' in h) {
+      b.notes.push(`The history of run ${runId} of ${wfId} was not read: ${h.error}.`);
+      b.runs.push({ workflowId: wfId, runId, ...(link ? { uiUrl: link } : {}), history: false });
+      continue;
+    }
+    const { entries, workflowType, status } = await historyEntries(client!, wfId, runId, h.events, b.withData);
+    b.pending.push(...entries);
+    b.runs.push({ workflowId: wfId, runId, ...(workflowType ? { workflowType } : {}), status, ...(link ? { uiUrl: link } : {}), history: true });
+    if (workflowType === 'turnWorkflow') {
+      // a turn traced by its id: the messages it took in
+      const keys = turn?.inbound ?? (await inboundKeysOf(client!, h.events));
+      if (!message && keys?.length) b.addReceipts(await db.receipt.findMany({ where: { key: { in: keys.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+      if (!turn && runIds.length === 1) turn = { turnId: wfId, workflowId: wfId, runId, inline: false, ...(keys ? { inbound: keys } : {}) };
+    }
+  }
+  // refused decisions on its approvals
+  const approvals = await db.approval.findMany({ where: { workflowId: wfId }, select: { id: true }, take: 50 });
+  b.addReceipts(await approvalReceipts(db, approvals.map((a) => a.id), { keyed: false }));
+  return turn;
+}
+
+/** The gathered entries as a timeline ordered by time (at the same millisecond: receipts first, each source in its own order), timed from the first. */
+function timelineOf(pending: Pending[]): TraceEntry[] {
+  pending.sort((a, b) => a.atMs - b.atMs || (a.entry.source === b.entry.source ? a.order - b.order : a.entry.source === 'receipt' ? -1 : 1));
+  const t0 = pending[0]?.atMs ?? 0;
+  return pending.map((p) => ({ at: new Date(p.atMs).toISOString(), ms: p.atMs - t0, ...p.entry }));
+}
+
+/** Rebuild the path of a message, a turn, a workflow or a run. Throws TraceNotFoundError when nothing matches. */
+export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace> {
+  const query = ref.trim();
+  if (!query) throw new TraceNotFoundError('Nothing to trace: give a message id, a turn id, a workflow id or a run id.');
+  const b = new TraceBuilder(opts);
 
   let matched: Trace['matched'];
   let message: Trace['message'];
@@ -784,143 +960,26 @@ export async function buildTrace(ref: string, opts: TraceOptions): Promise<Trace
   let workflowId: string | undefined;
   let runIds: string[] = [];
 
-  const msg = await findMessage(db, query, opts.chat);
+  const msg = await findMessage(b.db, query, opts.chat);
   if (msg) {
     matched = 'message';
-    message = { key: msg.key, ...(msg.messageId ? { messageId: msg.messageId } : {}), sessionId: msg.sessionId, at: msg.at.toISOString(), command: msg.command };
-    if (msg.ingress) addReceipts([msg.ingress]);
-    else notes.push('No ingress receipt for this message: its time is the transcript\'s.');
-    if (msg.command) {
-      addReceipts(await db.receipt.findMany({ where: { key: { in: [`${msg.key}:command`] } } }));
-      notes.push('The message was a command: commands are answered at ingress and start no turn.');
-    } else if (msg.sessionId) {
-      // its turn: the first turn of the session started after it whose input holds the message
-      const candidates = await db.receipt.findMany({
-        where: { kind: 'turn.start', sessionId: msg.sessionId, ...(msg.ingress ? { id: { gt: msg.ingress.id } } : { createdAt: { gte: msg.at } }) },
-        orderBy: { id: 'asc' },
-        take: MAX_TURN_CANDIDATES,
-      });
-      const turns = candidates.flatMap((c) => {
-        const id = turnIdOfReceipt(c);
-        const t = id ? turnFromReceipt(c, id) : undefined;
-        return t ? [t] : [];
-      });
-      let unreadable: string | undefined;
-      for (const t of turns) {
-        const r = await inboundOf(t);
-        if (!r.keys) {
-          unreadable ??= r.unreadable;
-          continue;
-        }
-        if (r.keys.includes(msg.key)) {
-          turn = { ...t, inbound: r.keys };
-          break;
-        }
-      }
-      if (!turn && unreadable !== undefined && turns[0]) {
-        turn = turns[0];
-        notes.push(`Inferred: the turn is the first one of the session that started after the message (a turn's history could not be read: ${unreadable}).`);
-      }
-      if (!turn) notes.push(candidates.length ? 'None of the turns that started after the message took it in (yet).' : 'No turn has started for this message yet.');
-    }
+    ({ message, turn } = await traceMessage(b, msg));
   } else {
-    const asWorkflow = await runsOf(db, client, query);
-    if (asWorkflow.length) {
-      matched = 'workflow';
-      workflowId = query;
-      runIds = asWorkflow;
-    } else {
-      const t = await findInlineTurn(db, client, query, history, inputOf);
-      if (t) {
-        matched = 'turn';
-        turn = t;
-      } else {
-        const wf = await workflowOfRun(db, client, query);
-        if (!wf) {
-          throw new TraceNotFoundError(
-            `Nothing matches ${query}: it is not an inbound message id (the platform's message id or a transcript key in:<platform>:<account>:<chat>:<id>), ` +
-              `nor a turn id, a workflow id or a run id known to the receipts${client ? ` or to Temporal (namespace ${opts.namespace})` : ' (Temporal was not consulted)'}.`,
-          );
-        }
-        matched = 'run';
-        workflowId = wf;
-        runIds = [query];
-      }
-    }
+    ({ matched, workflowId, runIds, turn } = await matchNonMessage(b, query));
   }
 
-  const runs: TraceRun[] = [];
   if (turn && !turn.inline) {
     // a turn that ran as its own workflow: that workflow's run is its path
     workflowId = turn.workflowId;
     runIds = [turn.runId];
   } else if (turn) {
-    const t = turn;
-    // its receipts: keyed by the turn or naming it, and those of its approvals
-    addReceipts(
-      await db.receipt.findMany({
-        where: { OR: [{ key: { startsWith: `${t.turnId}:` } }, { sessionId: t.workflowId, data: { contains: `"turnId":${JSON.stringify(t.turnId)}` } }] },
-        orderBy: { id: 'asc' },
-        take: 10_000,
-      }),
-    );
-    const approvalIds = new Set((await db.approval.findMany({ where: { turnId: t.turnId }, select: { id: true }, take: 50 })).map((a) => a.id));
-    if (!t.inbound) {
-      const r = await inboundOf(t);
-      if (r.keys) turn = { ...t, inbound: r.keys };
-    }
-    const inbound = turn.inbound ?? [];
-    // the messages it took in (a trace by message already has its own)
-    if (inbound.length) addReceipts(await db.receipt.findMany({ where: { key: { in: inbound.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
-    const h = await history(t.workflowId, t.runId);
-    const link = uiLink(opts.uiBase, opts.namespace, t.workflowId, t.runId);
-    if ('error' in h) {
-      notes.push(`The history of run ${t.runId} of ${t.workflowId}, where the turn ran, was not read: ${h.error}.`);
-      runs.push({ workflowId: t.workflowId, runId: t.runId, ...(link ? { uiUrl: link } : {}), history: false });
-    } else {
-      const own = pending.filter((p) => p.entry.source === 'receipt' && p.entry.kind !== 'ingress').map((p) => p.atMs);
-      const window = own.length ? { from: Math.min(...own), to: Math.max(...own) } : undefined;
-      const part = await inlineTurnEvents(client!, h.events, { turnId: t.turnId, inbound }, approvalIds, inputOf!, window);
-      if (part.inferred) notes.push(`Inferred: the turn's part of the session's history is taken from the times of its receipts (its activities' inputs could not be decoded: ${undecodable}).`);
-      else if (part.events.length === 0) notes.push(`No event of run ${t.runId} of ${t.workflowId} could be told to belong to the turn.`);
-      const { entries } = await historyEntries(client!, t.workflowId, t.runId, part.events, withData);
-      pending.push(...entries);
-      const info = runInfo(h.events);
-      runs.push({ workflowId: t.workflowId, runId: t.runId, ...(info.workflowType ? { workflowType: info.workflowType } : {}), status: info.status, ...(link ? { uiUrl: link } : {}), history: true });
-    }
-    addReceipts(await approvalReceipts(db, [...approvalIds], { keyed: true }));
+    turn = await traceInlineTurn(b, turn);
   }
 
-  if (workflowId) {
-    const wfId = workflowId;
-    addReceipts(await db.receipt.findMany({ where: matched === 'run' ? { runId: { in: runIds } } : { workflowId: wfId }, orderBy: { id: 'asc' }, take: 10_000 }));
-    for (const runId of runIds) {
-      const h = await history(wfId, runId);
-      const link = uiLink(opts.uiBase, opts.namespace, wfId, runId);
-      if ('error' in h) {
-        notes.push(`The history of run ${runId} of ${wfId} was not read: ${h.error}.`);
-        runs.push({ workflowId: wfId, runId, ...(link ? { uiUrl: link } : {}), history: false });
-        continue;
-      }
-      const { entries, workflowType, status } = await historyEntries(client!, wfId, runId, h.events, withData);
-      pending.push(...entries);
-      runs.push({ workflowId: wfId, runId, ...(workflowType ? { workflowType } : {}), status, ...(link ? { uiUrl: link } : {}), history: true });
-      if (workflowType === 'turnWorkflow') {
-        // a turn traced by its id: the messages it took in
-        const keys = turn?.inbound ?? (await inboundKeysOf(client!, h.events));
-        if (!message && keys?.length) addReceipts(await db.receipt.findMany({ where: { key: { in: keys.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
-        if (!turn && runIds.length === 1) turn = { turnId: wfId, workflowId: wfId, runId, inline: false, ...(keys ? { inbound: keys } : {}) };
-      }
-    }
-    // refused decisions on its approvals
-    const approvals = await db.approval.findMany({ where: { workflowId: wfId }, select: { id: true }, take: 50 });
-    addReceipts(await approvalReceipts(db, approvals.map((a) => a.id), { keyed: false }));
-  }
+  if (workflowId) turn = await traceWorkflowRuns(b, workflowId, runIds, { matched, message, turn });
 
-  pending.sort((a, b) => a.atMs - b.atMs || (a.entry.source === b.entry.source ? a.order - b.order : a.entry.source === 'receipt' ? -1 : 1));
-  const t0 = pending[0]?.atMs ?? 0;
-  const timeline = pending.map((p) => ({ at: new Date(p.atMs).toISOString(), ms: p.atMs - t0, ...p.entry }));
-  return { query, matched, ...(message ? { message } : {}), ...(turn ? { turn } : {}), runs, notes, timeline };
+  const timeline = timelineOf(b.pending);
+  return { query, matched, ...(message ? { message } : {}), ...(turn ? { turn } : {}), runs: b.runs, notes: b.notes, timeline };
 }
 
 /**

@@ -167,10 +167,239 @@ export function attachmentFetcher(rawUrl: string, allowedHosts: ReadonlySet<stri
   };
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
+/** The events being handled: tracked so stop() can wait for them, a channel's messages chained in arrival order. */
+class EventWork {
+  /** Set by stop(): new events are ignored. */
+  stopping = false;
+  private readonly inflight = new Set<Promise<void>>();
+  private readonly chains = new Map<string, Promise<void>>();
+
+  constructor(private readonly log: Logger | undefined) {}
+
+  /** Count `p` as being handled until it settles. */
+  track(p: Promise<void>): void {
+    this.inflight.add(p);
+    void p.finally(() => this.inflight.delete(p));
+  }
+
+  /** Run one channel's messages in arrival order (a conversation's messages queue in order). */
+  inOrder(key: string, task: () => Promise<void>): void {
+    const run = (this.chains.get(key) ?? Promise.resolve()).then(task).catch((err: unknown) => this.log?.error({ err, chatId: key }, 'discord: handling a message failed'));
+    this.chains.set(key, run);
+    void run.finally(() => {
+      if (this.chains.get(key) === run) this.chains.delete(key);
+    });
+    this.track(run);
+  }
+
+  /** Wait for what is being handled, at most `timeoutMs`. */
+  async drain(timeoutMs: number): Promise<void> {
+    if (this.inflight.size > 0) {
+      const drain = new AbortController();
+      await Promise.race([Promise.allSettled([...this.inflight]), sleep(timeoutMs, undefined, { signal: drain.signal }).catch(() => undefined)]);
+      drain.abort();
+    }
+  }
+}
+
+/** What the adapter's handlers share: its options, the bot account, the gateway client, the allowed attachment hosts, the work in flight. */
+interface DiscordContext {
+  opts: DiscordAdapterOptions;
+  account: string;
+  client: Client;
+  allowedHosts: ReadonlySet<string>;
+  work: EventWork;
+}
+
+/** The bot's user id as the gateway reports it, else the token's. */
+function botId(ctx: DiscordContext): string {
+  return ctx.client.user?.id ?? ctx.account;
+}
+
+/** A Discord message as Steward's inbound message and pending attachments; undefined when there is nothing to pass on. */
+function normalize(ctx: DiscordContext, message: Message): { msg: InboundMessage; attachments: PendingAttachment[] } | undefined {
+  const me = botId(ctx);
+  const mention = new RegExp(`<@!?${me}>\\s*`, 'g');
+  const text = message.content.replace(mention, '').trim();
+  const attachments: PendingAttachment[] = [...message.attachments.values()].map((a) => ({
+    name: a.name,
+    mediaType: a.contentType ?? 'application/octet-stream',
+    size: a.size,
+    fetch: attachmentFetcher(a.url, ctx.allowedHosts, a.size),
+  }));
+  if (!text && attachments.length === 0) return undefined; // a bare mention, a sticker, an embed: nothing to pass on
+  const inGuild = message.guildId !== null;
+  // A direct message is addressed to Steward by definition; in a guild, a mention (of the bot
+  // or its managed role) or a reply to one of its messages is.
+  const addressed =
+    !inGuild ||
+    message.mentions.users.has(me) ||
+    message.mentions.roles.some((r) => r.tags?.botId === me) ||
+    (message.reference !== null && message.mentions.repliedUser?.id === me);
+  return {
+    msg: {
+      id: message.id,
+      platform: 'discord',
+      account: ctx.account,
+      chatId: message.channelId,
+      user: displayName(message.author),
+      userId: message.author.id,
+      chatType: inGuild ? 'group' : 'dm',
+      addressed,
+      text,
+      at: message.createdAt.toISOString(),
+    },
+    attachments,
+  };
+}
+
+/** An incoming message: normalised and passed to ingress, in its channel's order (bots, system messages and webhooks ignored). */
+function onMessage(ctx: DiscordContext, message: Message): void {
+  const { ingress, log } = ctx.opts;
+  // runs inside discord.js's event dispatch: nothing may throw out of here
+  let n: ReturnType<typeof normalize>;
+  try {
+    if (ctx.work.stopping || message.author.bot || message.author.id === botId(ctx) || message.system || message.webhookId) return;
+    n = normalize(ctx, message);
+  } catch (err) {
+    log?.warn({ err, messageId: message.id }, 'discord: a message could not be read; dropped');
+    return;
+  }
+  if (!n) return;
+  const inbound = n;
+  ctx.work.inOrder(message.channelId, async () => {
+    const r = await ingress.handle(inbound.msg, inbound.attachments.length ? { attachments: inbound.attachments } : {});
+    log?.debug({ messageId: message.id, chatId: message.channelId, kind: r.kind, reason: r.reason }, 'discord: message handled');
+  });
+}
+
+/** Answer an interaction with Markdown: the first part by `first`, the rest as follow-ups. */
+async function answer(
+  sender: ChannelSender,
+  text: string,
+  first: (content: string) => Promise<unknown>,
+  more: (content: string) => Promise<unknown>,
+): Promise<void> {
+  const parts = sender.split(text);
+  for (const [i, md] of parts.entries()) {
+    const post = i === 0 ? first : more;
+    try {
+      await post(renderDiscord(md));
+    } catch (err) {
+      if (!isContentRejected(err)) throw err;
+      await post(renderPlain(md));
+    }
+  }
+}
+
+/** A slash command: acknowledged at once, passed to ingress as `/name args`, answered on the interaction (privately when it is personal). */
+async function onCommand(ctx: DiscordContext, i: ChatInputCommandInteraction): Promise<void> {
+  const { ingress, sender, log } = ctx.opts;
+  const spec = commandSpec(i.commandName);
+  const inGuild = i.guildId !== null;
+  const ephemeral = answersPrivately(spec, inGuild);
+  // Discord's 3 s rule: acknowledge first, think afterwards.
+  await i.deferReply(ephemeral ? { flags: MessageFlags.Ephemeral } : {});
+  let reply: string;
+  try {
+    const r = await ingress.handle(
+      {
+        id: i.id,
+        platform: 'discord',
+        account: ctx.account,
+        chatId: i.channelId,
+        user: displayName(i.user),
+        userId: i.user.id,
+        chatType: inGuild ? 'group' : 'dm',
+        addressed: true,
+        text: commandText(i.commandName, i.options.data),
+        at: i.createdAt.toISOString(),
+      },
+      { deliverReply: false },
+    );
+    reply = r.reply ?? fallbackAnswer(r);
+  } catch (err) {
+    log?.error({ err, command: i.commandName }, 'discord: a slash command failed');
+    reply = 'Steward could not handle this command just now; try again in a moment.';
+  }
+  await answer(
+    sender,
+    reply,
+    (content) => i.editReply({ content, allowedMentions: { parse: [] } }),
+    (content) => i.followUp({ content, allowedMentions: { parse: [] }, ...(ephemeral ? { flags: MessageFlags.Ephemeral } : {}) }),
+  );
+}
+
+/** A button click: acknowledged at once, passed to ingress as an action, answered privately. */
+async function onButton(ctx: DiscordContext, i: ButtonInteraction): Promise<void> {
+  const { ingress, sender, log } = ctx.opts;
+  await i.deferUpdate();
+  let reply: string;
+  try {
+    const r = await ingress.handleAction({
+      platform: 'discord',
+      account: ctx.account,
+      chatId: i.channelId,
+      chatType: i.guildId !== null ? 'group' : 'dm',
+      userId: i.user.id,
+      user: displayName(i.user),
+      data: i.customId,
+      id: i.id,
+    });
+    reply = r.reply;
+  } catch (err) {
+    log?.error({ err, customId: i.customId }, 'discord: a button click failed');
+    reply = 'Steward could not handle this click just now; try again in a moment.';
+  }
+  const followUp = (content: string) => i.followUp({ content, flags: MessageFlags.Ephemeral, allowedMentions: { parse: [] } });
+  await answer(sender, reply, followUp, followUp);
+}
+
+/** An interaction: slash commands and button clicks are answered (tracked for stop()); others are ignored. */
+function onInteraction(ctx: DiscordContext, i: Interaction): void {
+  if (ctx.work.stopping) return;
+  let task: Promise<void> | undefined;
+  if (i.isChatInputCommand()) task = onCommand(ctx, i);
+  else if (i.isButton()) task = onButton(ctx, i);
+  if (!task) return;
+  ctx.work.track(task.catch((err: unknown) => ctx.opts.log?.error({ err, interactionId: i.id }, 'discord: answering an interaction failed')));
+}
+
+/** Register the catalog's commands (bulk overwrite; in `guildId` when given, else global). */
+async function syncCommands(ctx: DiscordContext): Promise<void> {
+  const { client, opts } = ctx;
+  const appId = client.application?.id ?? ctx.account;
+  const route = opts.guildId ? Routes.applicationGuildCommands(appId, opts.guildId) : Routes.applicationCommands(appId);
+  await client.rest.put(route, { body: discordCommands({ global: !opts.guildId }) });
+  opts.log?.info({ commands: COMMANDS.length, scope: opts.guildId ?? 'global' }, 'discord: slash commands registered');
+}
+
+/** Log in, wait for READY, register the slash commands. */
+async function startGateway(ctx: DiscordContext): Promise<void> {
+  const { client, opts, account } = ctx;
+  const log = opts.log;
+  ctx.work.stopping = false;
+  const ready = once(client, Events.ClientReady, { signal: AbortSignal.timeout(READY_TIMEOUT_MS) });
+  ready.catch(() => undefined); // observed below; a failed login must not leave it unhandled
+  await client.login(opts.token.replace(/^Bot\s+/i, ''));
+  if (!client.isReady()) await ready;
+  if (client.user && client.user.id !== account) {
+    log?.warn({ tokenAccount: account, userId: client.user.id }, 'discord: the token names another user id than the gateway reports; conversations use the token\'s');
+  }
+  log?.info({ account, user: client.user?.tag }, 'discord: connected');
+  await syncCommands(ctx);
+}
+
+/** Finish what is being handled (bounded), then close the gateway connection. */
+async function stopGateway(ctx: DiscordContext): Promise<void> {
+  ctx.work.stopping = true;
+  await ctx.work.drain(DRAIN_TIMEOUT_MS);
+  await ctx.client.destroy();
+}
+
 export function createDiscordAdapter(opts: DiscordAdapterOptions): DiscordAdapter {
   const account = discordAccountFromToken(opts.token);
-  const { ingress, sender, log } = opts;
+  const { log } = opts;
   const allowedHosts = new Set(opts.attachmentHosts ?? []);
   const client = new Client({
     allowedMentions: { parse: [] },
@@ -178,202 +407,18 @@ export function createDiscordAdapter(opts: DiscordAdapterOptions): DiscordAdapte
     intents: [GatewayIntentBits.Guilds, GatewayIntentBits.GuildMessages, GatewayIntentBits.DirectMessages, GatewayIntentBits.MessageContent],
     partials: [Partials.Channel],
   });
+  const ctx: DiscordContext = { opts, account, client, allowedHosts, work: new EventWork(log) };
 
-  const inflight = new Set<Promise<void>>();
-  const chains = new Map<string, Promise<void>>();
-  let stopping = false;
-
-  const track = (p: Promise<void>) => {
-    inflight.add(p);
-    void p.finally(() => inflight.delete(p));
-  };
-  /** Run one channel's messages in arrival order (a conversation's messages queue in order). */
-  const inOrder = (key: string, task: () => Promise<void>) => {
-    const run = (chains.get(key) ?? Promise.resolve()).then(task).catch((err: unknown) => log?.error({ err, chatId: key }, 'discord: handling a message failed'));
-    chains.set(key, run);
-    void run.finally(() => {
-      if (chains.get(key) === run) chains.delete(key);
-    });
-    track(run);
-  };
-
-  const botId = () => client.user?.id ?? account;
-
-  function normalize(message: Message): { msg: InboundMessage; attachments: PendingAttachment[] } | undefined {
-    const me = botId();
-    const mention = new RegExp(`<@!?${me}>\\s*`, 'g');
-    const text = message.content.replace(mention, '').trim();
-    const attachments: PendingAttachment[] = [...message.attachments.values()].map((a) => ({
-      name: a.name,
-      mediaType: a.contentType ?? 'application/octet-stream',
-      size: a.size,
-      fetch: attachmentFetcher(a.url, allowedHosts, a.size),
-    }));
-    if (!text && attachments.length === 0) return undefined; // a bare mention, a sticker, an embed: nothing to pass on
-    const inGuild = message.guildId !== null;
-    // A direct message is addressed to Steward by definition; in a guild, a mention (of the bot
-    // or its managed role) or a reply to one of its messages is.
-    const addressed =
-      !inGuild ||
-      message.mentions.users.has(me) ||
-      message.mentions.roles.some((r) => r.tags?.botId === me) ||
-      (message.reference !== null && message.mentions.repliedUser?.id === me);
-    return {
-      msg: {
-        id: message.id,
-        platform: 'discord',
-        account,
-        chatId: message.channelId,
-        user: displayName(message.author),
-        userId: message.author.id,
-        chatType: inGuild ? 'group' : 'dm',
-        addressed,
-        text,
-        at: message.createdAt.toISOString(),
-      },
-      attachments,
-    };
-  }
-
-  function onMessage(message: Message): void {
-    // runs inside discord.js's event dispatch: nothing may throw out of here
-    let n: ReturnType<typeof normalize>;
-    try {
-      if (stopping || message.author.bot || message.author.id === botId() || message.system || message.webhookId) return;
-      n = normalize(message);
-    } catch (err) {
-      log?.warn({ err, messageId: message.id }, 'discord: a message could not be read; dropped');
-      return;
-    }
-    if (!n) return;
-    const inbound = n;
-    inOrder(message.channelId, async () => {
-      const r = await ingress.handle(inbound.msg, inbound.attachments.length ? { attachments: inbound.attachments } : {});
-      log?.debug({ messageId: message.id, chatId: message.channelId, kind: r.kind, reason: r.reason }, 'discord: message handled');
-    });
-  }
-
-  /** Answer an interaction with Markdown: the first part by `first`, the rest as follow-ups. */
-  async function answer(
-    text: string,
-    first: (content: string) => Promise<unknown>,
-    more: (content: string) => Promise<unknown>,
-  ): Promise<void> {
-    const parts = sender.split(text);
-    for (const [i, md] of parts.entries()) {
-      const post = i === 0 ? first : more;
-      try {
-        await post(renderDiscord(md));
-      } catch (err) {
-        if (!isContentRejected(err)) throw err;
-        await post(renderPlain(md));
-      }
-    }
-  }
-
-  async function onCommand(i: ChatInputCommandInteraction): Promise<void> {
-    const spec = commandSpec(i.commandName);
-    const inGuild = i.guildId !== null;
-    const ephemeral = answersPrivately(spec, inGuild);
-    // Discord's 3 s rule: acknowledge first, think afterwards.
-    await i.deferReply(ephemeral ? { flags: MessageFlags.Ephemeral } : {});
-    let reply: string;
-    try {
-      const r = await ingress.handle(
-        {
-          id: i.id,
-          platform: 'discord',
-          account,
-          chatId: i.channelId,
-          user: displayName(i.user),
-          userId: i.user.id,
-          chatType: inGuild ? 'group' : 'dm',
-          addressed: true,
-          text: commandText(i.commandName, i.options.data),
-          at: i.createdAt.toISOString(),
-        },
-        { deliverReply: false },
-      );
-      reply = r.reply ?? fallbackAnswer(r);
-    } catch (err) {
-      log?.error({ err, command: i.commandName }, 'discord: a slash command failed');
-      reply = 'Steward could not handle this command just now; try again in a moment.';
-    }
-    await answer(
-      reply,
-      (content) => i.editReply({ content, allowedMentions: { parse: [] } }),
-      (content) => i.followUp({ content, allowedMentions: { parse: [] }, ...(ephemeral ? { flags: MessageFlags.Ephemeral } : {}) }),
-    );
-  }
-
-  async function onButton(i: ButtonInteraction): Promise<void> {
-    await i.deferUpdate();
-    let reply: string;
-    try {
-      const r = await ingress.handleAction({
-        platform: 'discord',
-        account,
-        chatId: i.channelId,
-        chatType: i.guildId !== null ? 'group' : 'dm',
-        userId: i.user.id,
-        user: displayName(i.user),
-        data: i.customId,
-        id: i.id,
-      });
-      reply = r.reply;
-    } catch (err) {
-      log?.error({ err, customId: i.customId }, 'discord: a button click failed');
-      reply = 'Steward could not handle this click just now; try again in a moment.';
-    }
-    const followUp = (content: string) => i.followUp({ content, flags: MessageFlags.Ephemeral, allowedMentions: { parse: [] } });
-    await answer(reply, followUp, followUp);
-  }
-
-  function onInteraction(i: Interaction): void {
-    if (stopping) return;
-    let task: Promise<void> | undefined;
-    if (i.isChatInputCommand()) task = onCommand(i);
-    else if (i.isButton()) task = onButton(i);
-    if (!task) return;
-    track(task.catch((err: unknown) => log?.error({ err, interactionId: i.id }, 'discord: answering an interaction failed')));
-  }
-
-  client.on(Events.MessageCreate, onMessage);
-  client.on(Events.InteractionCreate, onInteraction);
+  client.on(Events.MessageCreate, (message) => onMessage(ctx, message));
+  client.on(Events.InteractionCreate, (i) => onInteraction(ctx, i));
   client.on(Events.Error, (err) => log?.error({ err }, 'discord: client error'));
   client.on(Events.Warn, (message) => log?.warn({ message }, 'discord: client warning'));
-
-  async function syncCommands(): Promise<void> {
-    const appId = client.application?.id ?? account;
-    const route = opts.guildId ? Routes.applicationGuildCommands(appId, opts.guildId) : Routes.applicationCommands(appId);
-    await client.rest.put(route, { body: discordCommands({ global: !opts.guildId }) });
-    log?.info({ commands: COMMANDS.length, scope: opts.guildId ?? 'global' }, 'discord: slash commands registered');
-  }
 
   return {
     account,
     client,
-    syncCommands,
-    async start() {
-      stopping = false;
-      const ready = once(client, Events.ClientReady, { signal: AbortSignal.timeout(READY_TIMEOUT_MS) });
-      ready.catch(() => undefined); // observed below; a failed login must not leave it unhandled
-      await client.login(opts.token.replace(/^Bot\s+/i, ''));
-      if (!client.isReady()) await ready;
-      if (client.user && client.user.id !== account) {
-        log?.warn({ tokenAccount: account, userId: client.user.id }, 'discord: the token names another user id than the gateway reports; conversations use the token\'s');
-      }
-      log?.info({ account, user: client.user?.tag }, 'discord: connected');
-      await syncCommands();
-    },
-    async stop() {
-      stopping = true;
-      if (inflight.size > 0) {
-        const drain = new AbortController();
-        await Promise.race([Promise.allSettled([...inflight]), sleep(DRAIN_TIMEOUT_MS, undefined, { signal: drain.signal }).catch(() => undefined)]);
-        drain.abort();
-      }
-      await client.destroy();
-    },
+    syncCommands: () => syncCommands(ctx),
+    start: () => startGateway(ctx),
+    stop: () => stopGateway(ctx),
   };
 }

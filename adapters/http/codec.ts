@@ -88,55 +88,74 @@ input[type=password]{width:100%;padding:.4rem;font-family:monospace}button{margi
 </head><body>${body}</body></html>`;
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
-  const backoff = deps.backoff ?? new AuthBackoff({ log: deps.log });
-  const signIn = deps.signIn ?? new BrowserSignIn({ apiToken: deps.apiToken, ...(deps.now ? { now: deps.now } : {}) });
-  const origins = new Set(deps.corsOrigins.map((o) => o.replace(/\/$/, '')));
-  const uiPath = deps.uiPath?.replace(/\/+$/, '');
-  const app = new Hono();
+/** Headers of the sign-in pages: never cached, never sent on as a referrer. */
+const NO_STORE = { 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' };
 
-  const bearerValid = (c: Context): boolean => bearerMatches(c.req.header('authorization'), deps.apiToken);
-  const authenticated = (c: Context): 'bearer' | 'cookie' | undefined => (bearerValid(c) ? 'bearer' : signIn.signedIn(c) ? 'cookie' : undefined);
-  /** Where a signed-in browser goes next: `next` when it is a path under the UI, else the UI; undefined without a UI. */
-  const nextPath = (next: string | undefined): string | undefined => {
-    if (!uiPath) return undefined;
-    if (next !== undefined && next.length <= 2048 && (next === uiPath || next.startsWith(`${uiPath}/`) || next.startsWith(`${uiPath}?`)) && !/[\\\s]|%2e/i.test(next) && !next.includes('/..')) {
-      return next;
-    }
-    return `${uiPath}/`;
-  };
-  const noStore = { 'cache-control': 'no-store', 'referrer-policy': 'no-referrer' };
-  const tooManyTries = (c: Context, wait: number) =>
-    c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...noStore });
-  const loginForm = (next: string | undefined, notice = '') =>
-    `<h1>Steward sign-in</h1>${notice}
+/** What the codec routes share: their deps, the back-off, the browser sign-ins and where the embedded UI is served. */
+interface CodecRouteContext {
+  deps: CodecRoutesDeps;
+  backoff: AuthBackoff;
+  signIn: BrowserSignIn;
+  /** The embedded UI's path without a trailing slash, when this server serves it. */
+  uiPath: string | undefined;
+}
+
+/** Whether the request carries the operator's bearer token. */
+function bearerValid(ctx: CodecRouteContext, c: Context): boolean {
+  return bearerMatches(c.req.header('authorization'), ctx.deps.apiToken);
+}
+
+/** How the request is authenticated: the bearer token, the sign-in cookie, or not at all. */
+function authenticated(ctx: CodecRouteContext, c: Context): 'bearer' | 'cookie' | undefined {
+  return bearerValid(ctx, c) ? 'bearer' : ctx.signIn.signedIn(c) ? 'cookie' : undefined;
+}
+
+/** Where a signed-in browser goes next: `next` when it is a path under the UI, else the UI; undefined without a UI. */
+function nextPath(uiPath: string | undefined, next: string | undefined): string | undefined {
+  if (!uiPath) return undefined;
+  if (next !== undefined && next.length <= 2048 && (next === uiPath || next.startsWith(`${uiPath}/`) || next.startsWith(`${uiPath}?`)) && !/[\\\s]|%2e/i.test(next) && !next.includes('/..')) {
+    return next;
+  }
+  return `${uiPath}/`;
+}
+
+/** The page of an address that must wait (429 with Retry-After). */
+function tooManyTries(c: Context, wait: number): Response {
+  return c.html(page('Too many tries', `<h1>Too many tries</h1><p>${escapeHtml(backoffMessage(wait))}.</p>`), 429, { 'retry-after': String(retryAfterSeconds(wait)), ...NO_STORE });
+}
+
+/** The sign-in form's HTML (with `next` carried along, and a notice above it). */
+function loginForm(uiPath: string | undefined, next: string | undefined, notice = ''): string {
+  return `<h1>Steward sign-in</h1>${notice}
 <p>Sign in with the operator API token so this browser may ${uiPath ? 'open the Temporal UI and ' : ''}decode payloads (for ${SIGN_IN_TTL_SECONDS / 3600} hours).</p>
 <form method="post" action="/codec/login"><label for="token">API token</label><br>
 <input id="token" name="token" type="password" autocomplete="current-password" required autofocus><br>
 ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(next)}">` : ''}<button type="submit">Sign in</button></form>
 <p>The token is in the data directory (<code>.data/api-token</code>) or <code>STEWARD_API_TOKEN</code>; <code>./steward ui</code> prints a one-time sign-in link instead.</p>`;
-  /** The answer to a browser that has just signed in: on to the UI, or a page saying what to set in a UI elsewhere. */
-  const signedIn = (c: Context, next: string | undefined): Response => {
-    signIn.setCookie(c);
-    deps.log?.info('codec: a browser signed in');
-    const to = nextPath(next);
-    if (to !== undefined) return c.redirect(to, 303);
-    const endpoint = `${new URL(c.req.url).origin}/codec`;
-    return c.html(
-      page(
-        'Signed in',
-        `<h1 id="signed-in">Signed in</h1>
+}
+
+/** The answer to a browser that has just signed in: on to the UI, or a page saying what to set in a UI elsewhere. */
+function signedIn(ctx: CodecRouteContext, c: Context, next: string | undefined): Response {
+  ctx.signIn.setCookie(c);
+  ctx.deps.log?.info('codec: a browser signed in');
+  const to = nextPath(ctx.uiPath, next);
+  if (to !== undefined) return c.redirect(to, 303);
+  const endpoint = `${new URL(c.req.url).origin}/codec`;
+  return c.html(
+    page(
+      'Signed in',
+      `<h1 id="signed-in">Signed in</h1>
 <p>This browser may now decode payloads for the next ${SIGN_IN_TTL_SECONDS / 3600} hours.</p>
 <p>In the Temporal UI, open the Codec Server settings, set the endpoint to <code>${escapeHtml(endpoint)}</code> and turn on
 <em>Include cross-origin credentials</em> (the <code>temporalio/ui</code> image: <code>TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true</code>).</p>`,
-      ),
-      200,
-      noStore,
-    );
-  };
+    ),
+    200,
+    NO_STORE,
+  );
+}
 
-  // CORS: the allowed origins only, with credentials; everyone else gets no CORS headers.
+/** CORS on /codec/*: the allowed origins only, with credentials; everyone else gets no CORS headers. */
+function addCors(app: Hono, origins: Set<string>): void {
   app.use('/codec/*', async (c, next) => {
     const origin = c.req.header('origin');
     const allowed = origin !== undefined && origins.has(origin);
@@ -160,8 +179,12 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
     }
     return undefined;
   });
+}
 
-  app.get('/codec/login', (c) => c.html(page('Steward sign-in', loginForm(c.req.query('next'))), 200, noStore));
+/** The browser sign-in: the form (`GET /codec/login`) and posting the API token to it (`POST /codec/login`). */
+function addLoginForm(app: Hono, ctx: CodecRouteContext): void {
+  const { deps, backoff, uiPath } = ctx;
+  app.get('/codec/login', (c) => c.html(page('Steward sign-in', loginForm(uiPath, c.req.query('next'))), 200, NO_STORE));
 
   app.post('/codec/login', bodyLimit({ maxSize: 16 * 1024, onError: (c) => c.html(page('Too large', '<p>The form is too large.</p>'), 413) }), async (c) => {
     const type = c.req.header('content-type') ?? '';
@@ -187,16 +210,20 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
     if (!right) {
       backoff.failure(client, 'codec');
       deps.log?.warn('codec: sign-in with a wrong token');
-      return c.html(page('Wrong token', '<h1>Wrong token</h1><p>That is not the operator API token. <a href="/codec/login">Try again</a>.</p>'), 401, noStore);
+      return c.html(page('Wrong token', '<h1>Wrong token</h1><p>That is not the operator API token. <a href="/codec/login">Try again</a>.</p>'), 401, NO_STORE);
     }
     backoff.success(client);
-    return signedIn(c, form.data.next);
+    return signedIn(ctx, c, form.data.next);
   });
+}
 
+/** One-time sign-in links: redeeming one (`GET /codec/login/<token>`) and issuing one to the operator (`POST /codec/links`, `steward ui`). */
+function addSignInLinks(app: Hono, ctx: CodecRouteContext): void {
+  const { deps, backoff, signIn, uiPath } = ctx;
   // A one-time sign-in link: redeemed once, then it is a wrong credential like any other.
   app.get('/codec/login/:token', (c) => {
     // a HEAD (a link checker, a preview) never uses the link up
-    if (c.req.method === 'HEAD') return c.body(null, 200, noStore);
+    if (c.req.method === 'HEAD') return c.body(null, 200, NO_STORE);
     const client = backoff.client(c);
     const wait = backoff.waitMs(client);
     if (wait > 0) {
@@ -207,16 +234,16 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
       if (LINK_TOKEN.test(token)) deps.log?.warn('codec: a sign-in link that was used already, expired or never issued');
       backoff.failure(client, 'codec');
       const notice = `<p id="link-refused"><strong>This sign-in link was used already or has expired</strong> (a link works once, within ${Math.round(signIn.linkTtlMs / 60_000)} minutes of being printed). Sign in with the token below, or print a new link with <code>./steward ui</code>.</p>`;
-      return c.html(page('Sign-in link refused', loginForm(c.req.query('next'), notice)), 401, noStore);
+      return c.html(page('Sign-in link refused', loginForm(uiPath, c.req.query('next'), notice)), 401, NO_STORE);
     }
     backoff.success(client);
-    return signedIn(c, c.req.query('next'));
+    return signedIn(ctx, c, c.req.query('next'));
   });
 
   // A new one-time sign-in link for the operator (bearer token): `steward ui`.
   app.post('/codec/links', (c) => {
     const client = backoff.client(c);
-    const right = bearerValid(c);
+    const right = bearerValid(ctx, c);
     const wait = backoff.waitMs(client, right);
     if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
     if (!right) {
@@ -228,42 +255,57 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
     const origin = new URL(c.req.url).origin;
     return c.json({ url: `${origin}/codec/login/${link.token}`, expiresAt: link.expiresAt.toISOString(), ...(uiPath ? { ui: `${origin}${uiPath}/` } : {}) }, 201, { 'cache-control': 'no-store' });
   });
+}
 
-  const convert = (direction: 'encode' | 'decode') =>
-    app.post(`/codec/${direction}`, bodyLimit({ maxSize: CODEC_MAX_BODY_BYTES, onError: (c) => c.json({ error: `request body is larger than ${CODEC_MAX_BODY_BYTES} bytes` }, 413) }), async (c) => {
-      const client = backoff.client(c);
-      const by = authenticated(c);
-      const wait = backoff.waitMs(client, by !== undefined);
-      if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
-      if (!by) {
-        // no credential at all (a browser not signed in yet) is not a guess
-        if (c.req.header('authorization') || signIn.hasCookie(c)) backoff.failure(client, 'codec');
-        return c.json({ error: 'missing or wrong credentials: send Authorization: Bearer <API token>, or sign in at /codec/login' }, 401, { 'www-authenticate': 'Bearer' });
-      }
-      backoff.success(client);
-      if (!/^application\/json\b/i.test(c.req.header('content-type') ?? '')) return c.json({ error: 'expected Content-Type: application/json' }, 415);
-      let raw: unknown;
-      try {
-        raw = JSON.parse(await c.req.text());
-      } catch {
-        return c.json({ error: 'malformed JSON in the request body' }, 400);
-      }
-      const body = PayloadsBody.safeParse(raw);
-      if (!body.success) {
-        return c.json({ error: `invalid request: ${body.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}` }, 400);
-      }
-      const payloads = body.data.payloads.map(fromJson);
-      let out: Payload[];
-      try {
-        out = direction === 'encode' ? await deps.codec.encode(payloads) : await deps.codec.decode(payloads);
-      } catch (err) {
-        deps.log?.warn({ direction, error: (err as Error).message }, 'codec: payloads could not be converted');
-        return c.json({ error: (err as Error).message }, 422);
-      }
-      deps.log?.debug({ direction, count: payloads.length, namespace: c.req.header('x-namespace'), by }, 'codec request');
-      return c.json({ payloads: out.map(toJson) }, 200, { 'cache-control': 'no-store' });
-    });
-  convert('encode');
-  convert('decode');
+/** `POST /codec/encode` or `POST /codec/decode`: payloads through the codec, for the bearer token or a signed-in browser. */
+function addConvertRoute(app: Hono, ctx: CodecRouteContext, direction: 'encode' | 'decode'): void {
+  const { deps, backoff, signIn } = ctx;
+  app.post(`/codec/${direction}`, bodyLimit({ maxSize: CODEC_MAX_BODY_BYTES, onError: (c) => c.json({ error: `request body is larger than ${CODEC_MAX_BODY_BYTES} bytes` }, 413) }), async (c) => {
+    const client = backoff.client(c);
+    const by = authenticated(ctx, c);
+    const wait = backoff.waitMs(client, by !== undefined);
+    if (wait > 0) return c.json({ error: backoffMessage(wait) }, 429, { 'retry-after': String(retryAfterSeconds(wait)) });
+    if (!by) {
+      // no credential at all (a browser not signed in yet) is not a guess
+      if (c.req.header('authorization') || signIn.hasCookie(c)) backoff.failure(client, 'codec');
+      return c.json({ error: 'missing or wrong credentials: send Authorization: Bearer <API token>, or sign in at /codec/login' }, 401, { 'www-authenticate': 'Bearer' });
+    }
+    backoff.success(client);
+    if (!/^application\/json\b/i.test(c.req.header('content-type') ?? '')) return c.json({ error: 'expected Content-Type: application/json' }, 415);
+    let raw: unknown;
+    try {
+      raw = JSON.parse(await c.req.text());
+    } catch {
+      return c.json({ error: 'malformed JSON in the request body' }, 400);
+    }
+    const body = PayloadsBody.safeParse(raw);
+    if (!body.success) {
+      return c.json({ error: `invalid request: ${body.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}` }, 400);
+    }
+    const payloads = body.data.payloads.map(fromJson);
+    let out: Payload[];
+    try {
+      out = direction === 'encode' ? await deps.codec.encode(payloads) : await deps.codec.decode(payloads);
+    } catch (err) {
+      deps.log?.warn({ direction, error: (err as Error).message }, 'codec: payloads could not be converted');
+      return c.json({ error: (err as Error).message }, 422);
+    }
+    deps.log?.debug({ direction, count: payloads.length, namespace: c.req.header('x-namespace'), by }, 'codec request');
+    return c.json({ payloads: out.map(toJson) }, 200, { 'cache-control': 'no-store' });
+  });
+}
+
+export function createCodecRoutes(deps: CodecRoutesDeps): Hono {
+  const backoff = deps.backoff ?? new AuthBackoff({ log: deps.log });
+  const signIn = deps.signIn ?? new BrowserSignIn({ apiToken: deps.apiToken, ...(deps.now ? { now: deps.now } : {}) });
+  const origins = new Set(deps.corsOrigins.map((o) => o.replace(/\/$/, '')));
+  const uiPath = deps.uiPath?.replace(/\/+$/, '');
+  const app = new Hono();
+  const ctx: CodecRouteContext = { deps, backoff, signIn, uiPath };
+  addCors(app, origins);
+  addLoginForm(app, ctx);
+  addSignInLinks(app, ctx);
+  addConvertRoute(app, ctx, 'encode');
+  addConvertRoute(app, ctx, 'decode');
   return app;
 }

@@ -92,19 +92,37 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-export async function sessionWorkflow(input: SessionInput): Promise<void> {
-  const info = workflowInfo();
-  const sessionId = info.workflowId;
-  const epoch = info.firstExecutionRunId;
-  const state = new SessionState(input);
-  let running: RunningTurn | null = null;
-  let newTaskBy: string | undefined;
-  let noticeSeq = 0;
+/** A turn about to run: its number and id, the messages it takes in, its running state, its input and its summary for the UI. */
+interface TurnStart {
+  batch: TurnInput['inbound'];
+  turnNumber: number;
+  turnId: string;
+  turn: RunningTurn;
+  turnInput: TurnInput;
+  summary: string;
+}
 
-  const notify = async (text: string, keyHint?: string): Promise<void> => {
-    const key = keyHint ?? `${sessionId}:${info.runId}:notice:${++noticeSeq}`;
-    await outbox.deliver({ key, sessionId, conversation: input.conversation, kind: 'notice', text });
+/**
+ * One run of a session: its state, the turn running (if any), and the signal, update and query
+ * handlers that reach it. The run's loop itself is sessionWorkflow's.
+ */
+class SessionRun {
+  readonly info = workflowInfo();
+  readonly sessionId = this.info.workflowId;
+  readonly epoch = this.info.firstExecutionRunId;
+  readonly state: SessionState;
+  running: RunningTurn | null = null;
+  newTaskBy: string | undefined;
+  private noticeSeq = 0;
+
+  constructor(readonly input: SessionInput) {
+    this.state = new SessionState(input);
+  }
+
+  /** A notice to the conversation through the outbox (keyed by `keyHint`, else by this run's notice count). */
+  notify = async (text: string, keyHint?: string): Promise<void> => {
+    const key = keyHint ?? `${this.sessionId}:${this.info.runId}:notice:${++this.noticeSeq}`;
+    await outbox.deliver({ key, sessionId: this.sessionId, conversation: this.input.conversation, kind: 'notice', text });
   };
 
   /**
@@ -113,109 +131,121 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
    * conversation, the most recent ones, so the Temporal UI filters sessions, and the turns in
    * them, by person. Upserted only when someone new writes.
    */
-  const listUsers = (users: string[]): void => {
+  listUsers(users: string[]): void {
     const listed = workflowInfo().typedSearchAttributes.get(UserAttr) ?? [];
     const fresh = [...new Set(users)].filter((u) => u && !listed.includes(u));
     if (fresh.length === 0) return;
     upsertSearchAttributes([{ key: UserAttr, value: [...listed, ...fresh].slice(-MAX_LISTED_USERS) }]);
-  };
+  }
 
-  setHandler(inboundSignal, (ref) => {
-    state.enqueue(ref);
-  });
+  /** The signals: inbound messages, the upgrade check, /stop and /new. */
+  registerSignals(): void {
+    const { state } = this;
+    setHandler(inboundSignal, (ref) => {
+      state.enqueue(ref);
+    });
 
-  // any task re-checks `timeToContinue`, which includes a changed current version
-  setHandler(upgradeCheckSignal, () => undefined);
+    // any task re-checks `timeToContinue`, which includes a changed current version
+    setHandler(upgradeCheckSignal, () => undefined);
 
-  setHandler(stopSignal, async ({ by }) => {
-    if (running) {
-      running.stoppedBy = by;
-      running.scope.cancel();
-      return;
-    }
-    await notify(`Nothing is running to stop. ${plural(state.queue.length, 'message')} queued.`);
-  });
-
-  setHandler(newTaskSignal, ({ by }) => {
-    newTaskBy = by;
-    if (running) {
-      running.stoppedBy = by;
-      running.scope.cancel();
-    }
-  });
-
-  setHandler(
-    steerUpdate,
-    async (note) => {
-      const clean = { text: note.text.trim(), by: note.by };
-      if (running) {
-        if (running.loop) running.loop.steer(clean);
-        else if (running.handle) await running.handle.signal(turnSteerSignal, clean);
-        else running.buffered.push(clean);
-        return {
-          appliedTo: 'running-turn' as const,
-          message: 'Steering received: the running turn takes it in before its next model step.',
-        };
+    setHandler(stopSignal, async ({ by }) => {
+      if (this.running) {
+        this.running.stoppedBy = by;
+        this.running.scope.cancel();
+        return;
       }
-      state.pendingSteers.push(clean);
-      return { appliedTo: 'next-turn' as const, message: 'No turn is running: the steering will guide the next turn.' };
-    },
-    { validator: (note) => SessionState.validateSteer(note, state.pendingSteers.length) },
-  );
+      await this.notify(`Nothing is running to stop. ${plural(state.queue.length, 'message')} queued.`);
+    });
 
-  setHandler(
-    settingsUpdate,
-    (change) => {
-      const settings = state.applySettings(change);
-      const parts = [
-        ...(change.model !== undefined ? [`model is now ${settings.model}`] : []),
-        ...(change.think !== undefined ? [`thinking is now ${settings.think}`] : []),
-      ];
-      const tail = running ? ' (from the next turn on)' : '';
-      return { settings, message: `OK: ${parts.join(', ')}${tail}.` };
-    },
-    { validator: (change) => SessionState.validateSettings(change) },
-  );
+    setHandler(newTaskSignal, ({ by }) => {
+      this.newTaskBy = by;
+      if (this.running) {
+        this.running.stoppedBy = by;
+        this.running.scope.cancel();
+      }
+    });
+  }
 
-  // An admin's decision on an approval the running (inline) turn waits for.
-  setHandler(approvalDecisionUpdate, (d) => running!.loop!.decideApproval(d), {
-    validator: (d) => {
-      if (!running?.loop) throw new Error(`approval ${d.approvalId} is not waiting in this conversation's running turn`);
-      running.loop.validateApproval(d);
-    },
-  });
+  /** The updates: /steer, /model and /think, and an admin's decision on an approval the running turn waits for. */
+  registerUpdates(): void {
+    const { state } = this;
+    setHandler(
+      steerUpdate,
+      async (note) => {
+        const clean = { text: note.text.trim(), by: note.by };
+        const running = this.running;
+        if (running) {
+          if (running.loop) running.loop.steer(clean);
+          else if (running.handle) await running.handle.signal(turnSteerSignal, clean);
+          else running.buffered.push(clean);
+          return {
+            appliedTo: 'running-turn' as const,
+            message: 'Steering received: the running turn takes it in before its next model step.',
+          };
+        }
+        state.pendingSteers.push(clean);
+        return { appliedTo: 'next-turn' as const, message: 'No turn is running: the steering will guide the next turn.' };
+      },
+      { validator: (note) => SessionState.validateSteer(note, state.pendingSteers.length) },
+    );
 
-  setHandler(statusQuery, (): SessionStatus => ({
-    sessionId,
-    running: running ? { turnId: running.turnId, startedAt: running.startedAt, ...(running.loop ? { turn: { ...running.loop.status } } : {}) } : null,
-    queueLength: state.queue.length,
-    settings: { ...state.settings },
-    tokens: { ...state.tokens },
-    turnsStarted: state.turnsStarted,
-    generation: state.generation,
-    pendingSteers: state.pendingSteers.length,
-  }));
+    setHandler(
+      settingsUpdate,
+      (change) => {
+        const settings = state.applySettings(change);
+        const parts = [
+          ...(change.model !== undefined ? [`model is now ${settings.model}`] : []),
+          ...(change.think !== undefined ? [`thinking is now ${settings.think}`] : []),
+        ];
+        const tail = this.running ? ' (from the next turn on)' : '';
+        return { settings, message: `OK: ${parts.join(', ')}${tail}.` };
+      },
+      { validator: (change) => SessionState.validateSettings(change) },
+    );
 
-  // Between turns, a pinned session whose deployment has a new current version continues as
-  // new onto it (recorded in the workflow task's history, so replay sees the same answer).
-  const timeToContinue = () => {
+    // An admin's decision on an approval the running (inline) turn waits for.
+    setHandler(approvalDecisionUpdate, (d) => this.running!.loop!.decideApproval(d), {
+      validator: (d) => {
+        if (!this.running?.loop) throw new Error(`approval ${d.approvalId} is not waiting in this conversation's running turn`);
+        this.running.loop.validateApproval(d);
+      },
+    });
+  }
+
+  /** The /status query: the running turn, the queue, settings, tokens and counters. */
+  registerStatusQuery(): void {
+    const { state, sessionId } = this;
+    setHandler(statusQuery, (): SessionStatus => {
+      const running = this.running;
+      return {
+        sessionId,
+        running: running ? { turnId: running.turnId, startedAt: running.startedAt, ...(running.loop ? { turn: { ...running.loop.status } } : {}) } : null,
+        queueLength: state.queue.length,
+        settings: { ...state.settings },
+        tokens: { ...state.tokens },
+        turnsStarted: state.turnsStarted,
+        generation: state.generation,
+        pendingSteers: state.pendingSteers.length,
+      };
+    });
+  }
+
+  /**
+   * Between turns, a pinned session whose deployment has a new current version continues as
+   * new onto it (recorded in the workflow task's history, so replay sees the same answer).
+   */
+  timeToContinue(): boolean {
     const now = workflowInfo();
-    return state.shouldContinueAsNew(input.limits.maxTurnsPerRun, now.continueAsNewSuggested || now.targetWorkerDeploymentVersionChanged);
-  };
+    return this.state.shouldContinueAsNew(this.input.limits.maxTurnsPerRun, now.continueAsNewSuggested || now.targetWorkerDeploymentVersionChanged);
+  }
 
-  for (;;) {
-    await condition(() => state.queue.length > 0 || newTaskBy !== undefined || timeToContinue());
-    if (newTaskBy !== undefined || timeToContinue()) break;
-
-    if (state.dropped > 0) {
-      const n = state.dropped;
-      state.dropped = 0;
-      await notify(`The queue was full: ${plural(n, 'older message')} were dropped.`);
-    }
+  /** Start the next turn: take the queued messages and pending steering, count it, make it the running turn and build its input. */
+  beginTurn(): TurnStart {
+    const { state, input, sessionId } = this;
     const batch = state.takeBatch();
     const turnNumber = ++state.turnsStarted;
     state.turnsThisRun++;
-    const turnId = turnWorkflowId(sessionId, epoch, turnNumber);
+    const turnId = turnWorkflowId(sessionId, this.epoch, turnNumber);
     const steers = state.takeSteers();
     const turn: RunningTurn = {
       turnId,
@@ -223,7 +253,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       scope: new CancellationScope(),
       buffered: [],
     };
-    running = turn;
+    this.running = turn;
     const turnInput: TurnInput = {
       sessionId,
       turnId,
@@ -236,10 +266,31 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       ...(PANEL_PLATFORMS.includes(input.conversation.platform) ? { progress: true } : {}),
     };
     const summary = `Turn ${turnNumber} of ${input.conversation.platform} chat ${input.conversation.chatId} (${plural(batch.length, 'message')}, ${state.settings.model})`;
+    return { batch, turnNumber, turnId, turn, turnInput, summary };
+  }
+}
+
+export async function sessionWorkflow(input: SessionInput): Promise<void> {
+  const session = new SessionRun(input);
+  const { state, notify } = session;
+  session.registerSignals();
+  session.registerUpdates();
+  session.registerStatusQuery();
+
+  for (;;) {
+    await condition(() => state.queue.length > 0 || session.newTaskBy !== undefined || session.timeToContinue());
+    if (session.newTaskBy !== undefined || session.timeToContinue()) break;
+
+    if (state.dropped > 0) {
+      const n = state.dropped;
+      state.dropped = 0;
+      await notify(`The queue was full: ${plural(n, 'older message')} were dropped.`);
+    }
+    const { batch, turnNumber, turnId, turn, turnInput, summary } = session.beginTurn();
     try {
       let result: TurnResult;
       if (patched(INLINE_TURN_PATCH)) {
-        listUsers(batch.flatMap((m) => (m.identityId ? [m.identityId] : [])));
+        session.listUsers(batch.flatMap((m) => (m.identityId ? [m.identityId] : [])));
         const loop = new TurnLoop(turnInput, { startedAt: turn.startedAt, inline: true, label: `Turn ${turnNumber}` });
         turn.loop = loop;
         setCurrentDetails(`Running: ${summary}`);
@@ -268,7 +319,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
     } catch (err) {
       state.recordTurn({ inbound: batch.map((m) => m.key) }, { input: 0, output: 0, total: 0 });
       if (isCancellation(err)) {
-        if (newTaskBy === undefined) {
+        if (session.newTaskBy === undefined) {
           await notify(
             `Stopped the running turn. ${plural(state.queue.length, 'queued message')} kept.`,
             `${turnId}:stopped`,
@@ -278,13 +329,13 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
         await notify(`The turn failed unexpectedly and was abandoned: ${(err as Error).message}`, `${turnId}:failed`);
       }
     } finally {
-      running = null;
+      session.running = null;
       if (turn.loop) setCurrentDetails(`Idle after turn ${turnNumber}.`);
     }
   }
 
   await condition(allHandlersFinished);
-  if (newTaskBy !== undefined) {
+  if (session.newTaskBy !== undefined) {
     const carried = state.carryForNewTask();
     await notify(
       `New task started: the earlier context is cleared.${carried.queue.length ? ` ${plural(carried.queue.length, 'queued message')} will be answered in the new task.` : ''}`,

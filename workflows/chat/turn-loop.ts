@@ -91,6 +91,9 @@ function turnActivities(taskQueue: string | undefined, inline: boolean) {
   return { modelActs, outboxActs, toolActs, panelActs };
 }
 
+/** The turn's activity proxies, as turnActivities makes them. */
+type TurnActivities = ReturnType<typeof turnActivities>;
+
 function addUsage(a: TokenUsage, b: TokenUsage): TokenUsage {
   return { input: a.input + b.input, output: a.output + b.output, total: a.total + b.total };
 }
@@ -154,33 +157,74 @@ export class TurnLoop {
     };
   }
 
-  // eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-  async run(): Promise<TurnResult> {
-    const { input, status, incoming, applied, approvals, requestedBy } = this;
-    const { turnId } = input;
-    const inline = this.opts.inline === true;
-    const { modelActs, outboxActs, toolActs, panelActs } = turnActivities(input.activityQueue, inline);
+  /** Inline turns name their activities in the Temporal UI (the session's history reads turn by turn); turn workflows add nothing. */
+  private named(summary: string): { summary?: string } {
     const label = this.opts.label;
-    /** Inline turns name their activities in the Temporal UI (the session's history reads turn by turn); turn workflows add nothing. */
-    const named = (summary: string): { summary?: string } => (inline && label ? { summary: `${label}: ${summary}` } : {});
+    return this.opts.inline === true && label ? { summary: `${label}: ${summary}` } : {};
+  }
 
-    const base = {
+  /** What every model step's input carries: the turn, its conversation, the messages it took in, the working set and settings. */
+  private baseStepInput() {
+    const { input } = this;
+    return {
       sessionId: input.sessionId,
-      turnId,
+      turnId: input.turnId,
       conversation: input.conversation,
       inbound: input.inbound.map((m) => m.key),
       workingSet: input.workingSet,
       settings: input.settings,
     };
+  }
 
-    const progress = async (text: string, important = false): Promise<void> => {
-      if (!input.progress) return;
-      try {
-        await panelActs.updateProgress({ turnId, conversation: input.conversation, text, important });
-      } catch (err) {
-        if (isCancellation(err)) throw err;
-      }
+  /** Show `text` in the conversation's progress panel (when the turn has one); a failure other than a cancellation is ignored. */
+  private async progress(acts: TurnActivities, text: string, important = false): Promise<void> {
+    const { input } = this;
+    if (!input.progress) return;
+    try {
+      await acts.panelActs.updateProgress({ turnId: input.turnId, conversation: input.conversation, text, important });
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+    }
+  }
+
+  /** Wait for an admin's decision on a proposed call; the deadline denies. */
+  private async awaitApproval(acts: TurnActivities, messageHash: string, call: ToolCallRef): Promise<{ run: boolean; reason: string }> {
+    const { input, status, approvals, requestedBy } = this;
+    const { turnId } = input;
+    const { toolActs } = acts;
+    status.phase = 'approval';
+    // Known before the admins are asked, so that the quickest click already counts.
+    const id = approvalIdFor(turnId, call.id);
+    approvals.expect(id, call.forbidSelfApproval);
+    status.approvalId = id;
+    const requestInput = {
+      sessionId: input.sessionId,
+      turnId,
+      conversation: input.conversation,
+      messageHash,
+      toolCallId: call.id,
+      ...(requestedBy ? { requestedBy } : {}),
     };
+    const req = await toolActs.requestApproval.executeWithOptions(this.named(`approval for ${call.name}`), [requestInput]);
+    approvals.knowPolicy(id, req.forbidSelfApproval === true);
+    await this.progress(acts, `Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
+    const d = await approvals.wait(id, req.timeoutMs, () =>
+      toolActs.settleApproval({ approvalId: req.approvalId, decision: 'cancelled', by: 'stop', byName: 'the turn was stopped' }),
+    );
+    const settled = await toolActs.settleApproval(settlement(req.approvalId, d));
+    delete status.approvalId;
+    return { run: d.decision === 'approve', reason: settled.reason };
+  }
+
+  async run(): Promise<TurnResult> {
+    const { input, status, incoming, applied } = this;
+    const { turnId } = input;
+    const inline = this.opts.inline === true;
+    const acts = turnActivities(input.activityQueue, inline);
+    const { modelActs, outboxActs, toolActs, panelActs } = acts;
+    const named = (summary: string) => this.named(summary);
+    const progress = (text: string, important = false) => this.progress(acts, text, important);
+    const base = this.baseStepInput();
 
     let draftHash: string | undefined;
     let finalHash: string | undefined;
@@ -189,32 +233,6 @@ export class TurnLoop {
     const scratch: ScratchRef[] = [];
     const notes: string[] = [];
     const attachments: AttachmentRef[] = [];
-
-    /** Wait for an admin's decision on a proposed call; the deadline denies. */
-    const awaitApproval = async (messageHash: string, call: ToolCallRef): Promise<{ run: boolean; reason: string }> => {
-      status.phase = 'approval';
-      // Known before the admins are asked, so that the quickest click already counts.
-      const id = approvalIdFor(turnId, call.id);
-      approvals.expect(id, call.forbidSelfApproval);
-      status.approvalId = id;
-      const requestInput = {
-        sessionId: input.sessionId,
-        turnId,
-        conversation: input.conversation,
-        messageHash,
-        toolCallId: call.id,
-        ...(requestedBy ? { requestedBy } : {}),
-      };
-      const req = await toolActs.requestApproval.executeWithOptions(named(`approval for ${call.name}`), [requestInput]);
-      approvals.knowPolicy(id, req.forbidSelfApproval === true);
-      await progress(`Waiting for an admin to approve: ${req.summary} (approval ${req.approvalId})`, true);
-      const d = await approvals.wait(id, req.timeoutMs, () =>
-        toolActs.settleApproval({ approvalId: req.approvalId, decision: 'cancelled', by: 'stop', byName: 'the turn was stopped' }),
-      );
-      const settled = await toolActs.settleApproval(settlement(req.approvalId, d));
-      delete status.approvalId;
-      return { run: d.decision === 'approve', reason: settled.reason };
-    };
 
     try {
       for (let step = 1; step <= input.maxSteps; step++) {
@@ -245,7 +263,7 @@ export class TurnLoop {
             status.phase = 'tool';
             status.tool = call.name;
             let decision: { run: boolean; reason: string } = { run: call.error === undefined, reason: call.error ?? '' };
-            if (decision.run && call.needsApproval) decision = await awaitApproval(result.messageHash, call);
+            if (decision.run && call.needsApproval) decision = await this.awaitApproval(acts, result.messageHash, call);
             else await progress(`Calling ${call.name}…`);
             const toolInput = {
               sessionId: input.sessionId,
