@@ -46,11 +46,6 @@ const NO_QUERIES = [
   { selector: 'MemberExpression[property.name=/^\\$(transaction|queryRaw|queryRawUnsafe|executeRaw|executeRawUnsafe)$/]', message: STORE_MESSAGE },
 ];
 
-const PENDING_STORE_MOVE = [
-  'platform/start.ts',
-  'platform/trace.ts',
-];
-
 /** The generated Prisma client is the store's: types may be used above it, values not. */
 const NO_GENERATED = { regex: '(^|/)generated/prisma/', allowTypeImports: true, message: STORE_MESSAGE };
 
@@ -185,8 +180,6 @@ export default tseslint.config(
   },
   {
     files: ABOVE_STORE,
-    // files whose queries are still being moved into domain/ (issue 13): this list only shrinks
-    ignores: PENDING_STORE_MOVE,
     rules: { 'no-restricted-syntax': ['error', ...NO_QUERIES] },
   },
 );

@@ -15,6 +15,7 @@ import { createDb, migrateDatabase, tuneDb, type Db } from '../domain/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
 import { createModelRegistry } from '../domain/model.js';
+import { countSessions } from '../domain/store/sessions.js';
 import { createHttpApp, startHttpServer, type HttpDeps } from '../adapters/http/app.js';
 import { AuthBackoff } from '../adapters/http/backoff.js';
 import { createCodecRoutes } from '../adapters/http/codec.js';
@@ -381,7 +382,7 @@ function healthCheck(config: StewardConfig, role: 'all' | 'api', workers: Worker
       checks.temporal = `unreachable: ${(err as Error).message}`;
     }
     try {
-      await db.session.count();
+      await countSessions(db);
       checks.database = 'ok';
     } catch (err) {
       checks.database = `error: ${(err as Error).message}`;

@@ -30,13 +30,14 @@ import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-wor
 import protoModule, { type temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import type { Db } from '../domain/db.js';
+import * as store from '../domain/store/trace.js';
 import { approvalIdFor } from '../common/ids.js';
 
 // @temporalio/proto is CommonJS: under ESM its namespace arrives as the default export
 const EventType = protoModule.temporal.api.enums.v1.EventType;
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
-type ReceiptRow = NonNullable<Awaited<ReturnType<Db['receipt']['findFirst']>>>;
+type ReceiptRow = store.ReceiptRow;
 
 export const TraceEntrySchema = z.object({
   at: z.string(),
@@ -666,16 +667,12 @@ async function findMessage(db: Db, ref: string, chat: string | undefined): Promi
     };
   };
   if (ref.startsWith('in:')) {
-    const r = await db.receipt.findUnique({ where: { key: `${ref}:ingress` } });
+    const r = await store.receiptByKey(db, `${ref}:ingress`);
     if (r) return toMatch(r);
-    const m = await db.message.findUnique({ where: { key: ref } });
+    const m = await store.messageByTranscriptKey(db, ref);
     return m ? { key: m.key, sessionId: m.sessionId, at: m.createdAt, command: m.command } : undefined;
   }
-  const rows = await db.receipt.findMany({
-    where: { kind: 'ingress', data: { contains: `"messageId":${JSON.stringify(ref)}` } },
-    orderBy: { id: 'desc' },
-    take: 50,
-  });
+  const rows = await store.ingressReceiptsNaming(db, ref, 50);
   let found = rows.filter((r) => parseData(r).messageId === ref && r.key);
   if (chat) found = found.filter((r) => r.sessionId === chat || parseData(r).chatId === chat);
   if (found.length > 1) {
@@ -684,7 +681,7 @@ async function findMessage(db: Db, ref: string, chat: string | undefined): Promi
   }
   if (found[0]) return toMatch(found[0]);
   // no ingress receipt: the transcript alone (a message whose receipt is gone)
-  const msgs = await db.message.findMany({ where: { role: 'user', key: { endsWith: `:${ref}`, startsWith: 'in:' } }, take: 5 });
+  const msgs = await store.inboundMessagesEndingWith(db, ref, 5);
   const exact = msgs.filter((m) => m.key.split(':').at(-1) === ref && (!chat || m.sessionId === chat || m.key.split(':')[3] === chat));
   if (exact.length > 1) throw new TraceNotFoundError(`The message id ${ref} is in ${exact.length} chats: pass the transcript key, or --chat <chat id or session id>.`);
   const m = exact[0];
@@ -693,8 +690,7 @@ async function findMessage(db: Db, ref: string, chat: string | undefined): Promi
 
 /** Run ids of a workflow: from its receipts, else its latest run in Temporal. */
 async function runsOf(db: Db, client: Client | undefined, workflowId: string): Promise<string[]> {
-  const rows = await db.receipt.findMany({ where: { workflowId, runId: { not: null } }, select: { runId: true }, orderBy: { id: 'asc' }, distinct: ['runId'], take: MAX_RUNS });
-  const runIds = rows.map((r) => r.runId).filter((r): r is string => r !== null);
+  const runIds = await store.runIdsOfWorkflow(db, workflowId, MAX_RUNS);
   if (runIds.length || !client) return runIds;
   try {
     const d = await client.workflow.getHandle(workflowId).describe();
@@ -707,25 +703,11 @@ async function runsOf(db: Db, client: Client | undefined, workflowId: string): P
 
 /** The workflow of a run id: from the receipts, else a visibility query. */
 async function workflowOfRun(db: Db, client: Client | undefined, runId: string): Promise<string | undefined> {
-  const r = await db.receipt.findFirst({ where: { runId }, select: { workflowId: true } });
-  if (r?.workflowId) return r.workflowId;
+  const workflowId = await store.workflowOfRunId(db, runId);
+  if (workflowId) return workflowId;
   if (!client || !/^[0-9a-fA-F-]{36}$/.test(runId)) return undefined;
   for await (const wf of client.workflow.list({ query: `RunId = '${runId}'`, pageSize: 1 })) return wf.workflowId;
   return undefined;
-}
-
-/**
- * Receipts of these approvals in one query: the refused decisions on them (written outside any
- * run) and, `keyed`, those keyed `approval:<id>:...` (an inline turn's approvals live in the
- * session's run, among every other turn's receipts). Up to 20 rows per approval and kind, in all.
- */
-async function approvalReceipts(db: Db, ids: string[], opts: { keyed: boolean }): Promise<ReceiptRow[]> {
-  if (ids.length === 0) return [];
-  const where = ids.flatMap((id) => [
-    { kind: 'approval.refused', data: { contains: `"approvalId":${JSON.stringify(id)}` } },
-    ...(opts.keyed ? [{ key: { startsWith: `approval:${id}:` } }] : []),
-  ]);
-  return db.receipt.findMany({ where: { OR: where }, orderBy: { id: 'asc' }, take: 20 * where.length });
 }
 
 /** The type and status of a run, from its whole history. */
@@ -795,11 +777,7 @@ class TraceBuilder {
 
 /** The turn a chat message led to: the first turn of its session started after it whose input holds it (or, when inputs cannot be read, inferred as the first). */
 async function turnOfMessage(b: TraceBuilder, msg: MessageMatch & { sessionId: string }): Promise<TraceTurn | undefined> {
-  const candidates = await b.db.receipt.findMany({
-    where: { kind: 'turn.start', sessionId: msg.sessionId, ...(msg.ingress ? { id: { gt: msg.ingress.id } } : { createdAt: { gte: msg.at } }) },
-    orderBy: { id: 'asc' },
-    take: MAX_TURN_CANDIDATES,
-  });
+  const candidates = await store.turnStartsAfter(b.db, msg.sessionId, msg.ingress ? { id: msg.ingress.id } : { at: msg.at }, MAX_TURN_CANDIDATES);
   const turns = candidates.flatMap((c) => {
     const id = turnIdOfReceipt(c);
     const t = id ? turnFromReceipt(c, id) : undefined;
@@ -833,7 +811,7 @@ async function traceMessage(b: TraceBuilder, msg: MessageMatch): Promise<{ messa
   else b.notes.push('No ingress receipt for this message: its time is the transcript\'s.');
   let turn: TraceTurn | undefined;
   if (msg.command) {
-    b.addReceipts(await b.db.receipt.findMany({ where: { key: { in: [`${msg.key}:command`] } } }));
+    b.addReceipts(await store.receiptsByKeys(b.db, [`${msg.key}:command`]));
     b.notes.push('The message was a command: commands are answered at ingress and start no turn.');
   } else if (msg.sessionId) {
     // its turn: the first turn of the session started after it whose input holds the message
@@ -867,21 +845,15 @@ async function traceInlineTurn(b: TraceBuilder, t: TraceTurn): Promise<TraceTurn
   const { db, client, opts } = b;
   let turn = t;
   // its receipts: keyed by the turn or naming it, and those of its approvals
-  b.addReceipts(
-    await db.receipt.findMany({
-      where: { OR: [{ key: { startsWith: `${t.turnId}:` } }, { sessionId: t.workflowId, data: { contains: `"turnId":${JSON.stringify(t.turnId)}` } }] },
-      orderBy: { id: 'asc' },
-      take: 10_000,
-    }),
-  );
-  const approvalIds = new Set((await db.approval.findMany({ where: { turnId: t.turnId }, select: { id: true }, take: 50 })).map((a) => a.id));
+  b.addReceipts(await store.receiptsOfTurn(db, t.turnId, t.workflowId, 10_000));
+  const approvalIds = new Set(await store.approvalIdsOfTurn(db, t.turnId, 50));
   if (!t.inbound) {
     const r = await b.inboundOf(t);
     if (r.keys) turn = { ...t, inbound: r.keys };
   }
   const inbound = turn.inbound ?? [];
   // the messages it took in (a trace by message already has its own)
-  if (inbound.length) b.addReceipts(await db.receipt.findMany({ where: { key: { in: inbound.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+  if (inbound.length) b.addReceipts(await store.receiptsByKeys(db, inbound.map((k) => `${k}:ingress`)));
   const h = await b.history(t.workflowId, t.runId);
   const link = uiLink(opts.uiBase, opts.namespace, t.workflowId, t.runId);
   if ('error' in h) {
@@ -898,7 +870,7 @@ async function traceInlineTurn(b: TraceBuilder, t: TraceTurn): Promise<TraceTurn
     const info = runInfo(h.events);
     b.runs.push({ workflowId: t.workflowId, runId: t.runId, ...(info.workflowType ? { workflowType: info.workflowType } : {}), status: info.status, ...(link ? { uiUrl: link } : {}), history: true });
   }
-  b.addReceipts(await approvalReceipts(db, [...approvalIds], { keyed: true }));
+  b.addReceipts(await store.approvalReceipts(db, [...approvalIds], { keyed: true }));
   return turn;
 }
 
@@ -916,7 +888,7 @@ async function traceWorkflowRuns(
   const { db, client, opts } = b;
   const { matched, message } = seen;
   let turn = seen.turn;
-  b.addReceipts(await db.receipt.findMany({ where: matched === 'run' ? { runId: { in: runIds } } : { workflowId: wfId }, orderBy: { id: 'asc' }, take: 10_000 }));
+  b.addReceipts(await store.receiptsOfRuns(db, matched === 'run' ? { runIds } : { workflowId: wfId }, 10_000));
   for (const runId of runIds) {
     const h = await b.history(wfId, runId);
     const link = uiLink(opts.uiBase, opts.namespace, wfId, runId);
@@ -931,13 +903,12 @@ async function traceWorkflowRuns(
     if (workflowType === 'turnWorkflow') {
       // a turn traced by its id: the messages it took in
       const keys = turn?.inbound ?? (await inboundKeysOf(client!, h.events));
-      if (!message && keys?.length) b.addReceipts(await db.receipt.findMany({ where: { key: { in: keys.map((k) => `${k}:ingress`) } }, orderBy: { id: 'asc' } }));
+      if (!message && keys?.length) b.addReceipts(await store.receiptsByKeys(db, keys.map((k) => `${k}:ingress`)));
       if (!turn && runIds.length === 1) turn = { turnId: wfId, workflowId: wfId, runId, inline: false, ...(keys ? { inbound: keys } : {}) };
     }
   }
   // refused decisions on its approvals
-  const approvals = await db.approval.findMany({ where: { workflowId: wfId }, select: { id: true }, take: 50 });
-  b.addReceipts(await approvalReceipts(db, approvals.map((a) => a.id), { keyed: false }));
+  b.addReceipts(await store.approvalReceipts(db, await store.approvalIdsOfWorkflow(db, wfId, 50), { keyed: false }));
   return turn;
 }
 
@@ -996,7 +967,7 @@ async function findInlineTurn(
 ): Promise<TraceTurn | undefined> {
   const m = TURN_ID.exec(turnId);
   if (!m) return undefined;
-  const r = await db.receipt.findFirst({ where: { key: { startsWith: `${turnId}:` }, workflowId: { not: null }, runId: { not: null } }, orderBy: { id: 'asc' } });
+  const r = await store.firstRunReceiptOfTurn(db, turnId);
   if (r) return turnFromReceipt(r, turnId);
   const sessionId = m[1]!;
   if (!client || !inputOf || sessionId.includes("'")) return undefined;
