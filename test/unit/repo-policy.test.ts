@@ -235,6 +235,40 @@ describe('globs', () => {
     assert.equal(globToRegExp('.github/**', { nocase: true }).test('.GITHUB/x'), true);
   });
 
+  it('map the rules onto minimatch where its defaults differ', () => {
+    // a final `**` keeps "below" after `/**` is appended (minimatch merges adjacent `**`)
+    assert.equal(matchesGlob('a', '**/'), false);
+    assert.equal(matchesGlob('a/b', '**/'), true);
+    assert.equal(matchesGlob('a/b', 'a/**/'), false);
+    assert.equal(matchesGlob('a/b/c', 'a/**/'), true);
+    // no extglobs, negation, comments or `..` resolution: literal
+    assert.equal(matchesGlob('@(a|b)', '@(a|b)'), true);
+    assert.equal(matchesGlob('a', '@(a|b)'), false);
+    assert.equal(matchesGlob('!x', '!x'), true);
+    assert.equal(matchesGlob('y', '!x'), false);
+    assert.equal(matchesGlob('#x', '#x'), true);
+    assert.equal(matchesGlob('b', 'a/../b'), false);
+    // more `**` than minimatch walks by default (200): still a match, not a silent miss
+    const deep = 'a/**/'.repeat(202) + 'b';
+    assert.ok(deep.length <= 1024);
+    assert.equal(matchesGlob(`${'a/'.repeat(202)}b`, deep), true);
+    assert.equal(matchesGlob(`${'A/'.repeat(202)}B`, deep, { nocase: true }), true);
+    // bash brace sequences, counted like any alternative
+    assert.equal(matchesGlob('x/file3.txt', 'file{1..3}.txt'), true);
+    assert.equal(matchesGlob('x/file4.txt', 'file{1..3}.txt'), false);
+    assert.throws(() => validateGlob('{1..257}'), /too many alternatives/);
+    // POSIX classes follow Unicode
+    assert.equal(matchesGlob('x/é', '[[:alpha:]]'), true);
+    assert.equal(globToRegExp('[[:alpha:]]').test('x/é'), true);
+    // a `/` separates even after `\`
+    assert.equal(matchesGlob('a\\/b', 'a\\/b'), true);
+    // only normalized repository paths match
+    for (const p of ['', '/a', 'a/', 'a//b', './a', 'a/./b', 'a/../b', '..']) {
+      assert.equal(matchesGlob(p, '**'), false, JSON.stringify(p));
+      assert.equal(globToRegExp('**').test(p), false, JSON.stringify(p));
+    }
+  });
+
   it('reject globs that expand too far', () => {
     assert.throws(() => validateGlob('{a,b}'.repeat(9)), /too many alternatives/);
     assert.doesNotThrow(() => validateGlob('{a,b}'.repeat(8)));
