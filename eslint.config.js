@@ -9,8 +9,9 @@
  *   may come from anywhere (`import type` is erased).
  * - The pure modules of common/ import only zod and each other: they run inside workflows.
  * - The repository change policy (common/repo-policy.ts and common/repo-policy/) does no I/O:
- *   no Node built-ins; besides its own modules it imports only zod and the matchers it is built
- *   on (REPO_POLICY_PACKAGES). Workflow code cannot import it (it is not a pure module).
+ *   no Node built-ins; besides its own modules it imports only zod and the parsers it is built
+ *   on (REPO_POLICY_PACKAGES: minimatch, jsdiff). Workflow code cannot import it (it is not
+ *   a pure module).
  * - Nothing imports the runtime (platform/, workers/: start, workers, CLI) but the runtime
  *   itself, the tests, the benchmarks and the scripts.
  * - domain/ (the store, governance, the model client, sandbox, git) imports no activity,
@@ -27,7 +28,7 @@ import tseslint from 'typescript-eslint';
 const PURE_COMMON = ['ids', 'schemas', 'objectives', 'limits'];
 
 /** The packages the repository change policy is built on (issue 13: well-kept code, not hand-written parsers). */
-const REPO_POLICY_PACKAGES = ['zod', 'minimatch'];
+const REPO_POLICY_PACKAGES = ['zod', 'minimatch', 'diff'];
 
 const WORKFLOW_CODE = ['workflows/**/*.ts', 'test/**/fixtures/*.ts', 'bench/floor/workflows.ts'];
 const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'adapters/**/*.ts'];
