@@ -8,6 +8,10 @@
  *   interceptors, other workflow modules and the pure modules of common/ (PURE_COMMON). Types
  *   may come from anywhere (`import type` is erased).
  * - The pure modules of common/ import only zod and each other: they run inside workflows.
+ * - The repository change policy (common/repo-policy.ts and common/repo-policy/) does no I/O:
+ *   no Node built-ins; besides its own modules it imports only zod and the parsers it is built
+ *   on (REPO_POLICY_PACKAGES: minimatch, jsdiff). Workflow code cannot import it (it is not
+ *   a pure module).
  * - Nothing imports the runtime (platform/, workers/: start, workers, CLI) but the runtime
  *   itself, the tests, the benchmarks and the scripts.
  * - domain/ (the store, governance, the model client, sandbox, git) imports no activity,
@@ -29,6 +33,9 @@ import tseslint from 'typescript-eslint';
 
 /** The modules of common/ that workflow code may import: no I/O, no Node built-ins. */
 const PURE_COMMON = ['ids', 'schemas', 'objectives', 'limits'];
+
+/** The packages the repository change policy is built on (issue 13: well-kept code, not hand-written parsers). */
+const REPO_POLICY_PACKAGES = ['zod', 'minimatch', 'diff'];
 
 const WORKFLOW_CODE = ['workflows/**/*.ts', 'test/**/fixtures/*.ts', 'bench/floor/workflows.ts'];
 const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.ts'];
@@ -127,6 +134,24 @@ export default tseslint.config(
               regex: `(^|/)common/(?!(${PURE_COMMON.join('|')})\\.js$)`,
               allowTypeImports: true,
               message: `Workflow code imports only the pure modules of common/ (${PURE_COMMON.join(', ')}).`,
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['common/repo-policy.ts', 'common/repo-policy/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: noBuiltins('The repository change policy does no I/O: no Node built-ins (the caller reads and passes what it needs).'),
+          patterns: [
+            {
+              regex: `^(?!(${REPO_POLICY_PACKAGES.join('|')})$|\\./)`,
+              allowTypeImports: true,
+              message: `The repository change policy imports only its own modules and ${REPO_POLICY_PACKAGES.join(', ')}.`,
             },
           ],
         },

@@ -1,7 +1,29 @@
 /**
  * Repository change policy, part 3: `parseUnifiedDiff`, `git diff --binary --full-index` output
  * into per-file records; never throws (what it cannot read is in `errors`).
+ *
+ * The hunks are read by jsdiff (`parsePatch` of the `diff` package, 9.0.0), one hunk at a time.
+ * What is left here is a pre-pass for what jsdiff does not read, or reads too leniently for a
+ * gate that must refuse a patch it cannot fully read:
+ *  - the file sections and git's extended headers: jsdiff skips `index` lines (the only place
+ *    the mode of a changed symlink or executable is), `similarity index`, `dissimilarity index`
+ *    and the old `rename old`/`rename new`; it treats `GIT binary patch` blocks as unknown header
+ *    lines (no literal size, no check of the base85 lines); it accepts any digits as a mode;
+ *  - the names: jsdiff keeps one old and one new name, each later header silently replacing
+ *    the one before (`diff --git`, then `rename to`/`copy to`, then `+++`), splits an ambiguous
+ *    `diff --git` line arbitrarily (its own word), keeps a badly quoted name as written, trims
+ *    `---`/`+++` names and does not check the `a/`/`b/` prefixes; here every source is read on
+ *    its own (C-quoted names as UTF-8 bytes) and a patch whose names disagree is refused;
+ *  - text jsdiff tolerates as GNU patch does: before the first file, in a file's header, and
+ *    between or after hunks; here each is an error (it could smuggle a change past the gate);
+ *  - hunk headers: checked here (jsdiff takes any line starting with `@@ ` for one and reads
+ *    the numbers it cannot find as NaN); then the hunk is handed to jsdiff up to the next line
+ *    that starts with `@` (no hunk line does), so a malformed hunk costs only itself (jsdiff
+ *    throws at the first one; that hunk's counts are lost, the rest of the patch is read). A
+ *    line that is only `\r` (a blank context line that lost its space, in a CRLF patch) is
+ *    handed over as an empty line, which jsdiff reads as a context line.
  */
+import { parsePatch, type StructuredPatchHunk } from 'diff';
 
 // =====================================================================================
 // Unified diff parsing
@@ -175,237 +197,270 @@ function parseGitHeader(rest: string): { a: string; b: string } | { error: strin
 
 const MODE_RE = /^[0-7]{6}$/;
 const BASE85_LINE = /^[A-Za-z][0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]+$/;
+const HUNK_HEADER = /^@@ -\d{1,10}(?:,\d{1,10})? \+\d{1,10}(?:,\d{1,10})? @@/;
+const MAX_ERRORS = 1000;
 
-/**
- * Parse `git diff --binary --full-index` output. Never throws: what could not be read is listed
- * in `errors` (and files whose path could not be determined are left out).
- */
-export function parseUnifiedDiff(patch: string): ParsedDiff {
-  const files: DiffFile[] = [];
-  const errors: DiffParseError[] = [];
-  try {
-    parseInto(typeof patch === 'string' ? patch : '', files, errors);
-  } catch (err) {
-    errors.push({ line: 0, message: `internal parser error: ${(err as Error)?.message ?? String(err)}` });
-  }
-  return Object.assign(files, { errors });
+/** What one file's section of the patch says, gathered line by line. */
+interface Section {
+  /** The line of its `diff --git` header. */
+  start: number;
+  names?: { a: string; b: string };
+  oldMode?: string;
+  newMode?: string;
+  /** The mode on the `index` line (a change that keeps the mode). */
+  indexMode?: string;
+  isNew: boolean;
+  isDeleted: boolean;
+  renameFrom?: string;
+  renameTo?: string;
+  copyFrom?: string;
+  copyTo?: string;
+  /** The `---` / `+++` names (null: /dev/null). */
+  minus?: string | null;
+  plus?: string | null;
+  similarity?: number;
+  binary: boolean;
+  binarySize?: number;
+  hunks: number;
+  additions: number;
+  deletions: number;
+  addedBytes: number;
+  addedLines: string[];
+  addedLineNumbers: number[];
+  /** One "unexpected line" error per file is enough. */
+  junkReported: boolean;
 }
 
-// eslint-disable-next-line max-lines-per-function -- longer than 150 lines before the rule came; to be split (issue 13)
-function parseInto(patch: string, files: DiffFile[], errors: DiffParseError[]): void {
-  const lines = patch.split('\n');
-  if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
-  const n = lines.length;
-  const err = (i: number, message: string): void => {
-    if (errors.length < 1000) errors.push({ line: i + 1, message });
-  };
-  const hdr = (i: number): string => {
-    const l = lines[i]!;
-    return l.endsWith('\r') ? l.slice(0, -1) : l;
-  };
-  let i = 0;
-  let preamble = false;
-  while (i < n && !lines[i]!.startsWith('diff --git ')) {
-    if (!preamble && lines[i]!.trim() !== '') {
-      err(i, 'unexpected text before the first "diff --git" header');
-      preamble = true;
-    }
-    i++;
+/** Why jsdiff refused a hunk, in the gate's words. */
+function hunkError(err: unknown): { junk: boolean; message: string } {
+  const m = err instanceof Error ? err.message : String(err);
+  const invalid = /contained invalid line (.*)$/s.exec(m);
+  if (invalid) {
+    const line = invalid[1] ?? '';
+    // the region handed to jsdiff ends with an empty line of its own: reaching it = running out
+    return { junk: false, message: line === '' ? 'hunk ends early: fewer lines than its header announces' : `hunk ends early: ${JSON.stringify(line.slice(0, 80))} is not a hunk line` };
   }
-  while (i < n) {
-    const start = i;
-    const header = parseGitHeader(hdr(i).slice('diff --git '.length));
-    if (header && 'error' in header) err(i, header.error);
-    const names = header && !('error' in header) ? header : undefined;
-    i++;
-    let oldMode: string | undefined;
-    let newMode: string | undefined;
-    let indexMode: string | undefined;
-    let isNew = false;
-    let isDeleted = false;
-    let renameFrom: string | undefined;
-    let renameTo: string | undefined;
-    let copyFrom: string | undefined;
-    let copyTo: string | undefined;
-    let minus: string | null | undefined;
-    let plus: string | null | undefined;
-    let similarity: number | undefined;
-    let binary = false;
-    let binarySize: number | undefined;
-    let hunks = 0;
-    let additions = 0;
-    let deletions = 0;
-    let addedBytes = 0;
-    const addedLines: string[] = [];
-    const addedLineNumbers: number[] = [];
-    let junkReported = false;
-    const junk = (at: number, message: string): void => {
-      if (!junkReported) err(at, message);
-      junkReported = true;
-    };
+  if (/line count did not match/.test(m)) return { junk: false, message: 'hunk ends early: its lines do not add up to the counts in its header' };
+  if (/more lines than expected|Missing "/.test(m)) return { junk: true, message: 'unexpected line after a hunk: it has more lines than its header announces' };
+  return { junk: false, message: `unreadable hunk: ${m.slice(0, 200)}` };
+}
+
+/**
+ * Reads `git diff --binary --full-index` output: the sections and git's extended headers here,
+ * each hunk by jsdiff's parsePatch (module comment).
+ */
+class DiffReader {
+  private readonly lines: string[];
+
+  constructor(
+    patch: string,
+    private readonly files: DiffFile[],
+    private readonly errors: DiffParseError[],
+  ) {
+    this.lines = patch.split('\n');
+    if (this.lines.length > 0 && this.lines[this.lines.length - 1] === '') this.lines.pop();
+  }
+
+  read(): void {
+    const { lines } = this;
+    let i = 0;
+    while (i < lines.length && !lines[i]!.startsWith('diff --git ')) {
+      if (lines[i]!.trim() !== '') {
+        this.err(i, 'unexpected text before the first "diff --git" header');
+        while (i < lines.length && !lines[i]!.startsWith('diff --git ')) i++;
+        break;
+      }
+      i++;
+    }
+    while (i < lines.length) {
+      let end = i + 1;
+      while (end < lines.length && !lines[end]!.startsWith('diff --git ')) end++;
+      this.readSection(i, end);
+      i = end;
+    }
+  }
+
+  private err(i: number, message: string): void {
+    if (this.errors.length < MAX_ERRORS) this.errors.push({ line: i + 1, message });
+  }
+
+  private junk(sec: Section, i: number, message: string): void {
+    if (!sec.junkReported) this.err(i, message);
+    sec.junkReported = true;
+  }
+
+  /** A header line, without the `\r` of a CRLF patch. */
+  private hdr(i: number): string {
+    const l = this.lines[i]!;
+    return l.endsWith('\r') ? l.slice(0, -1) : l;
+  }
+
+  /** One file: `diff --git` at `start`, the next file (or the end) at `end`. */
+  private readSection(start: number, end: number): void {
+    const sec: Section = { start, isNew: false, isDeleted: false, binary: false, hunks: 0, additions: 0, deletions: 0, addedBytes: 0, addedLines: [], addedLineNumbers: [], junkReported: false };
+    const header = parseGitHeader(this.hdr(start).slice('diff --git '.length));
+    if (header && 'error' in header) this.err(start, header.error);
+    else if (header) sec.names = header;
+    let i = this.readHeader(sec, start + 1, end);
+    // the hunks, and anything else up to the next file (reported)
+    while (i < end) {
+      const line = this.lines[i]!;
+      if (!line.startsWith('@@')) {
+        this.junk(sec, i, `unexpected line after a hunk: ${JSON.stringify(line.slice(0, 80))}`);
+        i++;
+      } else if (!HUNK_HEADER.test(line)) {
+        this.err(i, `malformed hunk header ${JSON.stringify(line.slice(0, 80))}`);
+        i++;
+      } else {
+        // a hunk's lines start with ` `, `+`, `-` or `\`: it ends before the next `@` line at the latest
+        let next = i + 1;
+        while (next < end && !this.lines[next]!.startsWith('@')) next++;
+        this.readHunk(sec, i, next);
+        i = next;
+      }
+    }
+    this.assemble(sec);
+  }
+
+  /** git's extended header lines and `---`/`+++`; returns where the hunks start. */
+  private readHeader(sec: Section, from: number, end: number): number {
     const mode = (at: number, v: string): string | undefined => {
       if (MODE_RE.test(v)) return v;
-      err(at, `bad file mode ${JSON.stringify(v)}`);
+      this.err(at, `bad file mode ${JSON.stringify(v)}`);
       return undefined;
     };
     const plain = (at: number, raw: string): string | undefined => {
       const r = parsePlainName(raw);
       if (r.ok) return r.name;
-      err(at, r.message);
+      this.err(at, r.message);
       return undefined;
     };
+    for (let i = from; i < end; i++) {
+      const line = this.hdr(i);
+      let m: RegExpExecArray | null;
+      if (line.startsWith('old mode ')) sec.oldMode = mode(i, line.slice(9));
+      else if (line.startsWith('new mode ')) sec.newMode = mode(i, line.slice(9));
+      else if (line.startsWith('deleted file mode ')) {
+        sec.isDeleted = true;
+        sec.oldMode = mode(i, line.slice(18));
+      } else if (line.startsWith('new file mode ')) {
+        sec.isNew = true;
+        sec.newMode = mode(i, line.slice(14));
+      } else if ((m = /^(?:dis)?similarity index (\d{1,3})%$/.exec(line))) {
+        if (line.startsWith('similarity')) sec.similarity = Number(m[1]);
+      } else if (line.startsWith('rename from ')) sec.renameFrom = plain(i, line.slice(12));
+      else if (line.startsWith('rename to ')) sec.renameTo = plain(i, line.slice(10));
+      else if (line.startsWith('rename old ')) sec.renameFrom = plain(i, line.slice(11));
+      else if (line.startsWith('rename new ')) sec.renameTo = plain(i, line.slice(11));
+      else if (line.startsWith('copy from ')) sec.copyFrom = plain(i, line.slice(10));
+      else if (line.startsWith('copy to ')) sec.copyTo = plain(i, line.slice(8));
+      else if ((m = /^index ([0-9a-f]{4,64})\.\.([0-9a-f]{4,64})(?: ([0-7]{6}))?$/.exec(line))) sec.indexMode = m[3];
+      else if (line === 'GIT binary patch') return this.readBinary(sec, i + 1, end);
+      else if (/^Binary files .* differ$/.test(line)) sec.binary = true;
+      else if (line.startsWith('--- ')) return this.readNames(sec, i, end);
+      else if (line.startsWith('@@')) {
+        this.err(i, 'a hunk without "---"/"+++" lines');
+        return i;
+      } else this.junk(sec, i, `unrecognized line in the header of a file: ${JSON.stringify(line.slice(0, 80))}`);
+    }
+    return end;
+  }
 
-    // extended header lines
-    let section: 'header' | 'hunks' | 'done' = 'header';
-    while (i < n && section === 'header') {
-      const line = hdr(i);
-      if (line.startsWith('diff --git ')) {
-        section = 'done';
+  /** `---` at `i`, then `+++`; returns where the hunks start. */
+  private readNames(sec: Section, i: number, end: number): number {
+    const side = parseSideName(this.hdr(i).slice(4));
+    if (side.ok) sec.minus = side.name;
+    else this.err(i, side.message);
+    const next = i + 1 < end ? this.hdr(i + 1) : '';
+    if (!next.startsWith('+++ ')) {
+      this.err(i + 1, 'expected a "+++" line after the "---" line');
+      return i + 1;
+    }
+    const side2 = parseSideName(next.slice(4));
+    if (side2.ok) sec.plus = side2.name;
+    else this.err(i + 1, side2.message);
+    return i + 2;
+  }
+
+  /** After `GIT binary patch`: a forward block, then maybe a reverse one ("literal|delta N", base85 lines, a blank line). */
+  private readBinary(sec: Section, from: number, end: number): number {
+    sec.binary = true;
+    let i = from;
+    for (let block = 0; block < 2 && i < end; block++) {
+      const bm = /^(literal|delta) (\d{1,12})$/.exec(this.hdr(i));
+      if (!bm) {
+        if (block === 0) this.err(i, 'expected "literal <size>" or "delta <size>" after "GIT binary patch"');
         break;
       }
-      let m: RegExpExecArray | null;
-      if (line.startsWith('old mode ')) oldMode = mode(i, line.slice(9));
-      else if (line.startsWith('new mode ')) newMode = mode(i, line.slice(9));
-      else if (line.startsWith('deleted file mode ')) {
-        isDeleted = true;
-        oldMode = mode(i, line.slice(18));
-      } else if (line.startsWith('new file mode ')) {
-        isNew = true;
-        newMode = mode(i, line.slice(14));
-      } else if ((m = /^(?:dis)?similarity index (\d{1,3})%$/.exec(line))) {
-        if (line.startsWith('similarity')) similarity = Number(m[1]);
-      } else if (line.startsWith('rename from ')) renameFrom = plain(i, line.slice(12));
-      else if (line.startsWith('rename to ')) renameTo = plain(i, line.slice(10));
-      else if (line.startsWith('rename old ')) renameFrom = plain(i, line.slice(11));
-      else if (line.startsWith('rename new ')) renameTo = plain(i, line.slice(11));
-      else if (line.startsWith('copy from ')) copyFrom = plain(i, line.slice(10));
-      else if (line.startsWith('copy to ')) copyTo = plain(i, line.slice(8));
-      else if ((m = /^index ([0-9a-f]{4,64})\.\.([0-9a-f]{4,64})(?: ([0-7]{6}))?$/.exec(line))) indexMode = m[3];
-      else if (line === 'GIT binary patch') {
-        binary = true;
-        i++;
-        // forward block then optional reverse block: "literal|delta N", base85 lines, blank line
-        for (let block = 0; block < 2 && i < n; block++) {
-          const bm = /^(literal|delta) (\d{1,12})$/.exec(hdr(i));
-          if (!bm) {
-            if (block === 0) err(i, 'expected "literal <size>" or "delta <size>" after "GIT binary patch"');
-            break;
-          }
-          if (block === 0 && bm[1] === 'literal') binarySize = Number(bm[2]);
-          i++;
-          while (i < n && hdr(i) !== '') {
-            const l = hdr(i);
-            if (l.startsWith('diff --git ')) break;
-            if (!BASE85_LINE.test(l) || (l.length - 1) % 5 !== 0) {
-              err(i, 'malformed line in a binary patch');
-              break;
-            }
-            i++;
-          }
-          if (i < n && hdr(i) === '') i++;
-        }
-        section = 'hunks';
-        continue;
-      } else if (/^Binary files .* differ$/.test(line)) {
-        binary = true;
-      } else if (line.startsWith('--- ')) {
-        const side = parseSideName(line.slice(4));
-        if (side.ok) minus = side.name;
-        else err(i, side.message);
-        i++;
-        const next = i < n ? hdr(i) : '';
-        if (!next.startsWith('+++ ')) {
-          err(i, 'expected a "+++" line after the "---" line');
-          section = 'hunks';
-          continue;
-        }
-        const side2 = parseSideName(next.slice(4));
-        if (side2.ok) plus = side2.name;
-        else err(i, side2.message);
-        i++;
-        section = 'hunks';
-        continue;
-      } else if (line.startsWith('@@')) {
-        err(i, 'a hunk without "---"/"+++" lines');
-        section = 'hunks';
-        continue;
-      } else {
-        junk(i, `unrecognized line in the header of a file: ${JSON.stringify(line.slice(0, 80))}`);
-      }
+      if (block === 0 && bm[1] === 'literal') sec.binarySize = Number(bm[2]);
       i++;
-    }
-
-    // hunks (and anything up to the next file)
-    while (i < n && section === 'hunks') {
-      const line = lines[i]!;
-      if (line.startsWith('diff --git ')) break;
-      if (line.startsWith('@@')) {
-        const hm = /^@@ -(\d{1,10})(?:,(\d{1,10}))? \+(\d{1,10})(?:,(\d{1,10}))? @@/.exec(line);
-        if (!hm) {
-          err(i, `malformed hunk header ${JSON.stringify(line.slice(0, 80))}`);
-          i++;
-          continue;
+      while (i < end && this.hdr(i) !== '') {
+        const l = this.hdr(i);
+        if (!BASE85_LINE.test(l) || (l.length - 1) % 5 !== 0) {
+          this.err(i, 'malformed line in a binary patch');
+          break;
         }
-        hunks++;
-        let oldLeft = hm[2] === undefined ? 1 : Number(hm[2]);
-        let newLeft = hm[4] === undefined ? 1 : Number(hm[4]);
-        let newLine = Number(hm[3]);
-        let last: '+' | '-' | ' ' | undefined;
         i++;
-        while (i < n && (oldLeft > 0 || newLeft > 0)) {
-          const l = lines[i]!;
-          const c = l === '' || l === '\r' ? ' ' : l[0];
-          if (c === ' ') {
-            if (oldLeft <= 0 || newLeft <= 0) break;
-            oldLeft--;
-            newLeft--;
-            newLine++;
-          } else if (c === '-') {
-            if (oldLeft <= 0) break;
-            oldLeft--;
-            deletions++;
-          } else if (c === '+') {
-            if (newLeft <= 0) break;
-            newLeft--;
-            additions++;
-            const text = l.slice(1);
-            addedLines.push(text);
-            addedLineNumbers.push(newLine++);
-            addedBytes += utf8Length(text) + 1;
-          } else if (c === '\\') {
-            if (last === '+') addedBytes--;
-            last = undefined;
-            i++;
-            continue;
-          } else break;
-          last = c;
-          i++;
-        }
-        if (oldLeft > 0 || newLeft > 0) {
-          err(i, `hunk ends early: ${oldLeft} old and ${newLeft} new lines missing`);
-          continue;
-        }
-        while (i < n && lines[i]!.startsWith('\\')) {
-          if (last === '+') addedBytes--;
-          last = undefined;
-          i++;
-        }
+      }
+      if (i < end && this.hdr(i) === '') i++;
+    }
+    return i;
+  }
+
+  /**
+   * One hunk: its (checked) header at `h`, its lines up to `next` at most, read by jsdiff. A
+   * hunk jsdiff refuses is reported and counts nothing; lines after it are reported.
+   */
+  private readHunk(sec: Section, h: number, next: number): void {
+    // a blank context line that lost its leading space (CRLF or not) stays a context line
+    const region = this.lines.slice(h, next).map((l) => (l === '\r' ? '' : l));
+    let hunk: StructuredPatchHunk | undefined;
+    try {
+      // the final newline keeps a blank last line a context line for jsdiff
+      hunk = parsePatch(`${region.join('\n')}\n`)[0]?.hunks[0];
+    } catch (e) {
+      const { junk, message } = hunkError(e);
+      if (junk) this.junk(sec, h, message);
+      else this.err(h, message);
+      return;
+    }
+    if (!hunk) {
+      this.err(h, 'unreadable hunk');
+      return;
+    }
+    sec.hunks++;
+    let newLine = hunk.newStart;
+    let last: string | undefined;
+    for (const l of hunk.lines) {
+      const c = l === '' ? ' ' : l[0];
+      if (c === '\\') {
+        // `\ No newline at end of file`: the line before it has no newline
+        if (last === '+') sec.addedBytes--;
+        last = undefined;
         continue;
       }
-      junk(i, `unexpected line after a hunk: ${JSON.stringify(line.slice(0, 80))}`);
-      i++;
+      if (c === ' ') newLine++;
+      else if (c === '-') sec.deletions++;
+      else if (c === '+') {
+        const text = l.slice(1);
+        sec.additions++;
+        sec.addedLines.push(text);
+        sec.addedLineNumbers.push(newLine++);
+        sec.addedBytes += utf8Length(text) + 1;
+      }
+      last = c;
     }
-    // skip anything else up to the next file (already reported)
-    while (i < n && !lines[i]!.startsWith('diff --git ')) {
-      junk(i, `unexpected line: ${JSON.stringify(lines[i]!.slice(0, 80))}`);
-      i++;
-    }
+    const used = h + 1 + hunk.lines.length;
+    if (used < next) this.junk(sec, used, `unexpected line after a hunk: ${JSON.stringify(this.lines[used]!.slice(0, 80))}`);
+  }
 
-    // assemble
-    if (minus === null) isNew = true;
-    if (plus === null) isDeleted = true;
+  /** The file record, once its names agree. */
+  private assemble(sec: Section): void {
+    const { names, minus, plus, renameFrom, renameTo, copyFrom, copyTo, start } = sec;
+    const isNew = sec.isNew || minus === null;
+    const isDeleted = sec.isDeleted || plus === null;
     const consistent = (what: string, a: string | null | undefined, b: string | undefined): void => {
-      if (typeof a === 'string' && b !== undefined && a !== b) err(start, `inconsistent ${what} file names: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+      if (typeof a === 'string' && b !== undefined && a !== b) this.err(start, `inconsistent ${what} file names: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
     };
     if (names) {
       consistent('old', minus, names.a);
@@ -415,14 +470,15 @@ function parseInto(patch: string, files: DiffFile[], errors: DiffParseError[]): 
     }
     consistent('old', renameFrom ?? copyFrom, typeof minus === 'string' ? minus : undefined);
     consistent('new', renameTo ?? copyTo, typeof plus === 'string' ? plus : undefined);
-    if (isNew && isDeleted) err(start, 'a file cannot be both added and deleted');
+    if (isNew && isDeleted) this.err(start, 'a file cannot be both added and deleted');
     const newPath = renameTo ?? copyTo ?? (typeof plus === 'string' ? plus : undefined) ?? names?.b;
     const oldPath = renameFrom ?? copyFrom ?? (typeof minus === 'string' ? minus : undefined) ?? names?.a;
     const path = isDeleted ? oldPath : newPath;
     if (path === undefined || path === '') {
-      err(start, 'could not determine the file name of this diff section');
-      continue;
+      this.err(start, 'could not determine the file name of this diff section');
+      return;
     }
+    const { oldMode, newMode, binary, hunks } = sec;
     const status: DiffStatus = isDeleted
       ? 'deleted'
       : isNew
@@ -434,26 +490,32 @@ function parseInto(patch: string, files: DiffFile[], errors: DiffParseError[]): 
             : hunks === 0 && !binary && oldMode !== undefined && newMode !== undefined && oldMode !== newMode
               ? 'mode'
               : 'modified';
-    const fNew = newMode ?? (isDeleted ? undefined : indexMode);
-    const fOld = oldMode ?? (isNew ? undefined : indexMode);
+    const fNew = newMode ?? (isDeleted ? undefined : sec.indexMode);
+    const fOld = oldMode ?? (isNew ? undefined : sec.indexMode);
     const isSymlink = isDeleted ? fOld === '120000' : fNew === '120000';
-    const f: DiffFile = {
-      path,
-      status,
-      binary,
-      additions,
-      deletions,
-      addedLines,
-      addedLineNumbers,
-      addedBytes: Math.max(0, addedBytes),
-      isSymlink,
-    };
+    const { additions, deletions, addedLines, addedLineNumbers } = sec;
+    const f: DiffFile = { path, status, binary, additions, deletions, addedLines, addedLineNumbers, addedBytes: Math.max(0, sec.addedBytes), isSymlink };
     if ((status === 'renamed' || status === 'copied') && oldPath !== undefined) f.oldPath = oldPath;
     if (fNew !== undefined) f.newMode = fNew;
     if (fOld !== undefined) f.oldMode = fOld;
     if (isSymlink && !isDeleted && addedLines.length > 0) f.symlinkTarget = addedLines.join('\n');
-    if (binarySize !== undefined) f.binarySize = binarySize;
-    if (similarity !== undefined) f.similarity = similarity;
-    files.push(f);
+    if (sec.binarySize !== undefined) f.binarySize = sec.binarySize;
+    if (sec.similarity !== undefined) f.similarity = sec.similarity;
+    this.files.push(f);
   }
+}
+
+/**
+ * Parse `git diff --binary --full-index` output. Never throws: what could not be read is listed
+ * in `errors` (and files whose path could not be determined are left out).
+ */
+export function parseUnifiedDiff(patch: string): ParsedDiff {
+  const files: DiffFile[] = [];
+  const errors: DiffParseError[] = [];
+  try {
+    new DiffReader(typeof patch === 'string' ? patch : '', files, errors).read();
+  } catch (err) {
+    errors.push({ line: 0, message: `internal parser error: ${(err as Error)?.message ?? String(err)}` });
+  }
+  return Object.assign(files, { errors });
 }

@@ -235,6 +235,40 @@ describe('globs', () => {
     assert.equal(globToRegExp('.github/**', { nocase: true }).test('.GITHUB/x'), true);
   });
 
+  it('map the rules onto minimatch where its defaults differ', () => {
+    // a final `**` keeps "below" after `/**` is appended (minimatch merges adjacent `**`)
+    assert.equal(matchesGlob('a', '**/'), false);
+    assert.equal(matchesGlob('a/b', '**/'), true);
+    assert.equal(matchesGlob('a/b', 'a/**/'), false);
+    assert.equal(matchesGlob('a/b/c', 'a/**/'), true);
+    // no extglobs, negation, comments or `..` resolution: literal
+    assert.equal(matchesGlob('@(a|b)', '@(a|b)'), true);
+    assert.equal(matchesGlob('a', '@(a|b)'), false);
+    assert.equal(matchesGlob('!x', '!x'), true);
+    assert.equal(matchesGlob('y', '!x'), false);
+    assert.equal(matchesGlob('#x', '#x'), true);
+    assert.equal(matchesGlob('b', 'a/../b'), false);
+    // more `**` than minimatch walks by default (200): still a match, not a silent miss
+    const deep = 'a/**/'.repeat(202) + 'b';
+    assert.ok(deep.length <= 1024);
+    assert.equal(matchesGlob(`${'a/'.repeat(202)}b`, deep), true);
+    assert.equal(matchesGlob(`${'A/'.repeat(202)}B`, deep, { nocase: true }), true);
+    // bash brace sequences, counted like any alternative
+    assert.equal(matchesGlob('x/file3.txt', 'file{1..3}.txt'), true);
+    assert.equal(matchesGlob('x/file4.txt', 'file{1..3}.txt'), false);
+    assert.throws(() => validateGlob('{1..257}'), /too many alternatives/);
+    // POSIX classes follow Unicode
+    assert.equal(matchesGlob('x/é', '[[:alpha:]]'), true);
+    assert.equal(globToRegExp('[[:alpha:]]').test('x/é'), true);
+    // a `/` separates even after `\`
+    assert.equal(matchesGlob('a\\/b', 'a\\/b'), true);
+    // only normalized repository paths match
+    for (const p of ['', '/a', 'a/', 'a//b', './a', 'a/./b', 'a/../b', '..']) {
+      assert.equal(matchesGlob(p, '**'), false, JSON.stringify(p));
+      assert.equal(globToRegExp('**').test(p), false, JSON.stringify(p));
+    }
+  });
+
   it('reject globs that expand too far', () => {
     assert.throws(() => validateGlob('{a,b}'.repeat(9)), /too many alternatives/);
     assert.doesNotThrow(() => validateGlob('{a,b}'.repeat(8)));
@@ -811,6 +845,69 @@ describe('parsing hand-made and broken diffs', () => {
       assert.ok(rules(files).includes('unparseable'), p);
     }
     assert.deepEqual(parseUnifiedDiff(''), Object.assign([], { errors: [] }));
+  });
+
+  it('hunks (read by jsdiff one at a time): look-alike lines, missing newlines, blank and CRLF context, a bad hunk costs only itself', () => {
+    const head = 'diff --git a/x b/x\nindex 1111111..2222222 100644\n--- a/x\n+++ b/x\n';
+    // content lines that look like headers are content: `-- a/x` deleted, `++ b/x` and `@@` added
+    const lookAlike = parseUnifiedDiff(`${head}@@ -1,4 +1,4 @@\n--- a/x\n keep\n-\\ x\n+++ b/x\n+@@ -1 +1 @@\n \n`);
+    assert.deepEqual(lookAlike.errors, []);
+    assert.deepEqual(lookAlike[0]?.addedLines, ['++ b/x', '@@ -1 +1 @@']);
+    assert.deepEqual(lookAlike[0]?.addedLineNumbers, [2, 3]);
+    assert.equal(lookAlike[0]?.deletions, 2);
+    // "\ No newline at end of file" after the old and after the new side: only the new one counts
+    const noNl = parseUnifiedDiff(`${head}@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+bc\n\\ No newline at end of file\n`);
+    assert.deepEqual(noNl.errors, []);
+    assert.equal(noNl[0]?.addedBytes, 2);
+    // blank context lines that lost their space, LF or CRLF, even as the last line of a hunk
+    const blank = parseUnifiedDiff(`${head}@@ -1,3 +1,3 @@\n\n-a\r\n+b\r\n\r\n`);
+    assert.deepEqual(blank.errors, []);
+    assert.deepEqual(blank[0]?.addedLines, ['b\r']);
+    assert.deepEqual(blank[0]?.addedLineNumbers, [2]);
+    // a hunk that ends early, or has a line too many, is reported; the next hunk is still read
+    for (const bad of ['@@ -1,3 +1,3 @@\n a\n-b\n', '@@ -1 +1 @@\n-a\n+b\n+smuggled\n', '@@ -1 +1 @@\n-a\n+b\nnot a hunk line\n']) {
+      const files = parseUnifiedDiff(`${head}${bad}@@ -10 +10 @@\n-y\n+z\n`);
+      assert.ok(files.errors.some((e) => /hunk ends early|unexpected line after a hunk/.test(e.message)), `${bad} -> ${JSON.stringify(files.errors)}`);
+      assert.ok(files[0]?.addedLines.includes('z'), bad);
+      assert.deepEqual(rules(files), ['unparseable'], bad);
+    }
+    // a rename with changes, CRLF content, a mode change and a binary literal in one patch
+    const mixed = [
+      'diff --git a/old.txt b/new.txt',
+      'similarity index 80%',
+      'rename from old.txt',
+      'rename to new.txt',
+      'index 1111111..2222222 100644',
+      '--- a/old.txt',
+      '+++ b/new.txt',
+      '@@ -1,2 +1,2 @@',
+      ' same\r',
+      '-was\r',
+      '+now\r',
+      'diff --git a/run.sh b/run.sh',
+      'old mode 100644',
+      'new mode 100755',
+      'diff --git a/img.bin b/img.bin',
+      'new file mode 100644',
+      'index 0000000000000000000000000000000000000000..2222222222222222222222222222222222222222',
+      'GIT binary patch',
+      'literal 6',
+      'NcmZQzVq{=sVE_OE00;m8',
+      '',
+      'literal 0',
+      'HcmV?d00001',
+      '',
+    ].join('\n');
+    const files = parseUnifiedDiff(mixed);
+    assert.deepEqual(files.errors, []);
+    assert.deepEqual(
+      files.map((f) => [f.path, f.status, f.oldPath ?? null, f.additions, f.deletions, f.addedLines, f.similarity ?? null, f.oldMode ?? null, f.newMode ?? null, f.binary, f.binarySize ?? null]),
+      [
+        ['new.txt', 'renamed', 'old.txt', 1, 1, ['now\r'], 80, '100644', '100644', false, null],
+        ['run.sh', 'mode', null, 0, 0, [], null, '100644', '100755', false, null],
+        ['img.bin', 'added', null, 0, 0, [], null, null, '100644', true, 6],
+      ],
+    );
   });
 
   it('tolerates CRLF line endings on headers', () => {
