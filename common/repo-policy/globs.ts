@@ -77,9 +77,6 @@ import { braceExpand, Minimatch, type MinimatchOptions } from 'minimatch';
 //    of 200 `**` sections it answers "no match": a protected path must not slip through so).
 //  - unnormalized paths are refused here, before minimatch (it would collapse `a//b` and give
 //    `.` and `..` their meaning).
-// minimatch 11 builds no RegExp (it has no `makeRe`), so `globToRegExp` renders the same mapping
-// as a RegExp itself, reading each segment as minimatch does (the end of this file); the property
-// test "agree with their RegExp form" holds the two together.
 
 /** Brace expansion is bounded: a glob with more alternatives than this is rejected. */
 export const MAX_GLOB_ALTERNATIVES = 256;
@@ -91,7 +88,7 @@ export class GlobError extends Error {
 }
 
 /** One brace-expanded alternative, split into its segments. */
-interface GlobAlt {
+export interface GlobAlt {
   /** The non-empty segments (minimatch's syntax each; `**` is a globstar). */
   segments: string[];
   /** Matched from the repository root (otherwise at any depth). */
@@ -161,6 +158,11 @@ function compileGlob(glob: string, nocase: boolean): CompiledGlob {
   return compiled;
 }
 
+/** The glob's alternatives after brace expansion, split into segments (GlobError as validateGlob). */
+export function globAlternatives(glob: string): ReadonlyArray<Readonly<GlobAlt>> {
+  return compileGlob(glob, false).alts;
+}
+
 /** Throws GlobError when the glob is too long or expands to too many alternatives. */
 export function validateGlob(glob: string): void {
   compileGlob(glob, false);
@@ -187,149 +189,4 @@ export function matchesGlob(path: string, glob: string, opts: { nocase?: boolean
 export function firstMatch(path: string, globs: readonly string[], opts: { nocase?: boolean } = {}): string | undefined {
   for (const g of globs) if (matchesGlob(path, g, opts)) return g;
   return undefined;
-}
-
-// -------------------------------------------------------------------------------------
-// The RegExp form: minimatch 11 builds none, so the mapping above is rendered here, each
-// segment read as minimatch (@isaacs/nonrecursive-glob-match, with `noext`) reads it.
-
-function reChar(c: string): string {
-  return /^[A-Za-z0-9]$/.test(c) ? c : `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`;
-}
-
-/** POSIX classes as @isaacs/nonrecursive-glob-match 1.1 translates them: [body, negated]. */
-const POSIX_CLASSES: ReadonlyArray<[string, string, boolean]> = [
-  ['[:alnum:]', '\\p{L}\\p{Nl}\\p{Nd}', false],
-  ['[:alpha:]', '\\p{L}\\p{Nl}', false],
-  ['[:ascii:]', '\\x00-\\x7f', false],
-  ['[:blank:]', '\\p{Zs}\\t', false],
-  ['[:cntrl:]', '\\p{Cc}', false],
-  ['[:digit:]', '\\p{Nd}', false],
-  ['[:graph:]', '\\p{Z}\\p{C}', true],
-  ['[:lower:]', '\\p{Ll}', false],
-  ['[:print:]', '\\p{C}', true],
-  ['[:punct:]', '\\p{P}\\p{S}', false],
-  ['[:space:]', '\\p{Z}\\t\\r\\n\\v\\f', false],
-  ['[:upper:]', '\\p{Lu}', false],
-  ['[:word:]', '\\p{L}\\p{Nl}\\p{Nd}\\p{Pc}', false],
-  ['[:xdigit:]', 'A-Fa-f0-9', false],
-];
-
-const classEscape = (s: string): string => s.replace(/[[\]\\-]/g, '\\$&');
-
-/**
- * The `[...]` class at seg[pos] as a RegExp source and the characters it takes: undefined when
- * it is not closed (the `[` is a literal); a class that can match nothing takes the rest of
- * the segment (the segment then matches nothing), as in nonrecursive-glob-match's parseClass.
- */
-function classSource(seg: string, pos: number): { source: string; end: number } | undefined {
-  const ranges: string[] = [];
-  const negs: string[] = [];
-  const never = { source: '(?!)', end: seg.length };
-  let i = pos + 1;
-  let sawStart = false;
-  let escaping = false;
-  let negate = false;
-  let rangeStart = '';
-  let end = -1;
-  outer: while (i < seg.length) {
-    const c = String.fromCodePoint(seg.codePointAt(i)!);
-    if ((c === '!' || c === '^') && i === pos + 1) {
-      negate = true;
-      i++;
-      continue;
-    }
-    if (c === ']' && sawStart && !escaping) {
-      end = i + 1;
-      break;
-    }
-    sawStart = true;
-    if (c === '\\' && !escaping) {
-      escaping = true;
-      i++;
-      continue;
-    }
-    if (c === '[' && !escaping) {
-      for (const [name, body, neg] of POSIX_CLASSES) {
-        if (!seg.startsWith(name, i)) continue;
-        if (rangeStart) return never;
-        (neg ? negs : ranges).push(body);
-        i += name.length;
-        continue outer;
-      }
-    }
-    escaping = false;
-    if (rangeStart) {
-      const cp = c.codePointAt(0)!;
-      const lo = rangeStart.codePointAt(0)!;
-      if (cp > lo) ranges.push(`${classEscape(rangeStart)}-${classEscape(c)}`);
-      else if (cp === lo) ranges.push(classEscape(c));
-      rangeStart = '';
-    } else if (seg.startsWith('-]', i + c.length)) {
-      ranges.push(classEscape(`${c}-`));
-      i++;
-    } else if (seg.startsWith('-', i + c.length)) {
-      rangeStart = c;
-      i++;
-    } else ranges.push(classEscape(c));
-    i += c.length;
-  }
-  if (end < 0) return undefined;
-  if (ranges.length === 0 && negs.length === 0) return never;
-  const sRanges = `[${negate ? '^' : ''}${ranges.join('')}]`;
-  const sNegs = `[${negate ? '' : '^'}${negs.join('')}]`;
-  const cls = ranges.length && negs.length ? `(?:${sRanges}|${sNegs})` : ranges.length ? sRanges : sNegs;
-  return { source: `(?!/)${cls}`, end };
-}
-
-/** One segment (not `**`) as a RegExp source. */
-function segmentSource(seg: string): string {
-  let s = '';
-  for (let i = 0; i < seg.length; ) {
-    const c = String.fromCodePoint(seg.codePointAt(i)!);
-    if (c === '\\') {
-      // a trailing `\` is a literal `\`
-      const next = seg.codePointAt(i + 1);
-      const lit = next === undefined ? c : String.fromCodePoint(next);
-      s += reChar(lit);
-      i += 1 + lit.length;
-      continue;
-    }
-    if (c === '[') {
-      const cls = classSource(seg, i);
-      if (cls) {
-        s += cls.source;
-        i = cls.end;
-        continue;
-      }
-    }
-    if (c === '*') {
-      if (!s.endsWith('[^/]*')) s += '[^/]*';
-    } else s += c === '?' ? '[^/]' : reChar(c);
-    i += c.length;
-  }
-  return s;
-}
-
-/** A path that isn't a normalized repository path matches nothing (see isRepoPath). */
-const REPO_PATH = '(?=.)(?!/|.*//|.*/$|(?:.*/)?\\.\\.?(?:/|$))';
-
-/**
- * The same semantics as a RegExp (flags `su`, plus `i` for nocase), for display and interop.
- * NOTE: a backtracking RegExp engine can be slow on adversarial paths for patterns with many
- * `*`; the gate itself uses `matchesGlob` (minimatch 11, no RegExp).
- */
-export function globToRegExp(glob: string, opts: { nocase?: boolean } = {}): RegExp {
-  const compiled = compileGlob(glob, opts.nocase === true);
-  const alts = compiled.alts.map((alt) => {
-    let s = alt.anchored ? '' : '(?:.*/)?';
-    alt.segments.forEach((seg, idx) => {
-      const last = idx === alt.segments.length - 1;
-      if (seg === '**') s += last ? '.*' : '(?:.*/)?';
-      else s += segmentSource(seg) + (last ? '' : '/');
-    });
-    return s + (alt.dirOnly ? '/.*' : '(?:/.*)?');
-  });
-  const body = alts.length === 0 ? '(?!)' : alts.join('|');
-  return new RegExp(`^${REPO_PATH}(?:${body})$`, opts.nocase ? 'sui' : 'su');
 }

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
+import { globToRegExp } from '../helpers/glob-oracle.js';
 import {
   checkPatch,
   checkPatchPolicy,
@@ -19,7 +20,6 @@ import {
   DEFAULT_POLICY,
   DEFAULT_PROTECTED_PATHS,
   detectSecrets,
-  globToRegExp,
   matchesGlob,
   mergePolicies,
   parseRepoPolicy,
