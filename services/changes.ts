@@ -29,6 +29,7 @@ import { changeAnswerUpdate, changeSteerSignal } from '../workflows/messages.js'
 import { repoChangeWorkflow } from '../workflows/changes/repo-change.js';
 import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';
 import type { RepoChangeInput } from '../workflows/types.js';
+import { ServiceInputError, type Requester } from './requests.js';
 
 export interface ChangeServiceDeps {
   client: Client;
@@ -46,19 +47,10 @@ export interface ChangeServiceDeps {
   log?: Logger;
 }
 
-export interface Requester {
-  id: string;
-  name: string;
-}
+export type { Requester } from './requests.js';
 
-export class ChangeInputError extends Error {
+export class ChangeInputError extends ServiceInputError {
   override readonly name = 'ChangeInputError';
-  constructor(
-    message: string,
-    readonly status: 400 | 404 | 409 = 400,
-  ) {
-    super(message);
-  }
 }
 
 export interface RepoView {

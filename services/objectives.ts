@@ -68,6 +68,7 @@ import {
 } from '../common/objectives.js';
 import { objectiveRunWorkflow } from '../workflows/objectives/objective.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+import { ServiceInputError, type Requester } from './requests.js';
 
 export interface ObjectiveServiceDeps {
   client: Client;
@@ -87,19 +88,10 @@ export interface ObjectiveServiceDeps {
   log?: Logger;
 }
 
-export interface Requester {
-  id: string;
-  name: string;
-}
+export type { Requester } from './requests.js';
 
-export class ObjectiveInputError extends Error {
+export class ObjectiveInputError extends ServiceInputError {
   override readonly name = 'ObjectiveInputError';
-  constructor(
-    message: string,
-    readonly status: 400 | 404 | 409 = 400,
-  ) {
-    super(message);
-  }
 }
 
 export interface ObjectiveView {
@@ -351,6 +343,15 @@ function activityQueueOf(deps: ObjectiveServiceDeps): Pick<ObjectiveRunInput, 'a
   return deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {};
 }
 
+
+/** The search attributes of an objective's runs: the Temporal UI filters them by kind and chat. */
+function runAttributes(o: { platform: string; chatId: string }) {
+  return [
+    { key: KindAttr, value: 'objective-run' },
+    { key: PlatformAttr, value: o.platform },
+    { key: ChatAttr, value: o.chatId },
+  ];
+}
 /** The objective's Temporal Schedule: its spec, the run workflow it starts, its policies and state. */
 function scheduleOptions(deps: ObjectiveServiceDeps, o: ObjectiveRow): ScheduleOptions<ScheduleOptionsStartWorkflowAction<typeof objectiveRunWorkflow>> {
   const s = JSON.parse(o.schedule) as ObjectiveSchedule;
@@ -370,11 +371,7 @@ function scheduleOptions(deps: ObjectiveServiceDeps, o: ObjectiveRow): ScheduleO
       workflowId: objectiveRunWorkflowId(o.id),
       taskQueue: deps.taskQueue,
       args: [input],
-      typedSearchAttributes: [
-        { key: KindAttr, value: 'objective-run' },
-        { key: PlatformAttr, value: o.platform },
-        { key: ChatAttr, value: o.chatId },
-      ],
+      typedSearchAttributes: runAttributes(o),
       staticSummary: `Objective ${o.name}: ${o.prompt.slice(0, 150)}`,
     },
     policies: { overlap: OVERLAP[o.overlap as OverlapPolicy], catchupWindow: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure },
@@ -568,11 +565,7 @@ async function startEventRun(ctx: ServiceContext, o: ObjectiveRow, e: { id: stri
       workflowId: runId,
       taskQueue: deps.taskQueue,
       args: [input],
-      typedSearchAttributes: [
-        { key: KindAttr, value: 'objective-run' },
-        { key: PlatformAttr, value: o.platform },
-        { key: ChatAttr, value: o.chatId },
-      ],
+      typedSearchAttributes: runAttributes(o),
       staticSummary: `Objective ${o.name} on ${e.source} event ${e.id}`,
     });
   } catch (err) {
