@@ -5,7 +5,7 @@
  */
 
 /** Which module runs a command: main.ts itself, or one of the command modules. */
-export type CliRunner = 'main' | 'ops' | 'admin' | 'histories' | 'launcher';
+export type CliRunner = 'main' | 'ops' | 'admin' | 'histories' | 'cluster' | 'launcher';
 
 export interface CliCommand {
   name: string;
@@ -133,6 +133,13 @@ export const CLI_COMMANDS = [
     forms: ['[--url URL] [--token TOKEN]'],
     runner: 'admin',
     summary: 'Print a one-time link that signs a browser in and opens the Temporal UI of a running `steward start` (payloads decoded).',
+  },
+  {
+    name: 'cluster',
+    forms: ['up [--nodes 2] [--base-port 7233] [--api-port 8787] [--pg-url URL] [--db-prefix P] [--dir DIR]', 'down [--dir DIR]', 'status [--json] [--dir DIR]'],
+    runner: 'cluster',
+    summary:
+      "The production shape on one machine: a Temporal cluster of two server processes on PostgreSQL (built from the Go module at docker-compose.yml's version, cached), Steward's database, and Steward as the compose file's api, worker and repo-worker processes with its environment. up starts what is not running (a stopped or killed node too), down stops them all, status checks each.",
   },
   {
     name: 'test',

@@ -12,6 +12,7 @@ import { runChat } from '../adapters/cli/chat.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
 import { createLogger } from './logger.js';
 import { adminCommand } from './admin-cli.js';
+import { clusterCommand } from './cluster.js';
 import { historiesCommand } from './histories.js';
 import { opsCommand, stdoutWriter } from './ops-cli.js';
 import { redactUrl, startSteward, startWorkerOnly } from './start.js';
@@ -168,6 +169,9 @@ try {
       break;
     case 'histories':
       process.exitCode = await historiesCommand(rest, io);
+      break;
+    case 'cluster':
+      process.exitCode = await clusterCommand(rest, io);
       break;
     case 'launcher':
       process.stderr.write(`steward ${entry.name} runs through the launcher: ./${usageOf(entry.name)}\n`);

@@ -87,6 +87,24 @@ if [ "${STEWARD_TEST_PG:-1}" != "0" ] && [ -z "${STEWARD_TEST_PG_URL:-}" ] && ls
     echo "test.sh: PostgreSQL did not start; running on SQLite only" >&2
   fi
 fi
+# 3. The Temporal server for the cluster suite (test/e2e/cluster.test.ts), built from its Go module
+#    at docker-compose.yml's version (scripts/temporal-build.sh): cached under the cache
+#    directory, so only the first run on a machine pays for it (several minutes).
+wants_cluster() { [ "$#" -eq 0 ] || printf '%s\n' "$@" | grep -q 'cluster\.test\.ts'; }
+if [ -n "${STEWARD_TEST_PG_URL:-}" ] && [ "${STEWARD_TEST_CLUSTER:-1}" != "0" ] && wants_cluster "$@"; then
+  version="$(sed -n 's#^ *image: temporalio/server:\([0-9.]*\)$#\1#p' docker-compose.yml | head -n1)"
+  if command -v go >/dev/null 2>&1; then
+    built_at=$(date +%s)
+    if scripts/temporal-build.sh "$version" >/dev/null; then
+      echo "test.sh: the Temporal server $version is ready for the cluster suite ($(($(date +%s) - built_at)) s)" >&2
+    else
+      echo "test.sh: the Temporal server $version did not build; the cluster suite says what is missing" >&2
+    fi
+  else
+    echo "test.sh: no Go toolchain, so no Temporal server for the cluster suite (it says so)" >&2
+  fi
+fi
+
 if [ "$#" -gt 0 ]; then files=("$@"); else mapfile -t files < <(find test -name '*.test.ts' | sort); fi
 node --import tsx --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec "${files[@]}"
 status=$?

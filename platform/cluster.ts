@@ -1,0 +1,526 @@
+/**
+ * `steward cluster up|down|status`: the production shape on one machine. A Temporal cluster of
+ * two server processes (each running every service, with their own gRPC and membership ports)
+ * on PostgreSQL with SQL visibility, built from the Go module at the version docker-compose.yml
+ * pins (scripts/temporal-build.sh, cached); Steward's database on the same PostgreSQL; and
+ * Steward as the compose file's `api`, `worker` and `repo-worker` processes, with the compose
+ * file's environment (platform/cluster-plan.ts). Processes run detached; their pids, ports and
+ * logs are in the cluster directory (default .data/cluster), so `down` and `status` find them
+ * from another shell. `up` starts what is not running and leaves the rest: after a node was
+ * killed, `up` brings it back.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { Connection } from '@temporalio/client';
+import { msToTs } from '@temporalio/common/lib/time.js';
+import pg from 'pg';
+import { z } from 'zod';
+import {
+  DYNAMIC_CONFIG_YAML,
+  nodeConfigYaml,
+  nodePorts,
+  processEnvironment,
+  readComposeTopology,
+  type NodePorts,
+  type SqlTarget,
+  type StewardService,
+} from './cluster-plan.js';
+import { ensureSearchAttributes } from './temporal-server.js';
+import { usageOf } from './cli-commands.js';
+
+export class ClusterError extends Error {
+  override name = 'ClusterError';
+}
+
+const REPO_ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..');
+
+const StateSchema = z.object({
+  version: z.string(),
+  binDir: z.string(),
+  basePort: z.number(),
+  namespace: z.string(),
+  pgUrl: z.string(),
+  dbPrefix: z.string(),
+  nodes: z.array(z.object({ index: z.number(), pid: z.number().nullable(), config: z.string(), log: z.string(), ports: z.record(z.string(), z.number()) })),
+  processes: z.array(z.object({ service: z.string(), pid: z.number().nullable(), log: z.string(), temporalAddress: z.string(), httpPort: z.number() })),
+});
+export type ClusterState = z.infer<typeof StateSchema>;
+
+export interface ClusterOptions {
+  /** The cluster's directory: state, configs, logs, Steward's data. */
+  dir: string;
+  composeFile: string;
+  nodes: number;
+  basePort: number;
+  /** The api process's HTTP port (compose publishes 8787). */
+  apiPort: number;
+  /** A PostgreSQL superuser URL; default: the project's local PostgreSQL (scripts/pg.sh). */
+  pgUrl?: string;
+  /** Prefix of the three databases (temporal, temporal_visibility, steward). */
+  dbPrefix: string;
+  env: Record<string, string | undefined>;
+  say: (line: string) => void;
+}
+
+const statePath = (dir: string) => path.join(dir, 'state.json');
+
+export function readState(dir: string): ClusterState | undefined {
+  if (!existsSync(statePath(dir))) return undefined;
+  return StateSchema.parse(JSON.parse(readFileSync(statePath(dir), 'utf8')));
+}
+
+function writeState(dir: string, s: ClusterState): void {
+  writeFileSync(statePath(dir), `${JSON.stringify(s, null, 2)}\n`);
+}
+
+/** Is `pid` a live process (not a zombie)? */
+export function alive(pid: number | null): boolean {
+  if (!pid) return false;
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    return !/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return true;
+  }
+}
+
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+/** Refuse to start when one of `ports` is taken by something else, naming the port and what it is for. */
+async function checkPorts(ports: Array<[string, number]>): Promise<void> {
+  for (const [what, port] of ports) {
+    if (!(await portFree(port))) throw new ClusterError(`port ${port} (${what}) is in use by another process: stop it, or choose other ports with --base-port / --api-port`);
+  }
+}
+
+/** The Temporal server and SQL tool at `version`, built if needed (scripts/temporal-build.sh). */
+function ensureBinaries(version: string, env: Record<string, string | undefined>): string {
+  const r = spawnSync('bash', [path.join(REPO_ROOT, 'scripts/temporal-build.sh'), version], { env: env as NodeJS.ProcessEnv, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  const dir = r.stdout.trim().split('\n').at(-1) ?? '';
+  if (r.status !== 0 || !dir) throw new ClusterError(`the Temporal server ${version} could not be built (scripts/temporal-build.sh exited ${r.status})`);
+  return dir;
+}
+
+/** The superuser URL of the PostgreSQL to use: given, or the project's local one, started. */
+function postgresUrl(opts: ClusterOptions): string {
+  if (opts.pgUrl) return opts.pgUrl;
+  const script = path.join(REPO_ROOT, 'scripts/pg.sh');
+  const started = spawnSync('bash', [script, 'start'], { env: opts.env as NodeJS.ProcessEnv, encoding: 'utf8' });
+  if (started.status !== 0) throw new ClusterError(`PostgreSQL could not be started (scripts/pg.sh start): ${started.stderr.trim() || `exit ${started.status}`}`);
+  return spawnSync('bash', [script, 'url'], { env: opts.env as NodeJS.ProcessEnv, encoding: 'utf8' }).stdout.trim();
+}
+
+function sqlTarget(url: string, database: string): SqlTarget {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port || 5432), user: decodeURIComponent(u.username), password: decodeURIComponent(u.password), database };
+}
+
+/** Run a query on `database`; an unreachable server is a ClusterError naming it. */
+async function query<T extends pg.QueryResultRow>(url: string, database: string, sql: string, params: unknown[] = []): Promise<T[]> {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  const client = new pg.Client({ connectionString: u.toString(), connectionTimeoutMillis: 5000 });
+  try {
+    await client.connect();
+  } catch (err) {
+    throw new ClusterError(`PostgreSQL is unreachable at ${u.hostname}:${u.port || 5432} (database ${database}): ${(err as Error).message}`);
+  }
+  try {
+    return (await client.query<T>(sql, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+const versionOf = (v: string) => v.split('.').map(Number);
+const newer = (a: string, b: string) => {
+  const [x, y] = [versionOf(a), versionOf(b)];
+  for (let i = 0; i < Math.max(x.length, y.length); i++) if ((x[i] ?? 0) !== (y[i] ?? 0)) return (x[i] ?? 0) > (y[i] ?? 0);
+  return false;
+};
+
+/** The newest schema version in a versioned schema directory (its `vX.Y` folders). */
+export function schemaTarget(dir: string): string {
+  const versions = readdirSync(dir).filter((d) => /^v\d+\.\d+$/.test(d)).map((d) => d.slice(1));
+  return versions.reduce((a, b) => (newer(b, a) ? b : a), '0.0');
+}
+
+/** The schema version recorded in a Temporal database, undefined before its schema was set up. */
+async function schemaVersion(url: string, database: string): Promise<string | undefined> {
+  const exists = await query(url, database, "SELECT 1 FROM information_schema.tables WHERE table_name = 'schema_version'");
+  if (exists.length === 0) return undefined;
+  const rows = await query<{ curr_version: string }>(url, database, 'SELECT curr_version FROM schema_version LIMIT 1');
+  return rows[0]?.curr_version;
+}
+
+/** Create the two Temporal databases when missing and bring their schemas to the binary's version (temporal-sql-tool). */
+async function prepareTemporalSchemas(binDir: string, url: string, prefix: string, say: (s: string) => void): Promise<void> {
+  for (const [name, kind] of [[`${prefix}temporal`, 'temporal'], [`${prefix}temporal_visibility`, 'visibility']] as const) {
+    const t = sqlTarget(url, name);
+    const tool = (...args: string[]) => {
+      const r = spawnSync(path.join(binDir, 'temporal-sql-tool'), ['--plugin', 'postgres12', '--ep', t.host, '-p', String(t.port), '-u', t.user, '--pw', t.password, '--db', name, ...args], { encoding: 'utf8' });
+      if (r.status !== 0) throw new ClusterError(`temporal-sql-tool ${args[0]} on ${name} failed: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' ')}`);
+    };
+    const dbs = await query(url, 'postgres', 'SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (dbs.length === 0) tool('create-database');
+    const dir = path.join(binDir, 'schema/postgresql/v12', kind, 'versioned');
+    const target = schemaTarget(dir);
+    const before = await schemaVersion(url, name);
+    if (before === undefined) tool('setup-schema', '-v', '0.0');
+    if (before === undefined || newer(target, before)) {
+      tool('update-schema', '-d', dir);
+      say(`schema ${name}: ${before ?? 'new'} -> ${target}`);
+    }
+  }
+}
+
+/** What `status` finds wrong with the Temporal schemas: a database behind the binary's schema version. */
+async function schemaProblems(state: ClusterState): Promise<string[]> {
+  const out: string[] = [];
+  for (const [name, kind] of [[`${state.dbPrefix}temporal`, 'temporal'], [`${state.dbPrefix}temporal_visibility`, 'visibility']] as const) {
+    const target = schemaTarget(path.join(state.binDir, 'schema/postgresql/v12', kind, 'versioned'));
+    const v = await schemaVersion(state.pgUrl, name);
+    if (v === undefined) out.push(`${name} has no schema: run steward cluster up`);
+    else if (newer(target, v)) out.push(`${name} is at schema ${v}, behind ${target} that server ${state.version} needs: run steward cluster up (it updates the schema)`);
+  }
+  return out;
+}
+
+async function ensureDatabase(url: string, name: string): Promise<void> {
+  if (!/^[a-z_][a-z0-9_]*$/.test(name)) throw new ClusterError(`database name ${name}: lowercase letters, digits and _ only`);
+  const dbs = await query(url, 'postgres', 'SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+  if (dbs.length === 0) await query(url, 'postgres', `CREATE DATABASE ${name}`);
+}
+
+/** Start a detached process with its output in `log`; returns its pid. */
+function startDetached(cmd: string, args: string[], env: NodeJS.ProcessEnv, log: string, cwd = REPO_ROOT): number {
+  const fd = openSync(log, 'a');
+  try {
+    const child = spawn(cmd, args, { cwd, env, detached: true, stdio: ['ignore', fd, fd] });
+    child.unref();
+    if (!child.pid) throw new ClusterError(`${path.basename(cmd)} did not start`);
+    return child.pid;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** A log line as a person reads it: the Temporal server's JSON lines without their stack traces. */
+function readable(line: string): string {
+  if (!line.startsWith('{')) return line;
+  try {
+    const j = JSON.parse(line) as { level?: string; msg?: string; error?: string };
+    return `${j.level ?? ''} ${j.msg ?? ''}${j.error ? `: ${j.error}` : ''}`.trim();
+  } catch {
+    return line;
+  }
+}
+
+const logTail = (log: string, lines = 8) => (existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n').slice(-lines).map(readable).join('\n') : '');
+
+/** Wait until `check` passes; a process that died meanwhile, or the deadline, is a ClusterError with its log's tail. */
+async function waitFor(what: string, pid: number, log: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (!alive(pid)) throw new ClusterError(`${what} exited while starting; the end of ${log}:\n${logTail(log)}`);
+    if (await check().catch(() => false)) return;
+    if (Date.now() > deadline) throw new ClusterError(`${what} was not ready within ${timeoutMs / 1000} s; the end of ${log}:\n${logTail(log)}`);
+    await sleep(500);
+  }
+}
+
+async function frontendHealthy(port: number): Promise<boolean> {
+  const connection = await Connection.connect({ address: `127.0.0.1:${port}`, connectTimeout: 2000 });
+  try {
+    const r = await connection.healthService.check({});
+    return r.status === 1; // SERVING
+  } finally {
+    await connection.close();
+  }
+}
+
+/** The cluster's members by membership port, from the membership table the nodes heartbeat into (alive in the last 20 s). */
+async function liveMembers(url: string, prefix: string): Promise<Set<number>> {
+  const rows = await query<{ rpc_port: number }>(url, `${prefix}temporal`, "SELECT rpc_port FROM cluster_membership WHERE last_heartbeat > (now() at time zone 'utc') - interval '20 seconds'");
+  return new Set(rows.map((r) => Number(r.rpc_port)));
+}
+
+/** Start the Temporal nodes that are not running, each with its own config; wait until each serves and has joined. */
+async function startNodes(state: ClusterState, opts: ClusterOptions, store: SqlTarget, visibility: SqlTarget): Promise<void> {
+  const dynamicConfig = path.join(opts.dir, 'dynamicconfig.yaml');
+  writeFileSync(dynamicConfig, DYNAMIC_CONFIG_YAML);
+  // one node at a time: the first one up initialises the cluster's metadata, the others join it
+  for (const node of state.nodes) {
+    const ports = node.ports as unknown as NodePorts;
+    if (!alive(node.pid)) {
+      await checkPorts(Object.entries(ports).map(([k, v]) => [`node ${node.index + 1} ${k}`, v]));
+      writeFileSync(node.config, nodeConfigYaml({ ports, store, visibility, dynamicConfigFile: dynamicConfig, clusterAddress: `127.0.0.1:${state.nodes[0]!.ports.frontend}`, shards: 4 }));
+      node.pid = startDetached(path.join(state.binDir, 'temporal-server'), ['--config-file', node.config, '--allow-no-auth', 'start'], { PATH: opts.env.PATH ?? '' }, node.log);
+      writeState(opts.dir, state);
+      opts.say(`temporal node ${node.index + 1}: pid ${node.pid}, frontend 127.0.0.1:${ports.frontend}`);
+    }
+    await waitFor(`temporal node ${node.index + 1}`, node.pid!, node.log, 90_000, () => frontendHealthy(ports.frontend));
+    await waitFor(`temporal node ${node.index + 1} joining the cluster`, node.pid!, node.log, 60_000, async () => {
+      const members = await liveMembers(state.pgUrl, state.dbPrefix);
+      return [ports.frontendMembership, ports.historyMembership, ports.matchingMembership].every((p) => members.has(p));
+    });
+  }
+}
+
+/** The default namespace (compose: TEMPORAL_NAMESPACE) and Steward's search attributes on the cluster. */
+async function prepareNamespace(state: ClusterState): Promise<void> {
+  const connection = await Connection.connect({ address: `127.0.0.1:${state.nodes[0]!.ports.frontend}` });
+  try {
+    try {
+      await connection.workflowService.describeNamespace({ namespace: state.namespace });
+    } catch {
+      await connection.workflowService.registerNamespace({ namespace: state.namespace, workflowExecutionRetentionPeriod: msToTs('3 days') });
+    }
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      try {
+        await ensureSearchAttributes(connection, state.namespace);
+        return;
+      } catch (err) {
+        if (Date.now() > deadline) throw new ClusterError(`namespace ${state.namespace} is not ready: ${(err as Error).message}`);
+        await sleep(500);
+      }
+    }
+  } finally {
+    await connection.close();
+  }
+}
+
+/** Secrets the compose file requires (STEWARD_API_TOKEN, STEWARD_CODEC_KEYS): the operator's, else generated once and kept in the cluster directory. */
+function clusterSecrets(dir: string, env: Record<string, string | undefined>): Record<string, string> {
+  const file = path.join(dir, 'secrets.json');
+  const kept = existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, string>) : {};
+  const secrets = {
+    STEWARD_API_TOKEN: env.STEWARD_API_TOKEN || kept.STEWARD_API_TOKEN || randomBytes(24).toString('base64url'),
+    STEWARD_CODEC_KEYS: env.STEWARD_CODEC_KEYS || kept.STEWARD_CODEC_KEYS || `k1:${randomBytes(32).toString('base64')}`,
+  };
+  writeFileSync(file, JSON.stringify(secrets), { mode: 0o600 });
+  return secrets;
+}
+
+/** The prebuilt workflow bundle the image carries (Dockerfile: workers/bundle.ts), built into the cluster directory. */
+function buildBundle(dir: string, env: Record<string, string | undefined>): string {
+  const file = path.join(dir, 'workflow-bundle.js');
+  const r = spawnSync(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'workers/bundle.ts'), file], { cwd: REPO_ROOT, env: env as NodeJS.ProcessEnv, encoding: 'utf8' });
+  if (r.status !== 0) throw new ClusterError(`the workflow bundle could not be built: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' ')}`);
+  return file;
+}
+
+/** Start the Steward processes that are not running, with their compose environment; wait until each is ready. */
+async function startStewardProcesses(state: ClusterState, opts: ClusterOptions): Promise<void> {
+  const topology = readComposeTopology(readFileSync(opts.composeFile, 'utf8'));
+  const secrets = clusterSecrets(opts.dir, opts.env);
+  // what the image sets (Dockerfile ENV) besides the compose environment
+  const image = state.processes.some((p) => !alive(p.pid)) ? { NODE_ENV: 'production', STEWARD_WORKFLOW_BUNDLE: buildBundle(opts.dir, opts.env) } : {};
+  const stewardDb = new URL(state.pgUrl);
+  stewardDb.pathname = `/${state.dbPrefix}steward`;
+  for (const [i, p] of topology.processes.entries()) {
+    const entry = state.processes.find((x) => x.service === p.service)!;
+    if (alive(entry.pid)) continue;
+    const metricsPort = state.basePort + 200 + i;
+    await checkPorts([[`${p.service} HTTP`, entry.httpPort], ...(p.environment.STEWARD_METRICS_PORT ? ([[`${p.service} metrics`, metricsPort]] as Array<[string, number]>) : [])]);
+    const env = processEnvironment(p, { ...opts.env, ...secrets }, { temporalAddress: entry.temporalAddress, databaseUrl: stewardDb.toString(), dataDir: path.join(opts.dir, 'data', p.service), httpPort: entry.httpPort, metricsPort });
+    mkdirSync(env.STEWARD_DATA_DIR!, { recursive: true });
+    const childEnv = { PATH: opts.env.PATH ?? '', HOME: opts.env.HOME ?? '', ...image, ...env };
+    entry.pid = startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/main.ts'), ...p.args], childEnv, entry.log);
+    writeState(opts.dir, state);
+    opts.say(`steward ${p.service} (${p.args.join(' ')}): pid ${entry.pid}, Temporal ${entry.temporalAddress}`);
+  }
+  for (const entry of state.processes) {
+    const ready = entry.service === 'api' ? () => httpOk(`http://127.0.0.1:${entry.httpPort}/healthz`) : async () => /^Steward worker polling /m.test(logTail(entry.log, 40));
+    await waitFor(`steward ${entry.service}`, entry.pid!, entry.log, 120_000, ready);
+  }
+}
+
+async function httpOk(url: string): Promise<boolean> {
+  const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
+  return r.ok;
+}
+
+/** The state of a cluster about to start: what was there (pids kept), or a new plan. */
+function planState(opts: ClusterOptions, version: string, binDir: string, pgUrl: string, namespace: string): ClusterState {
+  const before = readState(opts.dir);
+  const nodes = Array.from({ length: opts.nodes }, (_, index) => ({
+    index,
+    pid: before?.nodes[index]?.pid ?? null,
+    config: path.join(opts.dir, `node${index + 1}.yaml`),
+    log: path.join(opts.dir, 'logs', `node${index + 1}.log`),
+    ports: nodePorts(opts.basePort, index) as unknown as Record<string, number>,
+  }));
+  const services: StewardService[] = ['api', 'worker', 'repo-worker'];
+  const processes = services.map((service, i) => ({
+    service,
+    pid: before?.processes.find((p) => p.service === service)?.pid ?? null,
+    log: path.join(opts.dir, 'logs', `${service}.log`),
+    // spread over the nodes: each node serves some of the processes
+    temporalAddress: `127.0.0.1:${nodes[i % nodes.length]!.ports.frontend}`,
+    httpPort: service === 'api' ? opts.apiPort : opts.basePort + 210 + i,
+  }));
+  return { version, binDir, basePort: opts.basePort, namespace, pgUrl, dbPrefix: opts.dbPrefix, nodes, processes };
+}
+
+/** `cluster up`: everything that is not running, started; returns the state. */
+export async function clusterUp(opts: ClusterOptions): Promise<ClusterState> {
+  if (!Number.isInteger(opts.nodes) || opts.nodes < 1 || opts.nodes > 5) throw new ClusterError('--nodes: 1 to 5');
+  // Temporal keeps its members' ports in a SQL smallint
+  const highest = Math.max(...Array.from({ length: opts.nodes }, (_, i) => Object.values(nodePorts(opts.basePort, i))).flat(), opts.basePort + 212);
+  if (!Number.isInteger(opts.basePort) || opts.basePort - 300 < 1024 || highest > 32767) throw new ClusterError(`--base-port: between 1324 and ${32767 - 212 - 20 * (opts.nodes - 1)} (Temporal stores its members' ports as 16-bit numbers)`);
+  const topology = readComposeTopology(readFileSync(opts.composeFile, 'utf8'));
+  mkdirSync(path.join(opts.dir, 'logs'), { recursive: true });
+  const binDir = ensureBinaries(topology.temporalVersion, opts.env);
+  const pgUrl = postgresUrl(opts);
+  await query(pgUrl, 'postgres', 'SELECT 1');
+  await prepareTemporalSchemas(binDir, pgUrl, opts.dbPrefix, opts.say);
+  await ensureDatabase(pgUrl, `${opts.dbPrefix}steward`);
+  const namespace = topology.processes[0]!.environment.TEMPORAL_NAMESPACE || 'default';
+  const state = planState(opts, topology.temporalVersion, binDir, pgUrl, namespace);
+  writeState(opts.dir, state);
+  await startNodes(state, opts, sqlTarget(pgUrl, `${opts.dbPrefix}temporal`), sqlTarget(pgUrl, `${opts.dbPrefix}temporal_visibility`));
+  await prepareNamespace(state);
+  await startStewardProcesses(state, opts);
+  return state;
+}
+
+/** Stop one process: SIGTERM, then SIGKILL after `graceMs`. */
+async function stopPid(pid: number | null, graceMs: number): Promise<void> {
+  if (!alive(pid)) return;
+  try {
+    process.kill(-pid!, 'SIGTERM');
+  } catch {
+    process.kill(pid!, 'SIGTERM');
+  }
+  const deadline = Date.now() + graceMs;
+  while (alive(pid) && Date.now() < deadline) await sleep(100);
+  if (alive(pid)) {
+    try {
+      process.kill(-pid!, 'SIGKILL');
+    } catch {
+      process.kill(pid!, 'SIGKILL');
+    }
+  }
+}
+
+/** `cluster down`: Steward's processes first, then the Temporal nodes. The databases stay. */
+export async function clusterDown(dir: string, say: (s: string) => void): Promise<void> {
+  const state = readState(dir);
+  if (!state) throw new ClusterError(`no cluster in ${dir}`);
+  for (const p of state.processes) await stopPid(p.pid, 10_000);
+  for (const n of state.nodes) await stopPid(n.pid, 10_000);
+  for (const p of state.processes) p.pid = null;
+  for (const n of state.nodes) n.pid = null;
+  writeState(dir, state);
+  say(`stopped ${state.processes.length} Steward processes and ${state.nodes.length} Temporal nodes (databases kept; cluster up starts them again)`);
+}
+
+export interface ClusterStatus {
+  ok: boolean;
+  nodes: Array<{ node: number; pid: number | null; running: boolean; serving: boolean; joined: boolean; frontend: string }>;
+  processes: Array<{ service: string; pid: number | null; running: boolean; temporal: string; http?: string }>;
+  problems: string[];
+}
+
+/** `cluster status`: each process running or not, each node serving and joined, the schemas' versions. */
+export async function clusterStatus(dir: string): Promise<ClusterStatus> {
+  const state = readState(dir);
+  if (!state) throw new ClusterError(`no cluster in ${dir} (steward cluster up starts one)`);
+  const problems: string[] = [];
+  let members = new Set<number>();
+  try {
+    members = await liveMembers(state.pgUrl, state.dbPrefix);
+    problems.push(...(await schemaProblems(state)));
+  } catch (err) {
+    problems.push((err as Error).message);
+  }
+  const nodes = await Promise.all(
+    state.nodes.map(async (n) => {
+      const running = alive(n.pid);
+      const serving = running && (await frontendHealthy(n.ports.frontend!).catch(() => false));
+      const joined = [n.ports.frontendMembership!, n.ports.historyMembership!, n.ports.matchingMembership!].every((p) => members.has(p));
+      return { node: n.index + 1, pid: n.pid, running, serving, joined, frontend: `127.0.0.1:${n.ports.frontend}` };
+    }),
+  );
+  const processes = state.processes.map((p) => ({ service: p.service, pid: p.pid, running: alive(p.pid), temporal: p.temporalAddress, ...(p.service === 'api' ? { http: `http://127.0.0.1:${p.httpPort}` } : {}) }));
+  for (const n of nodes) if (!n.running || !n.serving || !n.joined) problems.push(`temporal node ${n.node} is ${!n.running ? 'not running' : !n.serving ? 'not serving' : 'not in the cluster membership'}`);
+  for (const p of processes) if (!p.running) problems.push(`steward ${p.service} is not running`);
+  return { ok: problems.length === 0, nodes, processes, problems };
+}
+
+/** `steward cluster ...` from the command line; the exit code. */
+export async function clusterCommand(args: string[], io: { out: (s: string) => void; err: (s: string) => void }): Promise<number> {
+  const [sub, ...rest] = args;
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      dir: { type: 'string' },
+      nodes: { type: 'string', default: '2' },
+      'base-port': { type: 'string', default: '7233' },
+      'api-port': { type: 'string', default: '8787' },
+      'pg-url': { type: 'string' },
+      'db-prefix': { type: 'string', default: '' },
+      json: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  const dir = path.resolve(values.dir ?? path.join(process.env.STEWARD_DATA_DIR ?? path.join(REPO_ROOT, '.data'), 'cluster'));
+  const say = (s: string) => io.err(`cluster: ${s}\n`);
+  try {
+    if (sub === 'up') {
+      const state = await clusterUp({
+        dir,
+        composeFile: path.join(REPO_ROOT, 'docker-compose.yml'),
+        nodes: Number(values.nodes),
+        basePort: Number(values['base-port']),
+        apiPort: Number(values['api-port']),
+        ...(values['pg-url'] ? { pgUrl: values['pg-url'] } : {}),
+        dbPrefix: values['db-prefix'],
+        env: process.env,
+        say,
+      });
+      const api = state.processes.find((p) => p.service === 'api')!;
+      io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), frontends ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}.\n`);
+      return 0;
+    }
+    if (sub === 'down') {
+      await clusterDown(dir, say);
+      return 0;
+    }
+    if (sub === 'status') {
+      const s = await clusterStatus(dir);
+      if (values.json) io.out(`${JSON.stringify(s, null, 2)}\n`);
+      else {
+        for (const n of s.nodes) io.out(`temporal node ${n.node}  ${n.running ? `pid ${n.pid}` : 'stopped'}  ${n.frontend}  ${n.serving ? 'serving' : 'not serving'}, ${n.joined ? 'joined' : 'not joined'}\n`);
+        for (const p of s.processes) io.out(`steward ${p.service.padEnd(11)} ${p.running ? `pid ${p.pid}` : 'stopped'}  Temporal ${p.temporal}${p.http ? `  ${p.http}` : ''}\n`);
+        for (const p of s.problems) io.out(`problem: ${p}\n`);
+      }
+      return s.ok ? 0 : 1;
+    }
+    io.err(`usage: ${usageOf('cluster')}\n`);
+    return 2;
+  } catch (err) {
+    if (err instanceof ClusterError) {
+      io.err(`steward cluster ${sub}: ${err.message}\n`);
+      return 1;
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,205 @@
+/**
+ * The production shape, run for real: `steward cluster up` builds nothing here (CI builds the
+ * Temporal server from its Go module before the suites; scripts/test.sh), creates the Temporal
+ * schemas on PostgreSQL with the server's own SQL tool, starts two Temporal server processes
+ * on one database (each running every service) and Steward as docker-compose.yml's `api`,
+ * `worker` and `repo-worker` processes, with the compose file's environment. Then: a chat turn
+ * through the API; `kill -9` of a Temporal node in the middle of a turn (the other node serves;
+ * exactly one reply); the node restarted by `cluster up`; `cluster status`; clear errors.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { homedir, tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, it } from 'node:test';
+import { Client, Connection } from '@temporalio/client';
+import pg from 'pg';
+import { alive, readState, type ClusterState } from '../../platform/cluster.js';
+import { nodePorts, readComposeTopology } from '../../platform/cluster-plan.js';
+import { startModelServer, type ModelServer } from '../helpers/model-server.js';
+import { freePort, repoRoot } from '../helpers/process.js';
+import { strict } from '../helpers/requirements.js';
+
+const TOKEN = 'cluster-token-0123456789abcdef';
+const version = readComposeTopology(readFileSync(path.join(repoRoot, 'docker-compose.yml'), 'utf8')).temporalVersion;
+const binDir = path.join(process.env.STEWARD_CACHE_DIR ?? path.join(homedir(), '.cache/steward'), 'temporal-server', version);
+const pgUrl = process.env.STEWARD_TEST_PG_URL;
+const missing = !pgUrl
+  ? 'needs PostgreSQL (./steward test starts one when Debian postgresql is installed)'
+  : !existsSync(path.join(binDir, 'temporal-server'))
+    ? `needs the Temporal server ${version} built from its Go module: scripts/temporal-build.sh ${version} (./steward test builds it when Go is installed; about 4 minutes the first time)`
+    : undefined;
+if (missing && strict()) {
+  it('system requirement: a Temporal cluster', () => {
+    throw new Error(`CI=true, so a missing part fails instead of skipping: ${missing}`);
+  });
+}
+
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+/** A base port whose two nodes' ports and Steward's are all free. */
+async function freeBase(): Promise<number> {
+  for (let i = 0; i < 50; i++) {
+    // below 32768: Temporal keeps members' ports as SQL smallints
+    const base = 21000 + 40 * Math.floor(Math.random() * 250);
+    const ports = [0, 1].flatMap((n) => Object.values(nodePorts(base, n))).concat([200, 201, 202, 210, 211, 212].map((d) => base + d));
+    let ok = true;
+    for (const p of ports) if (!(await portFree(p))) ok = false;
+    if (ok) return base;
+  }
+  throw new Error('no free port range');
+}
+
+describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose roles', { skip: missing ?? false, timeout: 900_000 }, () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'steward-cluster-'));
+  const prefix = `c${Math.random().toString(36).slice(2, 8)}_`;
+  let model: ModelServer;
+  let base = 0;
+  let apiPort = 0;
+  let state: ClusterState;
+  const env = () => ({
+    ...process.env,
+    STEWARD_MODEL: 'openai-compatible:cluster-model',
+    STEWARD_MODEL_BASE_URL: model.baseURL,
+    STEWARD_API_TOKEN: TOKEN,
+    STEWARD_LOG_LEVEL: 'warn',
+  });
+  const cluster = (...args: string[]) =>
+    spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', ...args, '--dir', dir], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 600_000 });
+  const up = () => cluster('up', '--base-port', String(base), '--api-port', String(apiPort), '--pg-url', pgUrl!, '--db-prefix', prefix);
+  const authed = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+  const api = () => `http://127.0.0.1:${apiPort}`;
+
+  async function transcript(chat: string): Promise<Array<{ role: string; text: string }>> {
+    const r = await fetch(`${api()}/api/v1/chats/${chat}/messages`, { headers: authed });
+    return ((await r.json()) as { messages: Array<{ role: string; text: string }> }).messages;
+  }
+
+  async function replies(chat: string, n: number, timeoutMs: number): Promise<Array<{ role: string; text: string }>> {
+    const deadline = Date.now() + timeoutMs;
+    let messages = await transcript(chat);
+    while (messages.filter((m) => m.role === 'assistant').length < n && Date.now() < deadline) {
+      await sleep(250);
+      messages = await transcript(chat);
+    }
+    return messages;
+  }
+
+  const logs = () => state.processes.map((p) => `--- ${p.service}\n${existsSync(p.log) ? readFileSync(p.log, 'utf8').slice(-1500) : ''}`).join('\n');
+
+  before(async () => {
+    model = await startModelServer();
+    base = await freeBase();
+    apiPort = await freePort();
+    const r = up();
+    assert.equal(r.status, 0, `cluster up failed:\n${r.stderr}\n${r.stdout}`);
+    assert.match(r.stdout, new RegExp(`2-node Temporal ${version.replace(/\./g, '\\.')} cluster on PostgreSQL`));
+    state = readState(dir)!;
+  });
+
+  after(async () => {
+    if (existsSync(path.join(dir, 'state.json'))) cluster('down');
+    await model?.close();
+    if (pgUrl) {
+      const admin = new pg.Client({ connectionString: pgUrl });
+      await admin.connect();
+      for (const db of ['temporal', 'temporal_visibility', 'steward']) await admin.query(`DROP DATABASE IF EXISTS "${prefix}${db}" WITH (FORCE)`);
+      await admin.end();
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('runs the compose topology: two nodes in one membership, the api, worker and repo-worker processes with the compose commands', async () => {
+    const s = cluster('status', '--json');
+    assert.equal(s.status, 0, s.stdout + s.stderr);
+    const status = JSON.parse(s.stdout) as { nodes: Array<{ serving: boolean; joined: boolean }>; processes: Array<{ service: string; running: boolean; temporal: string }> };
+    assert.deepEqual(status.nodes.map((n) => [n.serving, n.joined]), [[true, true], [true, true]]);
+    assert.deepEqual(status.processes.map((p) => [p.service, p.running]), [['api', true], ['worker', true], ['repo-worker', true]]);
+    // the processes are spread over the nodes
+    assert.notEqual(status.processes[0]!.temporal, status.processes[1]!.temporal);
+    const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+    assert.match(cmdline(state.processes[1]!.pid!), /platform\/main\.ts worker --queues interactive,background --concurrency interactive=100,background=20/);
+    assert.match(cmdline(state.processes[2]!.pid!), /platform\/main\.ts worker --queues repo --concurrency repo=2/);
+    const environ = readFileSync(`/proc/${state.processes[1]!.pid}/environ`, 'utf8').split('\0');
+    assert.ok(environ.includes('STEWARD_TASK_QUEUE=steward-interactive'), 'the compose environment');
+    assert.ok(environ.includes('STEWARD_WORKFLOW_BUNDLE=' + path.join(dir, 'workflow-bundle.js')), "the image's prebuilt bundle");
+  });
+
+  it('answers a chat turn; the session is on the cluster, visible through either node', async () => {
+    model.enqueue({ text: 'Hello from the cluster.' });
+    const r = await fetch(`${api()}/api/v1/chats/cluster-1/messages`, { method: 'POST', headers: authed, body: JSON.stringify({ text: 'hello', user: 'ops' }) });
+    assert.equal(r.status, 202);
+    const { workflowId } = (await r.json()) as { workflowId: string };
+    const messages = await replies('cluster-1', 1, 60_000);
+    assert.deepEqual(messages.map((m) => [m.role, m.text]), [['user', 'hello'], ['assistant', 'Hello from the cluster.']], logs());
+    for (const node of state.nodes) {
+      const connection = await Connection.connect({ address: `127.0.0.1:${node.ports.frontend}` });
+      try {
+        const d = await new Client({ connection, namespace: state.namespace }).workflow.getHandle(workflowId).describe();
+        assert.equal(d.status.name, 'RUNNING');
+        assert.equal(d.taskQueue, 'steward-interactive');
+      } finally {
+        await connection.close();
+      }
+    }
+  });
+
+  it('kill -9 of a Temporal node in the middle of a turn: the other node serves, the reply arrives exactly once; cluster up restarts the node', async () => {
+    const victim = state.nodes[0]!; // the api's and repo-worker's frontend; the worker polls node 2
+    const seen = model.requests.length;
+    model.enqueue({ text: 'Answered across a node failure.', firstTokenDelayMs: 2_000 });
+    const r = await fetch(`${api()}/api/v1/chats/cluster-2/messages`, { method: 'POST', headers: authed, body: JSON.stringify({ text: 'survive this', user: 'ops' }) });
+    assert.equal(r.status, 202);
+    await model.waitForRequest(seen + 1, 60_000);
+    process.kill(victim.pid!, 'SIGKILL');
+    const messages = await replies('cluster-2', 1, 120_000);
+    assert.deepEqual(
+      messages.filter((m) => m.role === 'assistant').map((m) => m.text),
+      ['Answered across a node failure.'],
+      `exactly one reply\n${logs()}`,
+    );
+    assert.equal(alive(victim.pid), false);
+    const down = cluster('status');
+    assert.equal(down.status, 1);
+    assert.match(down.stdout, /problem: temporal node 1 is not running/);
+    // the node comes back; nothing else is restarted
+    const pids = state.processes.map((p) => p.pid);
+    const again = up();
+    assert.equal(again.status, 0, again.stderr);
+    state = readState(dir)!;
+    assert.deepEqual(state.processes.map((p) => p.pid), pids, 'the Steward processes kept running');
+    assert.notEqual(state.nodes[0]!.pid, victim.pid);
+    const s = cluster('status');
+    assert.equal(s.status, 0, s.stdout);
+    // and the api, whose node it is, takes messages again
+    model.enqueue({ text: 'Back to two nodes.' });
+    const r2 = await fetch(`${api()}/api/v1/chats/cluster-2/messages`, { method: 'POST', headers: authed, body: JSON.stringify({ text: 'and now?', user: 'ops' }) });
+    assert.equal(r2.status, 202);
+    const after2 = await replies('cluster-2', 2, 60_000);
+    assert.deepEqual(after2.filter((m) => m.role === 'assistant').map((m) => m.text), ['Answered across a node failure.', 'Back to two nodes.']);
+  });
+
+  it('refuses clearly: a port in use, PostgreSQL unreachable', async () => {
+    const other = mkdtempSync(path.join(tmpdir(), 'steward-cluster-x-'));
+    try {
+      // the running cluster holds these ports
+      const taken = spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', 'up', '--dir', other, '--base-port', String(base), '--api-port', String(await freePort()), '--pg-url', pgUrl!, '--db-prefix', prefix], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 300_000 });
+      assert.equal(taken.status, 1);
+      assert.match(taken.stderr, new RegExp(`port ${base} \\(node 1 frontend\\) is in use by another process`));
+      const unreachable = spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', 'up', '--dir', other, '--pg-url', 'postgresql://steward:x@127.0.0.1:1/steward'], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 300_000 });
+      assert.equal(unreachable.status, 1);
+      assert.match(unreachable.stderr, /PostgreSQL is unreachable at 127\.0\.0\.1:1/);
+    } finally {
+      rmSync(other, { recursive: true, force: true });
+    }
+  });
+});
