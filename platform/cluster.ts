@@ -47,6 +47,8 @@ const StateSchema = z.object({
   pgUrl: z.string(),
   dbPrefix: z.string(),
   nodes: z.array(z.object({ index: z.number(), pid: z.number().nullable(), config: z.string(), log: z.string(), ports: z.record(z.string(), z.number()) })),
+  /** The frontend address every Steward process uses: a balancer over the nodes' frontends (platform/frontend-proxy.ts). */
+  frontend: z.object({ pid: z.number().nullable(), port: z.number(), log: z.string() }),
   processes: z.array(z.object({ service: z.string(), pid: z.number().nullable(), log: z.string(), temporalAddress: z.string(), httpPort: z.number() })),
 });
 export type ClusterState = z.infer<typeof StateSchema>;
@@ -306,6 +308,19 @@ async function prepareNamespace(state: ClusterState): Promise<void> {
   }
 }
 
+/** The balancer in front of the nodes' frontends (platform/frontend-proxy.ts), unless it runs; wait until it passes a health check through. */
+async function startFrontend(state: ClusterState, opts: ClusterOptions): Promise<void> {
+  const f = state.frontend;
+  if (!alive(f.pid)) {
+    await checkPorts([['the cluster frontend', f.port]]);
+    const targets = state.nodes.map((n) => String(n.ports.frontend));
+    f.pid = startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/frontend-proxy.ts'), String(f.port), ...targets], { PATH: opts.env.PATH ?? '' }, f.log);
+    writeState(opts.dir, state);
+    opts.say(`frontend 127.0.0.1:${f.port} (balancing over ${state.nodes.length} nodes): pid ${f.pid}`);
+  }
+  await waitFor('the cluster frontend', f.pid!, f.log, 60_000, () => frontendHealthy(f.port));
+}
+
 /** Secrets the compose file requires (STEWARD_API_TOKEN, STEWARD_CODEC_KEYS): the operator's, else generated once and kept in the cluster directory. */
 function clusterSecrets(dir: string, env: Record<string, string | undefined>): Record<string, string> {
   const file = path.join(dir, 'secrets.json');
@@ -367,16 +382,17 @@ function planState(opts: ClusterOptions, version: string, binDir: string, pgUrl:
     log: path.join(opts.dir, 'logs', `node${index + 1}.log`),
     ports: nodePorts(opts.basePort, index) as unknown as Record<string, number>,
   }));
+  const frontend = { pid: before?.frontend.pid ?? null, port: opts.basePort + 100, log: path.join(opts.dir, 'logs', 'frontend.log') };
   const services: StewardService[] = ['api', 'worker', 'repo-worker'];
   const processes = services.map((service, i) => ({
     service,
     pid: before?.processes.find((p) => p.service === service)?.pid ?? null,
     log: path.join(opts.dir, 'logs', `${service}.log`),
-    // spread over the nodes: each node serves some of the processes
-    temporalAddress: `127.0.0.1:${nodes[i % nodes.length]!.ports.frontend}`,
+    // every process reaches Temporal through the balancer, as behind a deployment's load balancer
+    temporalAddress: `127.0.0.1:${frontend.port}`,
     httpPort: service === 'api' ? opts.apiPort : opts.basePort + 210 + i,
   }));
-  return { version, binDir, basePort: opts.basePort, namespace, pgUrl, dbPrefix: opts.dbPrefix, nodes, processes };
+  return { version, binDir, basePort: opts.basePort, namespace, pgUrl, dbPrefix: opts.dbPrefix, nodes, frontend, processes };
 }
 
 /** `cluster up`: everything that is not running, started; returns the state. */
@@ -397,6 +413,7 @@ export async function clusterUp(opts: ClusterOptions): Promise<ClusterState> {
   writeState(opts.dir, state);
   await startNodes(state, opts, sqlTarget(pgUrl, `${opts.dbPrefix}temporal`), sqlTarget(pgUrl, `${opts.dbPrefix}temporal_visibility`));
   await prepareNamespace(state);
+  await startFrontend(state, opts);
   await startStewardProcesses(state, opts);
   return state;
 }
@@ -425,8 +442,10 @@ export async function clusterDown(dir: string, say: (s: string) => void): Promis
   const state = readState(dir);
   if (!state) throw new ClusterError(`no cluster in ${dir}`);
   for (const p of state.processes) await stopPid(p.pid, 10_000);
+  await stopPid(state.frontend.pid, 5_000);
   for (const n of state.nodes) await stopPid(n.pid, 10_000);
   for (const p of state.processes) p.pid = null;
+  state.frontend.pid = null;
   for (const n of state.nodes) n.pid = null;
   writeState(dir, state);
   say(`stopped ${state.processes.length} Steward processes and ${state.nodes.length} Temporal nodes (databases kept; cluster up starts them again)`);
@@ -435,6 +454,7 @@ export async function clusterDown(dir: string, say: (s: string) => void): Promis
 export interface ClusterStatus {
   ok: boolean;
   nodes: Array<{ node: number; pid: number | null; running: boolean; serving: boolean; joined: boolean; frontend: string }>;
+  frontend: { pid: number | null; running: boolean; serving: boolean; address: string };
   processes: Array<{ service: string; pid: number | null; running: boolean; temporal: string; http?: string }>;
   problems: string[];
 }
@@ -459,10 +479,13 @@ export async function clusterStatus(dir: string): Promise<ClusterStatus> {
       return { node: n.index + 1, pid: n.pid, running, serving, joined, frontend: `127.0.0.1:${n.ports.frontend}` };
     }),
   );
+  const frontendRunning = alive(state.frontend.pid);
+  const frontend = { pid: state.frontend.pid, running: frontendRunning, serving: frontendRunning && (await frontendHealthy(state.frontend.port).catch(() => false)), address: `127.0.0.1:${state.frontend.port}` };
+  if (!frontend.serving) problems.push(`the cluster frontend ${frontend.address} is ${frontend.running ? 'not serving (no node answers through it)' : 'not running'}`);
   const processes = state.processes.map((p) => ({ service: p.service, pid: p.pid, running: alive(p.pid), temporal: p.temporalAddress, ...(p.service === 'api' ? { http: `http://127.0.0.1:${p.httpPort}` } : {}) }));
   for (const n of nodes) if (!n.running || !n.serving || !n.joined) problems.push(`temporal node ${n.node} is ${!n.running ? 'not running' : !n.serving ? 'not serving' : 'not in the cluster membership'}`);
   for (const p of processes) if (!p.running) problems.push(`steward ${p.service} is not running`);
-  return { ok: problems.length === 0, nodes, processes, problems };
+  return { ok: problems.length === 0, nodes, frontend, processes, problems };
 }
 
 /** `steward cluster ...` from the command line; the exit code. */
@@ -497,7 +520,7 @@ export async function clusterCommand(args: string[], io: { out: (s: string) => v
         say,
       });
       const api = state.processes.find((p) => p.service === 'api')!;
-      io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), frontends ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}.\n`);
+      io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), Temporal at 127.0.0.1:${state.frontend.port} (nodes ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}).\n`);
       return 0;
     }
     if (sub === 'down') {
@@ -509,6 +532,7 @@ export async function clusterCommand(args: string[], io: { out: (s: string) => v
       if (values.json) io.out(`${JSON.stringify(s, null, 2)}\n`);
       else {
         for (const n of s.nodes) io.out(`temporal node ${n.node}  ${n.running ? `pid ${n.pid}` : 'stopped'}  ${n.frontend}  ${n.serving ? 'serving' : 'not serving'}, ${n.joined ? 'joined' : 'not joined'}\n`);
+        io.out(`frontend        ${s.frontend.running ? `pid ${s.frontend.pid}` : 'stopped'}  ${s.frontend.address}  ${s.frontend.serving ? 'serving' : 'not serving'}\n`);
         for (const p of s.processes) io.out(`steward ${p.service.padEnd(11)} ${p.running ? `pid ${p.pid}` : 'stopped'}  Temporal ${p.temporal}${p.http ? `  ${p.http}` : ''}\n`);
         for (const p of s.problems) io.out(`problem: ${p}\n`);
       }

@@ -3,9 +3,11 @@
  * Temporal server from its Go module before the suites; scripts/test.sh), creates the Temporal
  * schemas on PostgreSQL with the server's own SQL tool, starts two Temporal server processes
  * on one database (each running every service) and Steward as docker-compose.yml's `api`,
- * `worker` and `repo-worker` processes, with the compose file's environment. Then: a chat turn
- * through the API; `kill -9` of a Temporal node in the middle of a turn (the other node serves;
- * exactly one reply); the node restarted by `cluster up`; `cluster status`; clear errors.
+ * `worker` and `repo-worker` processes, with the compose file's environment, all reaching
+ * Temporal through the cluster's frontend balancer. Then: a chat turn through the API; a repo
+ * change to a patch and an objective run; `kill -9` of a Temporal node in the middle of a turn
+ * and of a repo change (the other node serves; exactly one reply, one patch); the node
+ * restarted by `cluster up`; `cluster status`; clear errors.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -19,9 +21,11 @@ import { Client, Connection } from '@temporalio/client';
 import pg from 'pg';
 import { alive, readState, type ClusterState } from '../../platform/cluster.js';
 import { nodePorts, readComposeTopology } from '../../platform/cluster-plan.js';
+import { changeModel } from '../helpers/change-model.js';
+import { createGitFixture, git, type GitFixture } from '../helpers/git-fixture.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { freePort, repoRoot } from '../helpers/process.js';
-import { strict } from '../helpers/requirements.js';
+import { needs, strict } from '../helpers/requirements.js';
 
 const TOKEN = 'cluster-token-0123456789abcdef';
 const version = readComposeTopology(readFileSync(path.join(repoRoot, 'docker-compose.yml'), 'utf8')).temporalVersion;
@@ -51,7 +55,7 @@ async function freeBase(): Promise<number> {
   for (let i = 0; i < 50; i++) {
     // below 32768: Temporal keeps members' ports as SQL smallints
     const base = 21000 + 40 * Math.floor(Math.random() * 250);
-    const ports = [0, 1].flatMap((n) => Object.values(nodePorts(base, n))).concat([200, 201, 202, 210, 211, 212].map((d) => base + d));
+    const ports = [0, 1].flatMap((n) => Object.values(nodePorts(base, n))).concat([100, 200, 201, 202, 210, 211, 212].map((d) => base + d));
     let ok = true;
     for (const p of ports) if (!(await portFree(p))) ok = false;
     if (ok) return base;
@@ -59,7 +63,18 @@ async function freeBase(): Promise<number> {
   throw new Error('no free port range');
 }
 
-describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose roles', { skip: missing ?? false, timeout: 900_000 }, () => {
+const GOOD_DRAFT = {
+  intent: 'feature',
+  goal: 'Make the greeting say Hello, Steward',
+  scope: ['greeting.txt'],
+  acceptance: ['sh test.sh exits 0'],
+  constraints: [],
+  assumptions: [],
+  open_questions: [],
+  risk_signals: [],
+};
+
+describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose roles', { skip: missing ?? (await needs('bubblewrap')), timeout: 900_000 }, () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'steward-cluster-'));
   const prefix = `c${Math.random().toString(36).slice(2, 8)}_`;
   let model: ModelServer;
@@ -94,6 +109,19 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     return messages;
   }
 
+  const fixtures: GitFixture[] = [];
+  const api2 = async (method: string, p: string, body?: unknown) => {
+    const r = await fetch(`${api()}${p}`, { method, headers: authed, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+    return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+  };
+  async function waitForChange(id: string, timeoutMs: number): Promise<Record<string, unknown>> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const c = (await api2('GET', `/api/v1/changes/${id}`)).body;
+      if (c.status !== 'running' || Date.now() > deadline) return c;
+      await sleep(300);
+    }
+  }
   const logs = () => state.processes.map((p) => `--- ${p.service}\n${existsSync(p.log) ? readFileSync(p.log, 'utf8').slice(-1500) : ''}`).join('\n');
 
   before(async () => {
@@ -109,6 +137,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
   after(async () => {
     if (existsSync(path.join(dir, 'state.json'))) cluster('down');
     await model?.close();
+    for (const f of fixtures) f.cleanup();
     if (pgUrl) {
       const admin = new pg.Client({ connectionString: pgUrl });
       await admin.connect();
@@ -124,8 +153,8 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     const status = JSON.parse(s.stdout) as { nodes: Array<{ serving: boolean; joined: boolean }>; processes: Array<{ service: string; running: boolean; temporal: string }> };
     assert.deepEqual(status.nodes.map((n) => [n.serving, n.joined]), [[true, true], [true, true]]);
     assert.deepEqual(status.processes.map((p) => [p.service, p.running]), [['api', true], ['worker', true], ['repo-worker', true]]);
-    // the processes are spread over the nodes
-    assert.notEqual(status.processes[0]!.temporal, status.processes[1]!.temporal);
+    // every process reaches Temporal through the frontend balancer, as behind a load balancer
+    for (const p of status.processes) assert.equal(p.temporal, `127.0.0.1:${state.frontend.port}`);
     const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
     assert.match(cmdline(state.processes[1]!.pid!), /platform\/main\.ts worker --queues interactive,background --concurrency interactive=100,background=20/);
     assert.match(cmdline(state.processes[2]!.pid!), /platform\/main\.ts worker --queues repo --concurrency repo=2/);
@@ -151,6 +180,58 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
         await connection.close();
       }
     }
+  });
+
+  it('runs a repo change to a patch and an objective run; kill -9 of a node in the middle of the change: exactly one patch', async () => {
+    const fx = createGitFixture({ 'greeting.txt': 'Hello\n', 'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt && echo greeting ok\n' }, { executable: ['test.sh'] });
+    fixtures.push(fx);
+    model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
+    assert.equal((await api2('POST', '/api/v1/repos', { name: 'cluster-demo', cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] })).status, 201);
+    const started = await api2('POST', '/api/v1/changes', { repo: 'cluster-demo', request: 'Make the greeting say Hello, Steward' });
+    assert.equal(started.status, 202, JSON.stringify(started.body));
+    const id = started.body.id as string;
+    // node 2 dies while the change runs (its workflow's and activities' tasks move to node 1)
+    const victim = state.nodes[1]!;
+    let atKill: Record<string, unknown> = {};
+    for (let i = 0; i < 200; i++) {
+      atKill = (await api2('GET', `/api/v1/changes/${id}`)).body;
+      if (atKill.phase !== 'intake') break;
+      await sleep(50);
+    }
+    process.kill(victim.pid!, 'SIGKILL');
+    assert.equal(atKill.status, 'running', `the change was still running when the node died (phase ${String(atKill.phase)})`);
+    const c = await waitForChange(id, 180_000);
+    assert.equal(c.status, 'done', `${String(c.phase)}: ${String(c.error)}\n${logs()}`);
+    assert.equal((c.result as { kind: string }).kind, 'patch');
+    const patch = await fetch(`${api()}/api/v1/changes/${id}/patch`, { headers: authed });
+    assert.equal(patch.status, 200);
+    const text = await patch.text();
+    assert.match(text, /\+Hello, Steward/);
+    // exactly one patch: one promotion receipt, one patch artifact, applied once
+    const check = fx.cloneAt(fx.head());
+    const applied = spawnSync('git', ['apply', '-'], { cwd: check, input: text });
+    assert.equal(applied.status, 0);
+    assert.equal(readFileSync(path.join(check, 'greeting.txt'), 'utf8'), 'Hello, Steward\n');
+    assert.equal(git(check, 'status', '--porcelain').trim(), 'M greeting.txt');
+    const client = new pg.Client({ connectionString: new URL(`/${prefix}steward`, pgUrl).toString() });
+    await client.connect();
+    try {
+      const promotions = await client.query(`SELECT count(*)::int AS n FROM "Receipt" WHERE kind = 'promotion' AND data LIKE $1`, [`%${id}%`]);
+      assert.equal(promotions.rows[0].n, 1, 'one promotion');
+    } finally {
+      await client.end();
+    }
+    const back = up();
+    assert.equal(back.status, 0, back.stderr);
+    state = readState(dir)!;
+
+    // an objective, triggered now: its run's turn answers in its chat
+    model.enqueue({ text: 'The objective ran on the cluster.' });
+    const created = await api2('POST', '/api/v1/objectives', { name: 'cluster-check', prompt: 'Check the cluster', chatId: 'cluster-obj', schedule: { every: '1h' } });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.equal((await api2('POST', `/api/v1/objectives/${created.body.id as string}/trigger`)).status, 200);
+    const messages = await replies('cluster-obj', 1, 90_000);
+    assert.ok(messages.some((m) => m.role === 'assistant' && m.text === 'The objective ran on the cluster.'), `${JSON.stringify(messages)}\n${logs()}`);
   });
 
   it('kill -9 of a Temporal node in the middle of a turn: the other node serves, the reply arrives exactly once; cluster up restarts the node', async () => {
