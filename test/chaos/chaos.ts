@@ -39,6 +39,8 @@ import { lastUserText, startModelServer, type ModelServer, type RecordedRequest,
 import { spawnProcess, type Spawned } from '../helpers/process.js';
 import { persistentTemporal, type PersistentTemporal } from '../helpers/temporal-process.js';
 
+export type { PersistentTemporal };
+
 /** A group of identical worker processes polling the same queue roles. */
 export interface WorkerGroup {
   /** Queue roles (`interactive,background,repo`), given as STEWARD_WORKER_QUEUES. */
@@ -87,6 +89,14 @@ export interface ChaosOptions {
   logDir?: string;
   /** Progress lines; default silent. */
   log?: (line: string) => void;
+  /**
+   * The Temporal service to run on, already started; a server fault is its `stop('SIGKILL')`
+   * and `start()` (for a cluster: kill -9 of one node, then the node back). Default: a dev
+   * server of this run's own, on SQLite, stopped at the end.
+   */
+  temporal?: PersistentTemporal;
+  /** What a server fault is called in the progress lines (default "Temporal dev server"). */
+  temporalName?: string;
 }
 
 export interface ChaosResult {
@@ -284,8 +294,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
 
   try {
     // --- the stack
-    server = await persistentTemporal({ dir: path.join(dir, 'temporal') });
-    await server.start();
+    if (opts.temporal) server = opts.temporal;
+    else {
+      server = await persistentTemporal({ dir: path.join(dir, 'temporal') });
+      await server.start();
+    }
     model = await startModelServer();
     const m = model;
     const agent = changeModel({ intake: () => DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] });
@@ -518,11 +531,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       const srv = server!;
       await srv.stop('SIGKILL');
       const down = between(downtime);
-      log(`Temporal dev server killed (-9); down for ${down} ms`);
+      log(`${opts.temporalName ?? 'Temporal dev server'} killed (-9); down for ${down} ms`);
       await sleep(down);
       await srv.start();
       result.serverRestarts++;
-      log('Temporal dev server back');
+      log(`${opts.temporalName ?? 'Temporal dev server'} back`);
     };
     const rolling = async () => {
       const current = groups.flatMap((_, i) => live(i));
@@ -700,7 +713,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     }
     const steps: Array<[string, () => unknown]> = [
       ['client', () => connection?.close()],
-      ['temporal', () => server?.stop('SIGKILL')],
+      ['temporal', () => (opts.temporal ? undefined : server?.stop('SIGKILL'))],
       ['model server', () => model?.close()],
       ['database', () => dbh?.cleanup()],
       ['git fixture', () => fixture?.cleanup()],

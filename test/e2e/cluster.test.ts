@@ -11,56 +11,26 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { homedir, tmpdir } from 'node:os';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import pg from 'pg';
-import { alive, readState, type ClusterState } from '../../platform/cluster.js';
-import { nodePorts, readComposeTopology } from '../../platform/cluster-plan.js';
+import { alive, type ClusterState } from '../../platform/cluster.js';
 import { changeModel } from '../helpers/change-model.js';
+import { CLUSTER_TOKEN, clusterMissing, clusterVersion, createTestCluster, type TestCluster } from '../helpers/cluster.js';
 import { createGitFixture, git, type GitFixture } from '../helpers/git-fixture.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { freePort, repoRoot } from '../helpers/process.js';
 import { needs, strict } from '../helpers/requirements.js';
 
-const TOKEN = 'cluster-token-0123456789abcdef';
-const version = readComposeTopology(readFileSync(path.join(repoRoot, 'docker-compose.yml'), 'utf8')).temporalVersion;
-const binDir = path.join(process.env.STEWARD_CACHE_DIR ?? path.join(homedir(), '.cache/steward'), 'temporal-server', version);
-const pgUrl = process.env.STEWARD_TEST_PG_URL;
-const missing = !pgUrl
-  ? 'needs PostgreSQL (./steward test starts one when Debian postgresql is installed)'
-  : !existsSync(path.join(binDir, 'temporal-server'))
-    ? `needs the Temporal server ${version} built from its Go module: scripts/temporal-build.sh ${version} (./steward test builds it when Go is installed; about 4 minutes the first time)`
-    : undefined;
+const missing = clusterMissing();
 if (missing && strict()) {
   it('system requirement: a Temporal cluster', () => {
     throw new Error(`CI=true, so a missing part fails instead of skipping: ${missing}`);
   });
-}
-
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
-
-/** A base port whose two nodes' ports and Steward's are all free. */
-async function freeBase(): Promise<number> {
-  for (let i = 0; i < 50; i++) {
-    // below 32768: Temporal keeps members' ports as SQL smallints
-    const base = 21000 + 40 * Math.floor(Math.random() * 250);
-    const ports = [0, 1].flatMap((n) => Object.values(nodePorts(base, n))).concat([100, 200, 201, 202, 210, 211, 212].map((d) => base + d));
-    let ok = true;
-    for (const p of ports) if (!(await portFree(p))) ok = false;
-    if (ok) return base;
-  }
-  throw new Error('no free port range');
 }
 
 const GOOD_DRAFT = {
@@ -75,24 +45,13 @@ const GOOD_DRAFT = {
 };
 
 describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose roles', { skip: missing ?? (await needs('bubblewrap')), timeout: 900_000 }, () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'steward-cluster-'));
-  const prefix = `c${Math.random().toString(36).slice(2, 8)}_`;
   let model: ModelServer;
-  let base = 0;
-  let apiPort = 0;
+  let c: TestCluster;
   let state: ClusterState;
-  const env = () => ({
-    ...process.env,
-    STEWARD_MODEL: 'openai-compatible:cluster-model',
-    STEWARD_MODEL_BASE_URL: model.baseURL,
-    STEWARD_API_TOKEN: TOKEN,
-    STEWARD_LOG_LEVEL: 'warn',
-  });
-  const cluster = (...args: string[]) =>
-    spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', ...args, '--dir', dir], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 600_000 });
-  const up = () => cluster('up', '--base-port', String(base), '--api-port', String(apiPort), '--pg-url', pgUrl!, '--db-prefix', prefix);
-  const authed = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
-  const api = () => `http://127.0.0.1:${apiPort}`;
+  const cluster = (...args: string[]) => c.run(...args);
+  const up = () => c.up();
+  const authed = { authorization: `Bearer ${CLUSTER_TOKEN}`, 'content-type': 'application/json' };
+  const api = () => c.api();
 
   async function transcript(chat: string): Promise<Array<{ role: string; text: string }>> {
     const r = await fetch(`${api()}/api/v1/chats/${chat}/messages`, { headers: authed });
@@ -122,29 +81,21 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
       await sleep(300);
     }
   }
-  const logs = () => state.processes.map((p) => `--- ${p.service}\n${existsSync(p.log) ? readFileSync(p.log, 'utf8').slice(-1500) : ''}`).join('\n');
+  const logs = () => c.logs();
 
   before(async () => {
     model = await startModelServer();
-    base = await freeBase();
-    apiPort = await freePort();
+    c = await createTestCluster(model);
     const r = up();
     assert.equal(r.status, 0, `cluster up failed:\n${r.stderr}\n${r.stdout}`);
-    assert.match(r.stdout, new RegExp(`2-node Temporal ${version.replace(/\./g, '\\.')} cluster on PostgreSQL`));
-    state = readState(dir)!;
+    assert.match(r.stdout, new RegExp(`2-node Temporal ${clusterVersion.replace(/\./g, '\\.')} cluster on PostgreSQL`));
+    state = c.state();
   });
 
   after(async () => {
-    if (existsSync(path.join(dir, 'state.json'))) cluster('down');
+    await c?.destroy();
     await model?.close();
     for (const f of fixtures) f.cleanup();
-    if (pgUrl) {
-      const admin = new pg.Client({ connectionString: pgUrl });
-      await admin.connect();
-      for (const db of ['temporal', 'temporal_visibility', 'steward']) await admin.query(`DROP DATABASE IF EXISTS "${prefix}${db}" WITH (FORCE)`);
-      await admin.end();
-    }
-    rmSync(dir, { recursive: true, force: true });
   });
 
   it('runs the compose topology: two nodes in one membership, the api, worker and repo-worker processes with the compose commands', async () => {
@@ -160,7 +111,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     assert.match(cmdline(state.processes[2]!.pid!), /platform\/main\.ts worker --queues repo --concurrency repo=2/);
     const environ = readFileSync(`/proc/${state.processes[1]!.pid}/environ`, 'utf8').split('\0');
     assert.ok(environ.includes('STEWARD_TASK_QUEUE=steward-interactive'), 'the compose environment');
-    assert.ok(environ.includes('STEWARD_WORKFLOW_BUNDLE=' + path.join(dir, 'workflow-bundle.js')), "the image's prebuilt bundle");
+    assert.ok(environ.includes('STEWARD_WORKFLOW_BUNDLE=' + path.join(c.dir, 'workflow-bundle.js')), "the image's prebuilt bundle");
   });
 
   it('answers a chat turn; the session is on the cluster, visible through either node', async () => {
@@ -200,9 +151,9 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     }
     process.kill(victim.pid!, 'SIGKILL');
     assert.equal(atKill.status, 'running', `the change was still running when the node died (phase ${String(atKill.phase)})`);
-    const c = await waitForChange(id, 180_000);
-    assert.equal(c.status, 'done', `${String(c.phase)}: ${String(c.error)}\n${logs()}`);
-    assert.equal((c.result as { kind: string }).kind, 'patch');
+    const change = await waitForChange(id, 180_000);
+    assert.equal(change.status, 'done', `${String(change.phase)}: ${String(change.error)}\n${logs()}`);
+    assert.equal((change.result as { kind: string }).kind, 'patch');
     const patch = await fetch(`${api()}/api/v1/changes/${id}/patch`, { headers: authed });
     assert.equal(patch.status, 200);
     const text = await patch.text();
@@ -213,7 +164,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     assert.equal(applied.status, 0);
     assert.equal(readFileSync(path.join(check, 'greeting.txt'), 'utf8'), 'Hello, Steward\n');
     assert.equal(git(check, 'status', '--porcelain').trim(), 'M greeting.txt');
-    const client = new pg.Client({ connectionString: new URL(`/${prefix}steward`, pgUrl).toString() });
+    const client = new pg.Client({ connectionString: new URL(`/${c.prefix}steward`, c.pgUrl).toString() });
     await client.connect();
     try {
       const promotions = await client.query(`SELECT count(*)::int AS n FROM "Receipt" WHERE kind = 'promotion' AND data LIKE $1`, [`%${id}%`]);
@@ -223,7 +174,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     }
     const back = up();
     assert.equal(back.status, 0, back.stderr);
-    state = readState(dir)!;
+    state = c.state();
 
     // an objective, triggered now: its run's turn answers in its chat
     model.enqueue({ text: 'The objective ran on the cluster.' });
@@ -256,7 +207,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     const pids = state.processes.map((p) => p.pid);
     const again = up();
     assert.equal(again.status, 0, again.stderr);
-    state = readState(dir)!;
+    state = c.state();
     assert.deepEqual(state.processes.map((p) => p.pid), pids, 'the Steward processes kept running');
     assert.notEqual(state.nodes[0]!.pid, victim.pid);
     const s = cluster('status');
@@ -273,10 +224,11 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     const other = mkdtempSync(path.join(tmpdir(), 'steward-cluster-x-'));
     try {
       // the running cluster holds these ports
-      const taken = spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', 'up', '--dir', other, '--base-port', String(base), '--api-port', String(await freePort()), '--pg-url', pgUrl!, '--db-prefix', prefix], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 300_000 });
+      const run = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', 'up', '--dir', other, ...args], { cwd: repoRoot, env: process.env, encoding: 'utf8', timeout: 300_000 });
+      const taken = run('--base-port', String(c.base), '--api-port', String(await freePort()), '--pg-url', c.pgUrl, '--db-prefix', c.prefix);
       assert.equal(taken.status, 1);
-      assert.match(taken.stderr, new RegExp(`port ${base} \\(node 1 frontend\\) is in use by another process`));
-      const unreachable = spawnSync(process.execPath, ['--import', 'tsx', 'platform/main.ts', 'cluster', 'up', '--dir', other, '--pg-url', 'postgresql://steward:x@127.0.0.1:1/steward'], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 300_000 });
+      assert.match(taken.stderr, new RegExp(`port ${c.base} \\(node 1 frontend\\) is in use by another process`));
+      const unreachable = run('--pg-url', 'postgresql://steward:x@127.0.0.1:1/steward');
       assert.equal(unreachable.status, 1);
       assert.match(unreachable.stderr, /PostgreSQL is unreachable at 127\.0\.0\.1:1/);
     } finally {
