@@ -67,13 +67,13 @@ export interface TestCluster {
   destroy(): Promise<void>;
 }
 
-export async function createTestCluster(model: ModelServer): Promise<TestCluster> {
+export async function createTestCluster(model: ModelServer, extraEnv: Record<string, string> = {}): Promise<TestCluster> {
   const dir = mkdtempSync(path.join(tmpdir(), 'steward-cluster-'));
   const prefix = `c${Math.random().toString(36).slice(2, 8)}_`;
   const base = await freeBase();
   const apiPort = await freePort();
   const pgUrl = process.env.STEWARD_TEST_PG_URL!;
-  const env = () => ({ ...process.env, STEWARD_MODEL: 'openai-compatible:cluster-model', STEWARD_MODEL_BASE_URL: model.baseURL, STEWARD_API_TOKEN: CLUSTER_TOKEN, STEWARD_LOG_LEVEL: 'warn' });
+  const env = () => ({ ...process.env, STEWARD_MODEL: 'openai-compatible:cluster-model', STEWARD_MODEL_BASE_URL: model.baseURL, STEWARD_API_TOKEN: CLUSTER_TOKEN, STEWARD_LOG_LEVEL: 'warn', ...extraEnv });
   const cli = (...args: string[]) => [path.join(repoRoot, 'platform/main.ts'), 'cluster', ...args, '--dir', dir];
   const upArgs = () => ['up', '--base-port', String(base), '--api-port', String(apiPort), '--pg-url', pgUrl, '--db-prefix', prefix];
   const run = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', ...cli(...args)], { cwd: repoRoot, env: env(), encoding: 'utf8', timeout: 600_000 });
