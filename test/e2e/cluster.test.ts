@@ -220,6 +220,25 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     assert.deepEqual(after2.filter((m) => m.role === 'assistant').map((m) => m.text), ['Answered across a node failure.', 'Back to two nodes.']);
   });
 
+  it('status names a Temporal schema behind the server version', async () => {
+    const db = new pg.Client({ connectionString: new URL(`/${c.prefix}temporal`, c.pgUrl).toString() });
+    await db.connect();
+    try {
+      const [{ curr_version: current }] = (await db.query<{ curr_version: string }>('SELECT curr_version FROM schema_version')).rows as [{ curr_version: string }];
+      await db.query(`UPDATE schema_version SET curr_version = '1.0'`);
+      try {
+        const s = cluster('status');
+        assert.equal(s.status, 1);
+        assert.match(s.stdout, new RegExp(`problem: ${c.prefix}temporal is at schema 1\\.0, behind ${current.replace('.', '\\.')} that server ${clusterVersion.replace(/\./g, '\\.')} needs`));
+      } finally {
+        await db.query('UPDATE schema_version SET curr_version = $1', [current]);
+      }
+      assert.equal(cluster('status').status, 0);
+    } finally {
+      await db.end();
+    }
+  });
+
   it('refuses clearly: a port in use, PostgreSQL unreachable', async () => {
     const other = mkdtempSync(path.join(tmpdir(), 'steward-cluster-x-'));
     try {
