@@ -11,7 +11,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -46,10 +46,10 @@ const StateSchema = z.object({
   namespace: z.string(),
   pgUrl: z.string(),
   dbPrefix: z.string(),
-  nodes: z.array(z.object({ index: z.number(), pid: z.number().nullable(), config: z.string(), log: z.string(), ports: z.record(z.string(), z.number()) })),
+  nodes: z.array(z.object({ index: z.number(), pid: z.number().nullable(), started: z.number().nullable().default(null), config: z.string(), log: z.string(), ports: z.record(z.string(), z.number()) })),
   /** The frontend address every Steward process uses: a balancer over the nodes' frontends (platform/frontend-proxy.ts). */
-  frontend: z.object({ pid: z.number().nullable(), port: z.number(), log: z.string() }),
-  processes: z.array(z.object({ service: z.string(), pid: z.number().nullable(), log: z.string(), temporalAddress: z.string(), httpPort: z.number() })),
+  frontend: z.object({ pid: z.number().nullable(), started: z.number().nullable().default(null), port: z.number(), log: z.string() }),
+  processes: z.array(z.object({ service: z.string(), pid: z.number().nullable(), started: z.number().nullable().default(null), log: z.string(), temporalAddress: z.string(), httpPort: z.number() })),
 });
 export type ClusterState = z.infer<typeof StateSchema>;
 
@@ -77,7 +77,8 @@ export function readState(dir: string): ClusterState | undefined {
 }
 
 function writeState(dir: string, s: ClusterState): void {
-  writeFileSync(statePath(dir), `${JSON.stringify(s, null, 2)}\n`);
+  writeFileSync(statePath(dir), `${JSON.stringify(s, null, 2)}\n`, { mode: 0o600 });
+  chmodSync(statePath(dir), 0o600); // it holds the database URL
 }
 
 /** Is `pid` a live process (not a zombie)? */
@@ -93,6 +94,27 @@ export function alive(pid: number | null): boolean {
   } catch {
     return true;
   }
+}
+
+/** When a process started (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it names one process. */
+function startTimeOf(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]);
+  } catch {
+    return null;
+  }
+}
+
+/** Is this recorded process still the one the cluster started (not a later process that got its pid)? */
+export function running(p: { pid: number | null; started: number | null }): boolean {
+  return alive(p.pid) && (p.started === null || startTimeOf(p.pid!) === p.started);
+}
+
+/** Record a process the cluster started. */
+function started(p: { pid: number | null; started: number | null }, pid: number): void {
+  p.pid = pid;
+  p.started = startTimeOf(pid);
 }
 
 async function portFree(port: number): Promise<boolean> {
@@ -113,7 +135,8 @@ async function checkPorts(ports: Array<[string, number]>): Promise<void> {
 /** The Temporal server and SQL tool at `version`, built if needed (scripts/temporal-build.sh). */
 function ensureBinaries(version: string, env: Record<string, string | undefined>): string {
   const r = spawnSync('bash', [path.join(REPO_ROOT, 'scripts/temporal-build.sh'), version], { env: env as NodeJS.ProcessEnv, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
-  const dir = r.stdout.trim().split('\n').at(-1) ?? '';
+  if (r.error) throw new ClusterError(`scripts/temporal-build.sh could not run: ${r.error.message}`);
+  const dir = (r.stdout ?? '').trim().split('\n').at(-1) ?? '';
   if (r.status !== 0 || !dir) throw new ClusterError(`the Temporal server ${version} could not be built (scripts/temporal-build.sh exited ${r.status})`);
   return dir;
 }
@@ -124,7 +147,9 @@ function postgresUrl(opts: ClusterOptions): string {
   const script = path.join(REPO_ROOT, 'scripts/pg.sh');
   const started = spawnSync('bash', [script, 'start'], { env: opts.env as NodeJS.ProcessEnv, encoding: 'utf8' });
   if (started.status !== 0) throw new ClusterError(`PostgreSQL could not be started (scripts/pg.sh start): ${started.stderr.trim() || `exit ${started.status}`}`);
-  return spawnSync('bash', [script, 'url'], { env: opts.env as NodeJS.ProcessEnv, encoding: 'utf8' }).stdout.trim();
+  const url = spawnSync('bash', [script, 'url'], { env: opts.env as NodeJS.ProcessEnv, encoding: 'utf8' });
+  if (url.status !== 0 || !url.stdout.trim()) throw new ClusterError(`the local PostgreSQL's URL is unknown (scripts/pg.sh url): ${url.stderr.trim() || `exit ${url.status}`}`);
+  return url.stdout.trim();
 }
 
 function sqlTarget(url: string, database: string): SqlTarget {
@@ -175,7 +200,8 @@ async function prepareTemporalSchemas(binDir: string, url: string, prefix: strin
   for (const [name, kind] of [[`${prefix}temporal`, 'temporal'], [`${prefix}temporal_visibility`, 'visibility']] as const) {
     const t = sqlTarget(url, name);
     const tool = (...args: string[]) => {
-      const r = spawnSync(path.join(binDir, 'temporal-sql-tool'), ['--plugin', 'postgres12', '--ep', t.host, '-p', String(t.port), '-u', t.user, '--pw', t.password, '--db', name, ...args], { encoding: 'utf8' });
+      // the password by environment, not on the command line (where ps shows it)
+      const r = spawnSync(path.join(binDir, 'temporal-sql-tool'), ['--plugin', 'postgres12', '--ep', t.host, '-p', String(t.port), '-u', t.user, '--db', name, ...args], { encoding: 'utf8', env: { PATH: process.env.PATH ?? '', SQL_PASSWORD: t.password } });
       if (r.status !== 0) throw new ClusterError(`temporal-sql-tool ${args[0]} on ${name} failed: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' ')}`);
     };
     const dbs = await query(url, 'postgres', 'SELECT 1 FROM pg_database WHERE datname = $1', [name]);
@@ -256,10 +282,31 @@ async function frontendHealthy(port: number): Promise<boolean> {
   }
 }
 
-/** The cluster's members by membership port, from the membership table the nodes heartbeat into (alive in the last 20 s). */
-async function liveMembers(url: string, prefix: string): Promise<Set<number>> {
-  const rows = await query<{ rpc_port: number }>(url, `${prefix}temporal`, "SELECT rpc_port FROM cluster_membership WHERE last_heartbeat > (now() at time zone 'utc') - interval '20 seconds'");
-  return new Set(rows.map((r) => Number(r.rpc_port)));
+/**
+ * The cluster's live members: membership port -> when its membership session started, from the
+ * table the nodes heartbeat into (a heartbeat in the last 20 s). A restarted node writes a new
+ * row on the same port; the killed one's row stays fresh for a while, so joining is judged by
+ * the session's start.
+ */
+async function liveMembers(url: string, prefix: string): Promise<Map<number, Date>> {
+  const rows = await query<{ rpc_port: number; session_start: Date }>(
+    url,
+    `${prefix}temporal`,
+    "SELECT rpc_port, session_start FROM cluster_membership WHERE last_heartbeat > (now() at time zone 'utc') - interval '20 seconds'",
+  );
+  const out = new Map<number, Date>();
+  for (const r of rows) {
+    // session_start is UTC without a time zone; pg reads it as local time
+    const at = new Date(r.session_start.getTime() - r.session_start.getTimezoneOffset() * 60_000);
+    const port = Number(r.rpc_port);
+    if (!out.has(port) || out.get(port)! < at) out.set(port, at);
+  }
+  return out;
+}
+
+/** Has the node joined: its frontend, history and matching in the membership, with sessions started `since` or later? */
+function joinedSince(members: Map<number, Date>, ports: NodePorts, since: number): boolean {
+  return [ports.frontendMembership, ports.historyMembership, ports.matchingMembership].every((p) => (members.get(p)?.getTime() ?? 0) >= since);
 }
 
 /** Start the Temporal nodes that are not running, each with its own config; wait until each serves and has joined. */
@@ -269,17 +316,20 @@ async function startNodes(state: ClusterState, opts: ClusterOptions, store: SqlT
   // one node at a time: the first one up initialises the cluster's metadata, the others join it
   for (const node of state.nodes) {
     const ports = node.ports as unknown as NodePorts;
-    if (!alive(node.pid)) {
+    // a node started now must join with a new session (the killed one's row may still look fresh)
+    let since = 0;
+    if (!running(node)) {
+      since = Date.now() - 2000;
       await checkPorts(Object.entries(ports).map(([k, v]) => [`node ${node.index + 1} ${k}`, v]));
       writeFileSync(node.config, nodeConfigYaml({ ports, store, visibility, dynamicConfigFile: dynamicConfig, clusterAddress: `127.0.0.1:${state.nodes[0]!.ports.frontend}`, shards: 4 }));
-      node.pid = startDetached(path.join(state.binDir, 'temporal-server'), ['--config-file', node.config, '--allow-no-auth', 'start'], { PATH: opts.env.PATH ?? '' }, node.log);
+      chmodSync(node.config, 0o600); // it holds the database password
+      started(node, startDetached(path.join(state.binDir, 'temporal-server'), ['--config-file', node.config, '--allow-no-auth', 'start'], { PATH: opts.env.PATH ?? '' }, node.log));
       writeState(opts.dir, state);
       opts.say(`temporal node ${node.index + 1}: pid ${node.pid}, frontend 127.0.0.1:${ports.frontend}`);
     }
     await waitFor(`temporal node ${node.index + 1}`, node.pid!, node.log, 90_000, () => frontendHealthy(ports.frontend));
     await waitFor(`temporal node ${node.index + 1} joining the cluster`, node.pid!, node.log, 60_000, async () => {
-      const members = await liveMembers(state.pgUrl, state.dbPrefix);
-      return [ports.frontendMembership, ports.historyMembership, ports.matchingMembership].every((p) => members.has(p));
+      return joinedSince(await liveMembers(state.pgUrl, state.dbPrefix), ports, since);
     });
   }
 }
@@ -311,10 +361,10 @@ async function prepareNamespace(state: ClusterState): Promise<void> {
 /** The balancer in front of the nodes' frontends (platform/frontend-proxy.ts), unless it runs; wait until it passes a health check through. */
 async function startFrontend(state: ClusterState, opts: ClusterOptions): Promise<void> {
   const f = state.frontend;
-  if (!alive(f.pid)) {
+  if (!running(f)) {
     await checkPorts([['the cluster frontend', f.port]]);
     const targets = state.nodes.map((n) => String(n.ports.frontend));
-    f.pid = startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/frontend-proxy.ts'), String(f.port), ...targets], { PATH: opts.env.PATH ?? '' }, f.log);
+    started(f, startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/frontend-proxy.ts'), String(f.port), ...targets], { PATH: opts.env.PATH ?? '' }, f.log));
     writeState(opts.dir, state);
     opts.say(`frontend 127.0.0.1:${f.port} (balancing over ${state.nodes.length} nodes): pid ${f.pid}`);
   }
@@ -346,23 +396,27 @@ async function startStewardProcesses(state: ClusterState, opts: ClusterOptions):
   const topology = readComposeTopology(readFileSync(opts.composeFile, 'utf8'));
   const secrets = clusterSecrets(opts.dir, opts.env);
   // what the image sets (Dockerfile ENV) besides the compose environment
-  const image = state.processes.some((p) => !alive(p.pid)) ? { NODE_ENV: 'production', STEWARD_WORKFLOW_BUNDLE: buildBundle(opts.dir, opts.env) } : {};
+  const image = state.processes.some((p) => !running(p)) ? { NODE_ENV: 'production', STEWARD_WORKFLOW_BUNDLE: buildBundle(opts.dir, opts.env) } : {};
   const stewardDb = new URL(state.pgUrl);
   stewardDb.pathname = `/${state.dbPrefix}steward`;
+  const logStart = new Map<string, number>();
   for (const [i, p] of topology.processes.entries()) {
     const entry = state.processes.find((x) => x.service === p.service)!;
-    if (alive(entry.pid)) continue;
+    if (running(entry)) continue;
     const metricsPort = state.basePort + 200 + i;
     await checkPorts([[`${p.service} HTTP`, entry.httpPort], ...(p.environment.STEWARD_METRICS_PORT ? ([[`${p.service} metrics`, metricsPort]] as Array<[string, number]>) : [])]);
     const env = processEnvironment(p, { ...opts.env, ...secrets }, { temporalAddress: entry.temporalAddress, databaseUrl: stewardDb.toString(), dataDir: path.join(opts.dir, 'data', p.service), httpPort: entry.httpPort, metricsPort });
     mkdirSync(env.STEWARD_DATA_DIR!, { recursive: true });
     const childEnv = { PATH: opts.env.PATH ?? '', HOME: opts.env.HOME ?? '', ...image, ...env };
-    entry.pid = startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/main.ts'), ...p.args], childEnv, entry.log);
+    // readiness is judged on what this start writes, not on an earlier run's lines in the same log
+    logStart.set(entry.service, existsSync(entry.log) ? statSync(entry.log).size : 0);
+    started(entry, startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/main.ts'), ...p.args], childEnv, entry.log));
     writeState(opts.dir, state);
     opts.say(`steward ${p.service} (${p.args.join(' ')}): pid ${entry.pid}, Temporal ${entry.temporalAddress}`);
   }
   for (const entry of state.processes) {
-    const ready = entry.service === 'api' ? () => httpOk(`http://127.0.0.1:${entry.httpPort}/healthz`) : async () => /^Steward worker polling /m.test(logTail(entry.log, 40));
+    const from = logStart.get(entry.service) ?? 0;
+    const ready = entry.service === 'api' ? () => httpOk(`http://127.0.0.1:${entry.httpPort}/healthz`) : async () => /^Steward worker polling /m.test(readFileSync(entry.log, 'utf8').slice(from));
     await waitFor(`steward ${entry.service}`, entry.pid!, entry.log, 120_000, ready);
   }
 }
@@ -375,18 +429,23 @@ async function httpOk(url: string): Promise<boolean> {
 /** The state of a cluster about to start: what was there (pids kept), or a new plan. */
 function planState(opts: ClusterOptions, version: string, binDir: string, pgUrl: string, namespace: string): ClusterState {
   const before = readState(opts.dir);
+  if (before && (before.basePort !== opts.basePort || before.nodes.length !== opts.nodes || before.dbPrefix !== opts.dbPrefix || before.processes.find((p) => p.service === 'api')?.httpPort !== opts.apiPort)) {
+    const live = [...before.nodes, before.frontend, ...before.processes].some((p) => running(p));
+    if (live) throw new ClusterError(`a cluster with other settings runs from ${opts.dir} (base port ${before.basePort}, ${before.nodes.length} nodes, API port ${before.processes.find((p) => p.service === 'api')?.httpPort}, prefix "${before.dbPrefix}"): steward cluster down first`);
+  }
+  const keep = <T extends { pid: number | null; started: number | null }>(p: T | undefined) => ({ pid: p?.pid ?? null, started: p?.started ?? null });
   const nodes = Array.from({ length: opts.nodes }, (_, index) => ({
     index,
-    pid: before?.nodes[index]?.pid ?? null,
+    ...keep(before?.nodes[index]),
     config: path.join(opts.dir, `node${index + 1}.yaml`),
     log: path.join(opts.dir, 'logs', `node${index + 1}.log`),
     ports: nodePorts(opts.basePort, index) as unknown as Record<string, number>,
   }));
-  const frontend = { pid: before?.frontend.pid ?? null, port: opts.basePort + 100, log: path.join(opts.dir, 'logs', 'frontend.log') };
+  const frontend = { ...keep(before?.frontend), port: opts.basePort + 100, log: path.join(opts.dir, 'logs', 'frontend.log') };
   const services: StewardService[] = ['api', 'worker', 'repo-worker'];
   const processes = services.map((service, i) => ({
     service,
-    pid: before?.processes.find((p) => p.service === service)?.pid ?? null,
+    ...keep(before?.processes.find((p) => p.service === service)),
     log: path.join(opts.dir, 'logs', `${service}.log`),
     // every process reaches Temporal through the balancer, as behind a deployment's load balancer
     temporalAddress: `127.0.0.1:${frontend.port}`,
@@ -398,6 +457,7 @@ function planState(opts: ClusterOptions, version: string, binDir: string, pgUrl:
 /** `cluster up`: everything that is not running, started; returns the state. */
 export async function clusterUp(opts: ClusterOptions): Promise<ClusterState> {
   if (!Number.isInteger(opts.nodes) || opts.nodes < 1 || opts.nodes > 5) throw new ClusterError('--nodes: 1 to 5');
+  if (!/^[a-z0-9_]*$/.test(opts.dbPrefix)) throw new ClusterError(`--db-prefix: lowercase letters, digits and _ only (got ${JSON.stringify(opts.dbPrefix)})`);
   // Temporal keeps its members' ports in a SQL smallint
   const highest = Math.max(...Array.from({ length: opts.nodes }, (_, i) => Object.values(nodePorts(opts.basePort, i))).flat(), opts.basePort + 212);
   if (!Number.isInteger(opts.basePort) || opts.basePort - 300 < 1024 || highest > 32767) throw new ClusterError(`--base-port: between 1324 and ${32767 - 212 - 20 * (opts.nodes - 1)} (Temporal stores its members' ports as 16-bit numbers)`);
@@ -418,32 +478,36 @@ export async function clusterUp(opts: ClusterOptions): Promise<ClusterState> {
   return state;
 }
 
-/** Stop one process: SIGTERM, then SIGKILL after `graceMs`. */
-async function stopPid(pid: number | null, graceMs: number): Promise<void> {
-  if (!alive(pid)) return;
-  try {
-    process.kill(-pid!, 'SIGTERM');
-  } catch {
-    process.kill(pid!, 'SIGTERM');
-  }
-  const deadline = Date.now() + graceMs;
-  while (alive(pid) && Date.now() < deadline) await sleep(100);
-  if (alive(pid)) {
+/** Send `signal` to the process's group (its children too), else to the process; a process already gone is fine. */
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  for (const target of [-pid, pid]) {
     try {
-      process.kill(-pid!, 'SIGKILL');
+      process.kill(target, signal);
+      return;
     } catch {
-      process.kill(pid!, 'SIGKILL');
+      // no such group (or process): try the next, or it is gone
     }
   }
+}
+
+/** Stop one process the cluster started: SIGTERM to its group, then SIGKILL to the group after `graceMs`. */
+async function stopProcess(p: { pid: number | null; started: number | null }, graceMs: number): Promise<void> {
+  if (!running(p)) return;
+  const pid = p.pid!;
+  signalGroup(pid, 'SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (alive(pid) && Date.now() < deadline) await sleep(100);
+  // whatever of the group is left (children of a process that exited)
+  signalGroup(pid, 'SIGKILL');
 }
 
 /** `cluster down`: Steward's processes first, then the Temporal nodes. The databases stay. */
 export async function clusterDown(dir: string, say: (s: string) => void): Promise<void> {
   const state = readState(dir);
   if (!state) throw new ClusterError(`no cluster in ${dir}`);
-  for (const p of state.processes) await stopPid(p.pid, 10_000);
-  await stopPid(state.frontend.pid, 5_000);
-  for (const n of state.nodes) await stopPid(n.pid, 10_000);
+  for (const p of state.processes) await stopProcess(p, 10_000);
+  await stopProcess(state.frontend, 5_000);
+  for (const n of state.nodes) await stopProcess(n, 10_000);
   for (const p of state.processes) p.pid = null;
   state.frontend.pid = null;
   for (const n of state.nodes) n.pid = null;
@@ -464,7 +528,7 @@ export async function clusterStatus(dir: string): Promise<ClusterStatus> {
   const state = readState(dir);
   if (!state) throw new ClusterError(`no cluster in ${dir} (steward cluster up starts one)`);
   const problems: string[] = [];
-  let members = new Set<number>();
+  let members = new Map<number, Date>();
   try {
     members = await liveMembers(state.pgUrl, state.dbPrefix);
     problems.push(...(await schemaProblems(state)));
@@ -473,16 +537,16 @@ export async function clusterStatus(dir: string): Promise<ClusterStatus> {
   }
   const nodes = await Promise.all(
     state.nodes.map(async (n) => {
-      const running = alive(n.pid);
-      const serving = running && (await frontendHealthy(n.ports.frontend!).catch(() => false));
-      const joined = [n.ports.frontendMembership!, n.ports.historyMembership!, n.ports.matchingMembership!].every((p) => members.has(p));
-      return { node: n.index + 1, pid: n.pid, running, serving, joined, frontend: `127.0.0.1:${n.ports.frontend}` };
+      const up = running(n);
+      const serving = up && (await frontendHealthy(n.ports.frontend!).catch(() => false));
+      const joined = joinedSince(members, n.ports as unknown as NodePorts, 0);
+      return { node: n.index + 1, pid: n.pid, running: up, serving, joined, frontend: `127.0.0.1:${n.ports.frontend}` };
     }),
   );
-  const frontendRunning = alive(state.frontend.pid);
+  const frontendRunning = running(state.frontend);
   const frontend = { pid: state.frontend.pid, running: frontendRunning, serving: frontendRunning && (await frontendHealthy(state.frontend.port).catch(() => false)), address: `127.0.0.1:${state.frontend.port}` };
   if (!frontend.serving) problems.push(`the cluster frontend ${frontend.address} is ${frontend.running ? 'not serving (no node answers through it)' : 'not running'}`);
-  const processes = state.processes.map((p) => ({ service: p.service, pid: p.pid, running: alive(p.pid), temporal: p.temporalAddress, ...(p.service === 'api' ? { http: `http://127.0.0.1:${p.httpPort}` } : {}) }));
+  const processes = state.processes.map((p) => ({ service: p.service, pid: p.pid, running: running(p), temporal: p.temporalAddress, ...(p.service === 'api' ? { http: `http://127.0.0.1:${p.httpPort}` } : {}) }));
   for (const n of nodes) if (!n.running || !n.serving || !n.joined) problems.push(`temporal node ${n.node} is ${!n.running ? 'not running' : !n.serving ? 'not serving' : 'not in the cluster membership'}`);
   for (const p of processes) if (!p.running) problems.push(`steward ${p.service} is not running`);
   return { ok: problems.length === 0, nodes, frontend, processes, problems };

@@ -60,15 +60,18 @@ export function startFrontendProxy(port: number, targets: number[]): Promise<{ c
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, '127.0.0.1', () =>
+    server.listen(port, '127.0.0.1', () => {
+      server.removeListener('error', reject);
+      // a failure to accept one connection (out of file descriptors) is that connection's, not the balancer's
+      server.on('error', (err) => process.stderr.write(`frontend proxy: ${err.message}\n`));
       resolve({
         close: () =>
           new Promise<void>((done) => {
             for (const s of open) s.destroy();
             server.close(() => done());
           }),
-      }),
-    );
+      });
+    });
   });
 }
 

@@ -87,10 +87,10 @@ if [ "${STEWARD_TEST_PG:-1}" != "0" ] && [ -z "${STEWARD_TEST_PG_URL:-}" ] && ls
     echo "test.sh: PostgreSQL did not start; running on SQLite only" >&2
   fi
 fi
-# 3. The Temporal server for the cluster suite (test/e2e/cluster.test.ts), built from its Go module
+# 3. The Temporal server for the cluster suites (test/e2e/cluster*.test.ts), built from its Go module
 #    at docker-compose.yml's version (scripts/temporal-build.sh): cached under the cache
 #    directory, so only the first run on a machine pays for it (several minutes).
-wants_cluster() { [ "$#" -eq 0 ] || printf '%s\n' "$@" | grep -q 'cluster\.test\.ts'; }
+wants_cluster() { [ "$#" -eq 0 ] || printf '%s\n' "$@" | grep -q 'cluster[-a-z]*\.test\.ts'; }
 if [ -n "${STEWARD_TEST_PG_URL:-}" ] && [ "${STEWARD_TEST_CLUSTER:-1}" != "0" ] && wants_cluster "$@"; then
   version="$(sed -n 's#^ *image: temporalio/server:\([0-9.]*\)$#\1#p' docker-compose.yml | head -n1)"
   if command -v go >/dev/null 2>&1; then

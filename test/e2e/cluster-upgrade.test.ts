@@ -53,7 +53,9 @@ describe('a Worker Versioning upgrade across the cluster', { skip: missing ?? fa
   let connection: Connection;
   let client: Client;
   const v2: Spawned[] = [];
-  const authed = { authorization: `Bearer ${CLUSTER_TOKEN}`, 'content-type': 'application/json' };
+  // a new connection per request: a kept-alive one the API closed after a pause (a node's restart
+  // takes longer than its idle timeout) fails the next request with "other side closed"
+  const authed = { authorization: `Bearer ${CLUSTER_TOKEN}`, 'content-type': 'application/json', connection: 'close' };
 
   const send = async (text: string) => {
     const r = await fetch(`${c.api()}/api/v1/chats/upgrade/messages`, { method: 'POST', headers: authed, body: JSON.stringify({ text, user: 'ops' }) });

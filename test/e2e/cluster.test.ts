@@ -50,7 +50,9 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
   let state: ClusterState;
   const cluster = (...args: string[]) => c.run(...args);
   const up = () => c.up();
-  const authed = { authorization: `Bearer ${CLUSTER_TOKEN}`, 'content-type': 'application/json' };
+  // a new connection per request: a kept-alive one the API closed after a pause (a node's restart
+  // takes longer than its idle timeout) fails the next request with "other side closed"
+  const authed = { authorization: `Bearer ${CLUSTER_TOKEN}`, 'content-type': 'application/json', connection: 'close' };
   const api = () => c.api();
 
   async function transcript(chat: string): Promise<Array<{ role: string; text: string }>> {

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 import { ClusterPlanError, interpolate, nodeConfigYaml, nodePorts, processEnvironment, readComposeTopology } from '../../platform/cluster-plan.js';
+import { running } from '../../platform/cluster.js';
 import { repoRoot } from '../helpers/process.js';
 
 const compose = readFileSync(path.join(repoRoot, 'docker-compose.yml'), 'utf8');
@@ -72,6 +73,15 @@ describe('cluster plan', () => {
     assert.equal(yaml.persistence.datastores['postgres-visibility']!.sql.databaseName, 'temporal_visibility');
     assert.equal(yaml.services.frontend!.rpc.grpcPort, 7253);
     assert.equal(yaml.services.history!.rpc.membershipPort, nodePorts(7233, 1).historyMembership);
+  });
+
+  it('knows a recorded process by its pid and start time, so a reused pid is not taken for it', () => {
+    const stat = readFileSync(`/proc/${process.pid}/stat`, 'utf8');
+    const startedAt = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]);
+    assert.equal(running({ pid: process.pid, started: startedAt }), true);
+    assert.equal(running({ pid: process.pid, started: startedAt + 1 }), false, 'the same pid, another process');
+    assert.equal(running({ pid: null, started: null }), false);
+    assert.equal(running({ pid: 2 ** 22 + 7, started: null }), false, 'no such process');
   });
 
   it('refuses a compose file it cannot run', () => {
