@@ -32,7 +32,7 @@ import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } f
 import { sessionWorkflowId } from '../../common/ids.js';
 import type { InboundMessage } from '../../common/schemas.js';
 import { buildWorkflowBundle } from '../../workers/bundle.js';
-import { changeModel, offeredTools } from '../helpers/change-model.js';
+import { changeModel, offeredTools, GREETING_DRAFT } from '../helpers/change-model.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 import { createGitFixture, gitInput, type GitFixture } from '../helpers/git-fixture.js';
 import { lastUserText, startModelServer, type ModelServer, type RecordedRequest, type ScriptedReply } from '../helpers/model-server.js';
@@ -177,17 +177,6 @@ const SEED_FILES = {
   'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt || { echo "greeting.txt does not greet Steward" >&2; exit 1; }\necho "greeting ok"\n',
   'README.md': '# chaos\n',
 };
-const DRAFT = {
-  intent: 'feature',
-  goal: 'Make the greeting say Hello, Steward',
-  scope: ['greeting.txt'],
-  acceptance: ['sh test.sh exits 0'],
-  constraints: [],
-  assumptions: [],
-  open_questions: [],
-  risk_signals: [],
-  summary: 'Change the greeting.',
-};
 const CHANGE_TOOLS = ['submit_task_draft', 'submit_plan', 'write_file'];
 
 interface WorkerProc {
@@ -301,7 +290,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     }
     model = await startModelServer();
     const m = model;
-    const agent = changeModel({ intake: () => DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] });
+    const agent = changeModel({ intake: () => GREETING_DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] });
     m.setDefault((req: RecordedRequest): ScriptedReply => {
       const delay = between(modelDelay);
       if (offeredTools(req).some((t) => CHANGE_TOOLS.includes(t))) return { ...agent(req), firstTokenDelayMs: delay };

@@ -19,7 +19,7 @@ import { after, before, describe, it } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import pg from 'pg';
 import { alive, type ClusterState } from '../../platform/cluster.js';
-import { changeModel } from '../helpers/change-model.js';
+import { changeModel, GREETING_DRAFT } from '../helpers/change-model.js';
 import { CLUSTER_TOKEN, clusterMissing, clusterVersion, createTestCluster, type TestCluster } from '../helpers/cluster.js';
 import { createGitFixture, git, type GitFixture } from '../helpers/git-fixture.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
@@ -32,17 +32,6 @@ if (missing && strict()) {
     throw new Error(`CI=true, so a missing part fails instead of skipping: ${missing}`);
   });
 }
-
-const GOOD_DRAFT = {
-  intent: 'feature',
-  goal: 'Make the greeting say Hello, Steward',
-  scope: ['greeting.txt'],
-  acceptance: ['sh test.sh exits 0'],
-  constraints: [],
-  assumptions: [],
-  open_questions: [],
-  risk_signals: [],
-};
 
 describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose roles', { skip: missing ?? (await needs('bubblewrap')), timeout: 900_000 }, () => {
   let model: ModelServer;
@@ -138,7 +127,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
   it('runs a repo change to a patch and an objective run; kill -9 of a node in the middle of the change: exactly one patch', async () => {
     const fx = createGitFixture({ 'greeting.txt': 'Hello\n', 'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt && echo greeting ok\n' }, { executable: ['test.sh'] });
     fixtures.push(fx);
-    model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
+    model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
     assert.equal((await api2('POST', '/api/v1/repos', { name: 'cluster-demo', cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] })).status, 201);
     const started = await api2('POST', '/api/v1/changes', { repo: 'cluster-demo', request: 'Make the greeting say Hello, Steward' });
     assert.equal(started.status, 202, JSON.stringify(started.body));

@@ -17,7 +17,7 @@ import { OPERATOR, createIdentity } from '../../domain/governance.js';
 import { createModelRegistry } from '../../domain/model.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS } from '../../activities/changes.js';
 import type { ChangeView } from '../../services/changes.js';
-import { changeModel } from '../helpers/change-model.js';
+import { changeModel, GREETING_DRAFT } from '../helpers/change-model.js';
 import { createGitFixture, git, gitInput, stewardTempDirs, type GitFixture } from '../helpers/git-fixture.js';
 import { preloadOpenApi, startGitHubDouble } from '../helpers/github-double.js';
 import { harnessErrors } from '../helpers/harness-schemas.js';
@@ -38,18 +38,6 @@ const SEED = {
   'greeting.txt': 'Hello\n',
   'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt || { echo "greeting.txt does not greet Steward" >&2; exit 1; }\necho "greeting ok"\n',
   'README.md': '# demo\n',
-};
-
-const GOOD_DRAFT = {
-  intent: 'feature',
-  goal: 'Make the greeting say Hello, Steward',
-  scope: ['greeting.txt'],
-  acceptance: ['sh test.sh exits 0'],
-  constraints: [],
-  assumptions: [],
-  open_questions: [],
-  risk_signals: [],
-  summary: 'Change the greeting.',
 };
 
 const WRITE_GREETING = [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }];
@@ -105,7 +93,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const before = stewardTempDirs();
     await withHarness(opts(), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
-      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+      stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
       const r = await h.send(`/change ${name} Make the greeting say Hello, Steward`);
       const id = changeIdOf(r.reply);
       const c = await waitForChange(h, id);
@@ -180,7 +168,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
           { name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr' }, github: { owner: 'acme', repo: name, tokenRef: 'env:STEWARD_TEST_GH_TOKEN' } },
           OP,
         );
-        stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+        stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
         const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
         const c = await waitForChange(h, id);
         assert.equal(c.status, 'done', `${c.phase}: ${c.error}`);
@@ -224,7 +212,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
           { name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr-after-approval' }, github: { owner: 'acme', repo: name, tokenRef: 'env:GH_TOKEN' } },
           OP,
         );
-        stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+        stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
         const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
         const waiting = await waitForChange(h, id, (c) => c.phase === 'approval' || c.status !== 'running');
         assert.equal(waiting.phase, 'approval', `${waiting.status}: ${waiting.error}`);
@@ -263,7 +251,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const name = uniqueName();
     await withHarness(opts(), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'slow-test.sh'] }] }, OP);
-      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+      stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
       const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
       await waitForChange(h, id, (c) => c.phase === 'validate' || c.status !== 'running');
       fx.push({ 'greeting.txt': 'Good morning\n' }, 'a conflicting change lands while the gate runs');
@@ -285,7 +273,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
         changeModel({
           intake: (req, round) => {
             seen.push(JSON.stringify(req.body));
-            return round === 0 ? { ...GOOD_DRAFT, scope: [], open_questions: [] } : GOOD_DRAFT;
+            return round === 0 ? { ...GREETING_DRAFT, scope: [], open_questions: [] } : GREETING_DRAFT;
           },
           agent: WRITE_GREETING,
         }),
@@ -315,7 +303,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const name = uniqueName();
     await withHarness(opts({ repoChanges: { clarifyTimeoutMs: 1500 } }), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare }, OP);
-      stack.model.setDefault(changeModel({ intake: () => ({ ...GOOD_DRAFT, goal: '', acceptance: [] }) }));
+      stack.model.setDefault(changeModel({ intake: () => ({ ...GREETING_DRAFT, goal: '', acceptance: [] }) }));
       const { id } = await h.changes.startChange({ repo: name, request: 'do something' }, OP);
       const c = await waitForChange(h, id);
       assert.equal(c.status, 'failed');
@@ -364,7 +352,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     try {
       await withHarness(opts({ repoChanges: { sandboxRoBinds: [agents] } }), async (h) => {
         await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], agent: { command: ['sh', path.join(agents, 'evil.sh')] } }, OP);
-        stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT }));
+        stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT }));
         const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
         const c = await waitForChange(h, id);
         const transcript = c.patchHash ? await getBlobText(stack.db, (await stack.db.repoChange.findUniqueOrThrow({ where: { id } })).transcriptHash ?? '') : '';
@@ -405,7 +393,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const before = stewardTempDirs();
     await withHarness(opts({ repoChanges: { sandboxRoBinds: [agents] } }), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, agent: { command: ['sh', path.join(agents, 'slow.sh')] } }, OP);
-      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT }));
+      stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT }));
       const r = await h.send(`/change ${name} Make the greeting say Hello, Steward`);
       const id = changeIdOf(r.reply);
       await waitForChange(h, id, (c) => c.phase === 'work' || c.status !== 'running');
@@ -428,7 +416,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const name = uniqueName();
     await withHarness(opts(), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
-      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+      stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
       const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
       const c = await waitForChange(h, id);
       assert.equal(c.status, 'done', `${c.phase}: ${c.error}`);
@@ -462,7 +450,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     await withHarness(opts(), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
       const script = changeModel({
-        intake: () => GOOD_DRAFT,
+        intake: () => GREETING_DRAFT,
         agent: [
           { name: 'write_file', args: { path: '../escape.txt', content: 'x' } },
           { name: 'read_file', args: { path: '/etc/passwd' } },
@@ -503,7 +491,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const name = uniqueName();
     await withHarness(opts(), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
-      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+      stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
       const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
       const c = await waitForChange(h, id);
       assert.equal(c.status, 'refused');
@@ -517,7 +505,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const name = uniqueName();
     await withHarness(opts(), async (h) => {
       await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }] }, OP);
-      stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: [...WRITE_GREETING, { name: 'write_file', args: { path: 'README.md', content: '# rewritten\n' } }] }));
+      stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: [...WRITE_GREETING, { name: 'write_file', args: { path: 'README.md', content: '# rewritten\n' } }] }));
       const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
       const c = await waitForChange(h, id);
       assert.equal(c.status, 'refused');
@@ -538,7 +526,7 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
           { name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr' }, github: { owner: 'acme', repo: name, tokenRef: 'env:GH_TOKEN' } },
           OP,
         );
-        stack.model.setDefault(changeModel({ intake: () => GOOD_DRAFT, agent: WRITE_GREETING }));
+        stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));
         gh.failNext('POST', /\/pulls$/, 422, { message: 'Validation Failed', documentation_url: 'https://docs.github.com/rest' });
         const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, OP);
         const c = await waitForChange(h, id);

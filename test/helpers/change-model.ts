@@ -26,6 +26,19 @@ export function bodyText(req: RecordedRequest): string {
 let seq = 0;
 const call = (name: string, args: unknown): ScriptedReply => ({ toolCalls: [{ id: `call_${name}_${++seq}`, name, arguments: JSON.stringify(args) }] });
 
+/** A complete task draft for the greeting change the suites' git fixtures hold (intake needs no question). */
+export const GREETING_DRAFT = {
+  intent: 'feature',
+  goal: 'Make the greeting say Hello, Steward',
+  scope: ['greeting.txt'],
+  acceptance: ['sh test.sh exits 0'],
+  constraints: [],
+  assumptions: [],
+  open_questions: [],
+  risk_signals: [],
+  summary: 'Change the greeting.',
+};
+
 export interface ChangeScript {
   intake: (req: RecordedRequest, round: number) => Record<string, unknown>;
   plan?: Record<string, unknown>;
