@@ -30,6 +30,7 @@ import {
   type SqlTarget,
   type StewardService,
 } from './cluster-plan.js';
+import { joined, ringStanding, type NodeMembership, type RingStanding } from './cluster-membership.js';
 import { ensureSearchAttributes } from './temporal-server.js';
 import { usageOf } from './cli-commands.js';
 
@@ -259,15 +260,21 @@ function readable(line: string): string {
   }
 }
 
-const logTail = (log: string, lines = 8) => (existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n').slice(-lines).map(readable).join('\n') : '');
+const logTail = (log: string, lines = 8) => (existsSync(log) && statSync(log).size > 0 ? readFileSync(log, 'utf8').trim().split('\n').slice(-lines).map(readable).join('\n') : '(nothing logged at level warn or above)');
 
-/** Wait until `check` passes; a process that died meanwhile, or the deadline, is a ClusterError with its log's tail. */
-async function waitFor(what: string, pid: number, log: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
+/**
+ * Wait until `check` passes; a process that died meanwhile, or the deadline, is a ClusterError
+ * with its log's tail (`why` says what the deadline means, when the caller knows better).
+ */
+async function waitFor(what: string, pid: number, log: string, timeoutMs: number, check: () => Promise<boolean>, why?: string | (() => string)): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (!alive(pid)) throw new ClusterError(`${what} exited while starting; the end of ${log}:\n${logTail(log)}`);
     if (await check().catch(() => false)) return;
-    if (Date.now() > deadline) throw new ClusterError(`${what} was not ready within ${timeoutMs / 1000} s; the end of ${log}:\n${logTail(log)}`);
+    if (Date.now() > deadline) {
+      const reason = typeof why === 'function' ? why() : (why ?? `was not ready within ${timeoutMs / 1000} s`);
+      throw new ClusterError(`${what} ${reason}; the end of ${log}:\n${logTail(log)}`);
+    }
     await sleep(500);
   }
 }
@@ -282,54 +289,65 @@ async function frontendHealthy(port: number): Promise<boolean> {
   }
 }
 
-/**
- * The cluster's live members: membership port -> when its membership session started, from the
- * table the nodes heartbeat into (a heartbeat in the last 20 s). A restarted node writes a new
- * row on the same port; the killed one's row stays fresh for a while, so joining is judged by
- * the session's start.
- */
-async function liveMembers(url: string, prefix: string): Promise<Map<number, Date>> {
-  const rows = await query<{ rpc_port: number; session_start: Date }>(
-    url,
-    `${prefix}temporal`,
-    "SELECT rpc_port, session_start FROM cluster_membership WHERE last_heartbeat > (now() at time zone 'utc') - interval '20 seconds'",
-  );
-  const out = new Map<number, Date>();
-  for (const r of rows) {
-    // session_start is UTC without a time zone; pg reads it as local time
-    const at = new Date(r.session_start.getTime() - r.session_start.getTimezoneOffset() * 60_000);
-    const port = Number(r.rpc_port);
-    if (!out.has(port) || out.get(port)! < at) out.set(port, at);
+/** How long a started node may take to join the others' ring. */
+const JOIN_TIMEOUT_MS = 30_000;
+
+/** A node's membership addresses (one per service), as the ring names its members. */
+function membershipOf(node: ClusterState['nodes'][number]): NodeMembership {
+  const p = node.ports as unknown as NodePorts;
+  return {
+    node: node.index + 1,
+    frontendPort: p.frontend,
+    addresses: [p.frontendMembership, p.historyMembership, p.matchingMembership, p.workerMembership].map((port) => `127.0.0.1:${port}`),
+  };
+}
+
+/** Why a node is not in one ring with the others, in words ('' when it is). */
+function ringProblem(s: RingStanding, nodes: NodeMembership[]): string {
+  if (!s.answered) return `it does not answer the admin API on 127.0.0.1:${nodes.find((n) => n.node === s.node)!.frontendPort}`;
+  const parts: string[] = [];
+  for (const other of s.lacks) {
+    const o = nodes.find((n) => n.node === other)!;
+    parts.push(`it does not reach node ${other}'s members (${o.addresses.join(', ')})`);
   }
-  return out;
+  const silent = s.lackedBy.filter((o) => !s.lacks.includes(o));
+  if (silent.length) parts.push(`node${silent.length > 1 ? 's' : ''} ${silent.join(', ')} do${silent.length > 1 ? '' : 'es'} not list it`);
+  return parts.join('; ');
 }
 
-/** Has the node joined: its frontend, history and matching in the membership, with sessions started `since` or later? */
-function joinedSince(members: Map<number, Date>, ports: NodePorts, since: number): boolean {
-  return [ports.frontendMembership, ports.historyMembership, ports.matchingMembership].every((p) => (members.get(p)?.getTime() ?? 0) >= since);
-}
-
-/** Start the Temporal nodes that are not running, each with its own config; wait until each serves and has joined. */
+/**
+ * Start the Temporal nodes that are not running, each with its own config, one at a time (the
+ * first one up initialises the cluster's metadata, the others join it). A node is ready when it
+ * serves and has joined: its own view of the ring and the earlier nodes' views hold each other
+ * (a node that could not reach the others serves a ring of its own, which is not joining).
+ */
 async function startNodes(state: ClusterState, opts: ClusterOptions, store: SqlTarget, visibility: SqlTarget): Promise<void> {
   const dynamicConfig = path.join(opts.dir, 'dynamicconfig.yaml');
   writeFileSync(dynamicConfig, DYNAMIC_CONFIG_YAML);
-  // one node at a time: the first one up initialises the cluster's metadata, the others join it
   for (const node of state.nodes) {
     const ports = node.ports as unknown as NodePorts;
-    // a node started now must join with a new session (the killed one's row may still look fresh)
-    let since = 0;
-    if (!running(node)) {
-      since = Date.now() - 2000;
+    const name = `temporal node ${node.index + 1}`;
+    const wasRunning = running(node);
+    if (!wasRunning) {
       await checkPorts(Object.entries(ports).map(([k, v]) => [`node ${node.index + 1} ${k}`, v]));
       writeFileSync(node.config, nodeConfigYaml({ ports, store, visibility, dynamicConfigFile: dynamicConfig, clusterAddress: `127.0.0.1:${state.nodes[0]!.ports.frontend}`, shards: 4 }));
       chmodSync(node.config, 0o600); // it holds the database password
       started(node, startDetached(path.join(state.binDir, 'temporal-server'), ['--config-file', node.config, '--allow-no-auth', 'start'], { PATH: opts.env.PATH ?? '' }, node.log));
       writeState(opts.dir, state);
-      opts.say(`temporal node ${node.index + 1}: pid ${node.pid}, frontend 127.0.0.1:${ports.frontend}`);
+      opts.say(`${name}: pid ${node.pid}, frontend 127.0.0.1:${ports.frontend}`);
+      await waitFor(name, node.pid!, node.log, 90_000, () => frontendHealthy(ports.frontend));
+    } else {
+      // a node that runs should answer at once: one that does not is hung (or stopped)
+      await waitFor(name, node.pid!, node.log, 15_000, () => frontendHealthy(ports.frontend), `runs (pid ${node.pid}) but does not answer on 127.0.0.1:${ports.frontend}: hung or stopped? (kill it, then cluster up)`);
     }
-    await waitFor(`temporal node ${node.index + 1}`, node.pid!, node.log, 90_000, () => frontendHealthy(ports.frontend));
-    await waitFor(`temporal node ${node.index + 1} joining the cluster`, node.pid!, node.log, 60_000, async () => {
-      return joinedSince(await liveMembers(state.pgUrl, state.dbPrefix), ports, since);
+    const members = state.nodes.slice(0, node.index + 1).map(membershipOf);
+    let standing: RingStanding[] = [];
+    await waitFor(name, node.pid!, node.log, JOIN_TIMEOUT_MS, async () => {
+      standing = await ringStanding(members);
+      return standing.every(joined);
+    }, () => {
+      const problems = standing.filter((s) => !joined(s)).map((s) => `node ${s.node}: ${ringProblem(s, members)}`);
+      return `has not joined the cluster within ${JOIN_TIMEOUT_MS / 1000} s (${problems.join('; ') || 'no answer'}): a member it cannot reach (hung, stopped, or behind a firewall) keeps it in a ring of its own`;
     });
   }
 }
@@ -515,9 +533,56 @@ export async function clusterDown(dir: string, say: (s: string) => void): Promis
   say(`stopped ${state.processes.length} Steward processes and ${state.nodes.length} Temporal nodes (databases kept; cluster up starts them again)`);
 }
 
+/** What `cluster restart` can roll: the Temporal nodes, or one of Steward's processes. */
+export const RESTART_TARGETS = ['nodes', 'worker', 'repo-worker', 'api'] as const;
+export type RestartTarget = (typeof RESTART_TARGETS)[number];
+
+/**
+ * `cluster restart`: a rolling restart, one process at a time, each back (serving and in the
+ * ring, or polling, or answering) before the next stops. A Temporal node is stopped with SIGTERM
+ * (it leaves the ring and hands its shards over) while the other serves. A Steward process is
+ * stopped with SIGTERM (a worker finishes what it runs, then exits) and started again with the
+ * compose environment; with one process per role, its task queues wait in Temporal meanwhile
+ * and nothing is lost. Default: every Steward process (worker, repo-worker, then api).
+ */
+export async function clusterRestart(dir: string, targets: RestartTarget[], env: Record<string, string | undefined>, say: (s: string) => void): Promise<ClusterState> {
+  const state = readState(dir);
+  if (!state) throw new ClusterError(`no cluster in ${dir} (steward cluster up starts one)`);
+  const api = state.processes.find((p) => p.service === 'api')!;
+  const opts: ClusterOptions = { dir, composeFile: path.join(REPO_ROOT, 'docker-compose.yml'), nodes: state.nodes.length, basePort: state.basePort, apiPort: api.httpPort, pgUrl: state.pgUrl, dbPrefix: state.dbPrefix, env, say };
+  const down = [...state.nodes, state.frontend, ...state.processes].filter((p) => !running(p)).length;
+  if (down > 0) throw new ClusterError(`${down} of the cluster's processes are not running: cluster up first (a rolling restart needs the others serving)`);
+  const order = RESTART_TARGETS.filter((t) => targets.includes(t));
+  for (const target of order) {
+    if (target === 'nodes') {
+      for (const node of state.nodes) {
+        const was = node.pid;
+        await stopProcess(node, 30_000);
+        node.pid = null;
+        writeState(dir, state);
+        say(`temporal node ${node.index + 1}: stopped (pid ${was})`);
+        // the kernel lets go of a dead process's ports a moment after it exits
+        const ports = Object.values(node.ports);
+        const until = Date.now() + 10_000;
+        while (Date.now() < until && !(await Promise.all(ports.map(portFree))).every(Boolean)) await sleep(200);
+        await startNodes(state, opts, sqlTarget(state.pgUrl, `${state.dbPrefix}temporal`), sqlTarget(state.pgUrl, `${state.dbPrefix}temporal_visibility`));
+      }
+      continue;
+    }
+    const entry = state.processes.find((p) => p.service === target)!;
+    const was = entry.pid;
+    await stopProcess(entry, 60_000);
+    entry.pid = null;
+    writeState(dir, state);
+    say(`steward ${target}: stopped (pid ${was})`);
+    await startStewardProcesses(state, opts);
+  }
+  return state;
+}
+
 export interface ClusterStatus {
   ok: boolean;
-  nodes: Array<{ node: number; pid: number | null; running: boolean; serving: boolean; joined: boolean; frontend: string }>;
+  nodes: Array<{ node: number; pid: number | null; running: boolean; serving: boolean; joined: boolean; ring?: string; frontend: string }>;
   frontend: { pid: number | null; running: boolean; serving: boolean; address: string };
   processes: Array<{ service: string; pid: number | null; running: boolean; temporal: string; http?: string }>;
   problems: string[];
@@ -528,26 +593,28 @@ export async function clusterStatus(dir: string): Promise<ClusterStatus> {
   const state = readState(dir);
   if (!state) throw new ClusterError(`no cluster in ${dir} (steward cluster up starts one)`);
   const problems: string[] = [];
-  let members = new Map<number, Date>();
   try {
-    members = await liveMembers(state.pgUrl, state.dbPrefix);
     problems.push(...(await schemaProblems(state)));
   } catch (err) {
     problems.push((err as Error).message);
   }
+  // the ring as the running nodes see it
+  const members = state.nodes.filter((n) => running(n)).map(membershipOf);
+  const standing = await ringStanding(members);
   const nodes = await Promise.all(
     state.nodes.map(async (n) => {
       const up = running(n);
       const serving = up && (await frontendHealthy(n.ports.frontend!).catch(() => false));
-      const joined = joinedSince(members, n.ports as unknown as NodePorts, 0);
-      return { node: n.index + 1, pid: n.pid, running: up, serving, joined, frontend: `127.0.0.1:${n.ports.frontend}` };
+      const s = standing.find((x) => x.node === n.index + 1);
+      const ring = s ? ringProblem(s, members) : '';
+      return { node: n.index + 1, pid: n.pid, running: up, serving, joined: s !== undefined && joined(s), ...(ring ? { ring } : {}), frontend: `127.0.0.1:${n.ports.frontend}` };
     }),
   );
   const frontendRunning = running(state.frontend);
   const frontend = { pid: state.frontend.pid, running: frontendRunning, serving: frontendRunning && (await frontendHealthy(state.frontend.port).catch(() => false)), address: `127.0.0.1:${state.frontend.port}` };
   if (!frontend.serving) problems.push(`the cluster frontend ${frontend.address} is ${frontend.running ? 'not serving (no node answers through it)' : 'not running'}`);
   const processes = state.processes.map((p) => ({ service: p.service, pid: p.pid, running: running(p), temporal: p.temporalAddress, ...(p.service === 'api' ? { http: `http://127.0.0.1:${p.httpPort}` } : {}) }));
-  for (const n of nodes) if (!n.running || !n.serving || !n.joined) problems.push(`temporal node ${n.node} is ${!n.running ? 'not running' : !n.serving ? 'not serving' : 'not in the cluster membership'}`);
+  for (const n of nodes) if (!n.running || !n.serving || !n.joined) problems.push(`temporal node ${n.node} is ${!n.running ? 'not running' : !n.serving ? 'not serving' : `not in one ring with the others: ${n.ring ?? 'no answer'}`}`);
   for (const p of processes) if (!p.running) problems.push(`steward ${p.service} is not running`);
   return { ok: problems.length === 0, nodes, frontend, processes, problems };
 }
@@ -555,8 +622,9 @@ export async function clusterStatus(dir: string): Promise<ClusterStatus> {
 /** `steward cluster ...` from the command line; the exit code. */
 export async function clusterCommand(args: string[], io: { out: (s: string) => void; err: (s: string) => void }): Promise<number> {
   const [sub, ...rest] = args;
-  const { values } = parseArgs({
+  const { values, positionals } = parseArgs({
     args: rest,
+    allowPositionals: sub === 'restart',
     options: {
       dir: { type: 'string' },
       nodes: { type: 'string', default: '2' },
@@ -585,6 +653,15 @@ export async function clusterCommand(args: string[], io: { out: (s: string) => v
       });
       const api = state.processes.find((p) => p.service === 'api')!;
       io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), Temporal at 127.0.0.1:${state.frontend.port} (nodes ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}).\n`);
+      return 0;
+    }
+    if (sub === 'restart') {
+      const named: string[] = positionals;
+      const targets = named.length === 0 ? ['worker', 'repo-worker', 'api'] : named.includes('all') ? [...RESTART_TARGETS] : named;
+      const unknown = targets.filter((t) => !(RESTART_TARGETS as readonly string[]).includes(t));
+      if (unknown.length) throw new ClusterError(`restart: unknown ${unknown.join(', ')} (one or more of ${RESTART_TARGETS.join(', ')}, or all)`);
+      const state = await clusterRestart(dir, targets as RestartTarget[], process.env, say);
+      io.out(`restarted ${RESTART_TARGETS.filter((t) => targets.includes(t)).join(', ')}, one at a time; running: ${state.processes.map((p) => `${p.service} pid ${p.pid}`).join(', ')}; nodes ${state.nodes.map((n) => `pid ${n.pid}`).join(', ')}\n`);
       return 0;
     }
     if (sub === 'down') {

@@ -230,6 +230,93 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     }
   });
 
+  it('a rolling restart of every process (cluster restart all: each node, the worker, the repo-worker, the api, one at a time) while three chats talk: every message answered exactly once', { timeout: 240_000 }, async () => {
+    const token = (req: { body: unknown }) => /roll-\d+-\d+/.exec(JSON.stringify((req.body as { messages?: unknown[] }).messages?.at(-1) ?? ''))?.[0] ?? 'none';
+    model.setDefault((req) => ({ text: `re: ${token(req)}` }));
+    // a client behind the api: a refused connection (the api restarting) is tried again; nothing reached it
+    const retried = async <T>(f: () => Promise<T>): Promise<T> => {
+      for (let i = 0; ; i++) {
+        try {
+          return await f();
+        } catch (err) {
+          if (i > 200) throw err;
+          await sleep(250);
+        }
+      }
+    };
+    const pids = [...state.nodes, ...state.processes].map((p) => p.pid);
+    let rolling = true;
+    const roll = c.runAsync('restart', 'all').finally(() => (rolling = false));
+    const sent = new Map<string, string[]>();
+    // each chat sends its next message when the last one is answered, until the roll is over (at most 12 each)
+    await Promise.all(
+      [0, 1, 2].map(async (chat) => {
+        const id = `roll-${chat}`;
+        const mine: string[] = [];
+        sent.set(id, mine);
+        for (let i = 0; i < 12 && (rolling || i < 2); i++) {
+          const text = `roll-${chat}-${i}`;
+          const r = await retried(() => fetch(`${api()}/api/v1/chats/${id}/messages`, { method: 'POST', headers: authed, body: JSON.stringify({ text, user: 'ops' }) }));
+          assert.equal(r.status, 202);
+          mine.push(text);
+          const deadline = Date.now() + 90_000;
+          while (Date.now() < deadline) {
+            const m = await retried(() => transcript(id));
+            if (m.some((x) => x.role === 'assistant' && x.text === `re: ${text}`)) break;
+            await sleep(250);
+          }
+        }
+      }),
+    );
+    const r = await roll;
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /steward api: stopped/);
+    state = c.state();
+    const now = [...state.nodes, ...state.processes].map((p) => p.pid);
+    for (const [i, pid] of now.entries()) assert.notEqual(pid, pids[i], 'every process was replaced');
+    for (const [id, texts] of sent) {
+      const messages = await transcript(id);
+      assert.deepEqual(
+        messages.filter((m) => m.role === 'assistant').map((m) => m.text),
+        texts.map((t) => `re: ${t}`),
+        `${id}: one reply per message, in order\n${logs()}`,
+      );
+    }
+    const total = [...sent.values()].reduce((n, t) => n + t.length, 0);
+    assert.ok(total >= 9, `messages sent during the roll: ${total}`);
+    assert.equal(cluster('status').status, 0);
+  });
+
+  it('a node that cannot join: restarted while the other node hangs, it serves a ring of its own; up says so, status names it, and it joins once the other answers', async () => {
+    const [first, second] = state.nodes as [ClusterState['nodes'][number], ClusterState['nodes'][number]];
+    process.kill(second.pid!, 'SIGKILL');
+    const pending = c.upAsync();
+    // node 1 has been checked (it serves, it is in the ring) when up starts node 2; then node 1 hangs
+    const deadline = Date.now() + 60_000;
+    while (c.state().nodes[1]!.pid === second.pid && Date.now() < deadline) await sleep(20);
+    assert.notEqual(c.state().nodes[1]!.pid, second.pid, 'up started node 2');
+    process.kill(first.pid!, 'SIGSTOP');
+    try {
+      const r = await pending;
+      assert.equal(r.status, 1, r.stderr);
+      assert.match(r.stderr, /temporal node 2 has not joined the cluster within 30 s/);
+      assert.match(r.stderr, new RegExp(`node 2: it does not reach node 1's members \\(127\\.0\\.0\\.1:${first.ports.frontendMembership}`));
+      assert.match(r.stderr, /node 1: it does not answer the admin API/);
+      const s = cluster('status');
+      assert.equal(s.status, 1);
+      assert.match(s.stdout, /temporal node 2 .* serving, not joined/);
+      assert.match(s.stdout, /problem: temporal node 2 is not in one ring with the others: it does not reach node 1's members/);
+    } finally {
+      process.kill(first.pid!, 'SIGCONT');
+    }
+    // node 1 answers again: the rings merge, and up (nothing to start) sees one cluster
+    const again = up();
+    assert.equal(again.status, 0, again.stderr);
+    state = c.state();
+    const status = JSON.parse(cluster('status', '--json').stdout) as { nodes: Array<{ joined: boolean }> };
+    assert.deepEqual(status.nodes.map((n) => n.joined), [true, true]);
+  });
+
   it('refuses clearly: a port in use, PostgreSQL unreachable', async () => {
     const other = mkdtempSync(path.join(tmpdir(), 'steward-cluster-x-'));
     try {

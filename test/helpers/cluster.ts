@@ -60,6 +60,8 @@ export interface TestCluster {
   up(): { status: number | null; stdout: string; stderr: string };
   /** `cluster up` without blocking the event loop (work in this process goes on meanwhile). */
   upAsync(): Promise<{ status: number | null; stderr: string }>;
+  /** `steward cluster <args> --dir <dir>` without blocking the event loop. */
+  runAsync(...args: string[]): Promise<{ status: number | null; stderr: string }>;
   api(): string;
   /** The tail of each Steward process's log. */
   logs(): string;
@@ -86,9 +88,10 @@ export async function createTestCluster(model: ModelServer, extraEnv: Record<str
     state: () => readState(dir)!,
     run,
     up: () => run(...upArgs()),
-    upAsync: () =>
+    upAsync: () => c.runAsync(...upArgs()),
+    runAsync: (...args: string[]) =>
       new Promise((resolve) => {
-        const child = spawn(process.execPath, ['--import', 'tsx', ...cli(...upArgs())], { cwd: repoRoot, env: env(), stdio: ['ignore', 'ignore', 'pipe'] });
+        const child = spawn(process.execPath, ['--import', 'tsx', ...cli(...args)], { cwd: repoRoot, env: env(), stdio: ['ignore', 'ignore', 'pipe'] });
         let stderr = '';
         child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
         child.on('exit', (status) => resolve({ status, stderr }));
