@@ -136,7 +136,7 @@ export const CLI_COMMANDS = [
   },
   {
     name: 'cluster',
-    forms: ['up [--nodes 2] [--base-port 7233] [--api-port 8787] [--pg-url URL] [--db-prefix P] [--dir DIR]', 'down [--dir DIR]', 'status [--json] [--dir DIR]', 'restart [nodes|worker|repo-worker|api|all ...] [--dir DIR]'],
+    forms: ['up [--nodes 2] [--base-port 7233] [--api-port 8787] [--pg-url URL] [--db-prefix P] [--join-timeout 30] [--dir DIR]', 'down [--dir DIR]', 'status [--json] [--dir DIR]', 'restart [nodes|worker|repo-worker|api|all ...] [--join-timeout 30] [--dir DIR]'],
     runner: 'cluster',
     summary:
       "The production shape on one machine: a Temporal cluster of two server processes on PostgreSQL (built from the Go module at docker-compose.yml's version, cached), Steward's database, and Steward as the compose file's api, worker and repo-worker processes with its environment. up starts what is not running (a stopped or killed node too), down stops them all, status checks each (a node joined when it and the others reach each other in one ring), restart rolls the processes one at a time (default: worker, repo-worker, api).",

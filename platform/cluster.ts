@@ -68,6 +68,8 @@ export interface ClusterOptions {
   dbPrefix: string;
   env: Record<string, string | undefined>;
   say: (line: string) => void;
+  /** How long a started node may take to join the others' ring (default 30 s). */
+  joinTimeoutMs?: number;
 }
 
 const statePath = (dir: string) => path.join(dir, 'state.json');
@@ -289,9 +291,6 @@ async function frontendHealthy(port: number): Promise<boolean> {
   }
 }
 
-/** How long a started node may take to join the others' ring. */
-const JOIN_TIMEOUT_MS = 30_000;
-
 /** A node's membership addresses (one per service), as the ring names its members. */
 function membershipOf(node: ClusterState['nodes'][number]): NodeMembership {
   const p = node.ports as unknown as NodePorts;
@@ -342,12 +341,13 @@ async function startNodes(state: ClusterState, opts: ClusterOptions, store: SqlT
     }
     const members = state.nodes.slice(0, node.index + 1).map(membershipOf);
     let standing: RingStanding[] = [];
-    await waitFor(name, node.pid!, node.log, JOIN_TIMEOUT_MS, async () => {
+    const joinTimeoutMs = opts.joinTimeoutMs ?? 30_000;
+    await waitFor(name, node.pid!, node.log, joinTimeoutMs, async () => {
       standing = await ringStanding(members);
       return standing.every(joined);
     }, () => {
       const problems = standing.filter((s) => !joined(s)).map((s) => `node ${s.node}: ${ringProblem(s, members)}`);
-      return `has not joined the cluster within ${JOIN_TIMEOUT_MS / 1000} s (${problems.join('; ') || 'no answer'}): a member it cannot reach (hung, stopped, or behind a firewall) keeps it in a ring of its own`;
+      return `has not joined the cluster within ${joinTimeoutMs / 1000} s (${problems.join('; ') || 'no answer'}): a member it cannot reach (hung, stopped, or behind a firewall) keeps it in a ring of its own`;
     });
   }
 }
@@ -545,11 +545,11 @@ export type RestartTarget = (typeof RESTART_TARGETS)[number];
  * compose environment; with one process per role, its task queues wait in Temporal meanwhile
  * and nothing is lost. Default: every Steward process (worker, repo-worker, then api).
  */
-export async function clusterRestart(dir: string, targets: RestartTarget[], env: Record<string, string | undefined>, say: (s: string) => void): Promise<ClusterState> {
+export async function clusterRestart(dir: string, targets: RestartTarget[], env: Record<string, string | undefined>, say: (s: string) => void, joinTimeoutMs?: number): Promise<ClusterState> {
   const state = readState(dir);
   if (!state) throw new ClusterError(`no cluster in ${dir} (steward cluster up starts one)`);
   const api = state.processes.find((p) => p.service === 'api')!;
-  const opts: ClusterOptions = { dir, composeFile: path.join(REPO_ROOT, 'docker-compose.yml'), nodes: state.nodes.length, basePort: state.basePort, apiPort: api.httpPort, pgUrl: state.pgUrl, dbPrefix: state.dbPrefix, env, say };
+  const opts: ClusterOptions = { dir, composeFile: path.join(REPO_ROOT, 'docker-compose.yml'), nodes: state.nodes.length, basePort: state.basePort, apiPort: api.httpPort, pgUrl: state.pgUrl, dbPrefix: state.dbPrefix, env, say, ...(joinTimeoutMs ? { joinTimeoutMs } : {}) };
   const down = [...state.nodes, state.frontend, ...state.processes].filter((p) => !running(p)).length;
   if (down > 0) throw new ClusterError(`${down} of the cluster's processes are not running: cluster up first (a rolling restart needs the others serving)`);
   const order = RESTART_TARGETS.filter((t) => targets.includes(t));
@@ -619,6 +619,13 @@ export async function clusterStatus(dir: string): Promise<ClusterStatus> {
   return { ok: problems.length === 0, nodes, frontend, processes, problems };
 }
 
+/** --join-timeout: whole seconds, 5 to 600. */
+function joinTimeout(value: string | undefined): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value ?? '') || n < 5 || n > 600) throw new ClusterError(`--join-timeout: whole seconds from 5 to 600 (got ${JSON.stringify(value)})`);
+  return n * 1000;
+}
+
 /** `steward cluster ...` from the command line; the exit code. */
 export async function clusterCommand(args: string[], io: { out: (s: string) => void; err: (s: string) => void }): Promise<number> {
   const [sub, ...rest] = args;
@@ -633,6 +640,7 @@ export async function clusterCommand(args: string[], io: { out: (s: string) => v
       'pg-url': { type: 'string' },
       'db-prefix': { type: 'string', default: '' },
       json: { type: 'boolean', default: false },
+      'join-timeout': { type: 'string', default: '30' },
     },
     strict: true,
   });
@@ -650,6 +658,7 @@ export async function clusterCommand(args: string[], io: { out: (s: string) => v
         dbPrefix: values['db-prefix'],
         env: process.env,
         say,
+        joinTimeoutMs: joinTimeout(values['join-timeout']),
       });
       const api = state.processes.find((p) => p.service === 'api')!;
       io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), Temporal at 127.0.0.1:${state.frontend.port} (nodes ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}).\n`);
@@ -660,7 +669,7 @@ export async function clusterCommand(args: string[], io: { out: (s: string) => v
       const targets = named.length === 0 ? ['worker', 'repo-worker', 'api'] : named.includes('all') ? [...RESTART_TARGETS] : named;
       const unknown = targets.filter((t) => !(RESTART_TARGETS as readonly string[]).includes(t));
       if (unknown.length) throw new ClusterError(`restart: unknown ${unknown.join(', ')} (one or more of ${RESTART_TARGETS.join(', ')}, or all)`);
-      const state = await clusterRestart(dir, targets as RestartTarget[], process.env, say);
+      const state = await clusterRestart(dir, targets as RestartTarget[], process.env, say, joinTimeout(values['join-timeout']));
       io.out(`restarted ${RESTART_TARGETS.filter((t) => targets.includes(t)).join(', ')}, one at a time; running: ${state.processes.map((p) => `${p.service} pid ${p.pid}`).join(', ')}; nodes ${state.nodes.map((n) => `pid ${n.pid}`).join(', ')}\n`);
       return 0;
     }

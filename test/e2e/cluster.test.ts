@@ -290,7 +290,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
   it('a node that cannot join: restarted while the other node hangs, it serves a ring of its own; up says so, status names it, and it joins once the other answers', async () => {
     const [first, second] = state.nodes as [ClusterState['nodes'][number], ClusterState['nodes'][number]];
     process.kill(second.pid!, 'SIGKILL');
-    const pending = c.upAsync();
+    const pending = c.upAsync('--join-timeout', '10');
     // node 1 has been checked (it serves, it is in the ring) when up starts node 2; then node 1 hangs
     const deadline = Date.now() + 60_000;
     while (c.state().nodes[1]!.pid === second.pid && Date.now() < deadline) await sleep(20);
@@ -299,7 +299,7 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
     try {
       const r = await pending;
       assert.equal(r.status, 1, r.stderr);
-      assert.match(r.stderr, /temporal node 2 has not joined the cluster within 30 s/);
+      assert.match(r.stderr, /temporal node 2 has not joined the cluster within 10 s/);
       assert.match(r.stderr, new RegExp(`node 2: it does not reach node 1's members \\(127\\.0\\.0\\.1:${first.ports.frontendMembership}`));
       assert.match(r.stderr, /node 1: it does not answer the admin API/);
       const s = cluster('status');
@@ -328,6 +328,9 @@ describe('steward cluster: two Temporal nodes on PostgreSQL, Steward by compose 
       const unreachable = run('--pg-url', 'postgresql://steward:x@127.0.0.1:1/steward');
       assert.equal(unreachable.status, 1);
       assert.match(unreachable.stderr, /PostgreSQL is unreachable at 127\.0\.0\.1:1/);
+      const badTimeout = run('--join-timeout', '2');
+      assert.equal(badTimeout.status, 1);
+      assert.match(badTimeout.stderr, /--join-timeout: whole seconds from 5 to 600 \(got "2"\)/);
     } finally {
       rmSync(other, { recursive: true, force: true });
     }

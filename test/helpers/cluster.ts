@@ -59,7 +59,7 @@ export interface TestCluster {
   /** `cluster up` with this cluster's ports, blocking. */
   up(): { status: number | null; stdout: string; stderr: string };
   /** `cluster up` without blocking the event loop (work in this process goes on meanwhile). */
-  upAsync(): Promise<{ status: number | null; stderr: string }>;
+  upAsync(...extra: string[]): Promise<{ status: number | null; stderr: string }>;
   /** `steward cluster <args> --dir <dir>` without blocking the event loop. */
   runAsync(...args: string[]): Promise<{ status: number | null; stderr: string }>;
   api(): string;
@@ -88,7 +88,7 @@ export async function createTestCluster(model: ModelServer, extraEnv: Record<str
     state: () => readState(dir)!,
     run,
     up: () => run(...upArgs()),
-    upAsync: () => c.runAsync(...upArgs()),
+    upAsync: (...extra: string[]) => c.runAsync(...upArgs(), ...extra),
     runAsync: (...args: string[]) =>
       new Promise((resolve) => {
         const child = spawn(process.execPath, ['--import', 'tsx', ...cli(...args)], { cwd: repoRoot, env: env(), stdio: ['ignore', 'ignore', 'pipe'] });
