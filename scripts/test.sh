@@ -106,7 +106,7 @@ if [ -n "${STEWARD_TEST_PG_URL:-}" ] && [ "${STEWARD_TEST_CLUSTER:-1}" != "0" ] 
 fi
 
 if [ "$#" -gt 0 ]; then files=("$@"); else mapfile -t files < <(find test -name '*.test.ts' | sort); fi
-node --import tsx --test --test-concurrency=1 --test-timeout=300000 --test-reporter=spec "${files[@]}"
+node --import tsx --test --test-concurrency="${STEWARD_TEST_CONCURRENCY:-1}" --test-timeout=300000 --test-reporter=spec "${files[@]}"
 status=$?
 if [ -n "$started_pg" ]; then scripts/pg.sh stop; fi
 exit $status
