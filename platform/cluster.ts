@@ -11,7 +11,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -79,9 +79,12 @@ export function readState(dir: string): ClusterState | undefined {
   return StateSchema.parse(JSON.parse(readFileSync(statePath(dir), 'utf8')));
 }
 
+/** Write the state whole or not at all (a new file renamed over the old): `status` may read it while `up` writes. */
 function writeState(dir: string, s: ClusterState): void {
-  writeFileSync(statePath(dir), `${JSON.stringify(s, null, 2)}\n`, { mode: 0o600 });
-  chmodSync(statePath(dir), 0o600); // it holds the database URL
+  const tmp = `${statePath(dir)}.${process.pid}.tmp`;
+  writeFileSync(tmp, `${JSON.stringify(s, null, 2)}\n`, { mode: 0o600 });
+  chmodSync(tmp, 0o600); // it holds the database URL
+  renameSync(tmp, statePath(dir));
 }
 
 /** Is `pid` a live process (not a zombie)? */

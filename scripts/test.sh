@@ -106,7 +106,9 @@ if [ -n "${STEWARD_TEST_PG_URL:-}" ] && [ "${STEWARD_TEST_CLUSTER:-1}" != "0" ] 
 fi
 
 if [ "$#" -gt 0 ]; then files=("$@"); else mapfile -t files < <(find test -name '*.test.ts' | sort); fi
-node --import tsx --test --test-concurrency="${STEWARD_TEST_CONCURRENCY:-1}" --test-timeout=300000 --test-reporter=spec "${files[@]}"
+# two files at a time (STEWARD_TEST_CONCURRENCY): the suites mostly wait on their servers, so on
+# 2 cores the whole run takes about two thirds of the time it takes one file after another
+node --import tsx --test --test-concurrency="${STEWARD_TEST_CONCURRENCY:-2}" --test-timeout=300000 --test-reporter=spec "${files[@]}"
 status=$?
 if [ -n "$started_pg" ]; then scripts/pg.sh stop; fi
 exit $status
