@@ -1,9 +1,11 @@
 /**
  * The chat turn's activities (the model step, tools and approvals, delivery, the progress
  * panel), created from injected dependencies; activities/index.ts composes them with the repo
- * change's and the objective run's. Workflows import only the type of `createActivities`.
+ * change's, the objective run's and the knowledge index's. Workflows import only the type of
+ * `createActivities`.
  */
 import { activityInfo, Context } from '@temporalio/activity';
+import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
@@ -85,6 +87,8 @@ export interface ActivityDeps {
   startRepoChange?: StartRepoChange;
   /** The model an objective uses when it names none. */
   defaultModel?: string;
+  /** The workspaces' knowledge index (opened on first use); absent, indexing is refused. */
+  knowledge?: () => Promise<KnowledgeIndex>;
 }
 
 export interface ModelStepInput {

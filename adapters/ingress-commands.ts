@@ -30,6 +30,7 @@ import type { SessionInput, SessionLimits, SettingsChange } from '../workflows/t
 import { ChangeInputError, type ChangeService } from '../services/changes.js';
 import type { SessionStatusView } from './ingress.js';
 import { ObjectiveInputError, type ObjectiveService } from '../services/objectives.js';
+import { OPEN_MAX_BYTES, WorkspaceInputError, type WorkspaceService } from '../services/workspaces.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
@@ -74,6 +75,7 @@ export interface CommandEnv {
   configuredProviders: () => Provider[];
   changes?: ChangeService;
   objectives?: ObjectiveService;
+  workspaces?: WorkspaceService;
   runLink?: (workflowId: string) => string | undefined;
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
@@ -316,6 +318,72 @@ function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'
   };
 }
 
+/** The chat's workspace: choose, create and reindex it (admins); search it and open its files. */
+function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | 'open'> {
+  const off = 'Workspaces are not enabled on this Steward.';
+  const guarded = async (f: (w: WorkspaceService) => Promise<string>): Promise<string> => {
+    if (!env.workspaces) return off;
+    try {
+      return await f(env.workspaces);
+    } catch (err) {
+      if (err instanceof WorkspaceInputError) return `Not done: ${err.message}.`;
+      throw err;
+    }
+  };
+  return {
+    workspace: (cmd, call) =>
+      guarded(async (w) => {
+        const chat = call.conversation;
+        switch (cmd.action) {
+          case 'list': {
+            const all = await w.list();
+            return all.length ? all.map((x) => `${x.name}: ${x.root} (${x.chats} chat${x.chats === 1 ? '' : 's'})`).join('\n') : 'No workspaces. /workspace create <name> makes one.';
+          }
+          case 'show': {
+            const ws = await w.forChat(chat);
+            if (!ws) return 'This chat has no workspace. /workspace use <name> chooses one; /workspace list shows them.';
+            const st = await w.indexStatus(ws.name);
+            const run = st.run ? `; indexing ${st.run.phase === 'done' ? 'done' : st.run.phase} (${st.run.indexed} files indexed, ${st.run.removed} removed in ${st.run.rounds} round${st.run.rounds === 1 ? '' : 's'})` : '';
+            return `Workspace ${ws.name}: ${ws.root}\n${st.documents} documents, ${st.chunks} indexed sections${run}`;
+          }
+          case 'off':
+            return (await w.unbind(chat)) ? 'This chat no longer uses a workspace.' : 'This chat had no workspace.';
+          case 'use': {
+            const ws = await w.bind(chat, cmd.name!, person(call));
+            return `This chat uses workspace ${ws.name} (${ws.root}).`;
+          }
+          case 'create': {
+            const ws = await w.create(cmd.name, cmd.folder, person(call));
+            await w.bind(chat, ws.name, person(call));
+            return `Workspace ${ws.name} created at ${ws.root} and chosen for this chat; indexing its files.`;
+          }
+          case 'reindex': {
+            const target = cmd.name ?? (await w.forChat(chat))?.name;
+            if (!target) return 'Not done: this chat has no workspace; name one: /workspace reindex <name>.';
+            await w.reindex(target);
+            return `Indexing workspace ${target} again.`;
+          }
+        }
+      }),
+    search: (cmd, call) =>
+      guarded(async (w) => {
+        const { workspace, hits } = await w.search(call.conversation, cmd.query);
+        if (hits.length === 0) return `Nothing in workspace ${workspace} matches "${cmd.query}".`;
+        return hits
+          .map((h, i) => {
+            const excerpt = h.text.replace(/\s+/g, ' ').trim();
+            return `${i + 1}. ${h.path}${h.heading ? ` > ${h.heading}` : ''} (lines ${h.startLine}-${h.endLine})\n${excerpt.length > 280 ? `${excerpt.slice(0, 280)}…` : excerpt}`;
+          })
+          .join('\n\n');
+      }),
+    open: (cmd, call) =>
+      guarded(async (w) => {
+        const f = await w.open(call.conversation, cmd.path);
+        return `${f.path} (${f.bytes} bytes)\n\n${f.text}${f.truncated ? `\n\n[the first ${OPEN_MAX_BYTES} bytes of ${f.bytes}]` : ''}`;
+      }),
+  };
+}
+
 /** What the parser could not take: a known command with bad arguments, or an unknown one. */
 function parseFailures(): Handlers<'invalid' | 'unknown'> {
   return {
@@ -335,6 +403,7 @@ export function commandHandlers(env: CommandEnv): { run(cmd: ParsedCommand, call
     ...accessCommands(env),
     ...changeCommands(env),
     ...objectiveCommands(env),
+    ...workspaceCommands(env),
     ...parseFailures(),
   };
   return {

@@ -67,6 +67,7 @@ import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/type
 import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
 import type { ObjectiveService } from '../services/objectives.js';
+import type { WorkspaceService } from '../services/workspaces.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -213,6 +214,8 @@ export interface IngressDeps {
   changes?: ChangeService;
   /** Objectives on Temporal Schedules (/objectives, /objective). */
   objectives?: ObjectiveService;
+  /** Workspaces of knowledge (/workspace, /search, /open). */
+  workspaces?: WorkspaceService;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
 }
@@ -313,6 +316,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     configuredProviders: deps.configuredProviders,
     ...(deps.changes ? { changes: deps.changes } : {}),
     ...(deps.objectives ? { objectives: deps.objectives } : {}),
+    ...(deps.workspaces ? { workspaces: deps.workspaces } : {}),
     ...(deps.runLink ? { runLink: deps.runLink } : {}),
     status,
     formatStatus,

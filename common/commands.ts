@@ -44,6 +44,9 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'answer', args: [arg('text', "The answer to a change's clarifying question", true, { rest: true })], description: "Answer the clarifying question of this chat's change.", minRole: 'member', where: 'any' },
   { name: 'objectives', args: [], description: 'List the objectives: their schedule, next run and last result.', minRole: 'viewer', where: 'any' },
   { name: 'objective', args: [arg('action', 'add, show, pause, resume, trigger, skip-missed or delete', true, { choices: ['add', 'show', 'pause', 'resume', 'trigger', 'skip-missed', 'delete'] }), arg('name', 'The objective'), arg('details', 'For add: <interval like 30m, or "cron"> [tz=Zone] <prompt>', false, { rest: true })], description: 'Manage a scheduled objective that reports into this chat.', minRole: 'operator', where: 'any' },
+  { name: 'search', args: [arg('query', 'Words to look for', true, { rest: true })], description: "Search this chat's workspace (no model call): the best excerpts with their paths.", minRole: 'member', where: 'any' },
+  { name: 'open', args: [arg('path', 'A file of the workspace, such as notes/howto.md')], description: "Show a file of this chat's workspace.", minRole: 'member', where: 'any' },
+  { name: 'workspace', args: [arg('action', 'show, list, create, use, off or reindex', false, { choices: ['show', 'list', 'create', 'use', 'off', 'reindex'] }), arg('name', 'The workspace', false), arg('folder', 'For create: an existing directory (absolute); default: under the data directory', false)], description: "Show, create or choose this chat's workspace of Markdown and text knowledge.", minRole: 'admin', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
   { name: 'approve', args: [arg('code', 'The pairing code'), arg('role', 'The role to give', true, { choices: ['overlord', 'admin', 'operator', 'member', 'viewer'] })], description: 'Approve a pairing request with a role.', minRole: 'admin', where: 'any' },
   { name: 'deny', args: [arg('code', 'The pairing code')], description: 'Deny a pairing request.', minRole: 'admin', where: 'any' },
@@ -75,6 +78,11 @@ export type ParsedCommand =
   | { kind: 'objectives' }
   | { kind: 'objective'; action: 'show' | 'pause' | 'resume' | 'trigger' | 'skip-missed' | 'delete'; name: string }
   | { kind: 'objective'; action: 'add'; name: string; schedule: { every?: string; cron?: string; timezone?: string }; prompt: string }
+  | { kind: 'workspace'; action: 'show' | 'list' | 'off' }
+  | { kind: 'workspace'; action: 'use' | 'reindex'; name?: string }
+  | { kind: 'workspace'; action: 'create'; name: string; folder?: string }
+  | { kind: 'search'; query: string }
+  | { kind: 'open'; path: string }
   | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
   | { kind: 'unbind' }
   | { kind: 'admin-channel'; on: boolean }
@@ -245,6 +253,30 @@ function parseCommand(name: string, rest: string): ParsedCommand {
       }
       return { kind: 'bind', ...(mode ? { mode } : {}), ...(label ? { name: label } : {}) };
     }
+    case 'workspace': {
+      const [action = 'show', ws, ...more] = words;
+      const a = action.toLowerCase();
+      if (a === 'show' || a === 'list' || a === 'off') {
+        if (ws !== undefined) return invalid(usage(name));
+        return { kind: 'workspace', action: a };
+      }
+      if (ws !== undefined && !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(ws)) return invalid('a workspace name uses lowercase letters, digits, - and _');
+      if (a === 'reindex') return more.length ? invalid(usage(name)) : { kind: 'workspace', action: 'reindex', ...(ws ? { name: ws } : {}) };
+      if (a === 'use') return !ws || more.length ? invalid(`${usage(name)} (/workspace use <name>)`) : { kind: 'workspace', action: 'use', name: ws };
+      if (a === 'create') {
+        if (!ws || more.length > 1) return invalid(`${usage(name)} (/workspace create <name> [/absolute/folder])`);
+        return { kind: 'workspace', action: 'create', name: ws, ...(more[0] ? { folder: more[0] } : {}) };
+      }
+      return invalid(usage(name));
+    }
+    case 'search':
+      if (!rest) return invalid(usage(name));
+      if (rest.length > 500) return invalid('the query is longer than 500 characters');
+      return { kind: 'search', query: rest };
+    case 'open':
+      if (!rest || words.length > 1) return invalid(`${usage(name)} (a workspace path, such as notes/howto.md)`);
+      if (rest.length > 1024) return invalid('the path is longer than 1,024 characters');
+      return { kind: 'open', path: rest };
     case 'admin-channel': {
       const w = (words[0] ?? 'on').toLowerCase();
       if (words.length > 1 || (w !== 'on' && w !== 'off')) return invalid(usage(name));

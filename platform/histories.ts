@@ -45,6 +45,7 @@ const KIND_OF_TYPE: Record<string, string> = {
   turnWorkflow: 'turn',
   objectiveRunWorkflow: 'objective',
   repoChangeWorkflow: 'change',
+  workspaceIndexWorkflow: 'workspace',
 };
 
 export function fixtureKind(workflowType: string): string {

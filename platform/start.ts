@@ -27,6 +27,8 @@ import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService, type ChangeService } from '../services/changes.js';
 import { createObjectiveService, type ObjectiveService } from '../services/objectives.js';
+import { createWorkspaceService } from '../services/workspaces.js';
+import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
@@ -113,7 +115,7 @@ function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'intercep
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions'> {
+function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -127,6 +129,7 @@ function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy'
       agentMaxSteps: rc.agentMaxSteps,
     },
     actions: config.actions,
+    knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir),
   };
 }
 
@@ -495,6 +498,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       ...(runLink ? { runLink } : {}),
     });
     await startObjectiveTriggers(config, db, objectives, log, cleanups);
+    const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir) });
+    cleanups.push(() => closeKnowledgeIndexes());
 
     // HTTP API
     const ingress = createIngress({
@@ -512,6 +517,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       attachments: config.governance.attachments,
       changes,
       objectives,
+      workspaces,
       ...(runLink ? { runLink } : {}),
     });
     const health = healthCheck(config, role, workers, connection, db);

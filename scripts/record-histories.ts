@@ -20,6 +20,9 @@
  *   by the validation gate.
  * - objectives (files `objective-ob-NN.json`, `turn-ob-NN.json`): objective runs started by
  *   their Temporal Schedule (a trigger, a backfilled run, a skipped run) with their turns.
+ * - workspaces (files `workspace-ws-NN.json`): workspace indexing runs: a whole small
+ *   workspace, one of 250 files (two batches), and a run for reported paths (a changed file
+ *   and a deleted one).
  *
  * A scenario replaces only its own files (`<kind>-<tag>NN.json`): histories recorded by earlier
  * code stay, so replay keeps proving that today's code can continue runs that older code
@@ -27,7 +30,11 @@
  * a new tag (below), so that recording it again keeps the earlier shape's files.
  */
 import { randomInt, randomUUID } from 'node:crypto';
-import { readdir, readFile, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
+import { indexWorkflowId } from '../services/workspaces.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { bindChat, createIdentity } from '../domain/governance.js';
@@ -43,13 +50,13 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (!['foundation', 'channels', 'repo', 'objectives'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo or objectives`);
+if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives or workspaces`);
 /**
  * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
  * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
  * leave the patch `steward-otel-tracing` off), beside `session-inl-NN`, recorded traced.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-' };
+const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -326,8 +333,46 @@ async function objectives(m: ModelServer): Promise<void> {
   });
 }
 
+async function workspaces(m: ModelServer): Promise<void> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'steward-record-ws-'));
+  const knowledge = knowledgeIndexOpener(dbh.url, dataDir);
+  try {
+    await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {
+      const ws = h.workspaces!;
+      const op = { id: 'operator', name: 'the operator' };
+      const done = (name: string) => waitFor(async () => (await ws.indexStatus(name)).run?.phase === 'done', `${name} indexed`, 60_000);
+      const suffix = randomInt(1e5, 1e6);
+      const small = `small-${suffix}`;
+      const large = `large-${suffix}`;
+      const paths = `paths-${suffix}`;
+      for (const name of [small, large, paths]) {
+        const root = path.join(dataDir, 'workspaces', name);
+        await mkdir(root, { recursive: true });
+        if (name === large) for (let i = 0; i < 250; i++) await writeFile(path.join(root, `note-${i}.md`), `# Note ${i}\nText of note ${i}.\n`);
+        else {
+          await writeFile(path.join(root, 'guide.md'), '# Guide\n\n## Rollback\nRun the rollback job.\n');
+          await writeFile(path.join(root, 'faq.txt'), 'Lunch is at noon.\n');
+        }
+        await ws.create(name, undefined, op);
+        await done(name);
+      }
+      const root = path.join(dataDir, 'workspaces', paths);
+      await writeFile(path.join(root, 'guide.md'), '# Guide\n\n## Canary\nShip to one percent first.\n');
+      await unlink(path.join(root, 'faq.txt'));
+      await ws.reindex(paths, { paths: ['guide.md', 'faq.txt'] });
+      await waitFor(async () => (await ws.indexStatus(paths)).documents === 1, 'the reported paths indexed', 60_000);
+      await done(paths);
+      await exportRunIds(env, [small, large, paths].map((name) => ({ workflowId: indexWorkflowId(name), kind: 'workspace' })));
+    });
+  } finally {
+    await closeKnowledgeIndexes();
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
 try {
   if (scenario === 'foundation') await foundation(model);
+  else if (scenario === 'workspaces') await workspaces(model);
   else if (scenario === 'channels') await channels(model);
   else if (scenario === 'repo') await repoChanges(model);
   else await objectives(model);

@@ -3,3 +3,4 @@ export { sessionWorkflow } from './chat/session.js';
 export { turnWorkflow } from './chat/turn.js';
 export { repoChangeWorkflow } from './changes/repo-change.js';
 export { objectiveRunWorkflow } from './objectives/objective.js';
+export { workspaceIndexWorkflow } from './knowledge/index-workspace.js';

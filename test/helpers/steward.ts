@@ -3,6 +3,8 @@
  * ingress, and the scripted OpenAI-compatible model server. One bundle per suite; a fresh
  * task queue per harness.
  */
+import type { KnowledgeIndex } from '../../domain/knowledge/index-store.js';
+import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -71,6 +73,8 @@ export interface HarnessOptions {
   /** Repository changes: activity settings and the change service's clarify deadline. */
   repoChanges?: Partial<RepoChangeSettings> & { clarifyTimeoutMs?: number; maxQuestions?: number };
   runLink?: (workflowId: string) => string | undefined;
+  /** Workspaces: their folders under `dataDir`, the knowledge index (given to the background worker). */
+  workspaces?: { dataDir: string; knowledge: () => Promise<KnowledgeIndex> };
 }
 
 export interface Harness {
@@ -84,6 +88,8 @@ export interface Harness {
   changes: ChangeService;
   /** Objectives on Temporal Schedules (the service behind /objective, the API and the CLI). */
   objectives: ObjectiveService;
+  /** Workspaces (the service behind /workspace, /search and /open), when the options asked for them. */
+  workspaces?: WorkspaceService;
   /** The background queue objective runs (workflows, turns, activities) run on. */
   backgroundQueue: string;
   worker: Worker;
@@ -141,6 +147,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
         ...(opts.runLink ? { runLink: opts.runLink } : {}),
         repoChanges: { ...DEFAULT_REPO_CHANGE_SETTINGS, defaultModel: opts.model ?? 'openai-compatible:test-model', ...(opts.repoChanges ?? {}) },
+        ...(opts.workspaces ? { knowledge: opts.workspaces.knowledge } : {}),
       },
     });
   const repoQueue = `${taskQueue}-repo`;
@@ -164,9 +171,13 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ...(opts.repoChanges?.maxQuestions !== undefined ? { maxQuestions: opts.repoChanges.maxQuestions } : {}),
     ...(opts.runLink ? { runLink: opts.runLink } : {}),
   });
+  const workspaces = opts.workspaces
+    ? createWorkspaceService({ client: opts.env.client, db: opts.db, taskQueue: backgroundQueue, dataDir: opts.workspaces.dataDir, knowledge: opts.workspaces.knowledge })
+    : undefined;
   const ingress = createIngress({
     changes,
     objectives,
+    ...(workspaces ? { workspaces } : {}),
     client: opts.env.client,
     db: opts.db,
     taskQueue,
@@ -188,6 +199,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ingress,
     changes,
     objectives,
+    ...(workspaces ? { workspaces } : {}),
     backgroundQueue,
     worker,
     sessionIdOf,

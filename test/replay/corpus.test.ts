@@ -1,6 +1,6 @@
 /**
  * The replay corpus (test/replay/histories/) covers every workflow type Steward runs: a
- * session, a turn, an objective run, a repo change, and a turn that received an approval
+ * session, a turn, an objective run, a repo change, a workspace indexing run, and a turn that received an approval
  * decision. Sessions come in both shapes: chat turns run inside the session (the patch
  * `steward-inline-turn`: its marker, the turns' activities in the session's history, no child
  * workflow), and the older histories whose turns were child turn workflows, kept so replay
@@ -141,7 +141,7 @@ describe('replay corpus', () => {
 
   it('has at least one history of every workflow type', () => {
     const types = new Set(fixtures.map((f) => f.type));
-    for (const type of ['sessionWorkflow', 'turnWorkflow', 'objectiveRunWorkflow', 'repoChangeWorkflow']) {
+    for (const type of ['sessionWorkflow', 'turnWorkflow', 'objectiveRunWorkflow', 'repoChangeWorkflow', 'workspaceIndexWorkflow']) {
       assert.ok(types.has(type), `a ${type} history (record one with steward histories record --query "WorkflowType='${type}'")`);
     }
     // and the payloads are what the workflows read: the started input decodes as JSON

@@ -54,6 +54,9 @@ describe('command parsing (properties)', () => {
       change: 'demo fix the greeting',
       answer: 'only src',
       objective: 'add digest 30m tz=Europe/Berlin Summarise the news',
+      workspace: 'create docs /srv/docs',
+      search: 'rollback steps',
+      open: 'notes/howto.md',
     };
     for (const c of COMMANDS) {
       for (const name of [c.name, telegramCommandName(c.name)]) {

@@ -1,0 +1,281 @@
+/**
+ * The knowledge index: workspace documents' chunks, searchable by full text, on the database
+ * Steward already runs.
+ *
+ * - SQLite: FTS5 (better-sqlite3 ships it) in a file of its own beside Steward's database
+ *   (`knowledge.db`), an external-content table over the chunks kept in step by triggers,
+ *   Porter stemming, ranked by FTS5's BM25 with the heading weighted 3 to the text's 1.
+ * - PostgreSQL: the schema `steward_knowledge` in Steward's database, a stored tsvector per
+ *   chunk (heading weight A, text B, the `english` configuration) under a GIN index, ranked
+ *   by `ts_rank_cd` normalised by length (PostgreSQL has no BM25; this is its nearest).
+ *
+ * The index lives outside Prisma's migrations on purpose: Prisma's schema cannot express FTS5
+ * virtual tables (their shadow tables read as drift) or generated tsvector columns. It is a
+ * derived store, rebuilt from the files; its DDL is idempotent and versioned in its own
+ * `meta` table. Queries are the user's words only: letters and digits, any of them matching
+ * (OR), ranked; no query syntax reaches either engine.
+ */
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import type { Chunk } from './chunk.js';
+
+export interface IndexedDocument {
+  /** Workspace-relative path. */
+  path: string;
+  /** SHA-256 of the content (hex). */
+  hash: string;
+  bytes: number;
+  chunks: Chunk[];
+}
+
+export interface SearchHit {
+  path: string;
+  heading: string;
+  text: string;
+  startLine: number;
+  endLine: number;
+  /** Higher is better; comparable within one search only. */
+  score: number;
+}
+
+export interface KnowledgeIndex {
+  readonly kind: 'sqlite' | 'postgres';
+  /** Every indexed document of a workspace: path -> content hash. */
+  documents(workspace: string): Promise<Map<string, string>>;
+  /** Index a document, replacing what was indexed for its path. */
+  putDocument(workspace: string, doc: IndexedDocument): Promise<void>;
+  /** Take a document out of the index; false when it was not there. */
+  removeDocument(workspace: string, path: string): Promise<boolean>;
+  /** Drop a workspace's whole index. */
+  removeWorkspace(workspace: string): Promise<void>;
+  /** The best chunks for the words of `query` (none for a query without any word). */
+  search(workspace: string, query: string, limit?: number): Promise<SearchHit[]>;
+  stats(workspace: string): Promise<{ documents: number; chunks: number }>;
+  close(): Promise<void>;
+}
+
+/** The words of a query: letters and digits (Unicode), lowercased, distinct, at most 32. */
+export function queryTerms(query: string): string[] {
+  const words = query.normalize('NFKC').toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [];
+  return [...new Set(words)].slice(0, 32);
+}
+
+const SCHEMA_VERSION = '1';
+
+const SQLITE_DDL = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS doc (
+  id INTEGER PRIMARY KEY,
+  workspace TEXT NOT NULL,
+  path TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  indexed_at TEXT NOT NULL,
+  UNIQUE (workspace, path)
+);
+CREATE TABLE IF NOT EXISTS chunk (
+  id INTEGER PRIMARY KEY,
+  doc_id INTEGER NOT NULL REFERENCES doc(id),
+  ordinal INTEGER NOT NULL,
+  heading TEXT NOT NULL,
+  text TEXT NOT NULL,
+  start_line INTEGER NOT NULL,
+  end_line INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunk_doc ON chunk (doc_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunk_fts USING fts5(heading, text, content = 'chunk', content_rowid = 'id', tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE TRIGGER IF NOT EXISTS chunk_ai AFTER INSERT ON chunk BEGIN
+  INSERT INTO chunk_fts (rowid, heading, text) VALUES (new.id, new.heading, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunk_ad AFTER DELETE ON chunk BEGIN
+  INSERT INTO chunk_fts (chunk_fts, rowid, heading, text) VALUES ('delete', old.id, old.heading, old.text);
+END;
+`;
+
+interface HitRow {
+  path: string;
+  heading: string;
+  text: string;
+  start_line: number;
+  end_line: number;
+  score: number;
+}
+
+const toHit = (r: HitRow): SearchHit => ({ path: r.path, heading: r.heading, text: r.text, startLine: Number(r.start_line), endLine: Number(r.end_line), score: Number(r.score) });
+
+/** The SQLite index in `file` (created with its tables when missing). */
+export function openSqliteKnowledgeIndex(file: string): KnowledgeIndex {
+  const db = new Database(file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.pragma('busy_timeout = 5000');
+  db.exec(SQLITE_DDL);
+  db.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value').run('schema', SCHEMA_VERSION);
+  const docId = db.prepare<[string, string], { id: number }>('SELECT id FROM doc WHERE workspace = ? AND path = ?');
+  const deleteChunks = db.prepare<[number]>('DELETE FROM chunk WHERE doc_id = ?');
+  const deleteDoc = db.prepare<[number]>('DELETE FROM doc WHERE id = ?');
+  const insertDoc = db.prepare<[string, string, string, number, string], { id: number }>('INSERT INTO doc (workspace, path, hash, bytes, indexed_at) VALUES (?, ?, ?, ?, ?) RETURNING id');
+  const insertChunk = db.prepare<[number, number, string, string, number, number]>('INSERT INTO chunk (doc_id, ordinal, heading, text, start_line, end_line) VALUES (?, ?, ?, ?, ?, ?)');
+  const remove = (workspace: string, path: string): boolean => {
+    const row = docId.get(workspace, path);
+    if (!row) return false;
+    deleteChunks.run(row.id);
+    deleteDoc.run(row.id);
+    return true;
+  };
+  const put = db.transaction((workspace: string, doc: IndexedDocument) => {
+    remove(workspace, doc.path);
+    const { id } = insertDoc.get(workspace, doc.path, doc.hash, doc.bytes, new Date().toISOString())!;
+    for (const c of doc.chunks) insertChunk.run(id, c.ordinal, c.heading, c.text, c.startLine, c.endLine);
+  });
+  const removeTx = db.transaction(remove);
+  const search = db.prepare<[string, string, number], HitRow>(`
+    SELECT d.path, c.heading, c.text, c.start_line, c.end_line, -bm25(chunk_fts, 3.0, 1.0) AS score
+    FROM chunk_fts JOIN chunk c ON c.id = chunk_fts.rowid JOIN doc d ON d.id = c.doc_id
+    WHERE chunk_fts MATCH ? AND d.workspace = ?
+    ORDER BY bm25(chunk_fts, 3.0, 1.0), c.id LIMIT ?`);
+  return {
+    kind: 'sqlite',
+    async documents(workspace) {
+      const rows = db.prepare<[string], { path: string; hash: string }>('SELECT path, hash FROM doc WHERE workspace = ?').all(workspace);
+      return new Map(rows.map((r) => [r.path, r.hash]));
+    },
+    async putDocument(workspace, doc) {
+      put(workspace, doc);
+    },
+    async removeDocument(workspace, path) {
+      return removeTx(workspace, path);
+    },
+    async removeWorkspace(workspace) {
+      db.transaction(() => {
+        for (const { path } of db.prepare<[string], { path: string }>('SELECT path FROM doc WHERE workspace = ?').all(workspace)) remove(workspace, path);
+      })();
+    },
+    async search(workspace, query, limit = 10) {
+      const terms = queryTerms(query);
+      if (terms.length === 0) return [];
+      return search.all(terms.map((t) => `"${t}"`).join(' OR '), workspace, Math.max(1, Math.min(100, limit))).map(toHit);
+    },
+    async stats(workspace) {
+      const r = db
+        .prepare<[string], { documents: number; chunks: number }>('SELECT count(DISTINCT d.id) AS documents, count(c.id) AS chunks FROM doc d LEFT JOIN chunk c ON c.doc_id = d.id WHERE d.workspace = ?')
+        .get(workspace)!;
+      return { documents: Number(r.documents), chunks: Number(r.chunks) };
+    },
+    async close() {
+      db.close();
+    },
+  };
+}
+
+const PG_SCHEMA = 'steward_knowledge';
+const PG_DDL = `
+CREATE SCHEMA IF NOT EXISTS ${PG_SCHEMA};
+CREATE TABLE IF NOT EXISTS ${PG_SCHEMA}.meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS ${PG_SCHEMA}.doc (
+  id bigserial PRIMARY KEY,
+  workspace text NOT NULL,
+  path text NOT NULL,
+  hash text NOT NULL,
+  bytes integer NOT NULL,
+  indexed_at timestamptz NOT NULL DEFAULT now(),
+  UNIQUE (workspace, path)
+);
+CREATE TABLE IF NOT EXISTS ${PG_SCHEMA}.chunk (
+  id bigserial PRIMARY KEY,
+  doc_id bigint NOT NULL REFERENCES ${PG_SCHEMA}.doc(id) ON DELETE CASCADE,
+  ordinal integer NOT NULL,
+  heading text NOT NULL,
+  text text NOT NULL,
+  start_line integer NOT NULL,
+  end_line integer NOT NULL,
+  tsv tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', heading), 'A') || setweight(to_tsvector('english', text), 'B')) STORED
+);
+CREATE INDEX IF NOT EXISTS chunk_tsv ON ${PG_SCHEMA}.chunk USING gin (tsv);
+CREATE INDEX IF NOT EXISTS chunk_doc ON ${PG_SCHEMA}.chunk (doc_id);
+`;
+
+/** The PostgreSQL index in the database at `url` (its schema created when missing). */
+export async function openPostgresKnowledgeIndex(url: string): Promise<KnowledgeIndex> {
+  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  // an idle connection the server closed (a restart, an administrator) is dropped and replaced;
+  // without a listener that error would end the process
+  pool.on('error', () => undefined);
+  const tx = async <T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      const out = await fn(c);
+      await c.query('COMMIT');
+      return out;
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      c.release();
+    }
+  };
+  try {
+    // concurrent first starts: one creates, the others wait for it
+    await tx(async (c) => {
+      await c.query("SELECT pg_advisory_xact_lock(hashtext('steward_knowledge ddl'))");
+      await c.query(PG_DDL);
+      await c.query(`INSERT INTO ${PG_SCHEMA}.meta (key, value) VALUES ('schema', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [SCHEMA_VERSION]);
+    });
+  } catch (err) {
+    await pool.end();
+    throw err;
+  }
+  const remove = async (c: pg.PoolClient, workspace: string, path: string) => (await c.query(`DELETE FROM ${PG_SCHEMA}.doc WHERE workspace = $1 AND path = $2`, [workspace, path])).rowCount! > 0;
+  return {
+    kind: 'postgres',
+    async documents(workspace) {
+      const r = await pool.query<{ path: string; hash: string }>(`SELECT path, hash FROM ${PG_SCHEMA}.doc WHERE workspace = $1`, [workspace]);
+      return new Map(r.rows.map((x) => [x.path, x.hash]));
+    },
+    async putDocument(workspace, doc) {
+      await tx(async (c) => {
+        await remove(c, workspace, doc.path);
+        const { rows } = await c.query<{ id: string }>(`INSERT INTO ${PG_SCHEMA}.doc (workspace, path, hash, bytes) VALUES ($1, $2, $3, $4) RETURNING id`, [workspace, doc.path, doc.hash, doc.bytes]);
+        const id = rows[0]!.id;
+        // one statement for all chunks: arrays unnested
+        if (doc.chunks.length > 0) {
+          await c.query(
+            `INSERT INTO ${PG_SCHEMA}.chunk (doc_id, ordinal, heading, text, start_line, end_line)
+             SELECT $1, * FROM unnest($2::int[], $3::text[], $4::text[], $5::int[], $6::int[])`,
+            [id, doc.chunks.map((x) => x.ordinal), doc.chunks.map((x) => x.heading), doc.chunks.map((x) => x.text), doc.chunks.map((x) => x.startLine), doc.chunks.map((x) => x.endLine)],
+          );
+        }
+      });
+    },
+    async removeDocument(workspace, path) {
+      return tx((c) => remove(c, workspace, path));
+    },
+    async removeWorkspace(workspace) {
+      await pool.query(`DELETE FROM ${PG_SCHEMA}.doc WHERE workspace = $1`, [workspace]);
+    },
+    async search(workspace, query, limit = 10) {
+      const terms = queryTerms(query);
+      if (terms.length === 0) return [];
+      // the terms are letters and digits only, so ' | ' between them is the whole tsquery syntax used
+      const r = await pool.query<HitRow>(
+        `SELECT d.path, c.heading, c.text, c.start_line, c.end_line, ts_rank_cd(c.tsv, q, 1) AS score
+         FROM ${PG_SCHEMA}.chunk c JOIN ${PG_SCHEMA}.doc d ON d.id = c.doc_id, to_tsquery('english', $2) q
+         WHERE d.workspace = $1 AND c.tsv @@ q
+         ORDER BY score DESC, c.id LIMIT $3`,
+        [workspace, terms.join(' | '), Math.max(1, Math.min(100, limit))],
+      );
+      return r.rows.map(toHit);
+    },
+    async stats(workspace) {
+      const r = await pool.query<{ documents: string; chunks: string }>(
+        `SELECT count(DISTINCT d.id) AS documents, count(c.id) AS chunks FROM ${PG_SCHEMA}.doc d LEFT JOIN ${PG_SCHEMA}.chunk c ON c.doc_id = d.id WHERE d.workspace = $1`,
+        [workspace],
+      );
+      return { documents: Number(r.rows[0]!.documents), chunks: Number(r.rows[0]!.chunks) };
+    },
+    async close() {
+      await pool.end();
+    },
+  };
+}

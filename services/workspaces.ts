@@ -1,0 +1,151 @@
+/**
+ * The workspace service: what chat commands (and later the CLI and API) do with workspaces.
+ * A workspace is a name and a folder: under the data directory (`workspaces/<name>`) unless
+ * the operator names an existing directory. Creating one, or asking for it, starts its
+ * indexing as Temporal work (`workspaceIndexWorkflow`, signal-with-start); a chat is bound to
+ * one workspace at a time, and searches and opens files in it. Every input is checked here;
+ * a refusal is a WorkspaceInputError and changes nothing.
+ */
+import { mkdir, readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { Client } from '@temporalio/client';
+import { z } from 'zod';
+import type { ConversationKey } from '../common/ids.js';
+import type { Db } from '../domain/db.js';
+import type { KnowledgeIndex, SearchHit } from '../domain/knowledge/index-store.js';
+import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
+import {
+  deleteWorkspaceBinding,
+  findWorkspace,
+  findWorkspaceBinding,
+  insertWorkspace,
+  listWorkspaces,
+  upsertWorkspaceBinding,
+  type WorkspaceRow,
+} from '../domain/store/workspaces.js';
+import { workspaceChangedSignal, workspaceIndexStatusQuery, workspaceIndexWorkflow, type WorkspaceChange, type WorkspaceIndexStatus } from '../workflows/knowledge/index-workspace.js';
+import { checkWatchDirectory } from './objectives.js';
+import { ServiceInputError, type Requester } from './requests.js';
+
+export class WorkspaceInputError extends ServiceInputError {
+  override name = 'WorkspaceInputError';
+}
+
+export const WorkspaceNameSchema = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'a workspace name uses lowercase letters, digits, - and _ (at most 64, starting with a letter or digit)');
+
+/** The text /open shows at most (the rest is cut, and says so). */
+export const OPEN_MAX_BYTES = 16 * 1024;
+
+export interface WorkspaceServiceOptions {
+  db: Db;
+  client: Client;
+  /** The queue of the background worker, which runs the indexing workflow and its activities. */
+  taskQueue: string;
+  dataDir: string;
+  knowledge: () => Promise<KnowledgeIndex>;
+}
+
+export const indexWorkflowId = (workspace: string) => `workspace-index:${workspace}`;
+
+export function createWorkspaceService(opts: WorkspaceServiceOptions) {
+  const name = (raw: string): string => {
+    const r = WorkspaceNameSchema.safeParse(raw);
+    if (!r.success) throw new WorkspaceInputError(r.error.issues[0]!.message);
+    return r.data;
+  };
+  const existing = async (raw: string): Promise<WorkspaceRow> => {
+    const ws = await findWorkspace(opts.db, name(raw));
+    if (!ws) throw new WorkspaceInputError(`no workspace ${raw} (/workspace create ${raw} makes one)`, 404);
+    return ws;
+  };
+  const bound = async (chat: ConversationKey): Promise<WorkspaceRow> => {
+    const b = await findWorkspaceBinding(opts.db, chat);
+    const ws = b ? await findWorkspace(opts.db, b.workspace) : null;
+    if (!ws) throw new WorkspaceInputError('this chat has no workspace (/workspace use <name>, or /workspace create <name>)', 404);
+    return ws;
+  };
+
+  const service = {
+    /** Create a workspace (its folder made under the data directory unless `root` names one) and index it. */
+    async create(rawName: string, root: string | undefined, by: Requester): Promise<WorkspaceRow> {
+      const n = name(rawName);
+      let folder: string;
+      if (root !== undefined) {
+        if (!path.isAbsolute(root)) throw new WorkspaceInputError(`the folder must be an absolute path (got ${root})`);
+        const refused = await checkWatchDirectory(root);
+        if (refused) throw new WorkspaceInputError(refused);
+        folder = path.resolve(root);
+      } else {
+        folder = path.join(path.resolve(opts.dataDir), 'workspaces', n);
+      }
+      if (await findWorkspace(opts.db, n)) throw new WorkspaceInputError(`a workspace named ${n} exists already`, 409);
+      if (root === undefined) await mkdir(folder, { recursive: true });
+      if (!(await insertWorkspace(opts.db, { name: n, root: folder, createdBy: by.name }))) throw new WorkspaceInputError(`a workspace named ${n} exists already`, 409);
+      await service.reindex(n);
+      return (await findWorkspace(opts.db, n))!;
+    },
+    list: () => listWorkspaces(opts.db),
+    show: existing,
+    /** The chat's workspace, or null. */
+    async forChat(chat: ConversationKey): Promise<WorkspaceRow | null> {
+      const b = await findWorkspaceBinding(opts.db, chat);
+      return b ? findWorkspace(opts.db, b.workspace) : null;
+    },
+    async bind(chat: ConversationKey, rawName: string, by: Requester): Promise<WorkspaceRow> {
+      const ws = await existing(rawName);
+      await upsertWorkspaceBinding(opts.db, chat, ws.name, by.name);
+      return ws;
+    },
+    unbind: (chat: ConversationKey) => deleteWorkspaceBinding(opts.db, chat),
+    /** Index the workspace again: the files given (workspace-relative), or all of them. */
+    async reindex(rawName: string, change: WorkspaceChange = {}): Promise<void> {
+      const n = name(rawName);
+      await opts.client.workflow.signalWithStart(workspaceIndexWorkflow, {
+        workflowId: indexWorkflowId(n),
+        taskQueue: opts.taskQueue,
+        args: [{ workspace: n }],
+        signal: workspaceChangedSignal,
+        signalArgs: [change],
+      });
+    },
+    /** The indexing's state: its last or running round, and what the index holds. */
+    async indexStatus(rawName: string): Promise<{ run?: WorkspaceIndexStatus; documents: number; chunks: number }> {
+      const ws = await existing(rawName);
+      const stats = await (await opts.knowledge()).stats(ws.name);
+      const handle = opts.client.workflow.getHandle(indexWorkflowId(ws.name));
+      const run = await handle
+        .describe()
+        .then((d) => (d.status.name === 'RUNNING' ? handle.query(workspaceIndexStatusQuery) : handle.result()))
+        .catch(() => undefined);
+      return { ...(run ? { run } : {}), ...stats };
+    },
+    /** The best excerpts of the chat's workspace for `query`. */
+    async search(chat: ConversationKey, query: string, limit = 5): Promise<{ workspace: string; hits: SearchHit[] }> {
+      const ws = await bound(chat);
+      if (query.trim() === '') throw new WorkspaceInputError('what to search for: /search <words>');
+      return { workspace: ws.name, hits: await (await opts.knowledge()).search(ws.name, query, limit) };
+    },
+    /** A file of the chat's workspace (text, up to OPEN_MAX_BYTES). */
+    async open(chat: ConversationKey, relative: string): Promise<{ workspace: string; path: string; text: string; truncated: boolean; bytes: number }> {
+      const ws = await bound(chat);
+      let file: { path: string; relative: string };
+      try {
+        file = await resolveInWorkspace(ws.root, relative);
+      } catch (err) {
+        if (err instanceof WorkspacePathError) throw new WorkspaceInputError(err.message, /^no file/.test(err.message) ? 404 : 400);
+        throw err;
+      }
+      const st = await stat(file.path);
+      if (!st.isFile()) throw new WorkspaceInputError(`${file.relative} is not a file`);
+      const bytes = await readFile(file.path);
+      if (bytes.includes(0)) throw new WorkspaceInputError(`${file.relative} is not a text file (${st.size} bytes)`);
+      const text = bytes.subarray(0, OPEN_MAX_BYTES).toString('utf8');
+      return { workspace: ws.name, path: file.relative, text, truncated: bytes.length > OPEN_MAX_BYTES, bytes: bytes.length };
+    },
+  };
+  return service;
+}
+
+export type WorkspaceService = ReturnType<typeof createWorkspaceService>;

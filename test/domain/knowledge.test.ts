@@ -1,0 +1,240 @@
+/**
+ * The knowledge index's parts: Markdown cut by headings, workspace paths that cannot leave the
+ * workspace (real links on disk), and the full-text index on the real databases (SQLite FTS5
+ * in a file, PostgreSQL tsvector + GIN in its own schema): documents indexed, found by their
+ * words with the heading trail, ranked, replaced, removed; a workspace kept in step with its
+ * files (changed, unchanged, deleted, binary).
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { chunkDocument } from '../../domain/knowledge/chunk.js';
+import { openPostgresKnowledgeIndex, openSqliteKnowledgeIndex, queryTerms, type KnowledgeIndex } from '../../domain/knowledge/index-store.js';
+import { indexWorkspaceFiles } from '../../domain/knowledge/indexer.js';
+import { normaliseWorkspacePath, resolveInWorkspace, walkWorkspace, WorkspacePathError } from '../../domain/knowledge/paths.js';
+
+describe('knowledge: chunks', () => {
+  it('cuts Markdown by headings, with the trail of headings above each chunk, and leaves front matter out', () => {
+    const doc = [
+      '---',
+      'title: Ops',
+      '---',
+      'Intro line.',
+      '',
+      '# Runbook',
+      'Start here.',
+      '',
+      '## Restart the worker',
+      'Run `steward worker`.',
+      '',
+      '```sh',
+      '# not a heading',
+      'steward worker',
+      '```',
+      '',
+      'Setext title',
+      '============',
+      'Under a setext heading.',
+      '',
+      'Second level',
+      '------------',
+      'Deeper.',
+    ].join('\n');
+    const chunks = chunkDocument('ops.md', doc);
+    assert.deepEqual(
+      chunks.map((c) => [c.heading, c.text.split('\n')[0], c.startLine]),
+      [
+        ['', 'Intro line.', 4],
+        ['Runbook', 'Start here.', 7],
+        ['Runbook > Restart the worker', 'Run `steward worker`.', 10],
+        ['Setext title', 'Under a setext heading.', 19],
+        ['Setext title > Second level', 'Deeper.', 23],
+      ],
+    );
+    assert.match(chunks[2]!.text, /# not a heading\nsteward worker/, 'a # inside a code fence is text');
+    assert.equal(chunks[2]!.endLine, 15);
+    assert.deepEqual(chunks.map((c) => c.ordinal), [0, 1, 2, 3, 4]);
+  });
+
+  it('cuts a long section at paragraph breaks, a long paragraph at spaces; plain text by paragraphs', () => {
+    const para = (n: number) => Array.from({ length: 30 }, (_, i) => `word${n}x${i}`).join(' ');
+    const doc = `# Long\n\n${[1, 2, 3, 4, 5, 6].map(para).join('\n\n')}`;
+    const chunks = chunkDocument('long.md', doc, { maxChars: 400 });
+    assert.ok(chunks.length >= 3, `${chunks.length} chunks`);
+    for (const c of chunks) {
+      assert.ok(c.text.length <= 400, `${c.text.length} chars`);
+      assert.equal(c.heading, 'Long');
+    }
+    assert.equal(chunks.map((c) => c.text).join(' ').split(/\s+/).length, 180, 'no word lost');
+    const one = chunkDocument('one.md', `# H\n${'a'.repeat(1000)}`, { maxChars: 300 });
+    assert.ok(one.every((c) => c.text.length <= 300) && one.map((c) => c.text).join('').length === 1000, 'a word longer than a chunk is cut hard');
+    const txt = chunkDocument('notes.txt', 'first para\n\nsecond para\n# not a heading in text');
+    assert.deepEqual(txt.map((c) => [c.heading, c.text]), [['', 'first para\n\nsecond para\n# not a heading in text']]);
+  });
+});
+
+describe('knowledge: workspace paths', () => {
+  let root: string;
+  let outside: string;
+  before(() => {
+    root = mkdtempSync(path.join(tmpdir(), 'steward-ws-'));
+    outside = mkdtempSync(path.join(tmpdir(), 'steward-ws-out-'));
+    mkdirSync(path.join(root, 'notes'));
+    mkdirSync(path.join(root, '.git'));
+    writeFileSync(path.join(root, 'notes/a.md'), '# A\n');
+    writeFileSync(path.join(root, 'b.txt'), 'b\n');
+    writeFileSync(path.join(root, 'image.png'), 'not indexed');
+    writeFileSync(path.join(root, '.git/config'), '[core]\n');
+    writeFileSync(path.join(outside, 'secret.md'), 'secret\n');
+    symlinkSync(path.join(outside, 'secret.md'), path.join(root, 'link-out.md'));
+    symlinkSync(outside, path.join(root, 'dir-out'));
+    symlinkSync(path.join(root, 'notes/a.md'), path.join(root, 'link-in.md'));
+  });
+  after(() => {
+    rmSync(root, { recursive: true, force: true });
+    rmSync(outside, { recursive: true, force: true });
+  });
+
+  it('refuses paths that leave the workspace: absolute, .., NUL, backslash, empty', () => {
+    for (const bad of ['/etc/passwd', '../x.md', 'notes/../../x.md', 'a\0b', 'notes\\a.md', '', '  ', 'C:/x.md']) {
+      assert.throws(() => normaliseWorkspacePath(bad), WorkspacePathError, JSON.stringify(bad));
+    }
+    assert.equal(normaliseWorkspacePath('./notes//a.md'), 'notes/a.md');
+  });
+
+  it('refuses a link to a place outside the workspace; a link inside it is read', async () => {
+    await assert.rejects(resolveInWorkspace(root, 'link-out.md'), /link-out\.md is a link to a place outside the workspace/);
+    await assert.rejects(resolveInWorkspace(root, 'dir-out/secret.md'), /outside the workspace/);
+    await assert.rejects(resolveInWorkspace(root, 'missing.md'), /no file missing\.md in the workspace/);
+    const inside = await resolveInWorkspace(root, 'link-in.md');
+    assert.ok(inside.path.endsWith(path.join('notes', 'a.md')));
+  });
+
+  it('walks indexable files only: no links followed, no .git, no other extensions', async () => {
+    const { files } = await walkWorkspace(root);
+    assert.deepEqual(files.map((f) => f.relative), ['b.txt', 'notes/a.md']);
+  });
+});
+
+const RUNBOOK = '# Deploy runbook\n\n## Rollback\nTo roll back a release, run the rollback job and restore the previous image tag.\n\n## Scaling\nAdd workers with docker compose --scale worker=3.\n';
+const FAQ = '# FAQ\n\n## Passwords\nPasswords are rotated every ninety days by the security team.\n';
+
+function chunksOf(p: string, text: string) {
+  return chunkDocument(p, text);
+}
+
+const backends: Array<{ name: string; skip: string | false; open: () => Promise<{ index: KnowledgeIndex; cleanup: () => Promise<void> }> }> = [
+  {
+    name: 'sqlite',
+    skip: false,
+    open: async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), 'steward-kidx-'));
+      const index = openSqliteKnowledgeIndex(path.join(dir, 'knowledge.db'));
+      return { index, cleanup: async () => rmSync(dir, { recursive: true, force: true }) };
+    },
+  },
+  {
+    name: 'postgres',
+    skip: process.env.STEWARD_TEST_PG_URL ? false : 'no PostgreSQL (set STEWARD_TEST_PG_URL)',
+    open: async () => {
+      const admin = new pg.Client({ connectionString: process.env.STEWARD_TEST_PG_URL });
+      await admin.connect();
+      const name = `kidx_${Math.random().toString(36).slice(2, 10)}`;
+      await admin.query(`CREATE DATABASE ${name}`);
+      const url = new URL(process.env.STEWARD_TEST_PG_URL!);
+      url.pathname = `/${name}`;
+      const index = await openPostgresKnowledgeIndex(url.toString());
+      return {
+        index,
+        cleanup: async () => {
+          await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+          await admin.end();
+        },
+      };
+    },
+  },
+];
+
+for (const backend of backends) {
+  describe(`knowledge index (${backend.name})`, { skip: backend.skip }, () => {
+    let index: KnowledgeIndex;
+    let cleanup: () => Promise<void>;
+    let ws: string;
+    before(async () => {
+      ({ index, cleanup } = await backend.open());
+      ws = mkdtempSync(path.join(tmpdir(), 'steward-ws-idx-'));
+    });
+    after(async () => {
+      await index?.close();
+      await cleanup?.();
+      rmSync(ws, { recursive: true, force: true });
+    });
+
+    it('finds a document by its words (stemmed), with its path and heading trail, best first; other workspaces see nothing', async () => {
+      await index.putDocument('ops', { path: 'runbook.md', hash: 'h1', bytes: RUNBOOK.length, chunks: chunksOf('runbook.md', RUNBOOK) });
+      await index.putDocument('ops', { path: 'faq.md', hash: 'h2', bytes: FAQ.length, chunks: chunksOf('faq.md', FAQ) });
+      const hits = await index.search('ops', 'How do I roll back a release?');
+      assert.ok(hits.length >= 1);
+      assert.deepEqual([hits[0]!.path, hits[0]!.heading], ['runbook.md', 'Deploy runbook > Rollback']);
+      assert.match(hits[0]!.text, /restore the previous image tag/);
+      assert.equal(hits[0]!.startLine, 4);
+      // "rotate" finds "rotated" (stemming); the heading counts more than the text
+      const pw = await index.search('ops', 'password rotation');
+      assert.equal(pw[0]?.path, 'faq.md');
+      assert.deepEqual(await index.search('other', 'rollback'), []);
+      assert.deepEqual(await index.search('ops', '  ?!  '), [], 'no words, no hits');
+      // query syntax is not passed on: quotes, operators and parentheses are just separators
+      const odd = await index.search('ops', '"scale" OR (NEAR workers) * -release');
+      assert.ok(odd.some((h) => h.heading.endsWith('Scaling')));
+      assert.deepEqual(await index.stats('ops'), { documents: 2, chunks: 3 });
+    });
+
+    it('replaces a document on a new version and forgets a removed one', async () => {
+      const next = '# Deploy runbook\n\n## Canary\nShip to one percent first.\n';
+      await index.putDocument('ops', { path: 'runbook.md', hash: 'h3', bytes: next.length, chunks: chunksOf('runbook.md', next) });
+      assert.deepEqual(await index.search('ops', 'rollback'), []);
+      assert.equal((await index.search('ops', 'canary'))[0]?.path, 'runbook.md');
+      assert.equal((await index.documents('ops')).get('runbook.md'), 'h3');
+      assert.equal(await index.removeDocument('ops', 'faq.md'), true);
+      assert.equal(await index.removeDocument('ops', 'faq.md'), false);
+      assert.deepEqual(await index.search('ops', 'passwords'), []);
+      await index.removeWorkspace('ops');
+      assert.deepEqual(await index.stats('ops'), { documents: 0, chunks: 0 });
+    });
+
+    it('keeps a workspace in step with its files: new, unchanged, changed, deleted, binary', async () => {
+      mkdirSync(path.join(ws, 'guides'), { recursive: true });
+      writeFileSync(path.join(ws, 'guides/deploy.md'), RUNBOOK);
+      writeFileSync(path.join(ws, 'faq.md'), FAQ);
+      writeFileSync(path.join(ws, 'blob.txt'), Buffer.from([0x61, 0, 0x62]));
+      const first = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+      assert.deepEqual(first.indexed, ['faq.md', 'guides/deploy.md']);
+      assert.deepEqual(first.skipped, [{ path: 'blob.txt', reason: 'binary (a NUL byte)' }]);
+      assert.equal(first.chunks, 3);
+      const again = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+      assert.deepEqual([again.indexed, again.unchanged, again.removed], [[], 2, []]);
+      writeFileSync(path.join(ws, 'faq.md'), '# FAQ\n\n## Vacation\nAsk your lead two weeks ahead.\n');
+      unlinkSync(path.join(ws, 'guides/deploy.md'));
+      const third = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+      assert.deepEqual([third.indexed, third.removed], [['faq.md'], ['guides/deploy.md']]);
+      assert.equal((await index.search('team', 'vacation'))[0]?.heading, 'FAQ > Vacation');
+      assert.deepEqual(await index.search('team', 'rollback'), []);
+      // limited to reported paths: only those are looked at
+      writeFileSync(path.join(ws, 'new.md'), '# New\nFresh words here.\n');
+      writeFileSync(path.join(ws, 'faq.md'), '# FAQ\nChanged again.\n');
+      const some = await indexWorkspaceFiles(index, { name: 'team', root: ws }, { paths: ['new.md'] });
+      assert.deepEqual(some.indexed, ['new.md']);
+      assert.deepEqual(await index.stats('team'), { documents: 2, chunks: 2 });
+    });
+  });
+}
+
+describe('knowledge: query terms', () => {
+  it('keeps letters and digits of any script, lowercased and distinct', () => {
+    assert.deepEqual(queryTerms('Rollback "Rollback" v2 Straße café -x (NEAR)'), ['rollback', 'v2', 'straße', 'café', 'x', 'near']);
+    assert.equal(queryTerms(Array.from({ length: 50 }, (_, i) => `w${i}`).join(' ')).length, 32);
+  });
+});

@@ -1,0 +1,103 @@
+/**
+ * Workspaces end to end, on both databases: `/workspace create` makes a folder under the data
+ * directory and binds the chat; its files are indexed by the indexing workflow (a Temporal run
+ * per workspace, activities per batch) into the knowledge index (SQLite FTS5 / PostgreSQL
+ * tsvector); `/search` answers from it without a model, with paths and heading trails; `/open`
+ * shows a file; a path or link out of the workspace is refused; a deleted file leaves the
+ * index; bad input changes nothing.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
+import { indexWorkflowId } from '../../services/workspaces.js';
+import { testDatabases } from '../helpers/db.js';
+import { useStack, waitFor, withHarness } from '../helpers/steward.js';
+
+const GUIDE = `# Operations guide
+
+## Rollback
+To roll back a release, run the rollback job, then restore the previous image tag.
+
+## On-call
+The on-call engineer answers pages within fifteen minutes.
+`;
+
+for (const kind of testDatabases()) {
+  describe(`workspaces (${kind.name})`, () => {
+    // registered first, so it runs before the stack drops the database
+    after(() => closeKnowledgeIndexes());
+    const stack = useStack(kind);
+    let dataDir: string;
+    let outside: string;
+    before(() => {
+      dataDir = mkdtempSync(path.join(tmpdir(), 'steward-ws-data-'));
+      outside = mkdtempSync(path.join(tmpdir(), 'steward-ws-outside-'));
+      writeFileSync(path.join(outside, 'secret.md'), '# Secret\nThe vault code is 1234.\n');
+    });
+    after(() => {
+      rmSync(dataDir, { recursive: true, force: true });
+      rmSync(outside, { recursive: true, force: true });
+    });
+
+    it('creates a workspace, indexes it as Temporal work, searches and opens it from chat; paths out are refused', { timeout: 120_000 }, async () => {
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {
+        const name = `docs-${kind.name}`;
+        // bad input changes nothing
+        assert.match((await h.send('/workspace create Bad!Name')).reply ?? '', /a workspace name uses lowercase letters/);
+        assert.match((await h.send(`/workspace create ${name} relative/folder`)).reply ?? '', /must be an absolute path/);
+        assert.match((await h.send('/workspace use nope')).reply ?? '', /no workspace nope/);
+        assert.match((await h.send('/search rollback')).reply ?? '', /this chat has no workspace/);
+        assert.equal(await stack.db.workspace.count(), 0);
+
+        const created = await h.send(`/workspace create ${name}`);
+        const root = path.join(dataDir, 'workspaces', name);
+        assert.match(created.reply ?? '', new RegExp(`Workspace ${name} created at ${root.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`));
+        assert.ok(existsSync(root));
+        assert.match((await h.send(`/workspace create ${name}`)).reply ?? '', /exists already/);
+
+        writeFileSync(path.join(root, 'guide.md'), GUIDE);
+        writeFileSync(path.join(root, 'notes.txt'), 'Lunch is at noon on Fridays.\n');
+        writeFileSync(path.join(root, 'logo.png'), 'not text, not indexed');
+        symlinkSync(path.join(outside, 'secret.md'), path.join(root, 'secret-link.md'));
+        assert.match((await h.send('/workspace reindex')).reply ?? '', new RegExp(`Indexing workspace ${name} again`));
+        await waitFor(async () => /2 documents, 3 indexed sections; indexing done/.test((await h.send('/workspace show')).reply ?? ''), 'the indexing run', 60_000);
+
+        // the indexing ran as a workflow with its activities
+        const d = await stack.env.client.workflow.getHandle(indexWorkflowId(name)).describe();
+        assert.equal(d.status.name, 'COMPLETED');
+        const events = (await stack.env.client.workflow.getHandle(indexWorkflowId(name)).fetchHistory()).events ?? [];
+        assert.ok(events.some((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'indexWorkspaceBatch'));
+
+        const found = (await h.send('/search how do I roll back a release')).reply ?? '';
+        assert.match(found, /^1\. guide\.md > Operations guide > Rollback \(lines 4-4\)\nTo roll back a release, run the rollback job/);
+        assert.doesNotMatch(found, /vault/, 'a link out of the workspace is never indexed');
+        assert.match((await h.send('/search lunch friday')).reply ?? '', /notes\.txt/);
+        assert.match((await h.send('/search zebra')).reply ?? '', new RegExp(`Nothing in workspace ${name} matches "zebra"`));
+
+        assert.match((await h.send('/open guide.md')).reply ?? '', /^guide\.md \(\d+ bytes\)\n\n# Operations guide/);
+        assert.match((await h.send('/open ../../etc/passwd')).reply ?? '', /leaves the workspace/);
+        assert.match((await h.send('/open /etc/passwd')).reply ?? '', /is absolute/);
+        assert.match((await h.send('/open secret-link.md')).reply ?? '', /is a link to a place outside the workspace/);
+        assert.match((await h.send('/open missing.md')).reply ?? '', /no file missing\.md/);
+        assert.match((await h.send('/open logo.png')).reply ?? '', /^logo\.png/, 'a file that is not indexed can still be opened');
+
+        // a deleted file leaves the index
+        unlinkSync(path.join(root, 'notes.txt'));
+        await h.send('/workspace reindex');
+        await waitFor(async () => /Nothing in workspace .* matches/.test((await h.send('/search lunch')).reply ?? ''), 'the deleted file to leave the index', 60_000);
+
+        // another chat chooses the same workspace; /workspace off unbinds
+        const other = `other-${h.chatId}`;
+        assert.match((await h.send(`/workspace use ${name}`, { chatId: other })).reply ?? '', new RegExp(`This chat uses workspace ${name}`));
+        assert.match((await h.send('/search rollback', { chatId: other })).reply ?? '', /guide\.md/);
+        assert.match((await h.send('/workspace list')).reply ?? '', new RegExp(`${name}: .* \\(2 chats\\)`));
+        assert.match((await h.send('/workspace off', { chatId: other })).reply ?? '', /no longer uses a workspace/);
+        assert.match((await h.send('/search rollback', { chatId: other })).reply ?? '', /this chat has no workspace/);
+      });
+    });
+  });
+}
