@@ -5,6 +5,7 @@
  * `createActivities`.
  */
 import { activityInfo, Context } from '@temporalio/activity';
+import { createRetriever, groundingText, type Grounding, type RetrievalLimits, type Retriever } from '../domain/knowledge/grounding.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
@@ -87,8 +88,10 @@ export interface ActivityDeps {
   startRepoChange?: StartRepoChange;
   /** The model an objective uses when it names none. */
   defaultModel?: string;
-  /** The workspaces' knowledge index (opened on first use); absent, indexing is refused. */
+  /** The workspaces' knowledge index (opened on first use); absent, indexing is refused and no turn is grounded. */
   knowledge?: () => Promise<KnowledgeIndex>;
+  /** Grounding limits (results, bytes per excerpt, bytes in all); DEFAULT_RETRIEVAL when absent. */
+  retrieval?: RetrievalLimits;
 }
 
 export interface ModelStepInput {
@@ -210,6 +213,8 @@ function failureType(status: number | undefined, retryable: boolean, fallback: s
 /** What every chat activity works with: the dependencies and the settings derived from them once. */
 interface ChatContext extends ActivityDeps {
   senders: Senders;
+  /** The workspace excerpts for a chat's message (present when the deps have a knowledge index). */
+  retriever?: Retriever;
   beatMs: number;
   policy: ToolPolicy;
   actions: ReturnType<typeof resolveActionSettings>;
@@ -256,7 +261,16 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       data: { turnId: input.turnId, inbound: input.inbound.length, model: input.settings.model },
     });
   }
+  let grounding: Grounding | undefined;
   const prompt = await buildPrompt(c.db, {
+    ...(c.retriever
+      ? {
+          ground: async (query: string) => {
+            grounding = await c.retriever!.ground(input.conversation, query);
+            return grounding ? groundingText(grounding) : undefined;
+          },
+        }
+      : {}),
     systemPrompt: c.systemPrompt,
     workingSet: input.workingSet,
     inbound: input.inbound,
@@ -264,6 +278,15 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     ...(input.draftHash ? { draft: await getBlobText(c.db, input.draftHash) } : {}),
     scratch: await loadScratch(c.db, input.scratch),
   });
+  if (grounding) {
+    // which sections shaped this step (their text stays in the workspace)
+    await writeReceipt(c.db, {
+      key: `${input.turnId}:context:${input.step}`,
+      kind: 'knowledge.context',
+      ...wf,
+      data: { turnId: input.turnId, step: input.step, workspace: grounding.workspace, sections: grounding.hits.map((h) => ({ path: h.path, heading: h.heading, lines: `${h.startLine}-${h.endLine}`, score: Number(h.score.toFixed(4)), bytes: Buffer.byteLength(h.excerpt, 'utf8') })) },
+    });
+  }
   let chars = 0;
   // No heartbeat up front: a step that answers within one beat costs the server no
   // heartbeat write (a third of its persistence writes per turn). The first beat, after
@@ -562,6 +585,7 @@ export function createChatActivities(deps: ActivityDeps) {
     beatMs: deps.heartbeatEveryMs ?? 200,
     policy: deps.toolPolicy ?? DEFAULT_TOOL_POLICY,
     actions: resolveActionSettings(deps.actions),
+    ...(deps.knowledge ? { retriever: createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) } : {}),
   };
   return {
     modelStep: (input: ModelStepInput) => modelStep(c, input),

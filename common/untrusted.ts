@@ -1,13 +1,14 @@
 /**
  * Untrusted text in prompts: the one place that escapes what people and event senders give
  * (chat text, attachment names, webhook headers, file names, email subjects) before it goes
- * between Steward's wrapper tags (`<chat_message>`, `<attachment>`, `<event>`). A value must
+ * between Steward's wrapper tags (`<chat_message>`, `<attachment>`, `<event>`, `<context>` for
+ * workspace excerpts). A value must
  * stay inside the block it was put in: it can neither close it nor open a block of its own.
  * Pure: no I/O.
  */
 
 /** The wrapper tags Steward's prompts put untrusted content in. */
-export const WRAPPER_TAGS = ['chat_message', 'attachment', 'event'] as const;
+export const WRAPPER_TAGS = ['chat_message', 'attachment', 'event', 'context'] as const;
 export type WrapperTag = (typeof WRAPPER_TAGS)[number];
 
 const ATTR_CHARS = /[&"'<>\u0000-\u001f\u007f\u2028\u2029]/g;

@@ -170,6 +170,14 @@ export const ConfigEnvSchema = z.object({
       return prices;
     }),
   STEWARD_SESSION_MAX_TURNS: positiveInt(100, 'a positive whole number of turns before a session continues as new'),
+  STEWARD_RETRIEVAL_RESULTS: z.coerce
+    .number({ error: 'expected a whole number of workspace sections per model step (0 to 20; 0 turns grounding off)' })
+    .int('expected a whole number of workspace sections per model step (0 to 20; 0 turns grounding off)')
+    .min(0, 'expected a whole number of workspace sections per model step (0 to 20; 0 turns grounding off)')
+    .max(20, 'expected a whole number of workspace sections per model step (0 to 20; 0 turns grounding off)')
+    .default(4),
+  STEWARD_RETRIEVAL_EXCERPT_BYTES: positiveInt(1200, 'a positive whole number of bytes per workspace excerpt'),
+  STEWARD_RETRIEVAL_TOTAL_BYTES: positiveInt(4000, 'a positive whole number of bytes of workspace excerpts per model step'),
   STEWARD_TEMPORAL_PORT: port(7233),
   STEWARD_TEMPORAL_UI_PORT: port(8233),
   STEWARD_TEMPORAL_UI: bool(true),
@@ -422,6 +430,8 @@ export interface StewardConfig {
     configuredProviders: Provider[];
   };
   session: { maxTurnsPerRun: number };
+  /** Grounding: the workspace sections before each model step (STEWARD_RETRIEVAL_*). */
+  retrieval: { results: number; excerptBytes: number; totalBytes: number };
   temporal: {
     /** Set when Steward should use an existing cluster and start no server. */
     address?: string;
@@ -774,6 +784,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     http: httpSection(e),
     model,
     session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS },
+    retrieval: { results: e.STEWARD_RETRIEVAL_RESULTS, excerptBytes: e.STEWARD_RETRIEVAL_EXCERPT_BYTES, totalBytes: e.STEWARD_RETRIEVAL_TOTAL_BYTES },
     temporal: temporalSection(e),
     workers: workersSection(e, cwd),
     webhooks: { toleranceMs: e.STEWARD_WEBHOOK_TOLERANCE },

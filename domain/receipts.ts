@@ -39,7 +39,8 @@ export type ReceiptKind =
   | 'change.end'
   | 'objective.change'
   | 'objective.run'
-  | 'auth.backoff';
+  | 'auth.backoff'
+  | 'knowledge.context';
 
 export interface ReceiptInput {
   key?: string;

@@ -115,7 +115,7 @@ function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'intercep
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge'> {
+function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -130,6 +130,7 @@ function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy'
     },
     actions: config.actions,
     knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir),
+    retrieval: config.retrieval,
   };
 }
 

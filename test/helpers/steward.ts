@@ -125,6 +125,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         defaultModel: opts.model ?? 'openai-compatible:test-model',
         ...(opts.repoChanges ?? {}),
       },
+      ...(opts.workspaces ? { knowledge: opts.workspaces.knowledge } : {}),
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });

@@ -53,11 +53,15 @@ describe('configuration', () => {
     assert.deepEqual(cfg.workers.concurrency, { repo: 2 });
     assert.deepEqual(cfg.model.prices, { 'openai:gpt-4.1': { input: 2, output: 8 }, 'anthropic:claude-x': { input: 3.5, output: 15 } });
     assert.deepEqual(loadConfig({}, tmpdir()).workers.queues, ['interactive', 'background', 'repo']);
+    assert.deepEqual(loadConfig({}, tmpdir()).retrieval, { results: 4, excerptBytes: 1200, totalBytes: 4000 });
+    assert.equal(loadConfig({ STEWARD_RETRIEVAL_RESULTS: '0' }, tmpdir()).retrieval.results, 0);
     for (const [key, value, re] of [
       ['STEWARD_WORKER_QUEUES', 'interactive,chatty', /STEWARD_WORKER_QUEUES: expected queue roles .*got chatty/],
       ['STEWARD_WORKER_CONCURRENCY', 'repo=0', /STEWARD_WORKER_CONCURRENCY: expected role=count pairs/],
       ['STEWARD_MODEL_PRICES', 'gpt-4.1=2/8', /STEWARD_MODEL_PRICES: expected provider:model=input\/output prices/],
       ['STEWARD_MODEL_PRICES', 'openai:gpt-4.1=cheap', /STEWARD_MODEL_PRICES: expected provider:model=input\/output prices/],
+      ['STEWARD_RETRIEVAL_RESULTS', '50', /STEWARD_RETRIEVAL_RESULTS: expected a whole number of workspace sections per model step \(0 to 20/],
+      ['STEWARD_RETRIEVAL_EXCERPT_BYTES', '0', /STEWARD_RETRIEVAL_EXCERPT_BYTES: expected a positive whole number of bytes/],
     ] as const) {
       assert.throws(() => loadConfig({ [key]: value }, tmpdir()), (err: unknown) => err instanceof ConfigError && re.test(err.message));
     }
