@@ -30,6 +30,7 @@ import { createObjectiveService, type ObjectiveService } from '../services/objec
 import { createWorkspaceService } from '../services/workspaces.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
+import { startWorkspaceWatchers } from '../adapters/workspace-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
@@ -501,6 +502,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     await startObjectiveTriggers(config, db, objectives, log, cleanups);
     const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir) });
     cleanups.push(() => closeKnowledgeIndexes());
+    const workspaceWatchers = await startWorkspaceWatchers({ workspaces, log });
+    cleanups.push(() => workspaceWatchers.stop());
 
     // HTTP API
     const ingress = createIngress({

@@ -67,7 +67,16 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
     return ws;
   };
 
+  const listeners = new Set<() => void>();
+  const changed = () => {
+    for (const l of listeners) l();
+  };
   const service = {
+    /** Be told when workspaces are created (the watchers follow); returns the unsubscribe. */
+    onChange(listener: () => void): () => void {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
     /** Create a workspace (its folder made under the data directory unless `root` names one) and index it. */
     async create(rawName: string, root: string | undefined, by: Requester): Promise<WorkspaceRow> {
       const n = name(rawName);
@@ -84,6 +93,7 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
       if (root === undefined) await mkdir(folder, { recursive: true });
       if (!(await insertWorkspace(opts.db, { name: n, root: folder, createdBy: by.name }))) throw new WorkspaceInputError(`a workspace named ${n} exists already`, 409);
       await service.reindex(n);
+      changed();
       return (await findWorkspace(opts.db, n))!;
     },
     list: () => listWorkspaces(opts.db),

@@ -7,10 +7,11 @@
  * index; bad input changes nothing.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { startWorkspaceWatchers } from '../../adapters/workspace-watchers.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { indexWorkflowId } from '../../services/workspaces.js';
 import { testDatabases } from '../helpers/db.js';
@@ -136,6 +137,28 @@ for (const kind of testDatabases()) {
         await h.send('How do I roll back a release?', { chatId: other });
         await h.waitForMessage((m) => m.role === 'assistant', { chatId: other, timeoutMs: 30_000 });
         assert.doesNotMatch(seen.at(-1)!, /<context workspace=/);
+      });
+    });
+
+    it('reindexes on its own when files change: the watcher signals the indexing workflow with the changed paths; a deleted file leaves the index', { timeout: 120_000 }, async () => {
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {
+        const batches: Array<{ workspace: string; files: number; whole: boolean }> = [];
+        const watchers = await startWorkspaceWatchers({ workspaces: h.workspaces!, debounceMs: 100, reconcileMs: 500, onBatch: (b) => batches.push(b) });
+        try {
+          const name = `watched-${kind.name}`;
+          await h.send(`/workspace create ${name}`);
+          const root = path.join(dataDir, 'workspaces', name);
+          await waitFor(() => watchers.watching().some((w) => w.id === name), 'the folder watched', 10_000);
+          mkdirSync(path.join(root, 'runbooks'));
+          writeFileSync(path.join(root, 'runbooks/deploy.md'), GUIDE);
+          await waitFor(async () => /runbooks\/deploy\.md > Operations guide > Rollback/.test((await h.send('/search rollback')).reply ?? ''), 'the new file found', 60_000);
+          assert.ok(batches.some((b) => b.workspace === name && !b.whole), JSON.stringify(batches));
+          unlinkSync(path.join(root, 'runbooks/deploy.md'));
+          await waitFor(async () => /Nothing in workspace/.test((await h.send('/search rollback')).reply ?? ''), 'the deleted file gone from the index', 60_000);
+        } finally {
+          await watchers.stop();
+        }
       });
     });
   });
