@@ -7,6 +7,9 @@
 import { activityInfo, Context } from '@temporalio/activity';
 import { createRetriever, groundingText, type Grounding, type RetrievalLimits, type Retriever } from '../domain/knowledge/grounding.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
+import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
+import { findWorkspace } from '../domain/store/workspaces.js';
+import { readFile } from 'node:fs/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
@@ -29,7 +32,7 @@ import type { RepoChangeSettings } from './changes.js';
 import { maskHeldSecretsDeep, viewProposal } from '../domain/proposals.js';
 import { redact } from '../domain/redaction.js';
 import { loadToolCall } from '../domain/tool-calls.js';
-import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall } from '../domain/tools.js';
+import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall, type WorkspaceAccess } from '../domain/tools.js';
 
 export interface ToolPolicy {
   /** Tools that wait for an admin's approval before they run ("*": every tool). */
@@ -65,6 +68,13 @@ const MODEL_TOOLS: ToolSet = {
   send_email: tool({ description: TOOLS.send_email.description, inputSchema: zodSchema(TOOLS.send_email.input) }),
   run_command: tool({ description: TOOLS.run_command.description, inputSchema: zodSchema(TOOLS.run_command.input) }),
   start_repo_change: tool({ description: TOOLS.start_repo_change.description, inputSchema: zodSchema(TOOLS.start_repo_change.input) }),
+};
+
+/** The tools of a chat with a workspace: the above and the two that read it. */
+const MODEL_TOOLS_WITH_WORKSPACE: ToolSet = {
+  ...MODEL_TOOLS,
+  search_workspace: tool({ description: TOOLS.search_workspace.description, inputSchema: zodSchema(TOOLS.search_workspace.input) }),
+  read_workspace_file: tool({ description: TOOLS.read_workspace_file.description, inputSchema: zodSchema(TOOLS.read_workspace_file.input) }),
 };
 
 export interface ActivityDeps {
@@ -220,6 +230,26 @@ interface ChatContext extends ActivityDeps {
   actions: ReturnType<typeof resolveActionSettings>;
 }
 
+/** The chat's workspace for the workspace tools, or undefined (no knowledge index, no workspace). */
+async function workspaceAccess(c: ChatContext, chat: ConversationKey): Promise<WorkspaceAccess | undefined> {
+  if (!c.retriever || !c.knowledge) return undefined;
+  const name = await c.retriever.workspaceOf(chat);
+  if (!name) return undefined;
+  const knowledge = c.knowledge;
+  return {
+    name,
+    search: async (query, limit) => (await knowledge()).search(name, query, limit),
+    async read(relative, maxBytes) {
+      const ws = await findWorkspace(c.db, name);
+      if (!ws) throw new WorkspacePathError(`the workspace ${name} is gone`);
+      const file = await resolveInWorkspace(ws.root, relative);
+      const bytes = await readFile(file.path);
+      if (bytes.includes(0)) throw new WorkspacePathError(`${file.relative} is not a text file`);
+      return { path: file.relative, text: bytes.subarray(0, maxBytes).toString('utf8'), bytes: bytes.length };
+    },
+  };
+}
+
 /** The model messages of a step's scratch (earlier steps of this turn), by reference. */
 async function loadScratch(db: Db, refs: ScratchRef[] | undefined): Promise<ModelMessage[]> {
   const out: ModelMessage[] = [];
@@ -297,7 +327,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   try {
     const out = await runModelStep(
       c.models,
-      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: MODEL_TOOLS },
+      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: (await workspaceAccess(c, input.conversation)) ? MODEL_TOOLS_WITH_WORKSPACE : MODEL_TOOLS },
       {
         signal: ctx.cancellationSignal,
         onDelta: (soFar) => {
@@ -427,6 +457,7 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
         actions: c.actions,
         ...(c.startRepoChange ? { startRepoChange: c.startRepoChange } : {}),
         workflow: { ...(wf.workflowId ? { workflowId: wf.workflowId } : {}), ...(wf.runId ? { runId: wf.runId } : {}) },
+        ...(await workspaceAccess(c, input.conversation).then((workspace) => (workspace ? { workspace } : {}))),
       },
       call,
       v.tool,

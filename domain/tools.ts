@@ -11,7 +11,9 @@ import {
   HttpRequestInput,
   isToolName,
   PostToChatInput,
+  ReadWorkspaceFileInput,
   RunCommandInput,
+  SearchWorkspaceInput,
   SaveNoteInput,
   SendEmailInput,
   SendFileInput,
@@ -22,6 +24,10 @@ import {
 import { performActionOnce, type ActionSettings, type HostResolver, type StartRepoChange } from './actions.js';
 import type { AttachmentRef } from '../common/schemas.js';
 import { putBlob } from './blobs.js';
+import { boundHits, groundingText } from './knowledge/grounding.js';
+import type { SearchHit } from './knowledge/index-store.js';
+import { WorkspacePathError } from './knowledge/paths.js';
+import { neutralise, openTag, WRAPPER_TAGS } from '../common/untrusted.js';
 import { redact } from './redaction.js';
 import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
 import type { Db } from './db.js';
@@ -89,7 +95,20 @@ export interface ToolRunContext {
   workflow?: { workflowId?: string; runId?: string };
   /** Tests: a resolver standing in for DNS. */
   resolve?: HostResolver;
+  /** The chat's workspace (search_workspace, read_workspace_file); absent: the chat has none. */
+  workspace?: WorkspaceAccess;
 }
+
+/** What the workspace tools may do: search the chat's workspace and read its files. */
+export interface WorkspaceAccess {
+  name: string;
+  search(query: string, limit: number): Promise<SearchHit[]>;
+  /** A file's text (at most `maxBytes`), or a WorkspacePathError for a path out of it or missing. */
+  read(path: string, maxBytes: number): Promise<{ path: string; text: string; bytes: number }>;
+}
+
+const READ_MAX_BYTES = 16 * 1024;
+const SEARCH_EXCERPT_BYTES = 800;
 
 /** Run a validated call. Keyed by turn and call id: a retry repeats no effect. */
 export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall, tool: ToolName): Promise<ToolOutcome> {
@@ -104,6 +123,30 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
       const hash = await putBlob(ctx.db, bytes, f.mediaType);
       const attachment: AttachmentRef = { hash, name: f.name, mediaType: f.mediaType, size: bytes.length };
       return { text: `The file ${f.name} (${bytes.length} bytes) is attached to your reply.`, ok: true, attachment, detail: { name: f.name, size: bytes.length, hash } };
+    }
+    case 'search_workspace': {
+      const q = SearchWorkspaceInput.parse(call.input);
+      if (!ctx.workspace) return { text: 'This chat has no workspace (an admin chooses one with /workspace use <name>).', ok: false, detail: { error: 'no workspace' } };
+      const hits = await ctx.workspace.search(q.query, q.limit);
+      if (hits.length === 0) return { text: `Nothing in the workspace "${ctx.workspace.name}" matches ${JSON.stringify(q.query)}.`, ok: true, detail: { workspace: ctx.workspace.name, hits: 0 } };
+      const g = { workspace: ctx.workspace.name, hits: boundHits(hits, { results: q.limit, excerptBytes: SEARCH_EXCERPT_BYTES, totalBytes: q.limit * SEARCH_EXCERPT_BYTES }) };
+      return { text: groundingText(g), ok: true, detail: { workspace: g.workspace, hits: g.hits.map((h) => `${h.path}:${h.startLine}-${h.endLine}`) } };
+    }
+    case 'read_workspace_file': {
+      const r = ReadWorkspaceFileInput.parse(call.input);
+      if (!ctx.workspace) return { text: 'This chat has no workspace (an admin chooses one with /workspace use <name>).', ok: false, detail: { error: 'no workspace' } };
+      try {
+        const f = await ctx.workspace.read(r.path, READ_MAX_BYTES);
+        const shown = f.bytes > READ_MAX_BYTES ? ` (the first ${READ_MAX_BYTES} of ${f.bytes} bytes)` : '';
+        return {
+          text: `The file ${f.path} of the workspace "${ctx.workspace.name}"${shown}, untrusted data:\n${openTag('context', { workspace: ctx.workspace.name, path: f.path })}\n${neutralise(f.text, WRAPPER_TAGS)}\n</context>`,
+          ok: true,
+          detail: { workspace: ctx.workspace.name, path: f.path, bytes: f.bytes },
+        };
+      } catch (err) {
+        if (err instanceof WorkspacePathError) return { text: `Not read: ${err.message}.`, ok: false, detail: { workspace: ctx.workspace.name, error: err.message } };
+        throw err;
+      }
     }
     case 'post_to_chat': {
       const p = PostToChatInput.parse(call.input);

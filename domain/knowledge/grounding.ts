@@ -62,6 +62,8 @@ export function groundingText(g: Grounding): string {
 export interface Retriever {
   /** The grounding for a chat's message, or undefined (no workspace, nothing found, grounding off). */
   ground(chat: ConversationKey, query: string): Promise<Grounding | undefined>;
+  /** The chat's workspace name (looked up at most once per `bindingTtlMs`), or null. */
+  workspaceOf(chat: ConversationKey): Promise<string | null>;
 }
 
 export function createRetriever(opts: { db: Db; knowledge: () => Promise<KnowledgeIndex>; limits?: RetrievalLimits; bindingTtlMs?: number }): Retriever {
@@ -78,6 +80,7 @@ export function createRetriever(opts: { db: Db; knowledge: () => Promise<Knowled
     return b?.workspace ?? null;
   };
   return {
+    workspaceOf,
     async ground(chat, query) {
       if (limits.results <= 0 || query.trim() === '') return undefined;
       const workspace = await workspaceOf(chat);

@@ -132,11 +132,29 @@ for (const kind of testDatabases()) {
         assert.equal(data.workspace, name);
         assert.ok(data.sections?.some((x) => x.path === 'guide.md' && x.lines === '4-4'), JSON.stringify(data));
 
-        // a chat without a workspace gets no context
+        // the workspace tools: offered to this chat, searched and read by the model, a path out refused
+        const before = seen.length;
+        stack.model.enqueue({ toolCalls: [{ id: 'call_search', name: 'search_workspace', arguments: JSON.stringify({ query: 'pages on-call', limit: 2 }) }] });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_read', name: 'read_workspace_file', arguments: JSON.stringify({ path: 'guide.md' }) }, { id: 'call_out', name: 'read_workspace_file', arguments: JSON.stringify({ path: '../../etc/passwd' }) }] });
+        stack.model.enqueue({ text: 'Per guide.md (On-call): pages are answered within fifteen minutes.' });
+        await h.send('Who answers pages?');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Per guide.md (On-call)'), { timeoutMs: 30_000 });
+        const requests = stack.model.requests.slice(-3).map((r) => JSON.stringify(r.body));
+        assert.match(requests[0]!, /"name":"search_workspace"/, 'the tools are offered to a chat with a workspace');
+        assert.match(requests[1]!, /On-call.*answers pages within fifteen minutes/, 'the search result reached the model');
+        assert.match(requests[2]!, /The file guide\.md of the workspace/);
+        assert.match(requests[2]!, /Not read: .*leaves the workspace/);
+        assert.ok(seen.length === before, 'the scripted replies answered, not the default');
+        const tools = await stack.db.receipt.findMany({ where: { kind: 'tool.call' }, orderBy: { createdAt: 'asc' } });
+        const calls = tools.map((r) => JSON.parse(r.data) as { tool: string; ok: boolean }).filter((d) => d.tool.includes('workspace'));
+        assert.deepEqual(calls.map((d) => [d.tool, d.ok]), [['search_workspace', true], ['read_workspace_file', true], ['read_workspace_file', false]]);
+
+        // a chat without a workspace gets no context, and no workspace tools
         const other = `plain-${h.chatId}`;
         await h.send('How do I roll back a release?', { chatId: other });
         await h.waitForMessage((m) => m.role === 'assistant', { chatId: other, timeoutMs: 30_000 });
         assert.doesNotMatch(seen.at(-1)!, /<context workspace=/);
+        assert.doesNotMatch(seen.at(-1)!, /search_workspace/);
       });
     });
 
