@@ -627,6 +627,71 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
 }
 
 /** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
+async function workspaces(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      folder: { type: 'string' },
+      path: { type: 'string', multiple: true },
+      chat: { type: 'string' },
+      platform: { type: 'string' },
+      account: { type: 'string' },
+      limit: { type: 'string' },
+    },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  const name = () => check(z.string().min(1).max(64), positionals[0], 'NAME');
+  const at = (n: string) => `/api/v1/workspaces/${encodeURIComponent(n)}`;
+  const done = (r: { status: number; json: Record<string, unknown> }, ok: (j: Record<string, unknown>) => string): number => {
+    if (r.status >= 400) return apiFailure(io, r);
+    io.out(ok(r.json));
+    return 0;
+  };
+  const chat = () => {
+    if (!values.chat) throw new UsageError(`usage: ${usageOf('workspaces')}`);
+    return { chatId: values.chat, ...(values.platform ? { platform: values.platform } : {}), ...(values.account ? { account: values.account } : {}) };
+  };
+  switch (sub) {
+    case 'list': {
+      const r = await callApi(target, 'GET', '/api/v1/workspaces');
+      const rows = (r.json.workspaces ?? []) as Array<{ name: string; root: string; chats: number }>;
+      if (rows.length === 0) io.out('No workspaces.\n');
+      else io.out(table([['NAME', 'CHATS', 'FOLDER'], ...rows.map((x) => [x.name, String(x.chats), x.root])]));
+      return 0;
+    }
+    case 'show':
+      return done(await callApi(target, 'GET', at(name())), (j) => `${JSON.stringify(j, null, 2)}\n`);
+    case 'create':
+      return done(await callApi(target, 'POST', '/api/v1/workspaces', { name: name(), ...(values.folder ? { folder: values.folder } : {}) }), (j) => `Created workspace ${String(j.name)} at ${String(j.root)}; indexing its files.\n`);
+    case 'reindex':
+      return done(await callApi(target, 'POST', `${at(name())}/reindex`, values.path ? { paths: values.path } : {}), () => `Indexing ${values.path ? `${values.path.length} path(s) of ` : ''}workspace ${positionals[0]} again.\n`);
+    case 'bind':
+      return done(await callApi(target, 'POST', `${at(name())}/chats`, chat()), (j) => `Chat ${values.chat} uses workspace ${String(j.workspace)}.\n`);
+    case 'unbind':
+      return done(await callApi(target, 'DELETE', `${at(name())}/chats`, chat()), () => `Chat ${values.chat} no longer uses workspace ${positionals[0]}.\n`);
+    case 'search': {
+      const words = positionals.slice(1).join(' ');
+      if (!words) throw new UsageError(`usage: ${usageOf('workspaces')}`);
+      const q = new URLSearchParams({ q: words, ...(values.limit ? { limit: values.limit } : {}) });
+      return done(await callApi(target, 'GET', `${at(name())}/search?${q}`), (j) => {
+        const hits = (j.hits ?? []) as Array<{ path: string; heading: string; startLine: number; endLine: number; text: string }>;
+        if (hits.length === 0) return `Nothing in workspace ${positionals[0]} matches "${words}".\n`;
+        return `${hits.map((h, i) => `${i + 1}. ${h.path}${h.heading ? ` > ${h.heading}` : ''} (lines ${h.startLine}-${h.endLine})\n   ${h.text.replace(/\s+/g, ' ').slice(0, 200)}`).join('\n')}\n`;
+      });
+    }
+    case 'open': {
+      const p = positionals[1];
+      if (!p) throw new UsageError(`usage: ${usageOf('workspaces')}`);
+      return done(await callApi(target, 'GET', `${at(name())}/file?${new URLSearchParams({ path: p })}`), (j) => `${String(j.text)}${j.truncated ? `\n[the first part of ${String(j.bytes)} bytes]` : ''}\n`);
+    }
+    default:
+      throw new UsageError(`usage: ${usageOf('workspaces')}`);
+  }
+}
+
 async function ui(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
   if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('ui')}`);
@@ -666,6 +731,8 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await changes(sub, rest, io);
       case 'objectives':
         return await objectives(sub, rest, io);
+      case 'workspaces':
+        return await workspaces(sub, rest, io);
       case 'ui':
         return await ui(args, io);
       default:

@@ -129,6 +129,12 @@ export const CLI_COMMANDS = [
     summary: "Record closed runs' histories (visibility query) as replay fixtures, payloads decoded.",
   },
   {
+    name: 'workspaces',
+    forms: ['list', 'show NAME', 'create NAME [--folder DIR]', 'reindex NAME [--path P]...', 'bind NAME --chat ID [--platform http|telegram|discord] [--account A]', 'unbind NAME --chat ID [--platform P] [--account A]', 'search NAME WORDS... [--limit N]', 'open NAME PATH'],
+    runner: 'admin',
+    summary: "Workspaces of Markdown and text knowledge: create, bind to chats, reindex, search and read (through the running Steward's API).",
+  },
+  {
     name: 'ui',
     forms: ['[--url URL] [--token TOKEN]'],
     runner: 'admin',

@@ -27,7 +27,7 @@ import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService, type ChangeService } from '../services/changes.js';
 import { createObjectiveService, type ObjectiveService } from '../services/objectives.js';
-import { createWorkspaceService } from '../services/workspaces.js';
+import { createWorkspaceService, type WorkspaceService } from '../services/workspaces.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startWorkspaceWatchers } from '../adapters/workspace-watchers.js';
@@ -403,6 +403,7 @@ interface ApiAppParts {
   db: Db;
   changes: ChangeService;
   objectives: ObjectiveService;
+  workspaces: WorkspaceService;
   health: HttpDeps['health'];
   codec: StewardCodec;
   events: RunningSteward['events'];
@@ -417,7 +418,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, token, db, changes, objectives, health, codec, events, tracing, uiUpstream, log } = parts;
+  const { ingress, token, db, changes, objectives, workspaces, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const app = createHttpApp({
     ingress,
@@ -429,6 +430,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     admin: { db },
     changes,
     objectives,
+    workspaces,
     health,
   });
   // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
@@ -525,7 +527,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       ...(runLink ? { runLink } : {}),
     });
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, health, codec, events, tracing, uiUpstream, log });
+    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;

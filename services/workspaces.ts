@@ -11,6 +11,7 @@ import path from 'node:path';
 import type { Client } from '@temporalio/client';
 import { z } from 'zod';
 import type { ConversationKey } from '../common/ids.js';
+import { PlatformSchema } from '../common/schemas.js';
 import type { Db } from '../domain/db.js';
 import type { KnowledgeIndex, SearchHit } from '../domain/knowledge/index-store.js';
 import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
@@ -34,6 +35,14 @@ export class WorkspaceInputError extends ServiceInputError {
 export const WorkspaceNameSchema = z
   .string()
   .regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'a workspace name uses lowercase letters, digits, - and _ (at most 64, starting with a letter or digit)');
+
+/** A chat as the API and CLI name it (the HTTP API's own chats by default). */
+export const ChatRefSchema = z.strictObject({
+  chatId: z.string().trim().min(1).max(200),
+  platform: PlatformSchema.default('http'),
+  /** The bot account (the HTTP API's chats are under `default`). */
+  account: z.string().trim().min(1).max(200).default('default'),
+});
 
 /** The text /open shows at most (the rest is cut, and says so). */
 export const OPEN_MAX_BYTES = 16 * 1024;
@@ -109,6 +118,12 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
       return ws;
     },
     unbind: (chat: ConversationKey) => deleteWorkspaceBinding(opts.db, chat),
+    /** A chat named by the API or CLI, checked: platform, account and chat id. */
+    chatOf(input: unknown): ConversationKey {
+      const r = ChatRefSchema.safeParse(input);
+      if (!r.success) throw new WorkspaceInputError(`the chat: ${r.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}`);
+      return r.data;
+    },
     /** Index the workspace again: the files given (workspace-relative), or all of them. */
     async reindex(rawName: string, change: WorkspaceChange = {}): Promise<void> {
       const n = name(rawName);
@@ -133,13 +148,23 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
     },
     /** The best excerpts of the chat's workspace for `query`. */
     async search(chat: ConversationKey, query: string, limit = 5): Promise<{ workspace: string; hits: SearchHit[] }> {
-      const ws = await bound(chat);
+      return service.searchIn((await bound(chat)).name, query, limit);
+    },
+    /** The best excerpts of a workspace for `query` (1 to 50 of them). */
+    async searchIn(rawName: string, query: string, limit = 5): Promise<{ workspace: string; hits: SearchHit[] }> {
+      const ws = await existing(rawName);
       if (query.trim() === '') throw new WorkspaceInputError('what to search for: /search <words>');
+      if (query.length > 500) throw new WorkspaceInputError('a query is at most 500 characters');
+      if (!Number.isInteger(limit) || limit < 1 || limit > 50) throw new WorkspaceInputError('limit: a whole number from 1 to 50');
       return { workspace: ws.name, hits: await (await opts.knowledge()).search(ws.name, query, limit) };
     },
     /** A file of the chat's workspace (text, up to OPEN_MAX_BYTES). */
     async open(chat: ConversationKey, relative: string): Promise<{ workspace: string; path: string; text: string; truncated: boolean; bytes: number }> {
-      const ws = await bound(chat);
+      return service.openIn((await bound(chat)).name, relative);
+    },
+    /** A file of a workspace (text, up to OPEN_MAX_BYTES). */
+    async openIn(rawName: string, relative: string): Promise<{ workspace: string; path: string; text: string; truncated: boolean; bytes: number }> {
+      const ws = await existing(rawName);
       let file: { path: string; relative: string };
       try {
         file = await resolveInWorkspace(ws.root, relative);

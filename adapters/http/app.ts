@@ -19,6 +19,8 @@ import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
+import { registerWorkspaceRoutes } from './workspaces.js';
+import type { WorkspaceService } from '../../services/workspaces.js';
 import type { ObjectiveService } from '../../services/objectives.js';
 import type { ChangeService } from '../../services/changes.js';
 
@@ -166,6 +168,7 @@ export interface HttpDeps {
   changes?: ChangeService;
   /** Objectives on Temporal Schedules. */
   objectives?: ObjectiveService;
+  workspaces?: WorkspaceService;
   /** Prometheus metrics in text format, served on `GET /metrics` behind the API token. */
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
@@ -256,6 +259,7 @@ export function createHttpApp(deps: HttpDeps) {
   });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
   if (deps.changes) registerChangeRoutes(app, deps.changes);
+  if (deps.workspaces) registerWorkspaceRoutes(app, deps.workspaces);
   if (deps.objectives) {
     registerObjectiveRoutes(app, deps.objectives);
     const objectives = deps.objectives;

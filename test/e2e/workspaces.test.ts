@@ -11,7 +11,10 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, wr
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { startWorkspaceWatchers } from '../../adapters/workspace-watchers.js';
+import { loadConfig } from '../../config/index.js';
+import { adminCommand } from '../../platform/admin-cli.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { indexWorkflowId } from '../../services/workspaces.js';
 import { testDatabases } from '../helpers/db.js';
@@ -176,6 +179,61 @@ for (const kind of testDatabases()) {
           await waitFor(async () => /Nothing in workspace/.test((await h.send('/search rollback')).reply ?? ''), 'the deleted file gone from the index', 60_000);
         } finally {
           await watchers.stop();
+        }
+      });
+    });
+
+    it('managed through the HTTP API and the CLI: create, bind, reindex, search, read; bad input refused with nothing changed', { timeout: 120_000 }, async () => {
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {
+        const TOKEN = 'workspaces-test-token-0123456789';
+        const server = await startHttpServer(createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), workspaces: h.workspaces!, account: h.account }), { host: '127.0.0.1', port: 0 });
+        const api = async (method: string, route: string, body?: unknown) => {
+          const r = await fetch(`${server.url}${route}`, { method, headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+          return { status: r.status, body: (await r.json()) as Record<string, unknown> };
+        };
+        const out: string[] = [];
+        const err: string[] = [];
+        const io = { config: () => loadConfig({}, tmpdir()), out: (x: string) => void out.push(x), err: (x: string) => void err.push(x), api: { url: server.url, token: TOKEN } };
+        try {
+          const name = `api-${kind.name}`;
+          // bad input: nothing created
+          assert.equal((await api('POST', '/api/v1/workspaces', { name: 'Bad Name' })).status, 400);
+          assert.equal((await api('POST', '/api/v1/workspaces', { name, folder: 'relative' })).status, 400);
+          assert.equal((await api('POST', '/api/v1/workspaces', { name, extra: 1 })).status, 400);
+          assert.equal(await stack.db.workspace.count({ where: { name } }), 0);
+          const created = await api('POST', '/api/v1/workspaces', { name });
+          assert.equal(created.status, 201, JSON.stringify(created.body));
+          assert.equal((await api('POST', '/api/v1/workspaces', { name })).status, 409);
+          const root = String(created.body.root);
+          writeFileSync(path.join(root, 'guide.md'), GUIDE);
+          assert.equal((await api('POST', `/api/v1/workspaces/${name}/reindex`, { paths: ['guide.md'] })).status, 202);
+          await waitFor(async () => ((await api('GET', `/api/v1/workspaces/${name}`)).body.index as { documents: number }).documents === 1, 'the file indexed', 60_000);
+          const found = await api('GET', `/api/v1/workspaces/${name}/search?q=rollback`);
+          assert.deepEqual(((found.body.hits as Array<{ path: string; heading: string }>) ?? []).map((x) => [x.path, x.heading]), [['guide.md', 'Operations guide > Rollback']]);
+          assert.equal((await api('GET', `/api/v1/workspaces/${name}/search?q=rollback&limit=500`)).status, 400);
+          assert.match(String((await api('GET', `/api/v1/workspaces/${name}/file?path=guide.md`)).body.text), /^# Operations guide/);
+          assert.equal((await api('GET', `/api/v1/workspaces/${name}/file?path=../../etc/passwd`)).status, 400);
+          assert.equal((await api('GET', '/api/v1/workspaces/nope/search?q=x')).status, 404);
+          // bind an HTTP chat, then its turns are grounded and /search works there
+          const chatId = `api-chat-${kind.name}`;
+          assert.equal((await api('POST', `/api/v1/workspaces/${name}/chats`, { chatId, account: h.account })).status, 200);
+          assert.equal((await api('POST', `/api/v1/workspaces/${name}/chats`, { chatId, platform: 'fax' })).status, 400);
+          assert.match((await h.send('/search rollback', { chatId })).reply ?? '', /guide\.md > Operations guide > Rollback/);
+
+          // the CLI, through the same API
+          assert.equal(await adminCommand('workspaces', ['list'], io), 0);
+          assert.match(out.join(''), new RegExp(`${name}\\s+1\\s+${root.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`));
+          assert.equal(await adminCommand('workspaces', ['search', name, 'roll', 'back'], io), 0);
+          assert.match(out.join(''), /1\. guide\.md > Operations guide > Rollback \(lines 4-4\)/);
+          assert.equal(await adminCommand('workspaces', ['open', name, 'guide.md'], io), 0);
+          assert.equal(await adminCommand('workspaces', ['unbind', name, '--chat', chatId, '--account', h.account], io), 0);
+          assert.match((await h.send('/search rollback', { chatId })).reply ?? '', /this chat has no workspace/);
+          assert.equal(await adminCommand('workspaces', ['bind', name], io), 2, 'bind needs --chat');
+          assert.equal(await adminCommand('workspaces', ['open', name, '/etc/passwd'], io), 2);
+          assert.match(err.join(''), /is absolute/);
+        } finally {
+          await server.close();
         }
       });
     });
