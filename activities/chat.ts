@@ -7,6 +7,7 @@
 import { activityInfo, Context } from '@temporalio/activity';
 import { createRetriever, groundingText, type Grounding, type RetrievalLimits, type Retriever } from '../domain/knowledge/grounding.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
+import { createPromptLayers, layeredSystemPrompt, type PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
 import { findWorkspace } from '../domain/store/workspaces.js';
 import { readFile } from 'node:fs/promises';
@@ -102,6 +103,8 @@ export interface ActivityDeps {
   knowledge?: () => Promise<KnowledgeIndex>;
   /** Grounding limits (results, bytes per excerpt, bytes in all); DEFAULT_RETRIEVAL when absent. */
   retrieval?: RetrievalLimits;
+  /** The operator's layer of the system prompt (STEWARD_PROMPT_FILE), read when it changes. */
+  promptFile?: string;
 }
 
 export interface ModelStepInput {
@@ -225,6 +228,8 @@ interface ChatContext extends ActivityDeps {
   senders: Senders;
   /** The workspace excerpts for a chat's message (present when the deps have a knowledge index). */
   retriever?: Retriever;
+  /** The system prompt's layers for a chat: Steward's, the operator's, the workspace's, the chat's. */
+  layers: PromptLayers;
   beatMs: number;
   policy: ToolPolicy;
   actions: ReturnType<typeof resolveActionSettings>;
@@ -301,7 +306,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
           },
         }
       : {}),
-    systemPrompt: c.systemPrompt,
+    systemPrompt: layeredSystemPrompt(await c.layers.layers(input.conversation)),
     workingSet: input.workingSet,
     inbound: input.inbound,
     steers: input.steers,
@@ -616,6 +621,7 @@ export function createChatActivities(deps: ActivityDeps) {
     beatMs: deps.heartbeatEveryMs ?? 200,
     policy: deps.toolPolicy ?? DEFAULT_TOOL_POLICY,
     actions: resolveActionSettings(deps.actions),
+    layers: createPromptLayers({ db: deps.db, systemPrompt: deps.systemPrompt, ...(deps.promptFile ? { operatorFile: deps.promptFile } : {}) }),
     ...(deps.knowledge ? { retriever: createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) } : {}),
   };
   return {

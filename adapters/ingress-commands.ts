@@ -31,6 +31,8 @@ import { ChangeInputError, type ChangeService } from '../services/changes.js';
 import type { SessionStatusView } from './ingress.js';
 import { ObjectiveInputError, type ObjectiveService } from '../services/objectives.js';
 import { OPEN_MAX_BYTES, WorkspaceInputError, type WorkspaceService } from '../services/workspaces.js';
+import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
+import { deleteChatPrompt, upsertChatPrompt } from '../domain/store/prompts.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
@@ -76,6 +78,8 @@ export interface CommandEnv {
   changes?: ChangeService;
   objectives?: ObjectiveService;
   workspaces?: WorkspaceService;
+  /** The system prompt's layers (/prompt show); its chat layer is set here. */
+  promptLayers?: PromptLayers;
   runLink?: (workflowId: string) => string | undefined;
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
@@ -319,7 +323,7 @@ function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'
 }
 
 /** The chat's workspace: choose, create and reindex it (admins); search it and open its files. */
-function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | 'open'> {
+function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | 'open' | 'prompt'> {
   const off = 'Workspaces are not enabled on this Steward.';
   const guarded = async (f: (w: WorkspaceService) => Promise<string>): Promise<string> => {
     if (!env.workspaces) return off;
@@ -365,6 +369,22 @@ function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | '
           }
         }
       }),
+    async prompt(cmd, call) {
+      const chat = call.conversation;
+      if (cmd.action === 'set') {
+        await upsertChatPrompt(env.db, chat, cmd.text, call.by);
+        await writeReceipt(env.db, { kind: 'prompt.change', actor: call.by, data: { chat, action: 'set', chars: cmd.text.length } });
+      } else if (cmd.action === 'clear') {
+        const had = await deleteChatPrompt(env.db, chat);
+        if (!had) return 'This chat has no prompt of its own.';
+        await writeReceipt(env.db, { kind: 'prompt.change', actor: call.by, data: { chat, action: 'clear' } });
+      }
+      if (!env.promptLayers) return cmd.action === 'show' ? 'Prompt layers are not available on this Steward.' : 'Done.';
+      env.promptLayers.forget(chat);
+      const layers = await env.promptLayers.layers(chat);
+      const head = cmd.action === 'set' ? "This chat's prompt is set (turns use it within 5 seconds). " : cmd.action === 'clear' ? "This chat's prompt is cleared. " : '';
+      return `${head}The system prompt, in order:\n${layers.map((l, i) => `${i + 1}. ${l.source} (${l.text.length} characters): ${l.text.replace(/\s+/g, ' ').slice(0, 160)}${l.text.length > 160 ? '…' : ''}`).join('\n')}`;
+    },
     search: (cmd, call) =>
       guarded(async (w) => {
         const { workspace, hits } = await w.search(call.conversation, cmd.query);

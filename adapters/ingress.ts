@@ -68,6 +68,7 @@ import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
 import type { ObjectiveService } from '../services/objectives.js';
 import type { WorkspaceService } from '../services/workspaces.js';
+import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -216,6 +217,8 @@ export interface IngressDeps {
   objectives?: ObjectiveService;
   /** Workspaces of knowledge (/workspace, /search, /open). */
   workspaces?: WorkspaceService;
+  /** The system prompt's layers (/prompt). */
+  promptLayers?: PromptLayers;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
 }
@@ -317,6 +320,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     ...(deps.changes ? { changes: deps.changes } : {}),
     ...(deps.objectives ? { objectives: deps.objectives } : {}),
     ...(deps.workspaces ? { workspaces: deps.workspaces } : {}),
+    ...(deps.promptLayers ? { promptLayers: deps.promptLayers } : {}),
     ...(deps.runLink ? { runLink: deps.runLink } : {}),
     status,
     formatStatus,

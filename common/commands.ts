@@ -47,6 +47,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'search', args: [arg('query', 'Words to look for', true, { rest: true })], description: "Search this chat's workspace (no model call): the best excerpts with their paths.", minRole: 'member', where: 'any' },
   { name: 'open', args: [arg('path', 'A file of the workspace, such as notes/howto.md')], description: "Show a file of this chat's workspace.", minRole: 'member', where: 'any' },
   { name: 'workspace', args: [arg('action', 'show, list, create, use, off or reindex', false, { choices: ['show', 'list', 'create', 'use', 'off', 'reindex'] }), arg('name', 'The workspace', false), arg('folder', 'For create: an existing directory (absolute); default: under the data directory', false)], description: "Show, create or choose this chat's workspace of Markdown and text knowledge.", minRole: 'admin', where: 'any' },
+  { name: 'prompt', args: [arg('action', 'show, set or clear', false, { choices: ['show', 'set', 'clear'] }), arg('text', 'For set: the instructions for this chat', false, { rest: true })], description: "Show the system prompt's layers, or set or clear this chat's own.", minRole: 'admin', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
   { name: 'approve', args: [arg('code', 'The pairing code'), arg('role', 'The role to give', true, { choices: ['overlord', 'admin', 'operator', 'member', 'viewer'] })], description: 'Approve a pairing request with a role.', minRole: 'admin', where: 'any' },
   { name: 'deny', args: [arg('code', 'The pairing code')], description: 'Deny a pairing request.', minRole: 'admin', where: 'any' },
@@ -81,6 +82,8 @@ export type ParsedCommand =
   | { kind: 'workspace'; action: 'show' | 'list' | 'off' }
   | { kind: 'workspace'; action: 'use' | 'reindex'; name?: string }
   | { kind: 'workspace'; action: 'create'; name: string; folder?: string }
+  | { kind: 'prompt'; action: 'show' | 'clear' }
+  | { kind: 'prompt'; action: 'set'; text: string }
   | { kind: 'search'; query: string }
   | { kind: 'open'; path: string }
   | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
@@ -136,6 +139,49 @@ function usage(name: string): string {
   const spec = BY_NAME.get(name);
   if (!spec) return `/${name}`;
   return `usage: /${name}${spec.args.map((a) => (a.required ? ` <${a.name}>` : ` [${a.name}]`)).join('')}`;
+}
+
+/** The knowledge commands: /workspace, /prompt, /search, /open. */
+function parseKnowledgeCommand(name: 'workspace' | 'prompt' | 'search' | 'open', rest: string, words: string[]): ParsedCommand {
+  const invalid = (error: string): ParsedCommand => ({ kind: 'invalid', name, error });
+  switch (name) {
+    case 'workspace': {
+      const [action = 'show', ws, ...more] = words;
+      const a = action.toLowerCase();
+      if (a === 'show' || a === 'list' || a === 'off') {
+        if (ws !== undefined) return invalid(usage(name));
+        return { kind: 'workspace', action: a };
+      }
+      if (ws !== undefined && !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(ws)) return invalid('a workspace name uses lowercase letters, digits, - and _');
+      if (a === 'reindex') return more.length ? invalid(usage(name)) : { kind: 'workspace', action: 'reindex', ...(ws ? { name: ws } : {}) };
+      if (a === 'use') return !ws || more.length ? invalid(`${usage(name)} (/workspace use <name>)`) : { kind: 'workspace', action: 'use', name: ws };
+      if (a === 'create') {
+        if (!ws || more.length > 1) return invalid(`${usage(name)} (/workspace create <name> [/absolute/folder])`);
+        return { kind: 'workspace', action: 'create', name: ws, ...(more[0] ? { folder: more[0] } : {}) };
+      }
+      return invalid(usage(name));
+    }
+    case 'prompt': {
+      const m = /^(\S+)\s*([\s\S]*)$/.exec(rest);
+      const action = (m?.[1] ?? 'show').toLowerCase();
+      const text = (m?.[2] ?? '').trim();
+      if (action === 'show' || action === 'clear') return text ? invalid(usage(name)) : { kind: 'prompt', action };
+      if (action === 'set') {
+        if (!text) return invalid(`${usage(name)} (/prompt set <instructions>)`);
+        if (text.length > 4000) return invalid("a chat's prompt is at most 4000 characters");
+        return { kind: 'prompt', action: 'set', text };
+      }
+      return invalid(usage(name));
+    }
+    case 'search':
+      if (!rest) return invalid(usage(name));
+      if (rest.length > 500) return invalid('the query is longer than 500 characters');
+      return { kind: 'search', query: rest };
+    case 'open':
+      if (!rest || words.length > 1) return invalid(`${usage(name)} (a workspace path, such as notes/howto.md)`);
+      if (rest.length > 1024) return invalid('the path is longer than 1,024 characters');
+      return { kind: 'open', path: rest };
+  }
 }
 
 function parseCommand(name: string, rest: string): ParsedCommand {
@@ -253,30 +299,11 @@ function parseCommand(name: string, rest: string): ParsedCommand {
       }
       return { kind: 'bind', ...(mode ? { mode } : {}), ...(label ? { name: label } : {}) };
     }
-    case 'workspace': {
-      const [action = 'show', ws, ...more] = words;
-      const a = action.toLowerCase();
-      if (a === 'show' || a === 'list' || a === 'off') {
-        if (ws !== undefined) return invalid(usage(name));
-        return { kind: 'workspace', action: a };
-      }
-      if (ws !== undefined && !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(ws)) return invalid('a workspace name uses lowercase letters, digits, - and _');
-      if (a === 'reindex') return more.length ? invalid(usage(name)) : { kind: 'workspace', action: 'reindex', ...(ws ? { name: ws } : {}) };
-      if (a === 'use') return !ws || more.length ? invalid(`${usage(name)} (/workspace use <name>)`) : { kind: 'workspace', action: 'use', name: ws };
-      if (a === 'create') {
-        if (!ws || more.length > 1) return invalid(`${usage(name)} (/workspace create <name> [/absolute/folder])`);
-        return { kind: 'workspace', action: 'create', name: ws, ...(more[0] ? { folder: more[0] } : {}) };
-      }
-      return invalid(usage(name));
-    }
+    case 'workspace':
+    case 'prompt':
     case 'search':
-      if (!rest) return invalid(usage(name));
-      if (rest.length > 500) return invalid('the query is longer than 500 characters');
-      return { kind: 'search', query: rest };
     case 'open':
-      if (!rest || words.length > 1) return invalid(`${usage(name)} (a workspace path, such as notes/howto.md)`);
-      if (rest.length > 1024) return invalid('the path is longer than 1,024 characters');
-      return { kind: 'open', path: rest };
+      return parseKnowledgeCommand(name, rest, words);
     case 'admin-channel': {
       const w = (words[0] ?? 'on').toLowerCase();
       if (words.length > 1 || (w !== 'on' && w !== 'off')) return invalid(usage(name));

@@ -40,7 +40,8 @@ export type ReceiptKind =
   | 'objective.change'
   | 'objective.run'
   | 'auth.backoff'
-  | 'knowledge.context';
+  | 'knowledge.context'
+  | 'prompt.change';
 
 export interface ReceiptInput {
   key?: string;

@@ -29,6 +29,7 @@ import { createChangeService, type ChangeService } from '../services/changes.js'
 import { createObjectiveService, type ObjectiveService } from '../services/objectives.js';
 import { createWorkspaceService, type WorkspaceService } from '../services/workspaces.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
+import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startWorkspaceWatchers } from '../adapters/workspace-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
@@ -116,7 +117,7 @@ function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'intercep
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval'> {
+function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -132,6 +133,7 @@ function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy'
     actions: config.actions,
     knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir),
     retrieval: config.retrieval,
+    ...(config.model.promptFile ? { promptFile: config.model.promptFile } : {}),
   };
 }
 
@@ -524,6 +526,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       changes,
       objectives,
       workspaces,
+      promptLayers: createPromptLayers({ db, systemPrompt: config.model.systemPrompt, ...(config.model.promptFile ? { operatorFile: config.model.promptFile } : {}) }),
       ...(runLink ? { runLink } : {}),
     });
     const health = healthCheck(config, role, workers, connection, db);

@@ -183,6 +183,35 @@ for (const kind of testDatabases()) {
       });
     });
 
+    it('layers the system prompt: Steward, the operator file, the workspace file, the chat (/prompt set|show|clear, admins); each reaches the model in order', { timeout: 120_000 }, async () => {
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+      const operatorFile = path.join(dataDir, `operator-${kind.name}.md`);
+      writeFileSync(operatorFile, 'OPERATOR-LAYER: sign every answer with the team name.\n');
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge }, promptFile: operatorFile }, async (h) => {
+        const name = `layers-${kind.name}`;
+        await h.send(`/workspace create ${name}`);
+        mkdirSync(path.join(dataDir, 'workspaces', name, '.steward'));
+        writeFileSync(path.join(dataDir, 'workspaces', name, '.steward/prompt.md'), 'WORKSPACE-LAYER: answer from the runbooks.\n');
+        assert.match((await h.send('/prompt set')).reply ?? '', /prompt set <instructions>/);
+        const set = (await h.send('/prompt set CHAT-LAYER: be brief.')).reply ?? '';
+        assert.match(set, /1\. Steward \(\d+ characters\)/);
+        assert.match(set, new RegExp(`2\\. ${operatorFile.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} \\(\\d+ characters\\): OPERATOR-LAYER`));
+        assert.match(set, /3\. workspace .* \(\.steward\/prompt\.md\) \(\d+ characters\): WORKSPACE-LAYER/);
+        assert.match(set, /4\. this chat \(\/prompt set\) \(\d+ characters\): CHAT-LAYER: be brief\./);
+        stack.model.setDefault(() => ({ text: 'layered' }));
+        await h.send('hello');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'layered', { timeoutMs: 30_000 });
+        const system = JSON.stringify((stack.model.requests.at(-1)!.body as { messages: Array<{ role: string; content: unknown }> }).messages.filter((m) => m.role === 'system'));
+        const at = (x: string) => system.indexOf(x);
+        assert.ok(at('You are Steward') >= 0 && at('You are Steward') < at('OPERATOR-LAYER') && at('OPERATOR-LAYER') < at('WORKSPACE-LAYER') && at('WORKSPACE-LAYER') < at('CHAT-LAYER'), system);
+        assert.doesNotMatch(((await h.send('/search prompt')).reply ?? ''), /WORKSPACE-LAYER/, 'the workspace prompt file is not knowledge');
+        assert.match((await h.send('/prompt clear')).reply ?? '', /cleared/);
+        assert.doesNotMatch((await h.send('/prompt show')).reply ?? '', /CHAT-LAYER/);
+        assert.match((await h.send('/prompt clear')).reply ?? '', /no prompt of its own/);
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'prompt.change' } }) >= 2, true);
+      });
+    });
+
     it('managed through the HTTP API and the CLI: create, bind, reindex, search, read; bad input refused with nothing changed', { timeout: 120_000 }, async () => {
       const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
       await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {

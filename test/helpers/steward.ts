@@ -4,6 +4,7 @@
  * task queue per harness.
  */
 import type { KnowledgeIndex } from '../../domain/knowledge/index-store.js';
+import { createPromptLayers } from '../../domain/knowledge/prompt-layers.js';
 import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
@@ -73,6 +74,8 @@ export interface HarnessOptions {
   /** Repository changes: activity settings and the change service's clarify deadline. */
   repoChanges?: Partial<RepoChangeSettings> & { clarifyTimeoutMs?: number; maxQuestions?: number };
   runLink?: (workflowId: string) => string | undefined;
+  /** The operator's prompt file (STEWARD_PROMPT_FILE). */
+  promptFile?: string;
   /** Workspaces: their folders under `dataDir`, the knowledge index (given to the background worker). */
   workspaces?: { dataDir: string; knowledge: () => Promise<KnowledgeIndex> };
 }
@@ -126,6 +129,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         ...(opts.repoChanges ?? {}),
       },
       ...(opts.workspaces ? { knowledge: opts.workspaces.knowledge } : {}),
+      ...(opts.promptFile ? { promptFile: opts.promptFile } : {}),
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
@@ -179,6 +183,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     changes,
     objectives,
     ...(workspaces ? { workspaces } : {}),
+    promptLayers: createPromptLayers({ db: opts.db, systemPrompt: DEFAULT_SYSTEM_PROMPT, ...(opts.promptFile ? { operatorFile: opts.promptFile } : {}) }),
     client: opts.env.client,
     db: opts.db,
     taskQueue,

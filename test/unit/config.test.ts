@@ -62,6 +62,7 @@ describe('configuration', () => {
       ['STEWARD_MODEL_PRICES', 'openai:gpt-4.1=cheap', /STEWARD_MODEL_PRICES: expected provider:model=input\/output prices/],
       ['STEWARD_RETRIEVAL_RESULTS', '50', /STEWARD_RETRIEVAL_RESULTS: expected a whole number of workspace sections per model step \(0 to 20/],
       ['STEWARD_RETRIEVAL_EXCERPT_BYTES', '0', /STEWARD_RETRIEVAL_EXCERPT_BYTES: expected a positive whole number of bytes/],
+      ['STEWARD_PROMPT_FILE', 'no-such-prompt.md', /STEWARD_PROMPT_FILE: no such file .*no-such-prompt\.md/],
     ] as const) {
       assert.throws(() => loadConfig({ [key]: value }, tmpdir()), (err: unknown) => err instanceof ConfigError && re.test(err.message));
     }

@@ -57,6 +57,7 @@ describe('command parsing (properties)', () => {
       workspace: 'create docs /srv/docs',
       search: 'rollback steps',
       open: 'notes/howto.md',
+      prompt: 'set Answer in German.',
     };
     for (const c of COMMANDS) {
       for (const name of [c.name, telegramCommandName(c.name)]) {
