@@ -769,10 +769,12 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
   }
   let attachments: AttachmentRef[] = msg.attachments;
   let refusedFiles: string[] = [];
+  let keptFiles: AttachmentRef[] = [];
   if (!command && opts.attachments?.length) {
     const stored = await s.storeAttachments(opts.attachments);
     attachments = [...attachments, ...stored.refs].slice(0, MAX_ATTACHMENTS);
     refusedFiles = stored.refused;
+    keptFiles = stored.refs;
     if (!msg.text.trim() && attachments.length === 0) {
       return { stop: await s.reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`) };
     }
@@ -788,6 +790,10 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
   });
   if ('duplicate' in recorded) return duplicate(await recordedSeq(db, key));
   const seq = recorded.seq;
+  if (keptFiles.length && s.deps.workspaces) {
+    // the chat's workspace keeps what was sent (not awaited: the message never waits on it)
+    s.deps.workspaces.keepReceived(conversation, keptFiles, msg.user).catch((err: unknown) => s.deps.log?.warn({ err, chatId: msg.chatId }, 'keeping sent files in the workspace failed'));
+  }
   s.deps.onTranscript?.(workflowId, 'user');
   if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
   if (!s.knownSessions.has(workflowId)) {

@@ -6,7 +6,7 @@
  * one workspace at a time, and searches and opens files in it. Every input is checked here;
  * a refusal is a WorkspaceInputError and changes nothing.
  */
-import { mkdir, readFile, stat } from 'node:fs/promises';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Client } from '@temporalio/client';
 import { z } from 'zod';
@@ -14,7 +14,9 @@ import type { ConversationKey } from '../common/ids.js';
 import { PlatformSchema } from '../common/schemas.js';
 import type { Db } from '../domain/db.js';
 import type { KnowledgeIndex, SearchHit } from '../domain/knowledge/index-store.js';
-import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
+import { isIndexable, resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
+import { getBlob } from '../domain/blobs.js';
+import type { AttachmentRef } from '../common/schemas.js';
 import {
   deleteWorkspaceBinding,
   findWorkspace,
@@ -43,6 +45,9 @@ export const ChatRefSchema = z.strictObject({
   /** The bot account (the HTTP API's chats are under `default`). */
   account: z.string().trim().min(1).max(200).default('default'),
 });
+
+/** Sent files kept as text in a workspace (by type; `.md` and `.txt` names too). */
+const RECEIVED_TEXT_TYPES = new Set(['text/plain', 'text/markdown', 'text/x-markdown']);
 
 /** The text /open shows at most (the rest is cut, and says so). */
 export const OPEN_MAX_BYTES = 16 * 1024;
@@ -145,6 +150,36 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
         .then((d) => (d.status.name === 'RUNNING' ? handle.query(workspaceIndexStatusQuery) : handle.result()))
         .catch(() => undefined);
       return { ...(run ? { run } : {}), ...stats };
+    },
+    /**
+     * Keep the files someone sent to a chat in its workspace (`received/`): text and Markdown as
+     * files of their own (indexed like any other), anything else as a Markdown note that
+     * references it (name, type, size, SHA-256, who, when), so it can be found. Returns the
+     * workspace paths written; a chat without a workspace keeps nothing.
+     */
+    async keepReceived(chat: ConversationKey, files: AttachmentRef[], from: string): Promise<string[]> {
+      const ws = await service.forChat(chat);
+      if (!ws || files.length === 0) return [];
+      const dir = path.join(ws.root, 'received');
+      await mkdir(dir, { recursive: true });
+      const day = new Date().toISOString().slice(0, 10);
+      const written: string[] = [];
+      for (const f of files) {
+        const safe = (f.name.replace(/[^A-Za-z0-9._() -]/g, '_').replace(/^[.\s]+/, '').slice(0, 100) || 'file').trim();
+        const text = RECEIVED_TEXT_TYPES.has(f.mediaType) || /\.(md|markdown|txt)$/i.test(safe);
+        const base = text ? (isIndexable(safe) ? safe : `${safe}.txt`) : `${safe}.ref.md`;
+        let name = `${day}-${base}`;
+        const body = text
+          ? (await getBlob(opts.db, f.hash)).data
+          : Buffer.from(`# ${f.name}\n\nA file sent to this chat by ${from} on ${new Date().toISOString()}: ${f.mediaType}, ${f.size} bytes, SHA-256 ${f.hash}. Steward keeps it; it is not in this folder.\n`);
+        const existing = await readFile(path.join(dir, name)).catch(() => undefined);
+        if (existing?.equals(body)) continue;
+        if (existing) name = name.replace(/(\.[^.]+)$/, `-${f.hash.slice(0, 8)}$1`);
+        await writeFile(path.join(dir, name), body, { flag: 'w' });
+        written.push(`received/${name}`);
+      }
+      if (written.length) await service.reindex(ws.name, { paths: written });
+      return written;
     },
     /** The best excerpts of the chat's workspace for `query`. */
     async search(chat: ConversationKey, query: string, limit = 5): Promise<{ workspace: string; hits: SearchHit[] }> {

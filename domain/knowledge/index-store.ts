@@ -61,6 +61,8 @@ export function queryTerms(query: string): string[] {
 }
 
 const SCHEMA_VERSION = '1';
+/** PostgreSQL's index layout; another value found at open is a derived index of an older layout, dropped and rebuilt by the next reindex. */
+const PG_SCHEMA_VERSION = '2';
 
 const SQLITE_DDL = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -189,7 +191,12 @@ CREATE TABLE IF NOT EXISTS ${PG_SCHEMA}.chunk (
   text text NOT NULL,
   start_line integer NOT NULL,
   end_line integer NOT NULL,
-  tsv tsvector GENERATED ALWAYS AS (setweight(to_tsvector('english', heading), 'A') || setweight(to_tsvector('english', text), 'B')) STORED
+  -- punctuation becomes spaces first, as SQLite's tokenizer splits on it: "rack-photo.png" is
+  -- three words, not one file-name token no query word can match
+  tsv tsvector GENERATED ALWAYS AS (
+    setweight(to_tsvector('english', regexp_replace(heading, '[[:punct:]]+', ' ', 'g')), 'A') ||
+    setweight(to_tsvector('english', regexp_replace(text, '[[:punct:]]+', ' ', 'g')), 'B')
+  ) STORED
 );
 CREATE INDEX IF NOT EXISTS chunk_tsv ON ${PG_SCHEMA}.chunk USING gin (tsv);
 CREATE INDEX IF NOT EXISTS chunk_doc ON ${PG_SCHEMA}.chunk (doc_id);
@@ -219,8 +226,11 @@ export async function openPostgresKnowledgeIndex(url: string): Promise<Knowledge
     // concurrent first starts: one creates, the others wait for it
     await tx(async (c) => {
       await c.query("SELECT pg_advisory_xact_lock(hashtext('steward_knowledge ddl'))");
+      const exists = (await c.query<{ t: string | null }>(`SELECT to_regclass('${PG_SCHEMA}.meta')::text AS t`)).rows[0]?.t;
+      const found = exists ? (await c.query<{ value: string }>(`SELECT value FROM ${PG_SCHEMA}.meta WHERE key = 'schema'`)).rows[0]?.value : undefined;
+      if (found !== undefined && found !== PG_SCHEMA_VERSION) await c.query(`DROP SCHEMA ${PG_SCHEMA} CASCADE`);
       await c.query(PG_DDL);
-      await c.query(`INSERT INTO ${PG_SCHEMA}.meta (key, value) VALUES ('schema', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [SCHEMA_VERSION]);
+      await c.query(`INSERT INTO ${PG_SCHEMA}.meta (key, value) VALUES ('schema', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, [PG_SCHEMA_VERSION]);
     });
   } catch (err) {
     await pool.end();

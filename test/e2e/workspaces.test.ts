@@ -212,6 +212,32 @@ for (const kind of testDatabases()) {
       });
     });
 
+    it('keeps files people send in the workspace: text as files (indexed, found by /search), others as a note that references them', { timeout: 120_000 }, async () => {
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {
+        const name = `sent-${kind.name}`;
+        await h.send(`/workspace create ${name}`);
+        stack.model.setDefault(() => ({ text: 'Got the files.' }));
+        const png = Buffer.from('89504e470d0a1a0a', 'hex');
+        const r = await h.ingress.handle(
+          { id: `sent-${kind.name}`, platform: 'http', account: h.account, chatId: h.chatId, user: 'alice', text: 'here are the notes', at: new Date().toISOString() },
+          {
+            attachments: [
+              { name: 'backup notes.md', mediaType: 'text/markdown', fetch: async () => Buffer.from('# Backups\nThe nightly backup runs at midnight.\n') },
+              { name: 'rack-photo.png', mediaType: 'image/png', fetch: async () => png },
+            ],
+          },
+        );
+        assert.equal(r.kind, 'message');
+        const day = new Date().toISOString().slice(0, 10);
+        await waitFor(async () => new RegExp(`received/${day}-backup notes\\.md > Backups`).test((await h.send('/search nightly backup')).reply ?? ''), 'the sent Markdown indexed', 60_000);
+        await waitFor(async () => new RegExp(`received/${day}-rack-photo\\.png\\.ref\\.md`).test((await h.send('/search rack photo')).reply ?? ''), 'the reference note indexed', 60_000);
+        const note = (await h.send(`/open received/${day}-rack-photo.png.ref.md`)).reply ?? '';
+        assert.match(note, /A file sent to this chat by alice on .*: image\/png, 8 bytes, SHA-256 [0-9a-f]{64}/);
+        assert.ok(!existsSync(path.join(dataDir, 'workspaces', name, 'received', `${day}-rack-photo.png`)), 'the image itself is not copied');
+      });
+    });
+
     it('managed through the HTTP API and the CLI: create, bind, reindex, search, read; bad input refused with nothing changed', { timeout: 120_000 }, async () => {
       const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
       await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge } }, async (h) => {
