@@ -357,7 +357,9 @@ function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | '
             return `This chat uses workspace ${ws.name} (${ws.root}).`;
           }
           case 'create': {
-            const ws = await w.create(cmd.name, cmd.folder, person(call));
+            // a folder elsewhere on the host is the operator's to name (CLI, API), not a chat's
+            if (cmd.folder !== undefined) return 'Not done: only the operator names a folder for a workspace (steward workspaces create <name> --folder <dir>); /workspace create <name> makes one under the data directory.';
+            const ws = await w.create(cmd.name, undefined, person(call));
             await w.bind(chat, ws.name, person(call));
             return `Workspace ${ws.name} created at ${ws.root} and chosen for this chat; indexing its files.`;
           }
