@@ -9,7 +9,6 @@ import { createRetriever, groundingText, type Grounding, type RetrievalLimits, t
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { createPromptLayers, layeredSystemPrompt, type PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
-import { findWorkspace } from '../domain/store/workspaces.js';
 import { readFile } from 'node:fs/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
@@ -238,15 +237,13 @@ interface ChatContext extends ActivityDeps {
 /** The chat's workspace for the workspace tools, or undefined (no knowledge index, no workspace). */
 async function workspaceAccess(c: ChatContext, chat: ConversationKey): Promise<WorkspaceAccess | undefined> {
   if (!c.retriever || !c.knowledge) return undefined;
-  const name = await c.retriever.workspaceOf(chat);
-  if (!name) return undefined;
+  const ws = await c.retriever.workspaceOf(chat);
+  if (!ws) return undefined;
   const knowledge = c.knowledge;
   return {
-    name,
-    search: async (query, limit) => (await knowledge()).search(name, query, limit),
+    name: ws.name,
+    search: async (query, limit) => (await knowledge()).search(ws.name, query, limit),
     async read(relative, maxBytes) {
-      const ws = await findWorkspace(c.db, name);
-      if (!ws) throw new WorkspacePathError(`the workspace ${name} is gone`);
       const file = await resolveInWorkspace(ws.root, relative);
       const bytes = await readFile(file.path);
       if (bytes.includes(0)) throw new WorkspacePathError(`${file.relative} is not a text file`);
@@ -615,14 +612,16 @@ async function clearProgress(c: ChatContext, input: { turnId: string; conversati
 
 /** The chat turn's activities, bound to their dependencies. */
 export function createChatActivities(deps: ActivityDeps) {
+  // one cached lookup of a chat's workspace for grounding, the prompt layers and the workspace tools
+  const retriever = deps.knowledge ? createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) : undefined;
   const c: ChatContext = {
     ...deps,
     senders: deps.senders ?? {},
     beatMs: deps.heartbeatEveryMs ?? 200,
     policy: deps.toolPolicy ?? DEFAULT_TOOL_POLICY,
     actions: resolveActionSettings(deps.actions),
-    layers: createPromptLayers({ db: deps.db, systemPrompt: deps.systemPrompt, ...(deps.promptFile ? { operatorFile: deps.promptFile } : {}) }),
-    ...(deps.knowledge ? { retriever: createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) } : {}),
+    layers: createPromptLayers({ db: deps.db, systemPrompt: deps.systemPrompt, ...(deps.promptFile ? { operatorFile: deps.promptFile } : {}), ...(retriever ? { workspaceOf: retriever.workspaceOf } : {}) }),
+    ...(retriever ? { retriever } : {}),
   };
   return {
     modelStep: (input: ModelStepInput) => modelStep(c, input),

@@ -3,12 +3,13 @@
  * said go into the prompt as untrusted `<context>` blocks with their paths, so a reply can cite
  * them. Bounded three ways (results, bytes per excerpt, bytes in all). The chat's workspace is
  * looked up at most once per `bindingTtlMs` per chat, so a chat without one costs no query per
- * turn; a /workspace change reaches the next turn within that time.
+ * turn; a /workspace change reaches the next turn within that time. The prompt layers and the
+ * workspace tools use the same lookup (`workspaceOf`).
  */
 import type { ConversationKey } from '../../common/ids.js';
 import { neutralise, openTag, WRAPPER_TAGS } from '../../common/untrusted.js';
 import type { Db } from '../db.js';
-import { findWorkspaceBinding } from '../store/workspaces.js';
+import { findWorkspace, findWorkspaceBinding } from '../store/workspaces.js';
 import type { KnowledgeIndex, SearchHit } from './index-store.js';
 
 export interface RetrievalLimits {
@@ -62,22 +63,24 @@ export function groundingText(g: Grounding): string {
 export interface Retriever {
   /** The grounding for a chat's message, or undefined (no workspace, nothing found, grounding off). */
   ground(chat: ConversationKey, query: string): Promise<Grounding | undefined>;
-  /** The chat's workspace name (looked up at most once per `bindingTtlMs`), or null. */
-  workspaceOf(chat: ConversationKey): Promise<string | null>;
+  /** The chat's workspace (looked up at most once per `bindingTtlMs`), or null. */
+  workspaceOf(chat: ConversationKey): Promise<{ name: string; root: string } | null>;
 }
 
 export function createRetriever(opts: { db: Db; knowledge: () => Promise<KnowledgeIndex>; limits?: RetrievalLimits; bindingTtlMs?: number }): Retriever {
   const limits = opts.limits ?? DEFAULT_RETRIEVAL;
   const ttl = opts.bindingTtlMs ?? 5000;
-  const bindings = new Map<string, { workspace: string | null; at: number }>();
-  const workspaceOf = async (chat: ConversationKey): Promise<string | null> => {
+  const bindings = new Map<string, { workspace: { name: string; root: string } | null; at: number }>();
+  const workspaceOf = async (chat: ConversationKey): Promise<{ name: string; root: string } | null> => {
     const key = `${chat.platform}\u0000${chat.account}\u0000${chat.chatId}`;
     const hit = bindings.get(key);
     if (hit && Date.now() - hit.at < ttl) return hit.workspace;
     const b = await findWorkspaceBinding(opts.db, chat);
+    const ws = b ? await findWorkspace(opts.db, b.workspace) : null;
+    const workspace = ws ? { name: ws.name, root: ws.root } : null;
     if (bindings.size > 10_000) bindings.clear();
-    bindings.set(key, { workspace: b?.workspace ?? null, at: Date.now() });
-    return b?.workspace ?? null;
+    bindings.set(key, { workspace, at: Date.now() });
+    return workspace;
   };
   return {
     workspaceOf,
@@ -85,8 +88,8 @@ export function createRetriever(opts: { db: Db; knowledge: () => Promise<Knowled
       if (limits.results <= 0 || query.trim() === '') return undefined;
       const workspace = await workspaceOf(chat);
       if (!workspace) return undefined;
-      const hits = boundHits(await (await opts.knowledge()).search(workspace, query, limits.results), limits);
-      return hits.length > 0 ? { workspace, hits } : undefined;
+      const hits = boundHits(await (await opts.knowledge()).search(workspace.name, query, limits.results), limits);
+      return hits.length > 0 ? { workspace: workspace.name, hits } : undefined;
     },
   };
 }

@@ -47,7 +47,14 @@ async function fileText(file: string): Promise<string> {
   return text;
 }
 
-export function createPromptLayers(opts: { db: Db; systemPrompt: string; operatorFile?: string; ttlMs?: number }): PromptLayers {
+export function createPromptLayers(opts: {
+  db: Db;
+  systemPrompt: string;
+  operatorFile?: string;
+  ttlMs?: number;
+  /** The chat's workspace from a lookup the caller already keeps (the retriever's), else looked up here. */
+  workspaceOf?: (chat: ConversationKey) => Promise<{ name: string; root: string } | null>;
+}): PromptLayers {
   const ttl = opts.ttlMs ?? 5000;
   const cache = new Map<string, { at: number; chat: string | null; workspace: { name: string; root: string } | null }>();
   const keyOf = (chat: ConversationKey) => `${chat.platform}\u0000${chat.account}\u0000${chat.chatId}`;
@@ -55,9 +62,15 @@ export function createPromptLayers(opts: { db: Db; systemPrompt: string; operato
     const k = keyOf(chat);
     const hit = cache.get(k);
     if (hit && Date.now() - hit.at < ttl) return hit;
-    const [own, binding] = await Promise.all([findChatPrompt(opts.db, chat), findWorkspaceBinding(opts.db, chat)]);
-    const ws = binding ? await findWorkspace(opts.db, binding.workspace) : null;
-    const state = { at: Date.now(), chat: own?.text ?? null, workspace: ws ? { name: ws.name, root: ws.root } : null };
+    const workspaceOf =
+      opts.workspaceOf ??
+      (async (c: ConversationKey) => {
+        const binding = await findWorkspaceBinding(opts.db, c);
+        const ws = binding ? await findWorkspace(opts.db, binding.workspace) : null;
+        return ws ? { name: ws.name, root: ws.root } : null;
+      });
+    const [own, workspace] = await Promise.all([findChatPrompt(opts.db, chat), workspaceOf(chat)]);
+    const state = { at: Date.now(), chat: own?.text ?? null, workspace };
     if (cache.size > 10_000) cache.clear();
     cache.set(k, state);
     return state;
