@@ -30,13 +30,19 @@ const rand = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31
 const word = () => WORDS[Math.floor(rand() * WORDS.length)]!;
 const sentence = (n: number) => Array.from({ length: n }, word).join(' ');
 
-function writeCorpus(root: string): void {
+/** The corpus, generated once: DOCS documents of 10 sections each. */
+function corpus(): Array<{ path: string; text: string }> {
   seed = 42;
-  for (let d = 0; d < DOCS; d++) {
-    const dir = path.join(root, `area-${d % 20}`);
-    mkdirSync(dir, { recursive: true });
+  return Array.from({ length: DOCS }, (_, d) => {
     const sections = Array.from({ length: 10 }, (_, s) => `## Section ${s} ${word()}\n${sentence(40)}.\n\n${sentence(30)}.\n`).join('\n');
-    writeFileSync(path.join(dir, `doc-${d}.md`), `# Document ${d}\n\n${sections}`);
+    return { path: `area-${d % 20}/doc-${d}.md`, text: `# Document ${d}\n\n${sections}` };
+  });
+}
+
+function writeCorpus(root: string, docs: Array<{ path: string; text: string }>): void {
+  for (const doc of docs) {
+    mkdirSync(path.dirname(path.join(root, doc.path)), { recursive: true });
+    writeFileSync(path.join(root, doc.path), doc.text);
   }
 }
 
@@ -84,14 +90,8 @@ async function stewardRound(open: () => Promise<KnowledgeIndex>, root: string, n
 }
 
 /** The chunks of the corpus, cut once (the floor inserts exactly these). */
-function corpusChunks(): Array<{ heading: string; text: string }> {
-  const out: Array<{ heading: string; text: string }> = [];
-  seed = 42;
-  for (let d = 0; d < DOCS; d++) {
-    const sections = Array.from({ length: 10 }, (_, s) => `## Section ${s} ${word()}\n${sentence(40)}.\n\n${sentence(30)}.\n`).join('\n');
-    for (const c of chunkDocument(`area-${d % 20}/doc-${d}.md`, `# Document ${d}\n\n${sections}`)) out.push({ heading: c.heading, text: c.text });
-  }
-  return out;
+function corpusChunks(docs: Array<{ path: string; text: string }>): Array<{ heading: string; text: string }> {
+  return docs.flatMap((doc) => chunkDocument(doc.path, doc.text).map((c) => ({ heading: c.heading, text: c.text })));
 }
 
 function sqliteFloor(file: string, chunks: Array<{ heading: string; text: string }>): Promise<Round> {
@@ -168,8 +168,9 @@ function summary(steward: Round[], floor: Round[]) {
 const dir = mkdtempSync(path.join(tmpdir(), 'steward-bench-knowledge-'));
 try {
   const root = path.join(dir, 'workspace');
-  writeCorpus(root);
-  const chunks = corpusChunks();
+  const docs = corpus();
+  writeCorpus(root, docs);
+  const chunks = corpusChunks(docs);
   const result: Record<string, unknown> = { bench: 'knowledge', settings: { documents: DOCS, queries: QUERIES, rounds: ROUNDS, query_words: 3, results: 5 } };
 
   const sq: Round[] = [];

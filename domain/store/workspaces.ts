@@ -33,12 +33,6 @@ export async function insertWorkspace(db: Db, row: Pick<WorkspaceRow, 'name' | '
   }
 }
 
-/** Delete a workspace (its bindings go with it); false when there was none. */
-export async function deleteWorkspace(db: Db, name: string): Promise<boolean> {
-  const r = await db.workspace.deleteMany({ where: { name } });
-  return r.count > 0;
-}
-
 /** The chat's workspace binding, or null. */
 export function findWorkspaceBinding(db: Db, chat: ConversationKey): Promise<WorkspaceBindingRow | null> {
   return db.workspaceBinding.findUnique({ where: { platform_account_chatId: { platform: chat.platform, account: chat.account, chatId: chat.chatId } } });
@@ -54,9 +48,4 @@ export async function upsertWorkspaceBinding(db: Db, chat: ConversationKey, work
 export async function deleteWorkspaceBinding(db: Db, chat: ConversationKey): Promise<boolean> {
   const r = await db.workspaceBinding.deleteMany({ where: { platform: chat.platform, account: chat.account, chatId: chat.chatId } });
   return r.count > 0;
-}
-
-/** The chats bound to a workspace. */
-export function workspaceChats(db: Db, workspace: string): Promise<WorkspaceBindingRow[]> {
-  return db.workspaceBinding.findMany({ where: { workspace }, orderBy: { createdAt: 'asc' } });
 }
