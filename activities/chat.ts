@@ -9,6 +9,9 @@ import { createRetriever, groundingText, type Grounding, type RetrievalLimits, t
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { createPromptLayers, layeredSystemPrompt, type PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
+import type { MemoryApproval } from '../domain/knowledge/memory.js';
+import { createSkillMatcher } from '../domain/knowledge/skills.js';
+import { createTurnKnowledge, type SkillUse, type TurnKnowledge } from '../domain/knowledge/turn-knowledge.js';
 import { readFile } from 'node:fs/promises';
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
@@ -24,7 +27,7 @@ import { askAdminsToApprove } from '../domain/governance.js';
 import { buildPrompt } from '../domain/prompt.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall } from '../domain/model.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
-import { writeReceipt, writeReceipts } from '../domain/receipts.js';
+import { writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
 import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadApprovalRow } from '../domain/store/approvals.js';
 import { findSession } from '../domain/store/sessions.js';
 import { recordTurn } from '../common/metrics.js';
@@ -70,9 +73,15 @@ const MODEL_TOOLS: ToolSet = {
   start_repo_change: tool({ description: TOOLS.start_repo_change.description, inputSchema: zodSchema(TOOLS.start_repo_change.input) }),
 };
 
+/** The tools where memories are kept (a knowledge index): the above and remember. */
+const MODEL_TOOLS_WITH_MEMORY: ToolSet = {
+  ...MODEL_TOOLS,
+  remember: tool({ description: TOOLS.remember.description, inputSchema: zodSchema(TOOLS.remember.input) }),
+};
+
 /** The tools of a chat with a workspace: the above and the two that read it. */
 const MODEL_TOOLS_WITH_WORKSPACE: ToolSet = {
-  ...MODEL_TOOLS,
+  ...MODEL_TOOLS_WITH_MEMORY,
   search_workspace: tool({ description: TOOLS.search_workspace.description, inputSchema: zodSchema(TOOLS.search_workspace.input) }),
   read_workspace_file: tool({ description: TOOLS.read_workspace_file.description, inputSchema: zodSchema(TOOLS.read_workspace_file.input) }),
 };
@@ -104,6 +113,12 @@ export interface ActivityDeps {
   retrieval?: RetrievalLimits;
   /** The operator's layer of the system prompt (STEWARD_PROMPT_FILE), read when it changes. */
   promptFile?: string;
+  /** The operator's skills folder (STEWARD_SKILLS_DIR): `<skill>/SKILL.md` runbooks; workspaces add their `skills/`. */
+  skillsDir?: string;
+  /** Whose memory proposals wait for an admin (STEWARD_MEMORY_APPROVAL; default members). */
+  memoryApproval?: MemoryApproval;
+  /** Memories recalled per model step at most (STEWARD_MEMORY_RECALL; default 3, 0 turns recall off). */
+  memoryRecall?: number;
 }
 
 export interface ModelStepInput {
@@ -130,6 +145,8 @@ export type ModelStepResult =
       /** Present when the model called tools: the assistant message (text and calls) as a blob. */
       messageHash?: string;
       toolCalls?: ToolCallRef[];
+      /** Skills injected into this step's prompt (name -> version), for the session's ledger. */
+      skills?: Record<string, string>;
     }
   | { kind: 'not-configured'; message: string; usage: TokenUsage };
 
@@ -144,6 +161,8 @@ export interface ToolCallInput {
 export interface RunToolInput extends ToolCallInput {
   /** Do not run it: tell the model why (denied, expired, invalid input). */
   refused?: string;
+  /** The identity (or user name) whose message led to the call: a memory's proposer. */
+  requestedBy?: string;
 }
 
 export interface RunToolResult {
@@ -229,6 +248,8 @@ interface ChatContext extends ActivityDeps {
   retriever?: Retriever;
   /** The system prompt's layers for a chat: Steward's, the operator's, the workspace's, the chat's. */
   layers: PromptLayers;
+  /** Skills, memory recall and the remember tool (present with a knowledge index). */
+  turnKnowledge?: TurnKnowledge;
   beatMs: number;
   policy: ToolPolicy;
   actions: ReturnType<typeof resolveActionSettings>;
@@ -294,12 +315,29 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     });
   }
   let grounding: Grounding | undefined;
+  let skillUse: SkillUse | undefined;
+  let recalled: string[] = [];
+  const ledger = input.workingSet.skills ?? {};
+  const tk = c.turnKnowledge;
   const prompt = await buildPrompt(c.db, {
     ...(c.retriever
       ? {
           ground: async (query: string) => {
             grounding = await c.retriever!.ground(input.conversation, query);
             return grounding ? groundingText(grounding) : undefined;
+          },
+        }
+      : {}),
+    ...(tk
+      ? {
+          skills: async (query: string, identityId: string | null) => {
+            skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger);
+            return tk.skillsText(skillUse, ledger);
+          },
+          recall: async (query: string) => {
+            const rows = await tk.recall(input.conversation, query);
+            recalled = rows.map((m) => m.id);
+            return tk.recallText(rows);
           },
         }
       : {}),
@@ -310,6 +348,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     ...(input.draftHash ? { draft: await getBlobText(c.db, input.draftHash) } : {}),
     scratch: await loadScratch(c.db, input.scratch),
   });
+  await knowledgeReceipts(c, input, wf, skillUse, recalled);
   if (grounding) {
     // which sections shaped this step (their text stays in the workspace)
     await writeReceipt(c.db, {
@@ -329,7 +368,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   try {
     const out = await runModelStep(
       c.models,
-      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: (await workspaceAccess(c, input.conversation)) ? MODEL_TOOLS_WITH_WORKSPACE : MODEL_TOOLS },
+      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: (await workspaceAccess(c, input.conversation)) ? MODEL_TOOLS_WITH_WORKSPACE : c.turnKnowledge ? MODEL_TOOLS_WITH_MEMORY : MODEL_TOOLS },
       {
         signal: ctx.cancellationSignal,
         onDelta: (soFar) => {
@@ -370,7 +409,8 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
         ...(tools ? { toolCalls: tools.toolCalls.map((t) => t.name) } : {}),
       },
     });
-    return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}) };
+    const injected = skillUse?.injected.length ? { skills: Object.fromEntries(skillUse.injected.map((s) => [s.name, s.version])) } : {};
+    return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}), ...injected };
   } catch (err) {
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
     if (err instanceof ModelNotConfiguredError) return { kind: 'not-configured', message: err.message, usage: ZERO };
@@ -439,6 +479,21 @@ async function deliver(c: ChatContext, input: DeliverInput): Promise<{ sent: boo
   return { sent: outcome.sent, messageSeq: outcome.messageSeq };
 }
 
+/** Which skill versions and memories shaped a step (one receipt per skill version per turn). */
+async function knowledgeReceipts(c: ChatContext, input: ModelStepInput, wf: ReturnType<typeof workflowRef>, use: SkillUse | undefined, recalled: string[]): Promise<void> {
+  const rs = [
+    ...(use?.injected ?? []).map((s) => ({ s, injected: true })),
+    ...(use?.applied ?? []).map((s) => ({ s, injected: false })),
+  ].map(({ s, injected }): ReceiptInput => ({
+    key: `${input.turnId}:skill:${s.name}:${s.version}`,
+    kind: 'skill.used',
+    ...wf,
+    data: { turnId: input.turnId, step: input.step, skill: s.name, version: s.version, source: s.source, injected },
+  }));
+  if (recalled.length > 0) rs.push({ key: `${input.turnId}:memory:${input.step}`, kind: 'memory.recall', ...wf, data: { turnId: input.turnId, step: input.step, memories: recalled } });
+  if (rs.length > 0) await writeReceipts(c.db, rs);
+}
+
 /** Run one tool call (or tell the model why it was not run). */
 async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResult> {
   const info = activityInfo();
@@ -460,6 +515,9 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
         ...(c.startRepoChange ? { startRepoChange: c.startRepoChange } : {}),
         workflow: { ...(wf.workflowId ? { workflowId: wf.workflowId } : {}), ...(wf.runId ? { runId: wf.runId } : {}) },
         ...(await workspaceAccess(c, input.conversation).then((workspace) => (workspace ? { workspace } : {}))),
+        ...(c.turnKnowledge
+          ? { remember: (m) => c.turnKnowledge!.remember({ conversation: input.conversation, sessionId: input.sessionId, turnId: input.turnId, toolCallId: input.toolCallId, ...(input.requestedBy ? { requestedBy: input.requestedBy } : {}) }, m) }
+          : {}),
       },
       call,
       v.tool,
@@ -622,6 +680,19 @@ export function createChatActivities(deps: ActivityDeps) {
     actions: resolveActionSettings(deps.actions),
     layers: createPromptLayers({ db: deps.db, systemPrompt: deps.systemPrompt, ...(deps.promptFile ? { operatorFile: deps.promptFile } : {}), ...(retriever ? { workspaceOf: retriever.workspaceOf } : {}) }),
     ...(retriever ? { retriever } : {}),
+    ...(retriever && deps.knowledge
+      ? {
+          turnKnowledge: createTurnKnowledge({
+            db: deps.db,
+            knowledge: deps.knowledge,
+            retriever,
+            skills: createSkillMatcher({ knowledge: deps.knowledge, ...(deps.skillsDir ? { operatorDir: deps.skillsDir } : {}) }),
+            ...(deps.memoryApproval ? { memoryApproval: deps.memoryApproval } : {}),
+            ...(deps.memoryRecall !== undefined ? { recall: deps.memoryRecall } : {}),
+            ...(deps.senders ? { senders: deps.senders } : {}),
+          }),
+        }
+      : {}),
   };
   return {
     modelStep: (input: ModelStepInput) => modelStep(c, input),

@@ -2,6 +2,9 @@
  * The knowledge activities: one batch of a workspace's indexing (the files that changed since
  * the index last saw them, up to a bound; the rest are left for the next call). The workspace's
  * folder is read from the database each time, so a removed workspace stops being indexed.
+ * With embeddings on, a failing embeddings endpoint fails the activity after the batch's text is
+ * indexed (so full text stays current): Temporal retries it, and the retry embeds only the
+ * documents whose vectors are missing.
  */
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Db } from '../domain/db.js';
@@ -36,6 +39,9 @@ async function indexWorkspaceBatch(deps: KnowledgeActivityDeps, input: IndexBatc
   if (!ws) throw ApplicationFailure.create({ type: 'WorkspaceGone', message: `no workspace ${input.workspace}`, nonRetryable: true });
   const index = await deps.knowledge();
   const r = await indexWorkspaceFiles(index, { name: ws.name, root: ws.root }, { limit: input.limit, ...(input.paths ? { paths: input.paths } : {}) });
+  if (r.embedError !== undefined) {
+    throw ApplicationFailure.retryable(`the embeddings model ${index.embedder?.model ?? ''} failed; ${r.indexed.length} documents indexed as text without vectors, to be embedded on retry: ${r.embedError}`, 'EmbeddingsUnavailable');
+  }
   return { indexed: r.indexed.length, removed: r.removed.length, unchanged: r.unchanged, skipped: r.skipped.length, chunks: r.chunks, remaining: r.remaining };
 }
 

@@ -206,7 +206,8 @@ function multipartParts(body: string, boundary: string): string[] {
   return parts;
 }
 
-function htmlToText(html: string): string {
+/** HTML as plain text: scripts and styles dropped, block ends as line breaks, tags removed, common entities decoded (bounded). */
+export function htmlToText(html: string): string {
   return html
     .slice(0, 256 * 1024)
     .replace(/<(script|style)[^>]*>[\s\S]*?<\/\1\s*>/gi, ' ')
@@ -304,6 +305,46 @@ export function senderAllowed(address: string | null, allow: readonly string[]):
   });
 }
 
+/**
+ * Hand a message to the objectives whose inbound address is among `recipients` (one event each,
+ * source `email`, id `email:<Message-ID>`, so a message delivered twice runs nothing twice).
+ * Used by the SMTP listener (the envelope's recipients) and the workspaces' IMAP inboxes (To
+ * and Cc). `temporary`: objectives that could not take it now (paused, or an error; `failed`:
+ * an error): a retry is safe.
+ */
+export async function deliverEmailToObjectives(
+  deps: { db: Db; objectives: Pick<ObjectiveService, 'receiveInternalEvent'>; log?: Logger; onMessage?: InboundEmailOptions['onMessage'] },
+  parsed: ParsedEmail,
+  raw: Buffer,
+  recipients: readonly string[],
+  extra: Record<string, unknown> = {},
+): Promise<{ delivered: number; temporary: number; failed: number; objectives: string[] }> {
+  const eventId = emailEventId(parsed, raw);
+  let delivered = 0;
+  let temporary = 0;
+  let failed = 0;
+  const objectives: string[] = [];
+  for (const to of [...new Set(recipients.map((r) => r.toLowerCase()))].slice(0, MAX_RECIPIENTS)) {
+    try {
+      const o = await findInboundEmailOwner(deps.db, to);
+      if (!o) continue; // no objective's address (or deleted since RCPT)
+      const payload = { from: parsed.from, to, subject: parsed.subject, date: parsed.date, messageId: parsed.messageId, text: parsed.text, ...(parsed.truncated ? { truncated: true } : {}), ...extra };
+      const result = await deps.objectives.receiveInternalEvent(o.id, { source: 'email', eventId, payload });
+      deps.log?.info({ objectiveId: o.id, eventId, status: result.status, ...('error' in result ? { error: result.error } : { runId: result.runId, duplicate: result.duplicate }) }, 'inbound email');
+      deps.onMessage?.({ objectiveId: o.id, eventId, result });
+      if (result.status === 200 || result.status === 202) {
+        delivered++;
+        objectives.push(o.name);
+      } else if (result.status === 409) temporary++; // paused since RCPT
+    } catch (err) {
+      deps.log?.warn({ err, to }, 'an inbound email could not be delivered');
+      temporary++;
+      failed++;
+    }
+  }
+  return { delivered, temporary, failed, objectives };
+}
+
 // --- the listener
 
 export async function startInboundEmail(opts: InboundEmailOptions): Promise<InboundEmailServer> {
@@ -319,25 +360,8 @@ export async function startInboundEmail(opts: InboundEmailOptions): Promise<Inbo
   async function deliver(raw: Buffer, session: SMTPServerSession): Promise<string> {
     const parsed = parseEmail(raw);
     if (allow.length && !senderAllowed(parsed.fromAddress, allow)) throw smtpError(550, 'the From address is not allowed to send here');
-    const eventId = emailEventId(parsed, raw);
-    const recipients = [...new Set(session.envelope.rcptTo.map((r) => r.address.toLowerCase()))];
-    let delivered = 0;
-    let temporary = 0;
-    for (const to of recipients) {
-      try {
-        const o = await ownerOf(to);
-        if (!o) continue; // deleted since RCPT
-        const payload = { from: parsed.from, to, subject: parsed.subject, date: parsed.date, messageId: parsed.messageId, text: parsed.text, ...(parsed.truncated ? { truncated: true } : {}) };
-        const result = await opts.objectives.receiveInternalEvent(o.id, { source: 'email', eventId, payload });
-        log?.info({ objectiveId: o.id, eventId, status: result.status, ...('error' in result ? { error: result.error } : { runId: result.runId, duplicate: result.duplicate }) }, 'inbound email');
-        opts.onMessage?.({ objectiveId: o.id, eventId, result });
-        if (result.status === 200 || result.status === 202) delivered++;
-        else if (result.status === 409) temporary++; // paused since RCPT
-      } catch (err) {
-        log?.warn({ err, to }, 'an inbound email could not be delivered');
-        temporary++;
-      }
-    }
+    const recipients = session.envelope.rcptTo.map((r) => r.address);
+    const { delivered, temporary } = await deliverEmailToObjectives({ db: opts.db, objectives: opts.objectives, ...(log ? { log } : {}), ...(opts.onMessage ? { onMessage: opts.onMessage } : {}) }, parsed, raw, recipients);
     // a retry is safe: the event id makes what was delivered a duplicate
     if (temporary) throw smtpError(451, 'try again later');
     if (!delivered) throw smtpError(550, 'no objective takes mail at these addresses');

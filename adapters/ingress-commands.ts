@@ -30,9 +30,12 @@ import type { SessionInput, SessionLimits, SettingsChange } from '../workflows/t
 import { ChangeInputError, type ChangeService } from '../services/changes.js';
 import type { SessionStatusView } from './ingress.js';
 import { ObjectiveInputError, type ObjectiveService } from '../services/objectives.js';
-import { OPEN_MAX_BYTES, WorkspaceInputError, type WorkspaceService } from '../services/workspaces.js';
+import { OPEN_MAX_BYTES, type WorkspaceService } from '../services/workspaces.js';
 import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { deleteChatPrompt, upsertChatPrompt } from '../domain/store/prompts.js';
+import { memoryLine } from '../domain/knowledge/memory.js';
+import type { KnowledgeService } from '../services/knowledge.js';
+import { ServiceInputError } from '../services/requests.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
@@ -80,6 +83,8 @@ export interface CommandEnv {
   workspaces?: WorkspaceService;
   /** The system prompt's layers (/prompt show); its chat layer is set here. */
   promptLayers?: PromptLayers;
+  /** Skills and memories (/skills, /memory). */
+  knowledge?: KnowledgeService;
   runLink?: (workflowId: string) => string | undefined;
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
@@ -322,18 +327,23 @@ function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'
   };
 }
 
-/** The chat's workspace: choose, create and reindex it (admins); search it and open its files. */
-function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | 'open' | 'prompt'> {
-  const off = 'Workspaces are not enabled on this Steward.';
-  const guarded = async (f: (w: WorkspaceService) => Promise<string>): Promise<string> => {
-    if (!env.workspaces) return off;
+/** Run a command on a service that may be off; its input errors become the answer ("Not done: ..."), and change nothing. */
+function guard<S>(service: S | undefined, off: string): (f: (s: S) => Promise<string>) => Promise<string> {
+  return async (f) => {
+    if (!service) return off;
     try {
-      return await f(env.workspaces);
+      return await f(service);
     } catch (err) {
-      if (err instanceof WorkspaceInputError) return `Not done: ${err.message}.`;
+      if (err instanceof ServiceInputError) return `Not done: ${err.message}.`;
       throw err;
     }
   };
+}
+
+/** The chat's workspace: choose, create and reindex it (admins); search it and open its files. */
+function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | 'open' | 'prompt'> {
+  const off = 'Workspaces are not enabled on this Steward.';
+  const guarded = guard(env.workspaces, off);
   return {
     workspace: (cmd, call) =>
       guarded(async (w) => {
@@ -406,6 +416,45 @@ function workspaceCommands(env: CommandEnv): Handlers<'workspace' | 'search' | '
   };
 }
 
+/** /skills and /memory: the runbooks a chat may use, and what the agent remembers. */
+function memoryCommands(env: CommandEnv): Handlers<'skills' | 'memory'> {
+  const guarded = guard(env.knowledge, 'Skills and memory are not enabled on this Steward.');
+  return {
+    skills: (_cmd, call) =>
+      guarded(async (k) => {
+        const c = await k.skills(call.conversation);
+        const mine = c.skills.filter((s) => s.roles.length === 0 || s.roles.includes(call.actor.role));
+        const lines = mine.map((s) => `${s.name} (version ${s.version}, ${s.source === 'workspace' ? `workspace ${c.workspace}` : 'operator'}): ${s.description}${s.when ? ` When: ${s.when}` : ''}${s.roles.length ? ` [${s.roles.join(', ')}]` : ''}`);
+        const problems = c.problems.map((p) => `Not a skill: ${p.file}: ${p.error}`);
+        if (lines.length === 0 && problems.length === 0) return 'No skills. The operator adds them as <name>/SKILL.md in the skills folder; a workspace in its skills/ folder.';
+        return [...(lines.length ? [`Skills (${lines.length}):`, ...lines] : ['No skills you may use.']), ...problems].join('\n');
+      }),
+    memory: (cmd, call) =>
+      guarded(async (k) => {
+        const chat = call.conversation;
+        switch (cmd.action) {
+          case 'list': {
+            const all = await k.memories(chat);
+            return all.length ? [`Memories (${all.length}):`, ...all.map(memoryLine)].join('\n') : 'Nothing remembered for this chat yet.';
+          }
+          case 'show': {
+            const m = await k.show(cmd.id, chat);
+            return `${memoryLine(m)}\nProposed for ${m.proposedBy} on ${m.createdAt.toISOString()} (turn ${m.turnId})${m.decidedBy ? `; ${m.status} by ${m.decidedBy} on ${m.decidedAt?.toISOString()}` : ''}.`;
+          }
+          case 'approve':
+          case 'reject': {
+            const m = await k.decide(cmd.id, cmd.action, call.actor, chat);
+            return m.status === 'active' ? `Memory ${m.id} approved: it is recalled from now on.` : `Memory ${m.id} rejected.`;
+          }
+          case 'forget': {
+            const m = await k.forget(cmd.id, call.actor, chat);
+            return `Memory ${m.id} forgotten: it is no longer recalled.`;
+          }
+        }
+      }),
+  };
+}
+
 /** What the parser could not take: a known command with bad arguments, or an unknown one. */
 function parseFailures(): Handlers<'invalid' | 'unknown'> {
   return {
@@ -426,6 +475,7 @@ export function commandHandlers(env: CommandEnv): { run(cmd: ParsedCommand, call
     ...changeCommands(env),
     ...objectiveCommands(env),
     ...workspaceCommands(env),
+    ...memoryCommands(env),
     ...parseFailures(),
   };
   return {

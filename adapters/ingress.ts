@@ -69,6 +69,7 @@ import { commandHandlers, sessionStartOptions, type SessionStart } from './ingre
 import type { ObjectiveService } from '../services/objectives.js';
 import type { WorkspaceService } from '../services/workspaces.js';
 import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
+import type { KnowledgeService } from '../services/knowledge.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -219,6 +220,8 @@ export interface IngressDeps {
   workspaces?: WorkspaceService;
   /** The system prompt's layers (/prompt). */
   promptLayers?: PromptLayers;
+  /** Skills and memories (/skills, /memory). */
+  knowledge?: KnowledgeService;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
 }
@@ -321,6 +324,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     ...(deps.objectives ? { objectives: deps.objectives } : {}),
     ...(deps.workspaces ? { workspaces: deps.workspaces } : {}),
     ...(deps.promptLayers ? { promptLayers: deps.promptLayers } : {}),
+    ...(deps.knowledge ? { knowledge: deps.knowledge } : {}),
     ...(deps.runLink ? { runLink: deps.runLink } : {}),
     status,
     formatStatus,

@@ -6,7 +6,12 @@
  * prepared statement into a bare full-text table of the same engine and the same queries run
  * straight against it, in the same process, rounds alternating. Prints JSON. Not a test.
  *
- *   node --import tsx bench/knowledge.ts      (BENCH_DOCS=1000 documents of 10 sections, BENCH_QUERIES=200, BENCH_ROUNDS=3)
+ * The hybrid variant: the same workspace indexed and searched with an embedder (a local,
+ * deterministic hashed-trigram one of BENCH_DIMS dimensions, so the figures are the index's
+ * cost, not an endpoint's: vectors stored, loaded, compared by brute force, rankings fused),
+ * beside full text alone.
+ *
+ *   node --import tsx bench/knowledge.ts      (BENCH_DOCS=1000 documents of 10 sections, BENCH_QUERIES=200, BENCH_ROUNDS=3, BENCH_DIMS=1536)
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,6 +19,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { chunkDocument } from '../domain/knowledge/chunk.js';
+import { normalise, type Embedder } from '../domain/knowledge/embedder.js';
 import { openPostgresKnowledgeIndex, openSqliteKnowledgeIndex, queryTerms, type KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { indexWorkspaceFiles } from '../domain/knowledge/indexer.js';
 
@@ -21,6 +27,7 @@ const int = (name: string, fallback: number) => Math.max(1, Number(process.env[n
 const DOCS = int('BENCH_DOCS', 1000);
 const QUERIES = int('BENCH_QUERIES', 200);
 const ROUNDS = int('BENCH_ROUNDS', 3);
+const DIMS = int('BENCH_DIMS', 1536);
 const pgUrl = process.env.BENCH_PG_URL ?? process.env.STEWARD_TEST_PG_URL;
 
 // a deterministic vocabulary, so every round indexes and searches the same text
@@ -44,6 +51,23 @@ function writeCorpus(root: string, docs: Array<{ path: string; text: string }>):
     mkdirSync(path.dirname(path.join(root, doc.path)), { recursive: true });
     writeFileSync(path.join(root, doc.path), doc.text);
   }
+}
+
+/** A local embedder: character trigrams of the words hashed into DIMS dimensions (no endpoint, no weights). */
+function localEmbedder(): Embedder {
+  const vec = (text: string) => {
+    const v = new Float32Array(DIMS);
+    for (const w of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
+      const p = `#${w}#`;
+      for (let i = 0; i + 3 <= p.length; i++) {
+        let h = 0x811c9dc5;
+        for (let j = i; j < i + 3; j++) h = Math.imul(h ^ p.charCodeAt(j), 0x01000193) >>> 0;
+        v[h % DIMS]! += 1;
+      }
+    }
+    return normalise(v);
+  };
+  return { model: `bench:trigram-${DIMS}`, embed: async (texts) => texts.map(vec), embedQuery: async (text) => vec(text) };
 }
 
 const queries = (() => {
@@ -151,6 +175,18 @@ async function pgDatabase(admin: string): Promise<{ url: string; drop: () => Pro
   };
 }
 
+/** The hybrid variant beside full text alone (the same engine, the same workspace and queries). */
+function hybridSummary(hybrid: Round[], text: Round[]) {
+  const h = { index_s: median(hybrid.map((r) => r.index_s)), search_p50_ms: median(hybrid.map((r) => pct(r.search_ms, 50))), search_p99_ms: median(hybrid.map((r) => pct(r.search_ms, 99))) };
+  const t = { index_s: median(text.map((r) => r.index_s)), search_p50_ms: median(text.map((r) => pct(r.search_ms, 50))), search_p99_ms: median(text.map((r) => pct(r.search_ms, 99))) };
+  return {
+    chunks: hybrid[0]!.chunks,
+    dims: DIMS,
+    hybrid: { ...h, chunks_per_s: +(hybrid[0]!.chunks / h.index_s).toFixed(1) },
+    ratios_to_full_text: { index_time: +(h.index_s / t.index_s).toFixed(2), search_p50: +(h.search_p50_ms / t.search_p50_ms).toFixed(2), search_p99: +(h.search_p99_ms / t.search_p99_ms).toFixed(2) },
+  };
+}
+
 function summary(steward: Round[], floor: Round[]) {
   const s = { index_s: median(steward.map((r) => r.index_s)), search_p50_ms: median(steward.map((r) => pct(r.search_ms, 50))), search_p99_ms: median(steward.map((r) => pct(r.search_ms, 99))) };
   const f = { index_s: median(floor.map((r) => r.index_s)), search_p50_ms: median(floor.map((r) => pct(r.search_ms, 50))), search_p99_ms: median(floor.map((r) => pct(r.search_ms, 99))) };
@@ -171,10 +207,11 @@ try {
   const docs = corpus();
   writeCorpus(root, docs);
   const chunks = corpusChunks(docs);
-  const result: Record<string, unknown> = { bench: 'knowledge', settings: { documents: DOCS, queries: QUERIES, rounds: ROUNDS, query_words: 3, results: 5 } };
+  const result: Record<string, unknown> = { bench: 'knowledge', settings: { documents: DOCS, queries: QUERIES, rounds: ROUNDS, query_words: 3, results: 5, hybrid_dims: DIMS } };
 
   const sq: Round[] = [];
   const sqFloor: Round[] = [];
+  const sqHybrid: Round[] = [];
   for (let r = 0; r < ROUNDS; r++) {
     // alternate which goes first
     const steward = () => stewardRound(async () => openSqliteKnowledgeIndex(path.join(dir, `k${r}.db`)), root, 'bench');
@@ -186,14 +223,17 @@ try {
       sqFloor.push(await floor());
       sq.push(await steward());
     }
+    sqHybrid.push(await stewardRound(async () => openSqliteKnowledgeIndex(path.join(dir, `h${r}.db`), { embedder: localEmbedder() }), root, 'bench'));
   }
   result.sqlite = summary(sq, sqFloor);
+  result.sqlite_hybrid = hybridSummary(sqHybrid, sq);
 
   if (pgUrl) {
     const db = await pgDatabase(pgUrl);
     try {
       const pq: Round[] = [];
       const pqFloor: Round[] = [];
+      const pqHybrid: Round[] = [];
       for (let r = 0; r < ROUNDS; r++) {
         const steward = () => stewardRound(() => openPostgresKnowledgeIndex(db.url), root, 'bench');
         const floor = () => pgFloor(db.url, chunks);
@@ -204,8 +244,10 @@ try {
           pqFloor.push(await floor());
           pq.push(await steward());
         }
+        pqHybrid.push(await stewardRound(() => openPostgresKnowledgeIndex(db.url, { embedder: localEmbedder() }), root, 'bench'));
       }
       result.postgresql = summary(pq, pqFloor);
+      result.postgresql_hybrid = hybridSummary(pqHybrid, pq);
     } finally {
       await db.drop();
     }

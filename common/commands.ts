@@ -46,6 +46,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'objective', args: [arg('action', 'add, show, pause, resume, trigger, skip-missed or delete', true, { choices: ['add', 'show', 'pause', 'resume', 'trigger', 'skip-missed', 'delete'] }), arg('name', 'The objective'), arg('details', 'For add: <interval like 30m, or "cron"> [tz=Zone] <prompt>', false, { rest: true })], description: 'Manage a scheduled objective that reports into this chat.', minRole: 'operator', where: 'any' },
   { name: 'search', args: [arg('query', 'Words to look for', true, { rest: true })], description: "Search this chat's workspace (no model call): the best excerpts with their paths.", minRole: 'member', where: 'any' },
   { name: 'open', args: [arg('path', 'A file of the workspace, such as notes/howto.md')], description: "Show a file of this chat's workspace.", minRole: 'member', where: 'any' },
+  { name: 'skills', args: [], description: 'List the skills (SKILL.md runbooks) this chat may use, with their versions.', minRole: 'member', where: 'any' },
+  { name: 'memory', args: [arg('action', 'list, show, forget, approve or reject', false, { choices: ['list', 'show', 'forget', 'approve', 'reject'] }), arg('id', 'The memory, such as m-1a2b3c4d', false)], description: 'What the agent remembers here: list, show or forget; admins approve or reject proposals.', minRole: 'member', where: 'any' },
   { name: 'workspace', args: [arg('action', 'show, list, create, use, off or reindex', false, { choices: ['show', 'list', 'create', 'use', 'off', 'reindex'] }), arg('name', 'The workspace', false), arg('folder', 'Not from chat: the operator names folders (steward workspaces create --folder)', false)], description: "Show, create or choose this chat's workspace of Markdown and text knowledge.", minRole: 'admin', where: 'any' },
   { name: 'prompt', args: [arg('action', 'show, set or clear', false, { choices: ['show', 'set', 'clear'] }), arg('text', 'For set: the instructions for this chat', false, { rest: true })], description: "Show the system prompt's layers, or set or clear this chat's own.", minRole: 'admin', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
@@ -86,6 +88,9 @@ export type ParsedCommand =
   | { kind: 'prompt'; action: 'set'; text: string }
   | { kind: 'search'; query: string }
   | { kind: 'open'; path: string }
+  | { kind: 'skills' }
+  | { kind: 'memory'; action: 'list' }
+  | { kind: 'memory'; action: 'show' | 'forget' | 'approve' | 'reject'; id: string }
   | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
   | { kind: 'unbind' }
   | { kind: 'admin-channel'; on: boolean }
@@ -141,10 +146,21 @@ function usage(name: string): string {
   return `usage: /${name}${spec.args.map((a) => (a.required ? ` <${a.name}>` : ` [${a.name}]`)).join('')}`;
 }
 
-/** The knowledge commands: /workspace, /prompt, /search, /open. */
-function parseKnowledgeCommand(name: 'workspace' | 'prompt' | 'search' | 'open', rest: string, words: string[]): ParsedCommand {
+/** The knowledge commands: /workspace, /prompt, /search, /open, /skills, /memory. */
+function parseKnowledgeCommand(name: 'workspace' | 'prompt' | 'search' | 'open' | 'skills' | 'memory', rest: string, words: string[]): ParsedCommand {
   const invalid = (error: string): ParsedCommand => ({ kind: 'invalid', name, error });
   switch (name) {
+    case 'skills':
+      return words.length ? invalid(usage(name)) : { kind: 'skills' };
+    case 'memory': {
+      const [action = 'list', id, ...more] = words;
+      const a = action.toLowerCase();
+      if (a === 'list') return id !== undefined ? invalid(usage(name)) : { kind: 'memory', action: 'list' };
+      if (a !== 'show' && a !== 'forget' && a !== 'approve' && a !== 'reject') return invalid(usage(name));
+      if (!id || more.length) return invalid(`${usage(name)} (/memory ${a} <id>)`);
+      if (!/^m-[a-z0-9]{8}$/.test(id)) return invalid('a memory id looks like m-1a2b3c4d');
+      return { kind: 'memory', action: a, id };
+    }
     case 'workspace': {
       const [action = 'show', ws, ...more] = words;
       const a = action.toLowerCase();
@@ -303,6 +319,8 @@ function parseCommand(name: string, rest: string): ParsedCommand {
     case 'prompt':
     case 'search':
     case 'open':
+    case 'skills':
+    case 'memory':
       return parseKnowledgeCommand(name, rest, words);
     case 'admin-channel': {
       const w = (words[0] ?? 'on').toLowerCase();

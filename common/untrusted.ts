@@ -8,7 +8,7 @@
  */
 
 /** The wrapper tags Steward's prompts put untrusted content in. */
-export const WRAPPER_TAGS = ['chat_message', 'attachment', 'event', 'context'] as const;
+export const WRAPPER_TAGS = ['chat_message', 'attachment', 'event', 'context', 'memory'] as const;
 export type WrapperTag = (typeof WRAPPER_TAGS)[number];
 
 const ATTR_CHARS = /[&"'<>\u0000-\u001f\u007f\u2028\u2029]/g;

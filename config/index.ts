@@ -179,6 +179,17 @@ export const ConfigEnvSchema = z.object({
     .default(4),
   STEWARD_RETRIEVAL_EXCERPT_BYTES: positiveInt(1200, 'a positive whole number of bytes per workspace excerpt'),
   STEWARD_RETRIEVAL_TOTAL_BYTES: positiveInt(4000, 'a positive whole number of bytes of workspace excerpts per model step'),
+  STEWARD_EMBEDDING_MODEL: optionalString.refine((v) => v === undefined || (ModelRefSchema.safeParse(v).success && !v.startsWith('anthropic:')), {
+    message: 'expected provider:model of an embeddings model with provider openai or openai-compatible (e.g. openai:text-embedding-3-small; Anthropic has none)',
+  }),
+  STEWARD_SKILLS_DIR: optionalString,
+  STEWARD_MEMORY_APPROVAL: z.enum(['members', 'all', 'none'], { error: 'expected members (members wait for an admin), all (everyone does) or none' }).default('members'),
+  STEWARD_MEMORY_RECALL: z.coerce
+    .number({ error: 'expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)' })
+    .int('expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)')
+    .min(0, 'expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)')
+    .max(20, 'expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)')
+    .default(3),
   STEWARD_TEMPORAL_PORT: port(7233),
   STEWARD_TEMPORAL_UI_PORT: port(8233),
   STEWARD_TEMPORAL_UI: bool(true),
@@ -434,7 +445,20 @@ export interface StewardConfig {
   };
   session: { maxTurnsPerRun: number };
   /** Grounding: the workspace sections before each model step (STEWARD_RETRIEVAL_*). */
-  retrieval: { results: number; excerptBytes: number; totalBytes: number };
+  retrieval: {
+    results: number;
+    excerptBytes: number;
+    totalBytes: number;
+    /** STEWARD_EMBEDDING_MODEL: hybrid search (full text and vectors) when set; full text alone when not. */
+    embeddingModel?: string;
+  };
+  /** Skills and memory (STEWARD_SKILLS_DIR, STEWARD_MEMORY_*). */
+  knowledge: {
+    /** The operator's skills folder (default `<dataDir>/skills`; need not exist). */
+    skillsDir: string;
+    memoryApproval: 'members' | 'all' | 'none';
+    memoryRecall: number;
+  };
   temporal: {
     /** Set when Steward should use an existing cluster and start no server. */
     address?: string;
@@ -611,6 +635,12 @@ function checkCombinations(e: ConfigEnv): void {
   }
   if (e.STEWARD_MODEL?.startsWith('openai-compatible:') && !e.STEWARD_MODEL_BASE_URL) {
     problems.push('STEWARD_MODEL_BASE_URL: expected the OpenAI-compatible endpoint URL for an openai-compatible model');
+  }
+  if (e.STEWARD_EMBEDDING_MODEL?.startsWith('openai-compatible:') && !e.STEWARD_MODEL_BASE_URL) {
+    problems.push('STEWARD_MODEL_BASE_URL: expected the OpenAI-compatible endpoint URL for an openai-compatible embeddings model (STEWARD_EMBEDDING_MODEL)');
+  }
+  if (e.STEWARD_EMBEDDING_MODEL?.startsWith('openai:') && !e.OPENAI_API_KEY) {
+    problems.push('OPENAI_API_KEY: expected an OpenAI API key for an openai embeddings model (STEWARD_EMBEDDING_MODEL)');
   }
   if ((e.TEMPORAL_TLS_CERT && !e.TEMPORAL_TLS_KEY) || (!e.TEMPORAL_TLS_CERT && e.TEMPORAL_TLS_KEY)) {
     problems.push('TEMPORAL_TLS_CERT/TEMPORAL_TLS_KEY: expected both paths for mutual TLS, or neither');
@@ -801,7 +831,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     http: httpSection(e),
     model,
     session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS },
-    retrieval: { results: e.STEWARD_RETRIEVAL_RESULTS, excerptBytes: e.STEWARD_RETRIEVAL_EXCERPT_BYTES, totalBytes: e.STEWARD_RETRIEVAL_TOTAL_BYTES },
+    retrieval: {
+      results: e.STEWARD_RETRIEVAL_RESULTS,
+      excerptBytes: e.STEWARD_RETRIEVAL_EXCERPT_BYTES,
+      totalBytes: e.STEWARD_RETRIEVAL_TOTAL_BYTES,
+      ...(e.STEWARD_EMBEDDING_MODEL ? { embeddingModel: e.STEWARD_EMBEDDING_MODEL } : {}),
+    },
+    knowledge: {
+      skillsDir: e.STEWARD_SKILLS_DIR ? path.resolve(cwd, e.STEWARD_SKILLS_DIR) : path.join(dataDir, 'skills'),
+      memoryApproval: e.STEWARD_MEMORY_APPROVAL,
+      memoryRecall: e.STEWARD_MEMORY_RECALL,
+    },
     temporal: temporalSection(e),
     workers: workersSection(e, cwd),
     webhooks: { toleranceMs: e.STEWARD_WEBHOOK_TOLERANCE },

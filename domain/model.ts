@@ -31,6 +31,7 @@ import {
   TypeValidationError,
   UnsupportedFunctionalityError,
   streamText,
+  type EmbeddingModel,
   type LanguageModel,
   type ModelMessage,
   type ToolSet,
@@ -109,6 +110,8 @@ export interface ModelRegistry {
   isConfigured(ref: string): boolean;
   /** The AI SDK model for `ref`; throws ModelNotConfiguredError or InvalidModelRefError. */
   languageModel(ref: string): LanguageModel;
+  /** The AI SDK embedding model for `ref` (openai or openai-compatible; Anthropic has none); throws as `languageModel` does. */
+  embeddingModel(ref: string): EmbeddingModel;
 }
 
 export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
@@ -164,6 +167,14 @@ export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
     }
   }
 
+  function buildEmbedding(ref: string): EmbeddingModel {
+    const { provider, model } = parseRef(ref);
+    if (provider === 'openai' && openai) return openai.embeddingModel(model);
+    if (provider === 'openai-compatible' && compatible) return compatible.embeddingModel(model);
+    if (provider === 'anthropic') throw new InvalidModelRefError(`${ref}: Anthropic offers no embeddings model; use openai:<model> or openai-compatible:<model>.`);
+    throw new ModelNotConfiguredError(`No model provider is configured for the embeddings model ${ref}: ${SETUP[provider]} and restart Steward.`, provider, PROVIDER_ENV[provider]);
+  }
+
   // one model object per reference: building one compiles the provider's response schemas
   const models = new Map<string, LanguageModel>();
 
@@ -184,6 +195,7 @@ export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
       models.set(ref, made);
       return made;
     },
+    embeddingModel: buildEmbedding,
   };
 }
 

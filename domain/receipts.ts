@@ -41,7 +41,14 @@ export type ReceiptKind =
   | 'objective.run'
   | 'auth.backoff'
   | 'knowledge.context'
-  | 'prompt.change';
+  | 'prompt.change'
+  | 'skill.used'
+  | 'memory.propose'
+  | 'memory.decision'
+  | 'memory.forget'
+  | 'memory.recall'
+  | 'inbox.change'
+  | 'inbox.message';
 
 export interface ReceiptInput {
   key?: string;
@@ -156,6 +163,13 @@ export async function receiptIdsByKeys(db: Db, keys: string[]): Promise<Map<stri
   if (keys.length === 0) return new Map();
   const rows = await db.receipt.findMany({ where: { key: { in: keys } }, select: { key: true, id: true } });
   return new Map(rows.flatMap((r) => (r.key ? [[r.key, r.id] as const] : [])));
+}
+
+/** The receipts written under these keys, oldest first. */
+export async function receiptsByKeys(db: Db, keys: string[]): Promise<Array<ReceiptRecord & { key: string }>> {
+  if (keys.length === 0) return [];
+  const rows = await db.receipt.findMany({ where: { key: { in: keys } }, orderBy: { id: 'asc' } });
+  return rows.map((r) => ({ id: r.id, key: r.key ?? '', kind: r.kind, workflowId: r.workflowId, runId: r.runId, sessionId: r.sessionId, actor: r.actor, data: JSON.parse(r.data) as unknown, at: r.createdAt.toISOString() }));
 }
 
 /** The id of the receipt written under `key`. */

@@ -5,6 +5,7 @@
  * tool message, stored as a blob.
  */
 import type { ToolModelMessage } from 'ai';
+import type { z } from 'zod';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import type { Platform } from '../common/schemas.js';
 import {
@@ -12,6 +13,7 @@ import {
   isToolName,
   PostToChatInput,
   ReadWorkspaceFileInput,
+  RememberInput,
   RunCommandInput,
   SearchWorkspaceInput,
   SaveNoteInput,
@@ -97,6 +99,8 @@ export interface ToolRunContext {
   resolve?: HostResolver;
   /** The chat's workspace (search_workspace, read_workspace_file); absent: the chat has none. */
   workspace?: WorkspaceAccess;
+  /** The remember tool's proposals; absent: this Steward keeps no memories (no knowledge index). */
+  remember?: (input: z.infer<typeof RememberInput>) => Promise<ToolOutcome>;
 }
 
 /** What the workspace tools may do: search the chat's workspace and read its files. */
@@ -147,6 +151,11 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
         if (err instanceof WorkspacePathError) return { text: `Not read: ${err.message}.`, ok: false, detail: { workspace: ctx.workspace.name, error: err.message } };
         throw err;
       }
+    }
+    case 'remember': {
+      const m = RememberInput.parse(call.input);
+      if (!ctx.remember) return { text: 'Memory is not available on this Steward.', ok: false, detail: { error: 'no memory' } };
+      return ctx.remember(m);
     }
     case 'post_to_chat': {
       const p = PostToChatInput.parse(call.input);

@@ -14,11 +14,13 @@ export interface TranscriptRow {
   /** JSON array of attachment references, when the message carried files. */
   attachments: string | null;
   at: string;
+  /** The sender's identity (governed chat platforms), when known. */
+  identityId?: string | null;
 }
 
-function toRow(r: { seq: number; key: string; role: string; text: string; user: string | null; turnId: string | null; attachments: string | null; createdAt: Date }): TranscriptRow {
+function toRow(r: { seq: number; key: string; role: string; text: string; user: string | null; turnId: string | null; attachments: string | null; createdAt: Date; identityId?: string | null }): TranscriptRow {
   const role: TranscriptRole = r.role === 'assistant' || r.role === 'system' ? r.role : 'user';
-  return { seq: r.seq, key: r.key, role, text: r.text, user: r.user, turnId: r.turnId, attachments: r.attachments, at: r.createdAt.toISOString() };
+  return { seq: r.seq, key: r.key, role, text: r.text, user: r.user, turnId: r.turnId, attachments: r.attachments, at: r.createdAt.toISOString(), ...(r.identityId ? { identityId: r.identityId } : {}) };
 }
 
 export async function readTranscript(db: Db, sessionId: string, opts: { afterSeq?: number; limit?: number } = {}): Promise<TranscriptRow[]> {

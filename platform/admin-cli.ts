@@ -5,7 +5,7 @@
  * tells people in chat and signals the waiting workflow. Arguments are validated with the same
  * zod schemas as the API; a bad argument changes nothing and exits 2.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
@@ -603,7 +603,6 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
       const standing = `status ${res.headers.get('x-steward-change-status') ?? '?'}, gate verdict ${res.headers.get('x-steward-gate-verdict') ?? '?'}`;
       const refusedNote = `REFUSED: change ${id} was not promoted (${standing}); review why before applying it (steward changes show ${id}).`;
       if (values.out) {
-        const { writeFile } = await import('node:fs/promises');
         await writeFile(values.out, patch);
         io.out(promoted ? `Wrote ${values.out} (${patch.length} bytes; apply with git apply).\n` : `Wrote ${values.out} (${patch.length} bytes), ${refusedNote}\n`);
       } else {
@@ -626,6 +625,44 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
   }
 }
 
+/** `steward workspaces inbox NAME set|show|clear`: the workspace's IMAP inbox (the API checks every field). */
+async function workspaceInbox(
+  target: Awaited<ReturnType<typeof apiTarget>>,
+  ws: string,
+  action: string | undefined,
+  values: { host?: string; port?: string; tls?: string; user?: string; folder?: string; 'password-ref'?: string },
+  io: CliIo,
+): Promise<number> {
+  const at = `/api/v1/workspaces/${encodeURIComponent(ws)}/inbox`;
+  const shown = (j: Record<string, unknown>) => {
+    const m = (j.messages ?? {}) as { stored?: number; failed?: number };
+    return [
+      `Inbox of workspace ${String(j.workspace)}: ${String(j.user)} at ${String(j.host)}:${String(j.port)} (tls ${String(j.tls)}), folder ${String(j.folder)}, password from ${String(j.passwordRef)}`,
+      `Messages: ${m.stored ?? 0} stored, ${m.failed ?? 0} failed; last UID ${String(j.lastUid)}${j.uidValidity ? ` (UIDVALIDITY ${String(j.uidValidity)})` : ''}`,
+      j.lastError ? `Failing since ${String(j.lastErrorAt)}: ${String(j.lastError)}` : `Last good poll: ${j.lastSuccessAt ? String(j.lastSuccessAt) : 'none yet'}`,
+    ].join('\n');
+  };
+  const done = (r: { status: number; json: Record<string, unknown> }, ok: (j: Record<string, unknown>) => string): number => {
+    if (r.status >= 400) return apiFailure(io, r);
+    io.out(`${ok(r.json)}\n`);
+    return 0;
+  };
+  switch (action) {
+    case 'set': {
+      if (!values.host || !values.user || !values['password-ref']) throw new UsageError(`usage: ${usageOf('workspaces')}`);
+      const port = values.port === undefined ? undefined : Number(values.port);
+      const body = { host: values.host, user: values.user, passwordRef: values['password-ref'], ...(port !== undefined ? { port } : {}), ...(values.tls ? { tls: values.tls } : {}), ...(values.folder ? { folder: values.folder } : {}) };
+      return done(await callApi(target, 'PUT', at, body), (j) => `Set. ${shown(j)}`);
+    }
+    case 'show':
+      return done(await callApi(target, 'GET', at), shown);
+    case 'clear':
+      return done(await callApi(target, 'DELETE', at), () => `Workspace ${ws} has no inbox now (the documents it wrote stay).`);
+    default:
+      throw new UsageError(`usage: ${usageOf('workspaces')}`);
+  }
+}
+
 /** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
 async function workspaces(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseArgs({
@@ -640,6 +677,11 @@ async function workspaces(sub: string | undefined, args: string[], io: CliIo): P
       platform: { type: 'string' },
       account: { type: 'string' },
       limit: { type: 'string' },
+      host: { type: 'string' },
+      port: { type: 'string' },
+      tls: { type: 'string' },
+      user: { type: 'string' },
+      'password-ref': { type: 'string' },
     },
   });
   const target = await apiTarget(io.config(), io, values);
@@ -682,6 +724,8 @@ async function workspaces(sub: string | undefined, args: string[], io: CliIo): P
         return `${hits.map((h, i) => `${i + 1}. ${h.path}${h.heading ? ` > ${h.heading}` : ''} (lines ${h.startLine}-${h.endLine})\n   ${h.text.replace(/\s+/g, ' ').slice(0, 200)}`).join('\n')}\n`;
       });
     }
+    case 'inbox':
+      return workspaceInbox(target, name(), positionals[1], values, io);
     case 'open': {
       const p = positionals[1];
       if (!p) throw new UsageError(`usage: ${usageOf('workspaces')}`);
@@ -689,6 +733,70 @@ async function workspaces(sub: string | undefined, args: string[], io: CliIo): P
     }
     default:
       throw new UsageError(`usage: ${usageOf('workspaces')}`);
+  }
+}
+
+async function skills(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' }, workspace: { type: 'string' } } });
+  if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('skills')}`);
+  const target = await apiTarget(io.config(), io, values);
+  const r = await callApi(target, 'GET', `/api/v1/skills${values.workspace ? `?${new URLSearchParams({ workspace: values.workspace })}` : ''}`);
+  if (r.status >= 400) return apiFailure(io, r);
+  const rows = (r.json.skills ?? []) as Array<{ name: string; version: string; source: string; roles: string[]; description: string }>;
+  const problems = (r.json.problems ?? []) as Array<{ file: string; error: string }>;
+  io.out(rows.length ? table([['NAME', 'VERSION', 'SOURCE', 'ROLES', 'DESCRIPTION'], ...rows.map((s) => [s.name, s.version, s.source, s.roles.join(',') || 'all', s.description.slice(0, 80)])]) : 'No skills.\n');
+  for (const p of problems) io.out(`not a skill: ${p.file}: ${p.error}\n`);
+  return 0;
+}
+
+async function memories(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { url: { type: 'string' }, token: { type: 'string' }, workspace: { type: 'string' }, chat: { type: 'string' }, platform: { type: 'string' }, account: { type: 'string' }, out: { type: 'string' } },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  const id = () => check(z.string().regex(/^m-[a-z0-9]{8}$/, 'a memory id looks like m-1a2b3c4d'), positionals[0], 'ID');
+  switch (sub) {
+    case 'export': {
+      if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('memories')}`);
+      const q = new URLSearchParams({
+        ...(values.workspace ? { workspace: values.workspace } : {}),
+        ...(values.chat ? { chatId: values.chat } : {}),
+        ...(values.platform ? { platform: values.platform } : {}),
+        ...(values.account ? { account: values.account } : {}),
+      });
+      let res: Response;
+      try {
+        res = await fetch(`${target.url}/api/v1/memories/export?${q}`, { headers: { authorization: `Bearer ${target.token}` } });
+      } catch {
+        throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
+      }
+      if (res.status === 401) throw new UsageError('the API token was refused (check STEWARD_API_TOKEN or --token)');
+      const text = await res.text();
+      if (res.status !== 200) return apiFailure(io, { status: res.status, json: (() => { try { return JSON.parse(text) as Record<string, unknown>; } catch { return {}; } })() });
+      const lines = text ? text.trimEnd().split('\n').length : 0;
+      if (values.out) {
+        await writeFile(values.out, text, { mode: 0o600 });
+        io.out(`Wrote ${lines} memor${lines === 1 ? 'y' : 'ies'} to ${values.out}.\n`);
+      } else io.out(text);
+      return 0;
+    }
+    case 'approve':
+    case 'reject': {
+      const r = await callApi(target, 'POST', `/api/v1/memories/${id()}/${sub}`);
+      if (r.status >= 400) return apiFailure(io, r);
+      io.out(`Memory ${String(r.json.id)} ${sub === 'approve' ? 'approved: it is recalled from now on' : 'rejected'}.\n`);
+      return 0;
+    }
+    case 'forget': {
+      const r = await callApi(target, 'DELETE', `/api/v1/memories/${id()}`);
+      if (r.status >= 400) return apiFailure(io, r);
+      io.out(`Memory ${String(r.json.id)} forgotten.\n`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`usage: ${usageOf('memories')}`);
   }
 }
 
@@ -733,6 +841,10 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await objectives(sub, rest, io);
       case 'workspaces':
         return await workspaces(sub, rest, io);
+      case 'skills':
+        return await skills(args, io);
+      case 'memories':
+        return await memories(sub, rest, io);
       case 'ui':
         return await ui(args, io);
       default:

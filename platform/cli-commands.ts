@@ -130,9 +130,21 @@ export const CLI_COMMANDS = [
   },
   {
     name: 'workspaces',
-    forms: ['list', 'show NAME', 'create NAME [--folder DIR]', 'reindex NAME [--path P]...', 'bind NAME --chat ID [--platform http|telegram|discord] [--account A]', 'unbind NAME --chat ID [--platform P] [--account A]', 'search NAME WORDS... [--limit N]', 'open NAME PATH'],
+    forms: ['list', 'show NAME', 'create NAME [--folder DIR]', 'reindex NAME [--path P]...', 'bind NAME --chat ID [--platform http|telegram|discord] [--account A]', 'unbind NAME --chat ID [--platform P] [--account A]', 'search NAME WORDS... [--limit N]', 'open NAME PATH', 'inbox NAME set --host H --user U --password-ref env:STEWARD_INBOX_<NAME> [--port P] [--tls implicit|starttls|none] [--folder F]', 'inbox NAME show|clear'],
     runner: 'admin',
-    summary: "Workspaces of Markdown and text knowledge: create, bind to chats, reindex, search and read (through the running Steward's API).",
+    summary: "Workspaces of Markdown and text knowledge: create, bind to chats, reindex, search and read, and an IMAP inbox whose mail becomes documents (through the running Steward's API).",
+  },
+  {
+    name: 'skills',
+    forms: ['[--workspace NAME]'],
+    runner: 'admin',
+    summary: "The skills (SKILL.md runbooks): the operator's folder, with a workspace's skills/ when named; their versions and any file that is not a valid skill (through the running API).",
+  },
+  {
+    name: 'memories',
+    forms: ['export [--workspace NAME | --chat ID [--platform P] [--account A]] [--out FILE]', 'approve ID', 'reject ID', 'forget ID'],
+    runner: 'admin',
+    summary: "What the agent remembers: export as JSON lines with provenance and receipts, approve or reject a proposal, forget one (through the running API).",
   },
   {
     name: 'ui',

@@ -66,6 +66,7 @@ const TITLES: Record<string, string> = {
   model: 'Model provider',
   telegram: 'Telegram bot token',
   discord: 'Discord bot token',
+  inbox: 'Workspace inboxes (IMAP)',
 };
 
 const check = (id: string, status: CheckStatus, message: string, fix: string | null = null): DoctorCheck => ({ id, title: TITLES[id] ?? id, status, message, fix });
@@ -399,6 +400,58 @@ async function discordCheck(cfg: StewardConfig, timeoutMs: number): Promise<Doct
   return check('discord', 'ok', `The token belongs to the bot ${body?.username ?? '?'}.`);
 }
 
+interface InboxRow {
+  workspace: string;
+  host: string;
+  port: number;
+  user: string;
+  lastError: string | null;
+  lastErrorAt: unknown;
+}
+
+/**
+ * The workspaces' IMAP inboxes as their poller last found them (read from the database: the
+ * doctor connects to no mail server): each failing one (a refused login, no server) with its
+ * error. Skipped when there is no database or none is set.
+ */
+export async function inboxCheck(cfg: StewardConfig, timeoutMs: number): Promise<DoctorCheck> {
+  const sql = 'SELECT "workspace", "host", "port", "user", "lastError", "lastErrorAt" FROM "WorkspaceInbox" ORDER BY "workspace"';
+  let rows: InboxRow[];
+  try {
+    if (databaseKind(cfg.databaseUrl) === 'sqlite') {
+      const file = path.resolve(sqlitePath(cfg.databaseUrl));
+      if (!existsSync(file)) return check('inbox', 'skip', 'There is no database.');
+      const db = new Database(file, { readonly: true, fileMustExist: true, timeout: timeoutMs });
+      try {
+        rows = db.prepare(sql).all() as InboxRow[];
+      } finally {
+        db.close();
+      }
+    } else {
+      const client = new pg.Client({ ...pgConfig(cfg.databaseUrl), Client: undefined, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs } as pg.ClientConfig);
+      try {
+        await client.connect();
+        rows = (await client.query<InboxRow>(sql)).rows;
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    }
+  } catch (err) {
+    const secret = databaseKind(cfg.databaseUrl) === 'sqlite' ? undefined : decodeURIComponent(new URL(cfg.databaseUrl).password);
+    return check('inbox', 'skip', `Not read: ${errText(err, [secret])}.`);
+  }
+  if (rows.length === 0) return check('inbox', 'skip', 'No workspace has an inbox.');
+  const failing = rows.filter((r) => r.lastError);
+  if (failing.length === 0) return check('inbox', 'ok', `${rows.length} inbox${rows.length === 1 ? '' : 'es'} polled without error (${rows.map((r) => r.workspace).join(', ')}).`);
+  const since = (v: unknown) => (v instanceof Date ? v.toISOString() : typeof v === 'number' ? new Date(v).toISOString() : String(v));
+  return check(
+    'inbox',
+    'fail',
+    failing.map((r) => `The inbox of workspace ${r.workspace} (${r.user} at ${r.host}:${r.port}) is failing since ${since(r.lastErrorAt)}: ${r.lastError}`).join('; '),
+    `Correct it with \`steward workspaces inbox <name> set ...\` (a password: its STEWARD_INBOX_ variable in Steward's environment, then a restart); the error clears when a poll succeeds.`,
+  );
+}
+
 /** Run every check. */
 export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport> {
   const timeoutMs = opts.timeoutMs ?? 5000;
@@ -415,7 +468,8 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
     ];
     return { ok: false, checks, unavailable: [] };
   }
-  const configCheck = check('config', 'ok', `The configuration is valid (data directory ${cfg.dataDir}, model ${cfg.model.default}).`);
+  const embeddings = cfg.retrieval.embeddingModel ? `hybrid search with embeddings ${cfg.retrieval.embeddingModel}` : 'full-text search, no embeddings';
+  const configCheck = check('config', 'ok', `The configuration is valid (data directory ${cfg.dataDir}, model ${cfg.model.default}, ${embeddings}).`);
   const guard = async (ids: string[], p: Promise<DoctorCheck[]>): Promise<DoctorCheck[]> => {
     try {
       return await p;
@@ -423,16 +477,17 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
       return ids.map((id, i) => (i === 0 ? check(id, 'fail', `The check itself failed: ${errText(err)}.`, 'Run again with STEWARD_LOG_LEVEL=debug and report the error.') : check(id, 'skip', 'An earlier check failed.')));
     }
   };
-  const [temporal, database, sandbox, model, telegram, discord, unavailable] = await Promise.all([
+  const [temporal, database, sandbox, model, telegram, discord, inbox, unavailable] = await Promise.all([
     guard(['temporal', 'namespace', 'search-attributes'], temporalChecks(cfg, timeoutMs)),
     guard(['database', 'migrations'], databaseChecks(cfg, timeoutMs)),
     opts.skipSandbox ? Promise.resolve([check('sandbox', 'skip', 'Not checked (--skip-sandbox).')]) : guard(['sandbox'], sandboxCheck().then((c) => [c])),
     guard(['model'], modelCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['telegram'], telegramCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['discord'], discordCheck(cfg, timeoutMs).then((c) => [c])),
+    guard(['inbox'], inboxCheck(cfg, timeoutMs).then((c) => [c])),
     unavailableFeatures(opts.skipSandbox ? { sandbox: async () => ({ ok: true }) } : {}),
   ]);
-  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...telegram, ...discord];
+  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...telegram, ...discord, ...inbox];
   return { ok: checks.every((c) => c.status !== 'fail'), checks, unavailable };
 }
 

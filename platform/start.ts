@@ -29,10 +29,13 @@ import { createChangeService, type ChangeService } from '../services/changes.js'
 import { createObjectiveService, type ObjectiveService } from '../services/objectives.js';
 import { createWorkspaceService, type WorkspaceService } from '../services/workspaces.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
+import { embedderFor } from '../domain/knowledge/embedder.js';
 import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
+import { createKnowledgeService, type KnowledgeService } from '../services/knowledge.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startWorkspaceWatchers } from '../adapters/workspace-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
+import { startWorkspaceInboxes } from '../adapters/workspace-inbox.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
 import { workerVersioningFor } from '../workers/versioning.js';
@@ -116,8 +119,14 @@ function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'intercep
   return { ...(tracing.workerInterceptors ? { interceptors: tracing.workerInterceptors } : {}), sinks: tracing.sinks, traceNewRuns: tracing.enabled };
 }
 
+/** The knowledge index of this Steward: hybrid search when STEWARD_EMBEDDING_MODEL names a model (a failing one is logged). */
+function knowledgeOf(config: StewardConfig, log?: Logger) {
+  const embedder = embedderFor(createModelRegistry(config.model.providers), config.retrieval.embeddingModel);
+  return knowledgeIndexOpener(config.databaseUrl, config.dataDir, { ...(embedder ? { embedder } : {}), ...(log ? { warn: (detail: Record<string, unknown>, message: string) => log.warn(detail, message) } : {}) });
+}
+
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile'> {
+function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -131,9 +140,12 @@ function activityOptions(config: StewardConfig): Pick<ActivityDeps, 'toolPolicy'
       agentMaxSteps: rc.agentMaxSteps,
     },
     actions: config.actions,
-    knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir),
+    knowledge: knowledgeOf(config, log),
     retrieval: config.retrieval,
     ...(config.model.promptFile ? { promptFile: config.model.promptFile } : {}),
+    skillsDir: config.knowledge.skillsDir,
+    memoryApproval: config.knowledge.memoryApproval,
+    memoryRecall: config.knowledge.memoryRecall,
   };
 }
 
@@ -406,6 +418,7 @@ interface ApiAppParts {
   changes: ChangeService;
   objectives: ObjectiveService;
   workspaces: WorkspaceService;
+  knowledge: KnowledgeService;
   health: HttpDeps['health'];
   codec: StewardCodec;
   events: RunningSteward['events'];
@@ -420,7 +433,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, token, db, changes, objectives, workspaces, health, codec, events, tracing, uiUpstream, log } = parts;
+  const { ingress, token, db, changes, objectives, workspaces, knowledge, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const app = createHttpApp({
     ingress,
@@ -433,6 +446,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     changes,
     objectives,
     workspaces,
+    knowledge,
     health,
   });
   // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
@@ -490,7 +504,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       log,
       onTranscript,
       senders,
-      ...activityOptions(config),
+      ...activityOptions(config, log),
       // an approved start_repo_change goes through the change service
       startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
     }, { dataConverter, tracing, log, cleanups });
@@ -504,10 +518,21 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       ...(runLink ? { runLink } : {}),
     });
     await startObjectiveTriggers(config, db, objectives, log, cleanups);
-    const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir) });
+    const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeOf(config, log) });
     cleanups.push(() => closeKnowledgeIndexes());
+    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log), skillsDir: config.knowledge.skillsDir, workspaces });
     const workspaceWatchers = await startWorkspaceWatchers({ workspaces, log });
     cleanups.push(() => workspaceWatchers.stop());
+    // the index is derived: catch up on what changed while nothing watched (and rebuild a new layout)
+    void Promise.all([workspaces.catchUp(), knowledge.reindexMemories()]).then(
+      ([names, memories]) => log.info({ workspaces: names.length, memories }, 'knowledge index caught up'),
+      (err: unknown) => log.warn({ err }, 'catching up the knowledge index failed'),
+    );
+    // workspaces' IMAP inboxes: polled by the process that runs the background role (none connects until one is set)
+    if (role === 'all') {
+      const inboxes = await startWorkspaceInboxes({ db, workspaces, objectives, senders, log });
+      cleanups.push(() => inboxes.stop());
+    }
 
     // HTTP API
     const ingress = createIngress({
@@ -526,11 +551,12 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       changes,
       objectives,
       workspaces,
+      knowledge,
       promptLayers: createPromptLayers({ db, systemPrompt: config.model.systemPrompt, ...(config.model.promptFile ? { operatorFile: config.model.promptFile } : {}) }),
       ...(runLink ? { runLink } : {}),
     });
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, health, codec, events, tracing, uiUpstream, log });
+    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, knowledge, health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;
@@ -591,7 +617,9 @@ export async function startWorkerOnly(
   const models = createModelRegistry(config.model.providers);
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
-  const changes = changeServiceFor(config, clientFor(config, connection, dataConverter, tracing), db, runLink, log);
+  const client = clientFor(config, connection, dataConverter, tracing);
+  const changes = changeServiceFor(config, client, db, runLink, log);
+  const senders = createSenders(config, log);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
   const versioning = await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log);
   const workers = await workersFor(config, nativeConnection, {
@@ -599,17 +627,28 @@ export async function startWorkerOnly(
     models,
     systemPrompt: config.model.systemPrompt,
     log,
-    senders: createSenders(config, log),
-    ...activityOptions(config),
+    senders,
+    ...activityOptions(config, log),
     startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
   }, { roles: config.workers.queues, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning.options ? { workerDeploymentOptions: versioning.options } : {}) });
   // a worker process's metrics listener (STEWARD_METRICS_PORT): unauthenticated, for an internal interface
   const metricsServer: MetricsServer | undefined =
     config.telemetry.metrics.port !== undefined ? await startMetricsServer({ host: config.telemetry.metrics.host, port: config.telemetry.metrics.port, log }) : undefined;
+  // workspaces' IMAP inboxes: polled by the process of the background role
+  const inboxes = config.workers.queues.includes('background')
+    ? await startWorkspaceInboxes({
+        db,
+        workspaces: createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeIndexOpener(config.databaseUrl, config.dataDir) }),
+        objectives: createObjectiveService({ client, db, taskQueue: config.temporal.backgroundTaskQueue, maxSteps: config.model.maxSteps, log, ...(runLink ? { runLink } : {}) }),
+        senders,
+        log,
+      })
+    : undefined;
   const running = runWorkers(workers, log);
   // the first versioned deploy makes itself current; later builds wait for the operator (docs/upgrades.md)
   void versioning.afterStart();
   const done = running.done.finally(async () => {
+    await inboxes?.stop();
     await metricsServer?.close();
     await tracing.flush();
     await db.$disconnect();

@@ -23,6 +23,10 @@
  * - workspaces (files `workspace-ws-NN.json`): workspace indexing runs: a whole small
  *   workspace, one of 250 files (two batches), and a run for reported paths (a changed file
  *   and a deleted one).
+ * - knowledge (files `session-kn-NN.json`): a chat session with a workspace: a grounded turn
+ *   that a skill shaped (injected, its ledger entry recorded), a turn whose model calls
+ *   `remember`, and after continue-as-new a grounded turn with the skill already in the
+ *   carried ledger; then /new.
  *
  * A scenario replaces only its own files (`<kind>-<tag>NN.json`): histories recorded by earlier
  * code stay, so replay keeps proving that today's code can continue runs that older code
@@ -50,13 +54,13 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives or workspaces`);
+if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, workspaces or knowledge`);
 /**
  * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
  * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
  * leave the patch `steward-otel-tracing` off), beside `session-inl-NN`, recorded traced.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-' };
+const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -370,8 +374,41 @@ async function workspaces(m: ModelServer): Promise<void> {
   }
 }
 
+async function knowledgeSession(m: ModelServer): Promise<void> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'steward-record-kn-'));
+  const knowledge = knowledgeIndexOpener(dbh.url, dataDir);
+  try {
+    await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, workspaces: { dataDir, knowledge, memoryApproval: 'none' }, maxTurnsPerRun: 2 }, async (h) => {
+      const name = `kn-${randomInt(1e5, 1e6)}`;
+      const root = path.join(dataDir, 'workspaces', name);
+      await mkdir(path.join(root, 'skills', 'deploy-rollback'), { recursive: true });
+      await writeFile(path.join(root, 'guide.md'), '# Guide\n\n## Rollback\nRun the rollback job, then restore the previous image tag.\n');
+      await writeFile(path.join(root, 'skills', 'deploy-rollback', 'SKILL.md'), '---\nname: deploy-rollback\ndescription: Roll back a failed deployment\nwhen: a deploy failed\n---\n1. Freeze the pipeline.\n2. Run the rollback job.\n');
+      await h.send(`/workspace create ${name}`);
+      await waitFor(async () => ((await h.workspaces!.indexStatus(name)).documents >= 2 ? true : undefined), `${name} indexed`, 60_000);
+      m.enqueue({ text: 'Per guide.md: run the rollback job.' });
+      await h.send('The deploy failed, roll it back');
+      await h.waitForMessage((x) => x.role === 'assistant' && x.text.startsWith('Per guide.md'));
+      m.enqueue({ toolCalls: [{ id: 'call_mem', name: 'remember', arguments: JSON.stringify({ text: 'Rollbacks need the release manager on the call.', kind: 'decision', scope: 'workspace' }) }] });
+      m.enqueue({ text: 'I will remember that.' });
+      await h.send('Remember: rollbacks need the release manager on the call');
+      await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'I will remember that.');
+      m.enqueue({ text: 'Freeze the pipeline first, then roll back.' });
+      await h.send('Another deploy failed, roll back again');
+      await h.waitForMessage((x) => x.role === 'assistant' && x.text.startsWith('Freeze the pipeline first'));
+      await h.send('/new');
+      await h.waitForMessage((x) => x.text.startsWith('New task started'));
+      await exportRuns(env, h.sessionId);
+    });
+  } finally {
+    await closeKnowledgeIndexes();
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
 try {
   if (scenario === 'foundation') await foundation(model);
+  else if (scenario === 'knowledge') await knowledgeSession(model);
   else if (scenario === 'workspaces') await workspaces(model);
   else if (scenario === 'channels') await channels(model);
   else if (scenario === 'repo') await repoChanges(model);

@@ -20,6 +20,7 @@ packages=(
   "docker-compose|the docker-compose.yml validation"
   "chromium|the Temporal UI browser test"
   "openssl|the process roles test (its mutual-TLS certificates)"
+  "dovecot-imapd|the workspace IMAP inbox suite (a real IMAP server)"
 )
 # an executable program on PATH (bash's `command -v` also names files that are not executable)
 have() { local p; p="$(command -v "$1" 2>/dev/null)" && [ -x "$p" ]; }
@@ -27,6 +28,7 @@ installed() {
   case "$1" in
     postgresql) ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 ;;
     bubblewrap) have bwrap ;;
+    dovecot-imapd) [ -x /usr/sbin/dovecot ] && ls /usr/lib/dovecot/imap >/dev/null 2>&1 ;;
     # STEWARD_TEST_BROWSER=0 switches the browser test off: no Chromium needed then
     chromium) [ "${STEWARD_TEST_BROWSER:-}" = "0" ] || { [ -n "${STEWARD_CHROMIUM:-}" ] && [ -x "${STEWARD_CHROMIUM}" ]; } || have chromium || have chromium-browser ;;
     *) have "$1" ;;

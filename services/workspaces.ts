@@ -28,6 +28,7 @@ import {
 } from '../domain/store/workspaces.js';
 import { workspaceChangedSignal, workspaceIndexStatusQuery, workspaceIndexWorkflow, type WorkspaceChange, type WorkspaceIndexStatus } from '../workflows/knowledge/index-workspace.js';
 import { checkWatchDirectory } from './objectives.js';
+import { createInboxSettings } from './inbox.js';
 import { ServiceInputError, type Requester } from './requests.js';
 
 export class WorkspaceInputError extends ServiceInputError {
@@ -123,6 +124,8 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
       return ws;
     },
     unbind: (chat: ConversationKey) => deleteWorkspaceBinding(opts.db, chat),
+    /** The workspace's IMAP inbox: set, show, clear (services/inbox.ts). */
+    inbox: createInboxSettings({ db: opts.db, existing, changed, inputError: (m, status) => new WorkspaceInputError(m, status) }),
     /** A chat named by the API or CLI, checked: platform, account and chat id. */
     chatOf(input: unknown): ConversationKey {
       const r = ChatRefSchema.safeParse(input);
@@ -139,6 +142,16 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
         signal: workspaceChangedSignal,
         signalArgs: [change],
       });
+    },
+    /**
+     * Index every workspace again (at start): changes made while no watcher ran are caught up,
+     * and an index whose layout changed (dropped at open) is rebuilt. Unchanged files cost a
+     * hash each. Returns the workspaces asked.
+     */
+    async catchUp(): Promise<string[]> {
+      const all = await listWorkspaces(opts.db);
+      for (const w of all) await service.reindex(w.name);
+      return all.map((w) => w.name);
     },
     /** The indexing's state: its last or running round, and what the index holds. */
     async indexStatus(rawName: string): Promise<{ run?: WorkspaceIndexStatus; documents: number; chunks: number }> {

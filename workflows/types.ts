@@ -42,6 +42,12 @@ export interface WorkingSet {
   notes: string[];
   /** The most recent turns, newest last; bounded by MAX_RECENT_TURNS. */
   recentTurns: TurnRecord[];
+  /**
+   * The skill ledger: each skill injected in this session, name -> version (absent in runs
+   * started before skills). A version not in it is injected again; carried across
+   * continue-as-new, dropped by /new. Bounded by MAX_SKILL_LEDGER.
+   */
+  skills?: Record<string, string>;
 }
 
 export interface SessionLimits {
@@ -132,6 +138,8 @@ export interface TurnResult {
   unappliedSteers: SteerNote[];
   /** Notes the agent saved (save_note): the session keeps them in its working set. */
   notes?: string[];
+  /** Skills injected in this turn (name -> version): the session's ledger records them. */
+  skills?: Record<string, string>;
 }
 
 export interface TurnStatus {
@@ -176,6 +184,8 @@ export interface SettingsResult {
 
 export const MAX_RECENT_TURNS = 12;
 export const MAX_NOTES = 20;
+/** Skills a session's ledger remembers at most (the oldest are forgotten, so injected again when asked for). */
+export const MAX_SKILL_LEDGER = 50;
 export const MAX_QUEUE = 200;
 
 // ---- repository changes ----

@@ -20,6 +20,8 @@ import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import { registerWorkspaceRoutes } from './workspaces.js';
+import { registerMemoryRoutes } from './memories.js';
+import type { KnowledgeService } from '../../services/knowledge.js';
 import type { WorkspaceService } from '../../services/workspaces.js';
 import type { ObjectiveService } from '../../services/objectives.js';
 import type { ChangeService } from '../../services/changes.js';
@@ -169,6 +171,8 @@ export interface HttpDeps {
   /** Objectives on Temporal Schedules. */
   objectives?: ObjectiveService;
   workspaces?: WorkspaceService;
+  /** Skills and memories (/api/v1/skills, /api/v1/memories). */
+  knowledge?: KnowledgeService;
   /** Prometheus metrics in text format, served on `GET /metrics` behind the API token. */
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
@@ -260,6 +264,7 @@ export function createHttpApp(deps: HttpDeps) {
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
   if (deps.changes) registerChangeRoutes(app, deps.changes);
   if (deps.workspaces) registerWorkspaceRoutes(app, deps.workspaces);
+  if (deps.knowledge) registerMemoryRoutes(app, deps.knowledge);
   if (deps.objectives) {
     registerObjectiveRoutes(app, deps.objectives);
     const objectives = deps.objectives;

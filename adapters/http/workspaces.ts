@@ -5,6 +5,8 @@
  *   POST /api/v1/workspaces/{name}/chats {"chatId", "platform"?, "account"?} (bind a chat),
  *   DELETE /api/v1/workspaces/{name}/chats {"chatId", ...} (unbind it),
  *   GET /api/v1/workspaces/{name}/search?q=&limit= (no model), GET /api/v1/workspaces/{name}/file?path=
+ *   PUT /api/v1/workspaces/{name}/inbox {"host", "port"?, "tls"?, "user", "passwordRef", "folder"?} (the IMAP inbox),
+ *   GET /api/v1/workspaces/{name}/inbox (settings and state), DELETE /api/v1/workspaces/{name}/inbox
  * Bodies are validated by the workspace service before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
@@ -102,6 +104,25 @@ export function registerWorkspaceRoutes(app: OpenAPIHono, workspaces: WorkspaceS
           if (!current || current.name !== name) throw new WorkspaceInputError(`that chat does not use workspace ${name}`, 404);
           await workspaces.unbind(chat);
           return { workspace: null, chat };
+        });
+        return reply(c as never, r) as never;
+      },
+    );
+  }
+  const inboxSummary: Record<'put' | 'get' | 'delete', string> = {
+    put: 'Set the workspace\'s IMAP inbox: {"host", "port"? (993 with tls implicit, else 143), "tls"? (implicit|starttls|none: loopback only), "user", "passwordRef" (env:STEWARD_INBOX_<NAME>), "folder"? (INBOX)}',
+    get: 'The workspace\'s IMAP inbox: settings (the password as its reference), UIDVALIDITY, last UID, last error, messages stored and failed',
+    delete: 'Remove the workspace\'s IMAP inbox (the documents it wrote stay)',
+  };
+  for (const method of ['put', 'get', 'delete'] as const) {
+    app.openapi(
+      createRoute({ method, path: '/api/v1/workspaces/{name}/inbox', summary: inboxSummary[method], security: sec, request: { params: NameParam, ...(method === 'put' ? anyJson : {}) }, responses: { 200: json(Loose, 'Inbox'), ...errors } }),
+      async (c) => {
+        const { name } = c.req.valid('param');
+        const r = await answer(async () => {
+          if (method === 'put') return (await workspaces.inbox.set(name, await body(c), by)) as unknown as Record<string, unknown>;
+          if (method === 'get') return (await workspaces.inbox.show(name)) as unknown as Record<string, unknown>;
+          return workspaces.inbox.clear(name, by);
         });
         return reply(c as never, r) as never;
       },

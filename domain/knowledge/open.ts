@@ -5,22 +5,26 @@
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { openPostgresKnowledgeIndex, openSqliteKnowledgeIndex, type KnowledgeIndex } from './index-store.js';
+import { openPostgresKnowledgeIndex, openSqliteKnowledgeIndex, type KnowledgeIndex, type KnowledgeIndexOptions } from './index-store.js';
 
 const opened = new Map<string, Promise<KnowledgeIndex>>();
 
-/** An opener of the index for Steward's database at `databaseUrl` (data directory `dataDir`). */
-export function knowledgeIndexOpener(databaseUrl: string, dataDir: string): () => Promise<KnowledgeIndex> {
+/**
+ * An opener of the index for Steward's database at `databaseUrl` (data directory `dataDir`);
+ * with `opts.embedder`, searches are hybrid (one index per embeddings model and database).
+ */
+export function knowledgeIndexOpener(databaseUrl: string, dataDir: string, opts: KnowledgeIndexOptions = {}): () => Promise<KnowledgeIndex> {
   const postgres = /^postgres(ql)?:\/\//i.test(databaseUrl);
-  const key = postgres ? databaseUrl : path.resolve(dataDir, 'knowledge.db');
+  const file = path.resolve(dataDir, 'knowledge.db');
+  const key = `${postgres ? databaseUrl : file}\u0000${opts.embedder?.model ?? ''}`;
   return () => {
     let index = opened.get(key);
     if (!index) {
       index = postgres
-        ? openPostgresKnowledgeIndex(databaseUrl)
+        ? openPostgresKnowledgeIndex(databaseUrl, opts)
         : Promise.resolve().then(() => {
-            mkdirSync(path.dirname(key), { recursive: true });
-            return openSqliteKnowledgeIndex(key);
+            mkdirSync(path.dirname(file), { recursive: true });
+            return openSqliteKnowledgeIndex(file, opts);
           });
       index.catch(() => opened.delete(key));
       opened.set(key, index);

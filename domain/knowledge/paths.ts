@@ -49,9 +49,13 @@ export async function resolveInWorkspace(root: string, relative: string): Promis
   return { path: real, relative: rel };
 }
 
-/** What the index reads: text and Markdown (by extension). */
+/**
+ * What the index reads: text and Markdown (by extension), except the workspace's skills
+ * (`skills/<name>/SKILL.md`): a runbook is given to the model by the skill ledger, once per
+ * session, never as an excerpt (domain/knowledge/skills.ts).
+ */
 export function isIndexable(relative: string): boolean {
-  return /\.(md|markdown|mdx|txt|text|rst|adoc|org)$/i.test(relative);
+  return /\.(md|markdown|mdx|txt|text|rst|adoc|org)$/i.test(relative) && !/^skills\/[^/]+\/SKILL\.md$/.test(relative);
 }
 
 export interface WalkedFile {

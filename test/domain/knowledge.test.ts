@@ -10,11 +10,16 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
 import pg from 'pg';
 import { chunkDocument } from '../../domain/knowledge/chunk.js';
-import { openPostgresKnowledgeIndex, openSqliteKnowledgeIndex, queryTerms, type KnowledgeIndex } from '../../domain/knowledge/index-store.js';
+import { openPostgresKnowledgeIndex, openSqliteKnowledgeIndex, queryTerms, type KnowledgeIndex, type KnowledgeIndexOptions } from '../../domain/knowledge/index-store.js';
 import { boundHits, cutBytes, groundingText } from '../../domain/knowledge/grounding.js';
+import { createEmbedder, type Embedder } from '../../domain/knowledge/embedder.js';
+import { nearest, reciprocalRankFusion } from '../../domain/knowledge/hybrid.js';
 import { indexWorkspaceFiles } from '../../domain/knowledge/indexer.js';
+import { createModelRegistry } from '../../domain/model.js';
+import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { normaliseWorkspacePath, resolveInWorkspace, walkWorkspace, WorkspacePathError } from '../../domain/knowledge/paths.js';
 
 describe('knowledge: chunks', () => {
@@ -127,30 +132,33 @@ function chunksOf(p: string, text: string) {
   return chunkDocument(p, text);
 }
 
-const backends: Array<{ name: string; skip: string | false; open: () => Promise<{ index: KnowledgeIndex; cleanup: () => Promise<void>; url?: string }> }> = [
+type Opened = { index: KnowledgeIndex; cleanup: () => Promise<void>; url?: string; reopen: (opts: KnowledgeIndexOptions) => Promise<KnowledgeIndex> };
+
+const backends: Array<{ name: string; skip: string | false; open: (opts?: KnowledgeIndexOptions) => Promise<Opened> }> = [
   {
     name: 'sqlite',
     skip: false,
-    open: async () => {
+    open: async (opts = {}) => {
       const dir = mkdtempSync(path.join(tmpdir(), 'steward-kidx-'));
-      const index = openSqliteKnowledgeIndex(path.join(dir, 'knowledge.db'));
-      return { index, cleanup: async () => rmSync(dir, { recursive: true, force: true }) };
+      const index = openSqliteKnowledgeIndex(path.join(dir, 'knowledge.db'), opts);
+      return { index, reopen: async (o) => openSqliteKnowledgeIndex(path.join(dir, 'knowledge.db'), o), cleanup: async () => rmSync(dir, { recursive: true, force: true }) };
     },
   },
   {
     name: 'postgres',
     skip: process.env.STEWARD_TEST_PG_URL ? false : 'no PostgreSQL (set STEWARD_TEST_PG_URL)',
-    open: async () => {
+    open: async (opts = {}) => {
       const admin = new pg.Client({ connectionString: process.env.STEWARD_TEST_PG_URL });
       await admin.connect();
       const name = `kidx_${Math.random().toString(36).slice(2, 10)}`;
       await admin.query(`CREATE DATABASE ${name}`);
       const url = new URL(process.env.STEWARD_TEST_PG_URL!);
       url.pathname = `/${name}`;
-      const index = await openPostgresKnowledgeIndex(url.toString());
+      const index = await openPostgresKnowledgeIndex(url.toString(), opts);
       return {
         index,
         url: url.toString(),
+        reopen: (o) => openPostgresKnowledgeIndex(url.toString(), o),
         cleanup: async () => {
           await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
           await admin.end();
@@ -168,7 +176,7 @@ describe('knowledge index (postgres): an index of an older layout', { skip: back
       await index.close();
       const c = new pg.Client({ connectionString: url });
       await c.connect();
-      await c.query("UPDATE steward_knowledge.meta SET value = '1' WHERE key = 'schema'");
+      await c.query("UPDATE steward_knowledge.meta SET value = '2' WHERE key = 'schema'");
       await c.end();
       const again = await openPostgresKnowledgeIndex(url!);
       assert.deepEqual(await again.stats('ops'), { documents: 0, chunks: 0 }, 'rebuilt empty');
@@ -259,6 +267,154 @@ for (const backend of backends) {
       const some = await indexWorkspaceFiles(index, { name: 'team', root: ws }, { paths: ['new.md'] });
       assert.deepEqual(some.indexed, ['new.md']);
       assert.deepEqual(await index.stats('team'), { documents: 2, chunks: 2 });
+    });
+  });
+}
+
+describe('knowledge index (sqlite): an index of an older layout', () => {
+  it('is dropped and made again at open (it is derived; the next reindex fills it)', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'steward-kidx-old-'));
+    try {
+      const file = path.join(dir, 'knowledge.db');
+      const first = openSqliteKnowledgeIndex(file);
+      await first.putDocument('ops', { path: 'a.md', hash: 'h', bytes: 3, chunks: chunksOf('a.md', '# A\nalpha\n') });
+      await first.close();
+      const db = new Database(file);
+      db.prepare("UPDATE meta SET value = '1' WHERE key = 'schema'").run();
+      db.close();
+      const again = openSqliteKnowledgeIndex(file);
+      assert.deepEqual(await again.stats('ops'), { documents: 0, chunks: 0 }, 'rebuilt empty');
+      await again.putDocument('ops', { path: 'a.md', hash: 'h', bytes: 3, chunks: chunksOf('a.md', '# A\nalpha\n') });
+      assert.equal((await again.search('ops', 'alpha'))[0]?.path, 'a.md');
+      await again.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('knowledge: reciprocal rank fusion and nearest vectors', () => {
+  it('adds 1 / (60 + rank) over the rankings: found by both first, then by rank; ties to the better best rank', () => {
+    const fused = reciprocalRankFusion([[10, 20, 30], [40, 20]]);
+    assert.deepEqual(fused.map((f) => f.id), [20, 10, 40, 30]);
+    assert.equal(fused[0]!.score, 1 / 62 + 1 / 62);
+    assert.equal(fused[1]!.score, 1 / 61);
+    assert.equal(fused[2]!.score, 1 / 61, 'a hit of the second ranking only still comes in');
+    assert.equal(fused[3]!.score, 1 / 63);
+  });
+
+  it('finds the most similar normalised vectors, best first', () => {
+    const m = { ids: [7, 8, 9], dims: 2, matrix: Float32Array.from([1, 0, 0, 1, Math.SQRT1_2, Math.SQRT1_2]) };
+    assert.deepEqual(nearest(m, Float32Array.from([1, 0]), 2).map((x) => x.id), [7, 9]);
+    assert.deepEqual(nearest(m, Float32Array.from([0, 1]), 5).map((x) => x.id), [8, 9, 7]);
+  });
+});
+
+const RELEASE = '# Release guide\n\n## Procedure\nThe release procedure: tag the commit, build the image, deploy it.\n';
+
+for (const backend of backends) {
+  describe(`knowledge index, hybrid (${backend.name})`, { skip: backend.skip }, () => {
+    let server: ModelServer;
+    let opened: Opened;
+    let ws: string;
+    const warnings: string[] = [];
+    const embedderOf = (model: string): Embedder => createEmbedder(createModelRegistry({ openaiCompatible: { baseURL: server.baseURL } }).embeddingModel(`openai-compatible:${model}`), `openai-compatible:${model}`);
+    const hybridIndex = (model: string) => opened.reopen({ embedder: embedderOf(model), warn: (d, m) => void warnings.push(`${m} ${JSON.stringify(d)}`) });
+    before(async () => {
+      server = await startModelServer();
+      opened = await backend.open();
+      ws = mkdtempSync(path.join(tmpdir(), 'steward-ws-hybrid-'));
+      writeFileSync(path.join(ws, 'runbook.md'), RUNBOOK);
+      writeFileSync(path.join(ws, 'faq.md'), FAQ);
+      writeFileSync(path.join(ws, 'release.md'), RELEASE);
+    });
+    after(async () => {
+      await opened?.index.close();
+      await opened?.cleanup();
+      await server?.close();
+      rmSync(ws, { recursive: true, force: true });
+    });
+
+    it('without a model: full text alone, no embedding call, as before', async () => {
+      const r = await indexWorkspaceFiles(opened.index, { name: 'plain', root: ws });
+      assert.equal(r.embedded, 0);
+      const hits = await opened.index.search('plain', 'rollbak procedure');
+      assert.deepEqual(hits.map((h) => h.heading), ['Release guide > Procedure'], 'full text misses the misspelt word');
+      assert.equal(hits[0]!.match, undefined);
+      assert.equal(server.embeddingRequests.length, 0);
+    });
+
+    it('embeds chunks when indexed (batched: one request) and fuses full text with vectors: a hit only the vectors found comes in, one found by both ranks first', async () => {
+      const index = await hybridIndex('embed-a');
+      try {
+        const r = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+        assert.deepEqual([r.indexed.length, r.chunks, r.embedded, r.embedError], [3, 4, 4, undefined]);
+        assert.equal(server.embeddingRequests.length, 1, 'the three documents\' chunks in one request');
+        const body = server.embeddingRequests[0]!.body as { model: string; input: string[] };
+        assert.equal(body.model, 'embed-a');
+        assert.ok(body.input.includes('Deploy runbook > Rollback\nTo roll back a release, run the rollback job and restore the previous image tag.'), JSON.stringify(body.input));
+        assert.deepEqual(await index.staleVectors!('team', 'openai-compatible:embed-a'), new Set());
+
+        const hits = await index.search('team', 'rollbak procedure', 3);
+        assert.deepEqual(hits.slice(0, 2).map((h) => [h.heading, h.match]), [['Release guide > Procedure', 'both'], ['Deploy runbook > Rollback', 'vector']], JSON.stringify(hits));
+        assert.ok(hits[0]!.score > hits[1]!.score);
+        assert.equal(server.embeddingRequests.length, 2, 'one query embedding');
+        // the same query again (the next model step of a turn): no call
+        await index.search('team', 'rollbak procedure', 3);
+        assert.equal(server.embeddingRequests.length, 2);
+        // a namespace without vectors (documents put without them): full text, no query embedded
+        await index.putDocument('skills:x', { path: 's', hash: 'v1', bytes: 10, chunks: chunksOf('s.md', '# S\nrollback steps\n') });
+        assert.equal((await index.search('skills:x', 'rollback something new'))[0]?.path, 's');
+        assert.equal(server.embeddingRequests.length, 2);
+        const again = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+        assert.deepEqual([again.indexed.length, again.unchanged, again.embedded], [0, 3, 0]);
+      } finally {
+        await index.close();
+      }
+    });
+
+    it('a changed model re-embeds the unchanged documents on the next reindex; vectors of two models are never mixed', async () => {
+      const index = await hybridIndex('embed-b');
+      try {
+        const before = server.embeddingRequests.length;
+        assert.equal((await index.staleVectors!('team', 'openai-compatible:embed-b')).size, 3);
+        const r = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+        assert.deepEqual([r.indexed.length, r.unchanged, r.embedded], [3, 0, 4], 'same hashes, vectors of another model');
+        assert.deepEqual(server.embeddingRequests.slice(before).map((q) => (q.body as { model: string }).model), ['embed-b']);
+        assert.equal((await index.staleVectors!('team', 'openai-compatible:embed-a')).size, 3, 'the old model\'s vectors are gone');
+        assert.equal((await index.search('team', 'rollbak'))[0]?.heading, 'Deploy runbook > Rollback');
+      } finally {
+        await index.close();
+      }
+    });
+
+    it('a failing endpoint: a search degrades to full text with a warning; indexing keeps the text, leaves the vectors missing, and the next run fills them', async () => {
+      const index = await hybridIndex('embed-b');
+      try {
+        server.failEmbeddings = 503;
+        const hits = await index.search('team', 'rollbak procedure release');
+        assert.ok(hits.length > 0);
+        assert.deepEqual(hits, await opened.index.search('team', 'rollbak procedure release'), 'exactly the full-text answer');
+        assert.equal(warnings.length, 1);
+        assert.match(warnings[0]!, /full text alone .*503|full text alone .*scripted embeddings error/);
+
+        writeFileSync(path.join(ws, 'new.md'), '# Incidents\nPage the on-call engineer first.\n');
+        const r = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+        assert.deepEqual(r.indexed, ['new.md']);
+        assert.match(r.embedError ?? '', /scripted embeddings error 503/);
+        assert.equal((await index.search('team', 'incidents'))[0]?.path, 'new.md', 'the text is indexed anyway');
+        assert.deepEqual(await index.staleVectors!('team', 'openai-compatible:embed-b'), new Set(['new.md']));
+
+        server.failEmbeddings = undefined;
+        const retry = await indexWorkspaceFiles(index, { name: 'team', root: ws });
+        assert.deepEqual([retry.indexed, retry.embedded, retry.embedError], [['new.md'], 1, undefined]);
+        assert.deepEqual(await index.staleVectors!('team', 'openai-compatible:embed-b'), new Set());
+        const found = await index.search('team', 'incidnts');
+        assert.deepEqual([found[0]?.path, found[0]?.match], ['new.md', 'vector'], 'found by its vector now');
+      } finally {
+        server.failEmbeddings = undefined;
+        await index.close();
+      }
     });
   });
 }

@@ -1,7 +1,9 @@
 /**
  * A test double of an OpenAI-compatible model server on 127.0.0.1: `POST
  * /v1/chat/completions` (streaming SSE and plain JSON) and `GET /v1/models`, with scripted
- * answers, delays and errors. The real provider code talks to it over HTTP.
+ * answers, delays and errors; `POST /v1/embeddings` with deterministic vectors that carry some
+ * meaning (`trigramEmbedding`: a misspelt or inflected word lands near its right form). The
+ * real provider code talks to it over HTTP.
  *
  * Delays stop as soon as the client goes away, and `close()` drops every open connection,
  * so no timer or socket keeps the test process alive.
@@ -56,6 +58,10 @@ export interface ModelServer {
   baseURL: string;
   /** Chat-completion requests, in arrival order. */
   requests: RecordedRequest[];
+  /** Embedding requests, in arrival order (each may carry many inputs). */
+  embeddingRequests: RecordedRequest[];
+  /** While set, `POST /v1/embeddings` answers this HTTP status (an endpoint that fails); undefined: it answers. */
+  failEmbeddings: number | undefined;
   /** Requests whose client went away before the answer was complete. */
   readonly aborted: number;
   /** Requests whose answer was sent completely. */
@@ -86,9 +92,42 @@ export function lastUserText(body: unknown): string {
   return '';
 }
 
+/** Dimensions of the double's embeddings. */
+export const EMBEDDING_DIMS = 256;
+
+/** FNV-1a of a string, 32 bits. */
+function fnv1a(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
+}
+
+/**
+ * The double's embedding of a text: a hashed bag of the character trigrams of its lowercased
+ * words (each padded with #, so "rollbak" shares most of its trigrams with "rollback") in
+ * EMBEDDING_DIMS dimensions, L2-normalised. Deterministic; similar spelling, similar vector.
+ */
+export function trigramEmbedding(text: string): number[] {
+  const v = new Array<number>(EMBEDDING_DIMS).fill(0);
+  for (const word of text.normalize('NFKC').toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
+    const w = `#${word}#`;
+    for (let i = 0; i + 3 <= w.length; i++) {
+      const h = fnv1a(w.slice(i, i + 3));
+      v[h % EMBEDDING_DIMS]! += 1;
+    }
+  }
+  const len = Math.sqrt(v.reduce((n, x) => n + x * x, 0));
+  return len > 0 ? v.map((x) => x / len) : v;
+}
+
 export async function startModelServer(opts: ModelServerOptions = {}): Promise<ModelServer> {
   const queue: ScriptedReply[] = [];
   const requests: RecordedRequest[] = [];
+  const embeddingRequests: RecordedRequest[] = [];
+  let failEmbeddings: number | undefined;
   const waiters = new Set<() => void>();
   const pendingWaits = new Set<{ timer: NodeJS.Timeout; reject: (err: Error) => void }>();
   const sockets = new Set<Socket>();
@@ -259,6 +298,24 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
         });
         return;
       }
+      if (req.method === 'POST' && url.endsWith('/embeddings')) {
+        let body: { model?: string; input?: string | string[] };
+        try {
+          body = JSON.parse(Buffer.concat(parts).toString('utf8')) as typeof body;
+        } catch {
+          json(res, 400, { error: { message: 'invalid JSON body', type: 'invalid_request_error' } });
+          return;
+        }
+        embeddingRequests.push({ method: 'POST', path: req.url ?? '', headers: req.headers, body });
+        if (failEmbeddings !== undefined) {
+          json(res, failEmbeddings, { error: { message: `scripted embeddings error ${failEmbeddings}`, type: 'scripted', code: failEmbeddings } });
+          return;
+        }
+        const inputs = typeof body.input === 'string' ? [body.input] : Array.isArray(body.input) ? body.input : [];
+        const tokens = inputs.reduce((n, t) => n + Math.ceil(t.length / 4), 0);
+        json(res, 200, { object: 'list', model: body.model ?? 'test-embed', data: inputs.map((t, index) => ({ object: 'embedding', index, embedding: trigramEmbedding(t) })), usage: { prompt_tokens: tokens, total_tokens: tokens } });
+        return;
+      }
       json(res, 404, { error: { message: `no route ${req.method} ${url}`, type: 'not_found' } });
     });
   });
@@ -278,6 +335,13 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   return {
     baseURL: `http://127.0.0.1:${port}/v1`,
     requests,
+    embeddingRequests,
+    get failEmbeddings() {
+      return failEmbeddings;
+    },
+    set failEmbeddings(status: number | undefined) {
+      failEmbeddings = status;
+    },
     get aborted() {
       return aborted;
     },

@@ -1,7 +1,8 @@
 /**
  * System parts some suites need beyond Node: the bubblewrap sandbox (commands, coding agents,
  * repository changes, chaos), Chromium (the Temporal UI browser test), docker-compose (the
- * compose validation) and openssl (the mutual-TLS certificates of the roles test).
+ * compose validation), openssl (the mutual-TLS certificates of the roles test) and Dovecot (the
+ * IMAP server of the workspace inbox test).
  *
  * `./steward test` installs them when it can (as root or with sudo without a password; see
  * scripts/test.sh) and names what is still missing before the run. A suite that needs
@@ -16,8 +17,9 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { sandboxAvailable } from '../../domain/sandbox.js';
 import { findChromium, noChromiumMessage } from './browser.js';
+import { dovecotMissing } from './dovecot.js';
 
-export const REQUIREMENTS = ['bubblewrap', 'chromium', 'docker-compose', 'openssl'] as const;
+export const REQUIREMENTS = ['bubblewrap', 'chromium', 'docker-compose', 'openssl', 'dovecot'] as const;
 export type Requirement = (typeof REQUIREMENTS)[number];
 
 /** CI runs are strict: a missing part fails instead of skipping. */
@@ -43,6 +45,8 @@ export async function missing(what: Requirement, env: NodeJS.ProcessEnv = proces
       return onPath('docker-compose', ['version']) ? undefined : 'needs docker-compose (apt-get install docker-compose; ./steward test installs it when it can)';
     case 'openssl':
       return onPath('openssl', ['version']) ? undefined : 'needs openssl (apt-get install openssl; ./steward test installs it when it can)';
+    case 'dovecot':
+      return dovecotMissing();
   }
 }
 

@@ -6,6 +6,7 @@
 import type { KnowledgeIndex } from '../../domain/knowledge/index-store.js';
 import { createPromptLayers } from '../../domain/knowledge/prompt-layers.js';
 import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
+import { createKnowledgeService, type KnowledgeService } from '../../services/knowledge.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -77,7 +78,7 @@ export interface HarnessOptions {
   /** The operator's prompt file (STEWARD_PROMPT_FILE). */
   promptFile?: string;
   /** Workspaces: their folders under `dataDir`, the knowledge index (given to the background worker). */
-  workspaces?: { dataDir: string; knowledge: () => Promise<KnowledgeIndex> };
+  workspaces?: { dataDir: string; knowledge: () => Promise<KnowledgeIndex>; skillsDir?: string; memoryApproval?: 'members' | 'all' | 'none' };
 }
 
 export interface Harness {
@@ -93,6 +94,8 @@ export interface Harness {
   objectives: ObjectiveService;
   /** Workspaces (the service behind /workspace, /search and /open), when the options asked for them. */
   workspaces?: WorkspaceService;
+  /** Skills and memories (the service behind /skills and /memory), with workspaces. */
+  knowledge?: KnowledgeService;
   /** The background queue objective runs (workflows, turns, activities) run on. */
   backgroundQueue: string;
   worker: Worker;
@@ -129,6 +132,8 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         ...(opts.repoChanges ?? {}),
       },
       ...(opts.workspaces ? { knowledge: opts.workspaces.knowledge } : {}),
+      ...(opts.workspaces?.skillsDir ? { skillsDir: opts.workspaces.skillsDir } : {}),
+      ...(opts.workspaces?.memoryApproval ? { memoryApproval: opts.workspaces.memoryApproval } : {}),
       ...(opts.promptFile ? { promptFile: opts.promptFile } : {}),
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
@@ -179,10 +184,11 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const workspaces = opts.workspaces
     ? createWorkspaceService({ client: opts.env.client, db: opts.db, taskQueue: backgroundQueue, dataDir: opts.workspaces.dataDir, knowledge: opts.workspaces.knowledge })
     : undefined;
+  const knowledge = workspaces ? createKnowledgeService({ db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
   const ingress = createIngress({
     changes,
     objectives,
-    ...(workspaces ? { workspaces } : {}),
+    ...(workspaces && knowledge ? { workspaces, knowledge } : {}),
     promptLayers: createPromptLayers({ db: opts.db, systemPrompt: DEFAULT_SYSTEM_PROMPT, ...(opts.promptFile ? { operatorFile: opts.promptFile } : {}) }),
     client: opts.env.client,
     db: opts.db,
@@ -205,7 +211,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ingress,
     changes,
     objectives,
-    ...(workspaces ? { workspaces } : {}),
+    ...(workspaces && knowledge ? { workspaces, knowledge } : {}),
     backgroundQueue,
     worker,
     sessionIdOf,

@@ -68,6 +68,19 @@ describe('configuration', () => {
     }
   });
 
+  it('reads the embeddings model (hybrid retrieval) and refuses one it cannot reach, with the variable named', () => {
+    assert.equal(loadConfig({ STEWARD_EMBEDDING_MODEL: 'openai:text-embedding-3-small', OPENAI_API_KEY: 'sk-test' }, tmpdir()).retrieval.embeddingModel, 'openai:text-embedding-3-small');
+    assert.equal(loadConfig({}, tmpdir()).retrieval.embeddingModel, undefined, 'unset: full text alone');
+    for (const [env, re] of [
+      [{ STEWARD_EMBEDDING_MODEL: 'text-embedding-3-small' }, /STEWARD_EMBEDDING_MODEL: expected provider:model of an embeddings model with provider openai or openai-compatible/],
+      [{ STEWARD_EMBEDDING_MODEL: 'anthropic:claude' }, /STEWARD_EMBEDDING_MODEL: .*Anthropic has none/],
+      [{ STEWARD_EMBEDDING_MODEL: 'openai-compatible:nomic-embed-text' }, /STEWARD_MODEL_BASE_URL: expected the OpenAI-compatible endpoint URL for an openai-compatible embeddings model/],
+      [{ STEWARD_EMBEDDING_MODEL: 'openai:text-embedding-3-small' }, /OPENAI_API_KEY: expected an OpenAI API key for an openai embeddings model/],
+    ] as const) {
+      assert.throws(() => loadConfig(env, tmpdir()), (err: unknown) => err instanceof ConfigError && re.test(err.message), JSON.stringify(env));
+    }
+  });
+
   it('reads a config file; the environment wins', () => {
     const cwd = dir();
     const file = path.join(cwd, 'steward.json');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { SessionState } from '../../workflows/chat/session-state.js';
-import { MAX_QUEUE, MAX_RECENT_TURNS, type SessionInput } from '../../workflows/types.js';
+import { MAX_QUEUE, MAX_RECENT_TURNS, MAX_SKILL_LEDGER, type SessionInput } from '../../workflows/types.js';
 
 const input = (): SessionInput => ({
   conversation: { platform: 'http', account: 'a', chatId: 'c' },
@@ -30,6 +30,23 @@ describe('session state', () => {
     s.enqueue(ref('c'));
     s.takeBatch();
     assert.equal(s.workingSet.goalKey, 'a');
+  });
+
+  it('keeps a bounded skill ledger that survives continue-as-new and is dropped by /new', () => {
+    const s = new SessionState(input());
+    s.recordTurn({ inbound: ['a'] }, { input: 0, output: 0, total: 0 }, [], { deploy: 'v1' });
+    s.recordTurn({ inbound: ['b'] }, { input: 0, output: 0, total: 0 }, [], { deploy: 'v2', backup: 'b1' });
+    assert.deepEqual(s.workingSet.skills, { deploy: 'v2', backup: 'b1' });
+    for (let i = 0; i < MAX_SKILL_LEDGER + 5; i++) s.recordTurn({ inbound: [`x${i}`] }, { input: 0, output: 0, total: 0 }, [], { [`s${i}`]: 'v' });
+    assert.equal(Object.keys(s.workingSet.skills ?? {}).length, MAX_SKILL_LEDGER);
+    assert.equal(s.workingSet.skills?.deploy, undefined, 'the oldest entries are forgotten');
+    const next = new SessionState({ ...input(), carried: s.carry() });
+    assert.deepEqual(next.workingSet.skills, s.workingSet.skills);
+    assert.equal(new SessionState({ ...input(), carried: s.carryForNewTask() }).workingSet.skills, undefined);
+    // a run started before skills carries no ledger
+    const old = s.carry();
+    delete old.workingSet.skills;
+    assert.equal(new SessionState({ ...input(), carried: old }).workingSet.skills, undefined);
   });
 
   it('keeps the working set bounded and carries it across continue-as-new', () => {

@@ -7,6 +7,7 @@ import {
   MAX_NOTES,
   MAX_QUEUE,
   MAX_RECENT_TURNS,
+  MAX_SKILL_LEDGER,
   type CarriedState,
   type InboundRef,
   type SessionInput,
@@ -89,8 +90,19 @@ export class SessionState {
     return { ...this.settings };
   }
 
-  recordTurn(record: TurnRecord, usage: TokenUsage, notes: string[] = []): void {
+  recordTurn(record: TurnRecord, usage: TokenUsage, notes: string[] = [], skills?: Record<string, string>): void {
     this.workingSet.notes.push(...notes);
+    if (skills && Object.keys(skills).length > 0) {
+      // re-inserted keys move to the end: the oldest entries are the ones dropped
+      const ledger = { ...this.workingSet.skills };
+      for (const [name, version] of Object.entries(skills)) {
+        delete ledger[name];
+        ledger[name] = version;
+      }
+      const names = Object.keys(ledger);
+      for (const name of names.slice(0, Math.max(0, names.length - MAX_SKILL_LEDGER))) delete ledger[name];
+      this.workingSet.skills = ledger;
+    }
     this.tokens = {
       input: this.tokens.input + usage.input,
       output: this.tokens.output + usage.output,
@@ -138,5 +150,6 @@ function structuredCloneWorkingSet(ws: WorkingSet): WorkingSet {
     ...(ws.goalKey ? { goalKey: ws.goalKey } : {}),
     notes: [...ws.notes],
     recentTurns: ws.recentTurns.map((t) => ({ inbound: [...t.inbound], ...(t.reply ? { reply: t.reply } : {}) })),
+    ...(ws.skills ? { skills: { ...ws.skills } } : {}),
   };
 }

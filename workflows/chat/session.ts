@@ -314,7 +314,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
           return await handle.result();
         });
       }
-      state.recordTurn({ inbound: batch.map((m) => m.key), ...(result.replyKey ? { reply: result.replyKey } : {}) }, result.usage, result.notes);
+      state.recordTurn({ inbound: batch.map((m) => m.key), ...(result.replyKey ? { reply: result.replyKey } : {}) }, result.usage, result.notes, result.skills);
       state.pendingSteers.unshift(...result.unappliedSteers);
     } catch (err) {
       state.recordTurn({ inbound: batch.map((m) => m.key) }, { input: 0, output: 0, total: 0 });

@@ -232,6 +232,7 @@ export class TurnLoop {
     let outcome: TurnResult['outcome'] = 'budget-exhausted';
     const scratch: ScratchRef[] = [];
     const notes: string[] = [];
+    const skills: Record<string, string> = {};
     const attachments: AttachmentRef[] = [];
 
     try {
@@ -255,6 +256,7 @@ export class TurnLoop {
           outcome = 'not-configured';
           break;
         }
+        if (result.skills) Object.assign(skills, result.skills);
         if (result.toolCalls && result.toolCalls.length > 0 && result.messageHash) {
           // The model asked for tools: run them (after approval where policy says so) and let
           // it continue with their results.
@@ -272,6 +274,7 @@ export class TurnLoop {
               messageHash: result.messageHash,
               toolCallId: call.id,
               ...(decision.run ? {} : { refused: decision.reason }),
+              ...(this.requestedBy ? { requestedBy: this.requestedBy } : {}),
             };
             const out = await toolActs.runTool.executeWithOptions(named(`tool ${call.name}${decision.run ? '' : ' (refused)'}`), [toolInput]);
             scratch.push({ kind: 'tool', hash: out.resultHash });
@@ -343,6 +346,7 @@ export class TurnLoop {
       replyKey: key,
       unappliedSteers: incoming.splice(0),
       ...(notes.length > 0 ? { notes } : {}),
+      ...(Object.keys(skills).length > 0 ? { skills } : {}),
     };
   }
 }
