@@ -206,11 +206,38 @@ function inlinesFromTokens(tokens: readonly Token[] | undefined): Inline[] {
   return out;
 }
 
+/**
+ * Nothing visible in the block (a paragraph or code block of whitespace, a quote of such blocks).
+ * Children are checked when their parent is built, so a quote is blank when it has none left.
+ */
+function isBlank(b: Block): boolean {
+  switch (b.k) {
+    case 'para':
+    case 'heading':
+      return !/\S/.test(plainInline(b.c));
+    case 'code':
+    case 'html':
+      return !/\S/.test(b.v);
+    case 'quote':
+      return b.c.length === 0;
+    case 'list':
+      return b.items.length === 0;
+    case 'table':
+    case 'hr':
+      return false;
+  }
+}
+
+/**
+ * Nested blocks with nothing visible are dropped, as top-level ones are in parse(): a split can put
+ * one in a piece of its own (a quote or list item continued in the next part), which would then be
+ * a part with nothing in it but a quote mark or indentation.
+ */
 function blocksFromTokens(tokens: readonly Token[]): Block[] {
   const out: Block[] = [];
   for (const tok of tokens) {
     const b = blockFromToken(tok);
-    if (b) out.push(b);
+    if (b && !isBlank(b)) out.push(b);
   }
   return out;
 }
@@ -222,14 +249,15 @@ function blockFromToken(tok: Token): Block | null {
     case 'checkbox':
       return null;
     case 'paragraph':
-      return { k: 'para', c: inlinesFromTokens((tok as Tokens.Paragraph).tokens) };
+      return { k: 'para', c: trimBlankEdgeLines(inlinesFromTokens((tok as Tokens.Paragraph).tokens)) };
     case 'text': {
       const t = tok as Tokens.Text;
-      return { k: 'para', c: t.tokens ? inlinesFromTokens(t.tokens) : [{ k: 'text', v: decodeEntities(t.text) }] };
+      const c = t.tokens ? inlinesFromTokens(t.tokens) : [{ k: 'text' as const, v: decodeEntities(t.text) }];
+      return { k: 'para', c: trimBlankEdgeLines(c) };
     }
     case 'heading': {
       const t = tok as Tokens.Heading;
-      return { k: 'heading', depth: Math.min(6, Math.max(1, t.depth)), c: inlinesFromTokens(t.tokens) };
+      return { k: 'heading', depth: Math.min(6, Math.max(1, t.depth)), c: trimBlankEdgeLines(inlinesFromTokens(t.tokens)) };
     }
     case 'code': {
       const t = tok as Tokens.Code;
@@ -673,7 +701,10 @@ function renderQuote(b: QuoteBlock, t: Target, ctx: Ctx): string {
   if (ctx.quote || inner === '') return inner;
   if (t === 'telegram-html') return `<blockquote>${inner}</blockquote>`;
   if (t === 'discord') return inner.split('\n').map((l) => `> ${l}`).join('\n');
-  return inner.split('\n').map((l) => (l ? `> ${l}` : '')).join('\n');
+  // Plain text marks only lines with something visible on them: a "> " before a blank or
+  // whitespace-only line (a trailing &nbsp;, a blank line of a quoted code block) would be visible
+  // text that is nothing but decoration, and it would vanish when a split trims that whitespace.
+  return inner.split('\n').map((l) => (/\S/.test(l) ? `> ${l}` : '')).join('\n');
 }
 
 function renderBlock(b: Block, t: Target, ctx: Ctx): string {
@@ -806,7 +837,8 @@ function sliceInline(nodes: readonly Inline[], from: number, to: number): Inline
     const end = pos + len;
     if (len === 0) {
       if (pos >= from) out.push(n);
-    } else if (end > from) {
+    } else if (end > from || (end === from && n.k !== 'text' && n.k !== 'code')) {
+      // (end === from: a node without text at the very end of `n`, say an image in bold, is at `from`)
       const a = Math.max(0, from - pos);
       const b = to - pos; // may be Infinity: then zero-length nodes at the end of `n` are kept
       if (n.k === 'text' || n.k === 'code') out.push({ ...n, v: n.v.slice(a, b) });
@@ -850,6 +882,26 @@ function trimEndInline(nodes: readonly Inline[]): Inline[] {
   const empties = emptyNodePositions(nodes);
   const last = empties[empties.length - 1];
   return sliceInline(nodes, 0, last !== undefined && last >= i ? Infinity : i);
+}
+
+/**
+ * Drop the blank lines at the start and end of a paragraph's or heading's text (a leading <br>, a
+ * last line holding only &nbsp;), keeping whitespace on the first and last lines with text. Shown
+ * whole, such a line is an empty line of the block that still gets its line decoration (the "1. "
+ * of a list item alone on a line, a quote's "> "); a split trims whitespace at its cuts, which
+ * would drop that line and its decoration, and then the pieces would not hold everything the whole
+ * message shows. Zero-length nodes (an image without alt text shows its URL) are never dropped.
+ */
+function trimBlankEdgeLines(nodes: Inline[]): Inline[] {
+  const flat = flatText(nodes);
+  const lead = /^\s*\n/.exec(flat)?.[0].length ?? 0;
+  const trail = /\n\s*$/.exec(flat)?.index ?? flat.length;
+  if (lead === 0 && trail === flat.length) return nodes;
+  const empties = emptyNodePositions(nodes);
+  if (empties.length === 0 && !/\S/.test(flat)) return nodes;
+  const first = Math.min(lead, empties[0] ?? lead);
+  const last = empties[empties.length - 1];
+  return sliceInline(nodes, first, last !== undefined && last >= trail ? Infinity : trail);
 }
 
 /** Flat-text ranges (start, end) of autolinks: their text is a URL, which is only cut as a last resort. */

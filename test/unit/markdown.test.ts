@@ -472,6 +472,42 @@ describe('splitMessage', () => {
     }
   });
 
+  it('keeps every quote mark and list marker when a paragraph has blank or whitespace-only lines (fast-check counterexample)', () => {
+    // The paragraph in the quote ends in a line holding only &nbsp;. Rendered whole, that line got
+    // a "> " of its own in plain text (51 characters, too long for 50); the split trimmed the
+    // &nbsp; and that ">" went with it (content lost). Blank edge lines of a paragraph are dropped
+    // now, and a quote's whitespace-only lines get no "> ".
+    const md = '> ?   > > ****| a | b |\n|---|:-:|\n| 1 | 2 |\n&nbsp;';
+    assert.equal(renderPlain(md), '> ?   > > ****| a | b |\n> |---|:-:|\n> | 1 | 2 |');
+    assert.equal(renderTelegramHtml(md), '<blockquote>?   &gt; &gt; ****| a | b |\n|---|:-:|\n| 1 | 2 |</blockquote>');
+    const parts = splitMessage(md, 'telegram-html', 50);
+    assert.equal(parts.length, 1);
+    assert.equal(parts[0]?.rendered, renderTelegramHtml(md));
+    assert.equal(parts[0]?.plain, renderPlain(md));
+    // the same with a whitespace-only line inside the quote, and with a blank first line (<br>)
+    // under a list marker, which a split used to merge with the next line
+    const inner = `> ${'x'.repeat(30)}<br>&nbsp;<br>${'y'.repeat(30)}`;
+    assert.equal(renderPlain(inner), `> ${'x'.repeat(30)}\n\n> ${'y'.repeat(30)}`);
+    const marker = '> 1. <br>| a | b |\n|---|:-:|\n| 1 | 2 |\n';
+    assert.equal(renderPlain(marker), '> 1. | a | b |\n>    |---|:-:|\n>    | 1 | 2 |');
+    // a nested block with nothing visible is dropped, so no piece of a split quote is blank
+    const blankNested = '> | a | b |\n|---|:-:|\n| 1 | 2 |\n> > &#32;';
+    assert.equal(renderPlain(blankNested), '> | a | b |\n> |---|:-:|\n> | 1 | 2 |');
+    // blank edge lines go even when the only thing left is an image without alt text (its URL)
+    const imageOnly = '> - <br>&nbsp;<br>![](http://i.io/x)';
+    assert.equal(renderPlain(imageOnly), '> • http://i.io/x');
+    for (const m of [md, inner, marker, blankNested, imageOnly]) {
+      for (const d of DIALECTS) for (const limit of [16, 30, 50, 200]) checkSplit(m, d, limit);
+    }
+  });
+
+  it('keeps an image without alt text at the end of bold text when a cut falls just before it', () => {
+    const md = '**> ![](http://i.io/x)**[t](https://x.io/a)';
+    const parts = splitMessage(md, 'telegram-html', 16);
+    assert.ok(parts.some((p) => p.plain.includes('http://i.io/x')));
+    for (const d of DIALECTS) for (const limit of [16, 30, 50]) checkSplit(md, d, limit);
+  });
+
   it('rejects limits too small to hold anything', () => {
     assert.throws(() => splitMessage('hi', 'plain', 10), RangeError);
     assert.throws(() => splitMessage('hi', 'plain', Number.NaN), RangeError);
