@@ -18,7 +18,8 @@ import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
-import { DEFAULT_APPROVAL_TOOLS, isActionTool, TOOLS } from '../common/tools.js';
+import { approvalRequired, DEFAULT_APPROVAL_TOOLS, isActionTool, TOOLS } from '../common/tools.js';
+import type { Role } from '../common/roles.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
 import { proposalRefusal, resolveActionSettings, type ActionOptions, type StartRepoChange } from '../domain/actions.js';
 import { getBlobText, putBlob } from '../domain/blobs.js';
@@ -36,6 +37,10 @@ import { maskHeldSecretsDeep, viewProposal } from '../domain/proposals.js';
 import { redact } from '../domain/redaction.js';
 import { loadToolCall } from '../domain/tool-calls.js';
 import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall, type WorkspaceAccess } from '../domain/tools.js';
+import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
+import type { McpCatalogue, McpTools } from '../domain/mcp/tools.js';
+import { personOf } from '../domain/knowledge/turn-knowledge.js';
+import { messagesByKeys } from '../domain/transcript.js';
 
 export interface ToolPolicy {
   /** Tools that wait for an admin's approval before they run ("*": every tool). */
@@ -48,14 +53,7 @@ export interface ToolPolicy {
 
 export const DEFAULT_TOOL_POLICY: ToolPolicy = { approvalTools: DEFAULT_APPROVAL_TOOLS, approvalTimeoutMs: 60 * 60_000, forbidSelfApproval: true };
 
-/**
- * Whether a call of this tool waits for an admin's approval: the one place the verdict is
- * decided. The proposed actions (HTTP, email, commands, repo changes) always do, whatever
- * STEWARD_APPROVAL_TOOLS says; the other tools as the policy lists them.
- */
-export function approvalRequired(policy: Pick<ToolPolicy, 'approvalTools'>, name: string): boolean {
-  return isActionTool(name) || policy.approvalTools.includes('*') || policy.approvalTools.includes(name);
-}
+export { approvalRequired } from '../common/tools.js';
 
 /**
  * The tools offered to the model: declared only (no execute), Steward runs them as activities.
@@ -119,6 +117,8 @@ export interface ActivityDeps {
   memoryApproval?: MemoryApproval;
   /** Memories recalled per model step at most (STEWARD_MEMORY_RECALL; default 3, 0 turns recall off). */
   memoryRecall?: number;
+  /** Tools from the registered MCP servers; absent: none are offered. */
+  mcp?: McpTools;
 }
 
 export interface ModelStepInput {
@@ -285,7 +285,20 @@ async function loadScratch(db: Db, refs: ScratchRef[] | undefined): Promise<Mode
  * and the approval policy's, never the input. A proposed action that could not run anyway is
  * refused here, not put to an admin.
  */
-function toolCallRef(c: ChatContext, call: ModelToolCall): ToolCallRef {
+function toolCallRef(c: ChatContext, call: ModelToolCall, mcp?: { catalogue: McpCatalogue; role: Role | undefined }): ToolCallRef {
+  if (c.mcp && mcp && parseMcpWireName(call.toolName)) {
+    // a tool of an MCP server: its JSON Schema and its approval policy decide
+    const m = c.mcp.verdict(mcp.catalogue, call.toolName, call.input, c.policy.approvalTools, mcp.role);
+    const error = !m.ok ? m.error : call.invalid ? `The call could not be read: ${call.error ?? 'invalid'}` : undefined;
+    const wait = error === undefined && m.ok && m.needsApproval;
+    return {
+      id: call.toolCallId,
+      name: call.toolName,
+      needsApproval: wait,
+      ...(wait ? { forbidSelfApproval: c.policy.forbidSelfApproval !== false } : {}),
+      ...(error !== undefined ? { error } : {}),
+    };
+  }
   // Steward validates every call itself (the SDK's verdict on an invalid one is verbose)
   let own = validateToolCall(call.toolName, call.input);
   const refusal = own.ok && isActionTool(own.tool) ? proposalRefusal(own.tool, own.input, c.actions, { startRepoChange: c.startRepoChange !== undefined }) : undefined;
@@ -299,6 +312,15 @@ function toolCallRef(c: ChatContext, call: ModelToolCall): ToolCallRef {
     ...(approval ? { forbidSelfApproval: c.policy.forbidSelfApproval !== false } : {}),
     ...(v.ok ? {} : { error: v.error }),
   };
+}
+
+/** The chat's MCP tools for a model step, and the role of the person whose message the turn answers (approval by role). */
+async function mcpCatalogue(c: ChatContext, input: ModelStepInput): Promise<{ catalogue: McpCatalogue; role: Role | undefined }> {
+  const ws = c.retriever ? await c.retriever.workspaceOf(input.conversation) : undefined;
+  const catalogue = await c.mcp!.catalogue(ws?.name ?? null);
+  const sender = (await messagesByKeys(c.db, input.inbound)).at(-1);
+  const role = sender ? (await personOf(c.db, sender.identityId)).role : undefined;
+  return { catalogue, role };
 }
 
 /** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
@@ -366,9 +388,12 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   const beat = setInterval(() => ctx.heartbeat({ step: input.step, chars }), c.beatMs);
   const started = Date.now();
   try {
+    const own = (await workspaceAccess(c, input.conversation)) ? MODEL_TOOLS_WITH_WORKSPACE : c.turnKnowledge ? MODEL_TOOLS_WITH_MEMORY : MODEL_TOOLS;
+    // the chat's MCP tools (listed under the heartbeat: a server may take a while to start)
+    const mcp = c.mcp ? await mcpCatalogue(c, input) : undefined;
     const out = await runModelStep(
       c.models,
-      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: (await workspaceAccess(c, input.conversation)) ? MODEL_TOOLS_WITH_WORKSPACE : c.turnKnowledge ? MODEL_TOOLS_WITH_MEMORY : MODEL_TOOLS },
+      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: mcp && mcp.catalogue.tools.size > 0 ? { ...mcp.catalogue.toolSet, ...own } : own },
       {
         signal: ctx.cancellationSignal,
         onDelta: (soFar) => {
@@ -390,7 +415,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
         ],
       };
       const messageHash = await putBlob(c.db, JSON.stringify(message), 'application/json');
-      const toolCalls = out.toolCalls.map((call) => toolCallRef(c, call));
+      const toolCalls = out.toolCalls.map((call) => toolCallRef(c, call, mcp));
       tools = { messageHash, toolCalls };
     }
     await writeReceipt(c.db, {
@@ -501,7 +526,9 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
   const call = await loadToolCall(c.db, input.messageHash, input.toolCallId);
   let outcome: { text: string; ok: boolean; note?: string; attachment?: AttachmentRef; detail: Record<string, unknown> };
   const v = validateToolCall(call.toolName, call.input);
+  const mcpName = parseMcpWireName(call.toolName);
   if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
+  else if (mcpName && c.mcp) outcome = await c.mcp.run({ db: c.db, turnId: input.turnId, signal: Context.current().cancellationSignal }, call);
   else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
   else {
     outcome = await runValidatedTool(
@@ -528,7 +555,14 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
     key: `${input.turnId}:tool:${input.toolCallId}`,
     kind: 'tool.call',
     ...wf,
-    data: { turnId: input.turnId, tool: call.toolName, toolCallId: input.toolCallId, ok: outcome.ok, input: redact(call.input), ...(redact(outcome.detail) as Record<string, unknown>) },
+    data: {
+      turnId: input.turnId,
+      tool: mcpName ? mcpDisplayName(mcpName.server, mcpName.tool) : call.toolName,
+      toolCallId: input.toolCallId,
+      ok: outcome.ok,
+      input: redact(call.input),
+      ...(redact(outcome.detail) as Record<string, unknown>),
+    },
   });
   return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };
 }

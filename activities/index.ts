@@ -7,6 +7,7 @@ import { createChatActivities, type ActivityDeps } from './chat.js';
 import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS } from './changes.js';
 import { createKnowledgeActivities } from './knowledge.js';
 import { createObjectiveActivities } from './objectives.js';
+import { createTaskActivities } from './tasks.js';
 
 export * from './chat.js';
 
@@ -27,5 +28,6 @@ export function createActivities(deps: ActivityDeps) {
     ...createRepoChangeActivities({ db: deps.db, models: deps.models, senders, settings: deps.repoChanges ?? DEFAULT_REPO_CHANGE_SETTINGS, ...common }),
     ...createChatActivities(deps),
     ...createKnowledgeActivities(deps.knowledge ? { db: deps.db, knowledge: deps.knowledge } : undefined),
+    ...createTaskActivities({ db: deps.db, models: deps.models, senders }),
   };
 }

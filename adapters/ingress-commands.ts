@@ -22,6 +22,8 @@ import { writeReceipt } from '../domain/receipts.js';
 import { helpText, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import type { Role } from '../common/roles.js';
+import { mcpStatusLine } from '../common/mcp.js';
+import { listMcpServers } from '../domain/store/mcp.js';
 import { parseModelRef, type NormalizedInbound, type Provider } from '../common/schemas.js';
 import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../workflows/messages.js';
 import { sessionWorkflow } from '../workflows/chat/session.js';
@@ -36,6 +38,10 @@ import { deleteChatPrompt, upsertChatPrompt } from '../domain/store/prompts.js';
 import { memoryLine } from '../domain/knowledge/memory.js';
 import type { KnowledgeService } from '../services/knowledge.js';
 import { ServiceInputError } from '../services/requests.js';
+import type { PartState } from '../domain/heartbeat.js';
+import type { TaskService } from '../services/tasks.js';
+import { isAdmin } from '../common/roles.js';
+import { taskLine } from '../common/tasks.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
@@ -85,7 +91,11 @@ export interface CommandEnv {
   promptLayers?: PromptLayers;
   /** Skills and memories (/skills, /memory). */
   knowledge?: KnowledgeService;
+  /** The heartbeat's states (admins see them in /status). */
+  heartbeat?: () => Promise<PartState[]>;
   runLink?: (workflowId: string) => string | undefined;
+  /** Triage and tasks (/tasks, /task, /route, /triage). */
+  tasks?: TaskService;
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
   decidePairing(code: string, decision: { approve: Role } | 'deny', by: Actor): Promise<PairingDecision>;
@@ -169,7 +179,11 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
       const link = view.running ? env.runLink?.(view.running.runWorkflowId) : undefined;
       const shown = link ? `${text}\nRun: ${link}` : text;
       const running = env.changes ? await env.changes.runningInChat(call.conversation) : [];
-      return running.length ? `${shown}\nChanges: ${running.map((c) => `${c.id} on ${c.repo} (${c.phase}${c.question ? ': waiting for /answer' : ''})`).join('; ')}` : shown;
+      const withChanges = running.length ? `${shown}\nChanges: ${running.map((c) => `${c.id} on ${c.repo} (${c.phase}${c.question ? ': waiting for /answer' : ''})`).join('; ')}` : shown;
+      // admins also see the MCP servers as the workers last found them
+      const mcp = isAdmin(call.actor.role) ? mcpStatusLine(await listMcpServers(env.db)) : undefined;
+      const parts = isAdmin(call.actor.role) && env.heartbeat ? heartbeatLine(await env.heartbeat().catch(() => [])) : undefined;
+      return [withChanges, mcp, parts].filter(Boolean).join('\n');
     },
   };
 }
@@ -327,6 +341,14 @@ function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'
   };
 }
 
+/** The heartbeat in one line: the degraded parts with what was seen, else that all are ok. */
+function heartbeatLine(parts: PartState[]): string | undefined {
+  if (parts.length === 0) return undefined;
+  const bad = parts.filter((p) => p.state !== 'ok');
+  if (bad.length === 0) return `Parts: all ${parts.length} ok.`;
+  return `Parts: ${bad.length} of ${parts.length} degraded: ${bad.map((p) => `${p.part} since ${p.since} (${p.detail}; last success ${p.lastOkAt ?? 'never'})`).join('; ')}.`;
+}
+
 /** Run a command on a service that may be off; its input errors become the answer ("Not done: ..."), and change nothing. */
 function guard<S>(service: S | undefined, off: string): (f: (s: S) => Promise<string>) => Promise<string> {
   return async (f) => {
@@ -455,6 +477,58 @@ function memoryCommands(env: CommandEnv): Handlers<'skills' | 'memory'> {
   };
 }
 
+/** Triage and tasks from chat: list, make, hand and close tasks; re-route one (admins); switch triage of this chat (admins). */
+function taskCommands(env: CommandEnv): Handlers<'tasks' | 'task' | 'route' | 'triage'> {
+  const guarded = guard(env.tasks, 'Tasks are not enabled on this Steward.');
+  const chatName = (t: { chat: { platform: string; chatId: string } }) => `${t.chat.platform} chat ${t.chat.chatId}`;
+  return {
+    tasks: (cmd, call) =>
+      guarded(async (t) => {
+        // an admin sees every chat's tasks (the admin channel's view); others their chat's
+        const all = await t.list({ status: 'open', ...(cmd.lane ? { lane: cmd.lane } : {}) }, isAdmin(call.actor.role) ? undefined : call.conversation);
+        if (all.length === 0) return `No open tasks${cmd.lane ? ` in the ${cmd.lane} lane` : ''}. /task <text> makes one.`;
+        return [`Open tasks (${all.length}):`, ...all.map(taskLine)].join('\n');
+      }),
+    task: (cmd, call) =>
+      guarded(async (t) => {
+        const who = person(call);
+        if (cmd.action === 'add') {
+          const { conversation } = call;
+          const made = await t.create({ text: cmd.text, chatId: conversation.chatId, platform: conversation.platform, account: conversation.account }, who);
+          return `Task ${made.id} made (${made.lane}, ${made.priority}, due ${made.dueAt ?? '-'}). /task hand ${made.id} hands it to the agent; /task close ${made.id} closes it.`;
+        }
+        const task = await t.show(cmd.id);
+        const here = task.chat.platform === call.conversation.platform && task.chat.account === call.conversation.account && task.chat.chatId === call.conversation.chatId;
+        if (!here && !isAdmin(call.actor.role)) return `Not done: task ${task.id} belongs to another chat; an admin or that chat can ${cmd.action} it.`;
+        if (cmd.action === 'hand') {
+          const handed = await t.hand(task.id, who);
+          return `Task ${handed.id} handed to the agent: a turn runs in ${here ? 'this chat' : chatName(handed)}.`;
+        }
+        const closed = await t.close(task.id, who);
+        return `Task ${closed.id} closed.`;
+      }),
+    route: (cmd, call) =>
+      guarded(async (t) => {
+        const before = await t.show(cmd.id);
+        const after = await t.route(cmd.id, { class: cmd.class, ...(cmd.priority ? { priority: cmd.priority } : {}), ...(cmd.due ? { due: cmd.due } : {}) }, person(call));
+        if (after.status === 'closed') return `Task ${after.id} routed as noise: closed.`;
+        return `Task ${after.id} routed: ${after.lane}, ${after.priority}, due ${after.dueAt ?? '-'} (was ${before.lane}, ${before.priority}, due ${before.dueAt ?? '-'}).`;
+      }),
+    triage: (cmd, call) =>
+      guarded(async (t) => {
+        if (!call.binding) return 'Not done: /triage works in a bound group (an admin binds it with /bind first).';
+        if (cmd.state === undefined) {
+          const s = await t.triage(call.binding.id);
+          return s.enabled ? `Triage is on here (model ${s.model ?? call.binding.model ?? 'the default'}). /triage off switches it off.` : 'Triage is off here. /triage on [provider:model] sorts messages that do not address Steward into tasks.';
+        }
+        const s = await t.setTriage(call.binding.id, { enabled: cmd.state === 'on', ...(cmd.model ? { model: cmd.model } : {}) }, person(call));
+        return s.enabled
+          ? `Triage is on: messages here that do not address Steward are classified (model ${s.model ?? call.binding.model ?? 'the default'}); tasks and routing decisions go to the admin channel.`
+          : 'Triage is off here.';
+      }),
+  };
+}
+
 /** What the parser could not take: a known command with bad arguments, or an unknown one. */
 function parseFailures(): Handlers<'invalid' | 'unknown'> {
   return {
@@ -476,6 +550,7 @@ export function commandHandlers(env: CommandEnv): { run(cmd: ParsedCommand, call
     ...objectiveCommands(env),
     ...workspaceCommands(env),
     ...memoryCommands(env),
+    ...taskCommands(env),
     ...parseFailures(),
   };
   return {

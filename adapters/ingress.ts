@@ -70,6 +70,8 @@ import type { ObjectiveService } from '../services/objectives.js';
 import type { WorkspaceService } from '../services/workspaces.js';
 import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import type { KnowledgeService } from '../services/knowledge.js';
+import type { PartState } from '../domain/heartbeat.js';
+import type { TaskService } from '../services/tasks.js';
 
 /** The user id an OpenHarness request carries when it authenticated with the operator's token. */
 export const OPERATOR_USER_ID = 'operator';
@@ -100,6 +102,8 @@ export interface IngressResult {
   reason?: RejectReason;
   /** Transcript seq of the recorded inbound message. */
   seq?: number;
+  /** An ignored group message that triage took: its triage workflow. */
+  triage?: { workflowId: string; duplicate: boolean };
 }
 
 export interface TranscriptEntry {
@@ -222,8 +226,12 @@ export interface IngressDeps {
   promptLayers?: PromptLayers;
   /** Skills and memories (/skills, /memory). */
   knowledge?: KnowledgeService;
+  /** The heartbeat's states (admins see them in /status). */
+  heartbeat?: () => Promise<PartState[]>;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
+  /** Triage and tasks: group messages that do not address Steward are sorted into work where a binding has triage on (/tasks, /task, /route, /triage). */
+  tasks?: TaskService;
 }
 
 const HOW_TO_PAIR = 'Steward does not know you yet. Send /pair here to ask for access: you get a code, and an admin approves it.';
@@ -325,7 +333,9 @@ export function createIngress(deps: IngressDeps): Ingress {
     ...(deps.workspaces ? { workspaces: deps.workspaces } : {}),
     ...(deps.promptLayers ? { promptLayers: deps.promptLayers } : {}),
     ...(deps.knowledge ? { knowledge: deps.knowledge } : {}),
+    ...(deps.heartbeat ? { heartbeat: deps.heartbeat } : {}),
     ...(deps.runLink ? { runLink: deps.runLink } : {}),
+    ...(deps.tasks ? { tasks: deps.tasks } : {}),
     status,
     formatStatus,
     decidePairing: decidePairingImpl,
@@ -681,13 +691,26 @@ async function admit(s: IngressSteps, a: Accepted): Promise<Admitted | Stop> {
   // A group message that does not address Steward is not for it; nor is `/cmd@otherbot`,
   // whatever the binding's mode.
   if (governed && !dm && !msg.addressed && ((binding?.mode ?? 'mention') === 'mention' || (command && commandAddressee(msg.text) !== undefined))) {
-    return { stop: { workflowId, kind: 'ignored', duplicate: false } };
+    // ... unless the binding has triage on: a known person's message is sorted into work by a workflow of its own
+    const triage = !command && binding && actor ? await triageQuietly(s, msg, actor, binding, a.key) : undefined;
+    return { stop: { workflowId, kind: 'ignored', duplicate: false, ...(triage ? { triage } : {}) } };
   }
 
   if (governed && !actor) return { stop: await authenticate(s, a) };
   const admitted: Admitted = { ...a, who: actor ?? OPERATOR, binding };
   const refused = await authorise(s, admitted);
   return refused ? { stop: refused } : admitted;
+}
+
+/** Hand a group message to triage (services/tasks.ts) where its binding has it on; a failure is logged, never the message's. */
+async function triageQuietly(s: IngressSteps, msg: NormalizedInbound, who: Actor, binding: BindingRecord, key: string): Promise<IngressResult['triage']> {
+  if (!s.deps.tasks) return undefined;
+  try {
+    return await s.deps.tasks.triageInbound(msg, who, binding, key);
+  } catch (err) {
+    s.deps.log?.warn({ err, platform: msg.platform, chatId: msg.chatId }, 'triage of a group message could not start');
+    return undefined;
+  }
 }
 
 /** Authenticate: an unknown sender gets a pairing code for /pair in a direct message, and nothing but how to pair otherwise. */
@@ -738,7 +761,7 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
     if (spec && !mayUse(spec, who.role)) {
       return s.reject(msg, workflowId, 'forbidden', `/${spec.name} needs the ${spec.minRole} role; you are ${who.role === 'admin' || who.role === 'operator' || who.role === 'overlord' ? 'an' : 'a'} ${who.role}.`, { command: command.kind });
     }
-    if (governed && spec && isAdminCommand(spec) && !dm && !binding?.adminChannel && command.kind !== 'bind' && command.kind !== 'admin-channel' && command.kind !== 'unbind' && (await adminChannelExists(s.db))) {
+    if (governed && spec && isAdminCommand(spec) && !dm && !binding?.adminChannel && command.kind !== 'bind' && command.kind !== 'admin-channel' && command.kind !== 'unbind' && spec.name !== 'triage' && (await adminChannelExists(s.db))) {
       return s.reject(msg, workflowId, 'admin-channel-only', `/${spec.name} works in the admin channel (or in a direct message).`, { command: command.kind });
     }
     return undefined;

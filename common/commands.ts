@@ -5,6 +5,7 @@
  */
 import { isAdmin, RoleSchema, roleAtLeast, type Role } from './roles.js';
 import { MAX_STEER_CHARS, ModelRefSchema, ThinkLevelSchema } from './schemas.js';
+import { CLASSES, dueWindowMs, DUE_MESSAGE, LANES, PRIORITIES, resolveDue, TASK_ID_RE, type Lane, type Priority, type TriageClass } from './tasks.js';
 
 export type { Role } from './roles.js';
 
@@ -48,6 +49,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'open', args: [arg('path', 'A file of the workspace, such as notes/howto.md')], description: "Show a file of this chat's workspace.", minRole: 'member', where: 'any' },
   { name: 'skills', args: [], description: 'List the skills (SKILL.md runbooks) this chat may use, with their versions.', minRole: 'member', where: 'any' },
   { name: 'memory', args: [arg('action', 'list, show, forget, approve or reject', false, { choices: ['list', 'show', 'forget', 'approve', 'reject'] }), arg('id', 'The memory, such as m-1a2b3c4d', false)], description: 'What the agent remembers here: list, show or forget; admins approve or reject proposals.', minRole: 'member', where: 'any' },
+  { name: 'tasks', args: [arg('lane', 'Only this lane', false, { choices: LANES })], description: "List open tasks (an admin's list has every chat's).", minRole: 'viewer', where: 'any' },
+  { name: 'task', args: [arg('text', 'The task; or: hand <id>, close <id>', true, { rest: true })], description: 'Make a task by hand; hand one to the agent (a turn in its chat) or close it.', minRole: 'member', where: 'any' },
   { name: 'workspace', args: [arg('action', 'show, list, create, use, off or reindex', false, { choices: ['show', 'list', 'create', 'use', 'off', 'reindex'] }), arg('name', 'The workspace', false), arg('folder', 'Not from chat: the operator names folders (steward workspaces create --folder)', false)], description: "Show, create or choose this chat's workspace of Markdown and text knowledge.", minRole: 'admin', where: 'any' },
   { name: 'prompt', args: [arg('action', 'show, set or clear', false, { choices: ['show', 'set', 'clear'] }), arg('text', 'For set: the instructions for this chat', false, { rest: true })], description: "Show the system prompt's layers, or set or clear this chat's own.", minRole: 'admin', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
@@ -59,6 +62,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'bind', args: [arg('mode', 'mention: answer when mentioned or replied to; all: every message', false, { choices: ['mention', 'all'] }), arg('name', 'A short name for this chat', false)], description: 'Let Steward answer in this chat.', minRole: 'admin', where: 'group' },
   { name: 'unbind', args: [], description: 'Stop Steward answering in this chat.', minRole: 'admin', where: 'group' },
   { name: 'admin-channel', args: [arg('state', 'on or off', false, { choices: ['on', 'off'] })], description: 'Make this chat the admin channel (admin commands and notifications).', minRole: 'admin', where: 'group' },
+  { name: 'route', args: [arg('task', 'The task, such as t-1a2b3c4d'), arg('class', 'The lane; noise closes the task', true, { choices: CLASSES }), arg('priority', 'p1, p2 or p3', false, { choices: PRIORITIES }), arg('due', 'A due window such as 4h or 2d', false)], description: 'Override a triage decision: lane, priority and due window.', minRole: 'admin', where: 'any' },
+  { name: 'triage', args: [arg('state', 'on or off', false, { choices: ['on', 'off'] }), arg('model', 'provider:model of the classification step', false)], description: 'Sort messages here that do not address Steward into tasks (a cheap model step).', minRole: 'admin', where: 'group' },
 ];
 
 export type ParsedCommand =
@@ -94,6 +99,11 @@ export type ParsedCommand =
   | { kind: 'bind'; mode?: 'mention' | 'all'; name?: string }
   | { kind: 'unbind' }
   | { kind: 'admin-channel'; on: boolean }
+  | { kind: 'tasks'; lane?: Lane }
+  | { kind: 'task'; action: 'add'; text: string }
+  | { kind: 'task'; action: 'hand' | 'close'; id: string }
+  | { kind: 'route'; id: string; class: TriageClass; priority?: Priority; due?: string }
+  | { kind: 'triage'; state?: 'on' | 'off'; model?: string }
   | { kind: 'invalid'; name: string; error: string }
   | { kind: 'unknown'; name: string };
 
@@ -197,6 +207,56 @@ function parseKnowledgeCommand(name: 'workspace' | 'prompt' | 'search' | 'open' 
       if (!rest || words.length > 1) return invalid(`${usage(name)} (a workspace path, such as notes/howto.md)`);
       if (rest.length > 1024) return invalid('the path is longer than 1,024 characters');
       return { kind: 'open', path: rest };
+  }
+}
+
+/** The triage and task commands: /tasks, /task, /route, /triage. */
+function parseTaskCommand(name: 'tasks' | 'task' | 'route' | 'triage', rest: string, words: string[]): ParsedCommand {
+  const invalid = (error: string): ParsedCommand => ({ kind: 'invalid', name, error });
+  switch (name) {
+    case 'tasks': {
+      if (words.length > 1) return invalid(usage(name));
+      const lane = words[0]?.toLowerCase();
+      if (lane === undefined) return { kind: 'tasks' };
+      return (LANES as readonly string[]).includes(lane) ? { kind: 'tasks', lane: lane as Lane } : invalid(`a lane is ${LANES.join(', ')}`);
+    }
+    case 'task': {
+      if (!rest) return invalid(`${usage(name)} (/task <text>, /task hand <id>, /task close <id>)`);
+      const action = words[0]?.toLowerCase();
+      if ((action === 'hand' || action === 'close') && words.length === 2 && /^t-/i.test(words[1]!)) {
+        const id = words[1]!.toLowerCase();
+        return TASK_ID_RE.test(id) ? { kind: 'task', action, id } : invalid('a task id looks like t-1a2b3c4d');
+      }
+      if (rest.length > 4000) return invalid('the task is longer than 4000 characters');
+      return { kind: 'task', action: 'add', text: rest };
+    }
+    case 'route': {
+      const [rawId, rawClass, ...more] = words;
+      if (!rawId || !rawClass || more.length > 2) return invalid(`${usage(name)} (e.g. /route t-1a2b3c4d issue p1 4h)`);
+      const id = rawId.toLowerCase();
+      if (!TASK_ID_RE.test(id)) return invalid('a task id looks like t-1a2b3c4d');
+      const cls = rawClass.toLowerCase();
+      if (!(CLASSES as readonly string[]).includes(cls)) return invalid(`a class is ${CLASSES.join(', ')}`);
+      let priority: Priority | undefined;
+      let due: string | undefined;
+      for (const w of more) {
+        const lw = w.toLowerCase();
+        if (!priority && (PRIORITIES as readonly string[]).includes(lw)) priority = lw as Priority;
+        else if (!due && (dueWindowMs(lw) !== undefined || resolveDue(w, 0) !== undefined)) due = w;
+        else return invalid(`${w}: expected p1, p2 or p3, or ${DUE_MESSAGE}`);
+      }
+      return { kind: 'route', id, class: cls as TriageClass, ...(priority ? { priority } : {}), ...(due ? { due } : {}) };
+    }
+    case 'triage': {
+      const [state, model, ...more] = words;
+      if (state === undefined) return { kind: 'triage' };
+      const s = state.toLowerCase();
+      if (more.length || (s !== 'on' && s !== 'off') || (s === 'off' && model !== undefined)) return invalid(`${usage(name)} (/triage on [provider:model], /triage off)`);
+      if (model === undefined) return { kind: 'triage', state: s };
+      const m = ModelRefSchema.safeParse(model);
+      if (!m.success) return invalid(`the model: ${m.error.issues[0]?.message ?? 'expected provider:model'}`);
+      return { kind: 'triage', state: s, model: m.data };
+    }
   }
 }
 
@@ -322,6 +382,11 @@ function parseCommand(name: string, rest: string): ParsedCommand {
     case 'skills':
     case 'memory':
       return parseKnowledgeCommand(name, rest, words);
+    case 'tasks':
+    case 'task':
+    case 'route':
+    case 'triage':
+      return parseTaskCommand(name, rest, words);
     case 'admin-channel': {
       const w = (words[0] ?? 'on').toLowerCase();
       if (words.length > 1 || (w !== 'on' && w !== 'off')) return invalid(usage(name));

@@ -27,7 +27,7 @@ export function replyKey(turnId: string): string {
 }
 
 /** 53 bits of a string's hash (cyrb53): deterministic and pure, for ids workflows derive. */
-function hash53(text: string, seed = 0): number {
+export function hash53(text: string, seed = 0): number {
   let h1 = 0xdeadbeef ^ seed;
   let h2 = 0x41c6ce57 ^ seed;
   for (let i = 0; i < text.length; i++) {

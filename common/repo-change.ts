@@ -9,7 +9,7 @@
  */
 import { z } from 'zod';
 import { ModelRefSchema } from './schemas.js';
-import { RepoPolicySchema } from './repo-policy.js';
+import { RepoPolicySchema, type RepoPolicyInput } from './repo-policy.js';
 
 export const HARNESS_SCHEMA_VERSION = '0.3' as const;
 
@@ -337,6 +337,12 @@ export interface GateVerdict {
   forbidSelfApproval: boolean;
   approvalTimeoutMs: number;
   at: string;
+  /**
+   * The repository's own policy layer as the gate read it at the base (`.steward/policy.json`;
+   * null: none there), so `steward policy what-if` can evaluate the change again without the
+   * repository. Absent in verdicts recorded before it was kept, and when the file was invalid.
+   */
+  repoPolicy?: RepoPolicyInput | null;
 }
 
 export interface ChangeResult {

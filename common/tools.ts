@@ -206,6 +206,16 @@ export function isToolName(name: string): name is ToolName {
 /** The proposed actions: they always wait for an admin's approval. */
 export const ACTION_TOOLS: readonly ToolName[] = TOOL_NAMES.filter((n) => (TOOLS[n] as ToolSpec).alwaysNeedsApproval === true);
 
+/**
+ * Whether a call of this tool waits for an admin's approval: the one place the verdict is
+ * decided (the model step, and `steward policy what-if` over past calls). The proposed actions
+ * (HTTP, email, commands, repo changes) always do, whatever STEWARD_APPROVAL_TOOLS says; the
+ * other tools as the policy lists them.
+ */
+export function approvalRequired(policy: { approvalTools: readonly string[] }, name: string): boolean {
+  return isActionTool(name) || policy.approvalTools.includes('*') || policy.approvalTools.includes(name);
+}
+
 export function isActionTool(name: string): boolean {
   return isToolName(name) && (TOOLS[name] as ToolSpec).alwaysNeedsApproval === true;
 }

@@ -14,6 +14,7 @@ import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
 import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '../common/codec.js';
 import { heldSecretsFrom, type HeldSecret } from '../domain/proposals.js';
+import { McpConfigFileSchema, type McpServerSpec } from '../common/mcp.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -190,6 +191,7 @@ export const ConfigEnvSchema = z.object({
     .min(0, 'expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)')
     .max(20, 'expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)')
     .default(3),
+  STEWARD_MCP_CONFIG: optionalString,
   STEWARD_TEMPORAL_PORT: port(7233),
   STEWARD_TEMPORAL_UI_PORT: port(8233),
   STEWARD_TEMPORAL_UI: bool(true),
@@ -280,9 +282,10 @@ export const ConfigEnvSchema = z.object({
     .default(DEFAULT_APPROVAL_TOOLS.join(','))
     .transform((v, ctx) => {
       const names = v.split(',').map((s) => s.trim()).filter(Boolean);
-      const bad = names.filter((n) => n !== '*' && !(TOOL_NAMES as string[]).includes(n));
+      // MCP tools as people see them: server.tool, or server.* for all of a server's
+      const bad = names.filter((n) => n !== '*' && !(TOOL_NAMES as string[]).includes(n) && !/^[a-z][a-z0-9-]{0,23}\.([A-Za-z0-9_-]{1,64}|\*)$/.test(n));
       if (bad.length) {
-        ctx.addIssue({ code: 'custom', message: `unknown tool ${bad.join(', ')}: tools are ${TOOL_NAMES.join(', ')} (or * for all)` });
+        ctx.addIssue({ code: 'custom', message: `unknown tool ${bad.join(', ')}: tools are ${TOOL_NAMES.join(', ')}, MCP tools as server.tool or server.* (or * for all)` });
         return z.NEVER;
       }
       return names;
@@ -311,6 +314,8 @@ export const ConfigEnvSchema = z.object({
   STEWARD_REPO_TASK_QUEUE: z.string().trim().min(1).default('steward-repo'),
   STEWARD_BACKGROUND_TASK_QUEUE: z.string().trim().min(1).default('steward-background'),
   // --- objective triggers: signed webhooks
+  STEWARD_HEARTBEAT_INTERVAL: duration('30s', 'how often the heartbeat checks every part,').refine((ms) => ms >= 1000 && ms <= 3_600_000, { message: 'STEWARD_HEARTBEAT_INTERVAL: from 1s to 1h' }),
+  STEWARD_HEARTBEAT_THRESHOLD: duration('2m', 'how long a part stays degraded before the admin channel is told,').refine((ms) => ms <= 86_400_000, { message: 'STEWARD_HEARTBEAT_THRESHOLD: at most 24h' }),
   STEWARD_WEBHOOK_TOLERANCE: duration('5m', 'how far a webhook\'s X-Steward-Timestamp may be from now,').refine((ms) => ms <= 3_600_000, {
     message: 'expected a webhook tolerance of at most 1h',
   }),
@@ -459,6 +464,8 @@ export interface StewardConfig {
     memoryApproval: 'members' | 'all' | 'none';
     memoryRecall: number;
   };
+  /** MCP servers from the STEWARD_MCP_CONFIG file (validated; written to the database at start). */
+  mcp: { configFile?: string; servers: McpServerSpec[] };
   temporal: {
     /** Set when Steward should use an existing cluster and start no server. */
     address?: string;
@@ -482,6 +489,8 @@ export interface StewardConfig {
     versioning: { mode: 'auto' | 'on' | 'off'; deploymentName: string; buildId?: string };
   };
   /** Objectives' signed webhooks: how far X-Steward-Timestamp may be from now. */
+  /** The heartbeat (STEWARD_HEARTBEAT_*): how often every part is checked, and how long a degraded one waits before the admins are told. */
+  heartbeat: { intervalMs: number; thresholdMs: number };
   webhooks: { toleranceMs: number };
   /** The inbound SMTP listener of objectives' email triggers (off when no port is set). */
   inboundSmtp?: { host: string; port: number; maxBytes: number; allowFrom: string[] };
@@ -696,6 +705,21 @@ function readRepoPolicy(policyFile: string | undefined, cwd: string): RepoPolicy
   return parsed.data;
 }
 
+/** The MCP servers of the JSON file STEWARD_MCP_CONFIG names (`{"servers": [...]}`), validated; none without it. */
+function readMcpConfig(file: string | undefined, cwd: string): StewardConfig['mcp'] {
+  if (!file) return { servers: [] };
+  const configFile = path.resolve(cwd, file);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(configFile, 'utf8'));
+  } catch (err) {
+    throw new ConfigError([`STEWARD_MCP_CONFIG: cannot read ${configFile} as JSON: ${(err as Error).message}`]);
+  }
+  const parsed = McpConfigFileSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => `STEWARD_MCP_CONFIG: ${i.path.join('.') || '(root)'}: ${i.message}`));
+  return { configFile, servers: parsed.data.servers };
+}
+
 /** The HTTP API section: listen address, API token, back-off on wrong credentials, trusted proxies. */
 function httpSection(e: ConfigEnv): StewardConfig['http'] {
   return {
@@ -842,9 +866,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       memoryApproval: e.STEWARD_MEMORY_APPROVAL,
       memoryRecall: e.STEWARD_MEMORY_RECALL,
     },
+    mcp: readMcpConfig(e.STEWARD_MCP_CONFIG, cwd),
     temporal: temporalSection(e),
     workers: workersSection(e, cwd),
     webhooks: { toleranceMs: e.STEWARD_WEBHOOK_TOLERANCE },
+    heartbeat: { intervalMs: e.STEWARD_HEARTBEAT_INTERVAL, thresholdMs: e.STEWARD_HEARTBEAT_THRESHOLD },
     ...(e.STEWARD_INBOUND_SMTP_PORT !== undefined
       ? { inboundSmtp: { host: e.STEWARD_INBOUND_SMTP_HOST, port: e.STEWARD_INBOUND_SMTP_PORT, maxBytes: e.STEWARD_INBOUND_SMTP_MAX_BYTES, allowFrom: e.STEWARD_INBOUND_SMTP_ALLOW_FROM } }
       : {}),

@@ -47,8 +47,18 @@ export type ReceiptKind =
   | 'memory.decision'
   | 'memory.forget'
   | 'memory.recall'
+  | 'heartbeat.degraded'
+  | 'heartbeat.recovered'
   | 'inbox.change'
-  | 'inbox.message';
+  | 'inbox.message'
+  | 'task.triage'
+  | 'task.classify'
+  | 'task.create'
+  | 'task.route'
+  | 'task.hand'
+  | 'task.close'
+  | 'task.remind'
+  | 'mcp.change';
 
 export interface ReceiptInput {
   key?: string;

@@ -69,6 +69,11 @@ export interface SandboxRequest {
    * enforced against the sandbox too (see the module comment). The work tree must be writable by it.
    */
   runAs?: { uid: number; gid: number };
+  /**
+   * Share the host's network (`--share-net`, and /etc/resolv.conf visible): only for a long-lived
+   * server whose registration allows it (MCP servers); commands from agents never get it.
+   */
+  network?: boolean;
 }
 
 export interface SandboxResult {
@@ -188,6 +193,7 @@ interface Checked {
   cwd: string; // real path inside workTree
   roBinds: Array<{ src: string; dest: string }>;
   env: Record<string, string>;
+  network: boolean;
 }
 
 /** Validates a request (allowlist first: a refused program gets no further). Sync: sandboxArgs is sync. */
@@ -259,11 +265,12 @@ function check(req: SandboxRequest): Checked {
     if (typeof v !== 'string' || v.includes('\0')) refuse('bad-request', `bad value for environment variable ${k}`);
     env[k] = v;
   }
-  return { argv: req.argv, workTree, cwd, roBinds, env };
+  return { argv: req.argv, workTree, cwd, roBinds, env, network: req.network === true };
 }
 
 function buildArgs(c: Checked, profile: Profile, runAs: SandboxRequest['runAs']): string[] {
   const args: string[] = [profile.statusFlag, '3', '--unshare-all'];
+  if (c.network) args.push('--share-net');
   if (profile.userns) args.push('--unshare-user');
   if (profile.userns && profile.disableUserns) args.push('--disable-userns');
   // As root (and not started as another user) bwrap is privileged: map to nobody in a user namespace of
@@ -290,6 +297,16 @@ function buildArgs(c: Checked, profile: Profile, runAs: SandboxRequest['runAs'])
       else args.push('--ro-bind', p, p);
     } catch {
       // absent on this system
+    }
+  }
+  if (c.network) {
+    // name resolution for a server allowed on the network
+    for (const p of ['/etc/resolv.conf', '/etc/gai.conf']) {
+      try {
+        args.push('--ro-bind', realpathSync(p), p);
+      } catch {
+        // absent on this system
+      }
     }
   }
   args.push('--proc', '/proc', '--dev', '/dev');
@@ -563,4 +580,86 @@ export async function runSandboxed(req: SandboxRequest): Promise<SandboxResult> 
     });
     child.on('close', (code, sig) => finish(code, sig));
   });
+}
+
+/** A long-lived request: no time limit of its own and its stdio kept open (MCP servers over stdio). */
+export type LongSandboxRequest = Omit<SandboxRequest, 'timeoutMs' | 'maxOutputBytes' | 'stdin' | 'signal'> & {
+  /** stderr kept for diagnostics (the tail; default 8 KiB). */
+  maxStderrBytes?: number;
+  /** How long bwrap may take to build the sandbox (default 15 s). */
+  startTimeoutMs?: number;
+};
+
+/** A sandboxed process that keeps running, its stdin and stdout as pipes. */
+export interface SandboxedProcess {
+  pid: number;
+  stdin: NodeJS.WritableStream & { destroyed: boolean };
+  stdout: NodeJS.ReadableStream;
+  /** The last bytes the process wrote to stderr. */
+  stderrTail(): string;
+  /** Settles when the sandbox has exited. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Kill the whole sandbox (bwrap's process group, and with it the sandbox's pid namespace). */
+  kill(): void;
+}
+
+/**
+ * Starts argv in the same sandbox as `runSandboxed` (the same checks, arguments and environment)
+ * and returns once bwrap has built the namespaces, with stdin and stdout as pipes for a protocol
+ * spoken over them. Throws SandboxRefusedError for a refused request, an unavailable sandbox, or
+ * a sandbox bwrap could not build.
+ */
+export async function spawnSandboxed(req: LongSandboxRequest): Promise<SandboxedProcess> {
+  const checked = check({ ...req, timeoutMs: 1, maxOutputBytes: 0 });
+  const avail = await sandboxAvailable();
+  if (!avail.ok) refuse('unavailable', avail.reason);
+  const args = buildArgs(checked, settledProfile ?? STRONGEST, req.runAs);
+  const child = spawn(avail.bwrap, args, {
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+    env: checked.env,
+    detached: true,
+    ...(req.runAs ? { uid: req.runAs.uid, gid: req.runAs.gid } : {}),
+  });
+  const err = new Tail(req.maxStderrBytes ?? 8192);
+  child.stderr?.on('data', (b: Buffer) => err.push(b));
+  child.stdin?.on('error', () => undefined); // the server may exit while we write (EPIPE)
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolvePromise) => {
+    child.on('exit', (code, signal) => resolvePromise({ code, signal }));
+    child.on('error', () => resolvePromise({ code: null, signal: null }));
+  });
+  await new Promise<void>((resolvePromise, rejectPromise) => {
+    let status = '';
+    let done = false;
+    const finish = (error?: Error) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      if (error) {
+        killGroup(child.pid);
+        rejectPromise(error);
+      } else resolvePromise();
+    };
+    const timer = setTimeout(() => finish(new SandboxRefusedError('unavailable', 'bwrap did not build the sandbox in time')), req.startTimeoutMs ?? 15_000);
+    const statusStream = child.stdio[3];
+    if (statusStream && 'on' in statusStream) {
+      statusStream.on('data', (b: Buffer) => {
+        status = (status + b.toString('utf8')).slice(0, 65536);
+        if (status.includes('"child-pid"')) finish();
+      });
+      statusStream.on('error', () => undefined);
+    }
+    child.on('error', (e) => finish(new SandboxRefusedError('unavailable', `could not start bwrap: ${e.message}`)));
+    void exited.then(({ code, signal }) => {
+      const why = err.text(2000).trim() || `bwrap exited ${String(code ?? signal)}`;
+      finish(new SandboxRefusedError('unavailable', `bwrap could not build the sandbox: ${why}`));
+    });
+  });
+  return {
+    pid: child.pid ?? -1,
+    stdin: child.stdin!,
+    stdout: child.stdout!,
+    stderrTail: () => err.text(req.maxStderrBytes ?? 8192),
+    exited,
+    kill: () => killGroup(child.pid),
+  };
 }

@@ -30,6 +30,7 @@ import { boundHits, groundingText } from './knowledge/grounding.js';
 import type { SearchHit } from './knowledge/index-store.js';
 import { WorkspacePathError } from './knowledge/paths.js';
 import { neutralise, openTag, WRAPPER_TAGS } from '../common/untrusted.js';
+import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
 import { redact } from './redaction.js';
 import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
 import type { Db } from './db.js';
@@ -78,6 +79,8 @@ export function describeToolCall(name: string, input: unknown, hide: (value: unk
       return `start a change on the repository ${p.data.repo}${p.data.base ? ` (base ${p.data.base})` : ''}: ${JSON.stringify(text(p.data.request).slice(0, 300))}`;
     }
   }
+  const mcp = parseMcpWireName(name);
+  if (mcp) return `call the MCP tool ${mcpDisplayName(mcp.server, mcp.tool)} with ${JSON.stringify(hide(input)).slice(0, 300)}`;
   return `${name} ${JSON.stringify(hide(input)).slice(0, 300)}`;
 }
 

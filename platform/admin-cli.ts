@@ -10,12 +10,13 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { createDb, migrateDatabase, type Db } from '../domain/db.js';
-import { bindChat, createIdentity, deleteBinding, deleteIdentity, findIdentity, GovernanceError, listBindings, listIdentities, updateIdentity } from '../domain/governance.js';
+import { bindChat, createIdentity, deleteBinding, deleteIdentity, findBinding, findIdentity, GovernanceError, listBindings, listIdentities, updateIdentity } from '../domain/governance.js';
+import { listTriageSettings, upsertTriageSetting } from '../domain/store/tasks.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
 import { issueShell, listShells, revokeShell, ShellError } from '../adapters/openharness/shells.js';
-import type { StewardConfig } from '../config/index.js';
+import { parseDuration, type StewardConfig } from '../config/index.js';
 import { usageOf } from './cli-commands.js';
 
 export interface CliIo {
@@ -176,7 +177,9 @@ async function bindings(sub: string | undefined, args: string[], io: CliIo): Pro
     case 'list':
       return withDb(cfg, async (db) => {
         const rows = await listBindings(db);
-        io.out(table([['ID', 'PLATFORM', 'ACCOUNT', 'CHAT', 'MODE', 'NAME', 'ADMIN'], ...rows.map((b) => [b.id, b.platform, b.account, b.chatId, b.mode, b.name ?? '', b.adminChannel ? 'yes' : ''])]));
+        const triage = new Map((await listTriageSettings(db)).map((t) => [t.bindingId, t]));
+        const triageOf = (id: string) => (triage.get(id)?.enabled ? `on${triage.get(id)?.model ? ` (${triage.get(id)?.model})` : ''}` : '');
+        io.out(table([['ID', 'PLATFORM', 'ACCOUNT', 'CHAT', 'MODE', 'NAME', 'ADMIN', 'TRIAGE'], ...rows.map((b) => [b.id, b.platform, b.account, b.chatId, b.mode, b.name ?? '', b.adminChannel ? 'yes' : '', triageOf(b.id)])]));
         return 0;
       });
     case 'add': {
@@ -208,6 +211,22 @@ async function bindings(sub: string | undefined, args: string[], io: CliIo): Pro
           }
           throw err;
         }
+      });
+    }
+    case 'triage': {
+      const [id, state, ...more] = positionals;
+      if (!id || (state !== 'on' && state !== 'off') || more.length > 0 || (state === 'off' && values.model !== undefined)) throw new UsageError(`usage: ${usageOf('bindings')}`);
+      const model = values.model === undefined ? undefined : check(ModelRefSchema, values.model, '--model');
+      return withDb(cfg, async (db) => {
+        const b = await findBinding(db, id);
+        if (!b) {
+          io.err(`No binding ${id}.\n`);
+          return 1;
+        }
+        const t = await upsertTriageSetting(db, id, { enabled: state === 'on', ...(model ? { model } : {}), updatedBy: 'cli' });
+        await writeReceipt(db, { kind: 'binding.change', actor: 'cli', data: { action: 'triage', bindingId: id, platform: b.platform, chatId: b.chatId, enabled: t.enabled, model: t.model } });
+        io.out(t.enabled ? `Triage on for ${b.platform} chat ${b.chatId}${t.model ? ` (model ${t.model})` : ''}.\n` : `Triage off for ${b.platform} chat ${b.chatId}.\n`);
+        return 0;
       });
     }
     case 'remove': {
@@ -800,6 +819,178 @@ async function memories(sub: string | undefined, args: string[], io: CliIo): Pro
   }
 }
 
+/** `--flag a,b` as a list (absent: undefined). */
+const listOf = (v: string | undefined): string[] | undefined => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
+
+/** `steward mcp ...`: MCP servers through the running API (which validates every field). */
+async function mcp(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      file: { type: 'string' },
+      command: { type: 'string' },
+      'server-url': { type: 'string' },
+      'token-ref': { type: 'string' },
+      'ro-bind': { type: 'string', multiple: true },
+      network: { type: 'boolean' },
+      env: { type: 'string', multiple: true },
+      'allow-tools': { type: 'string' },
+      'read-only': { type: 'string' },
+      approval: { type: 'string', multiple: true },
+      workspace: { type: 'string', multiple: true },
+      timeout: { type: 'string' },
+    },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  const name = () => check(z.string().min(1).max(64), positionals[0], 'NAME');
+  const at = (n: string) => `/api/v1/mcp/servers/${encodeURIComponent(n)}`;
+  const done = (r: { status: number; json: Record<string, unknown> }, ok: (j: Record<string, unknown>) => string): number => {
+    if (r.status >= 400) return apiFailure(io, r);
+    io.out(ok(r.json));
+    return 0;
+  };
+  switch (sub) {
+    case 'list': {
+      const r = await callApi(target, 'GET', '/api/v1/mcp/servers');
+      if (r.status >= 400) return apiFailure(io, r);
+      const rows = (r.json.servers ?? []) as Array<{ name: string; transport: string; source: string; state: string; tools: number; enabled: boolean; lastError: string | null }>;
+      if (rows.length === 0) io.out('No MCP servers.\n');
+      else io.out(table([['NAME', 'TRANSPORT', 'SOURCE', 'STATE', 'TOOLS', 'LAST ERROR'], ...rows.map((x) => [x.name, x.transport, x.source, x.enabled ? x.state : 'disabled', String(x.tools), (x.lastError ?? '').slice(0, 80)])]));
+      return 0;
+    }
+    case 'show':
+      return done(await callApi(target, 'GET', at(name())), (j) => `${JSON.stringify(j, null, 2)}\n`);
+    case 'remove':
+      return done(await callApi(target, 'DELETE', at(name())), (j) => `Removed MCP server ${String(j.name)}.\n`);
+    case 'tools':
+      return done(await callApi(target, 'GET', `${at(name())}/tools`), (j) => {
+        const tools = (j.tools ?? []) as Array<{ shown: string; offered: boolean; why?: string; approval: string; description: string }>;
+        if (tools.length === 0) return `The MCP server ${String(j.server)} lists no tools.\n`;
+        return table([['TOOL', 'OFFERED', 'APPROVAL', 'DESCRIPTION'], ...tools.map((t) => [t.shown, t.offered ? 'yes' : `no: ${t.why ?? ''}`, t.approval, t.description.replace(/\s+/g, ' ').slice(0, 60)])]);
+      });
+    case 'add': {
+      let body: Record<string, unknown>;
+      if (values.file) {
+        try {
+          body = JSON.parse(await readFile(values.file, 'utf8')) as Record<string, unknown>;
+        } catch (err) {
+          throw new UsageError(`--file: cannot read ${values.file} as JSON: ${(err as Error).message}`);
+        }
+      } else {
+        const n = name();
+        if ((values.command === undefined) === (values['server-url'] === undefined)) throw new UsageError(`give --command "argv..." (stdio) or --server-url URL (http)\nusage: ${usageOf('mcp')}`);
+        const env: Record<string, string> = {};
+        for (const e of values.env ?? []) {
+          const m = /^([^=]+)=(.+)$/.exec(e);
+          if (!m) throw new UsageError(`--env: expected NAME=env:STEWARD_MCP_<NAME> (got ${e})`);
+          env[m[1]!] = m[2]!;
+        }
+        const approval: Record<string, string> = {};
+        for (const a of values.approval ?? []) {
+          const m = /^([^=]+)=(.+)$/.exec(a);
+          if (!m) throw new UsageError(`--approval: expected TOOL=never|always|<role> (got ${a})`);
+          approval[m[1]!] = m[2]!;
+        }
+        const timeoutMs = values.timeout === undefined ? undefined : parseDuration(values.timeout);
+        if (values.timeout !== undefined && timeoutMs === undefined) throw new UsageError('--timeout: expected a duration such as 30s');
+        body = {
+          name: n,
+          ...(values.command !== undefined
+            ? { transport: 'stdio', command: values.command.trim().split(/\s+/), ...(values['ro-bind'] ? { roBinds: values['ro-bind'] } : {}), ...(values.network ? { network: true } : {}), ...(Object.keys(env).length ? { env } : {}) }
+            : { transport: 'http', url: values['server-url'], ...(values['token-ref'] ? { tokenRef: values['token-ref'] } : {}) }),
+          ...(listOf(values['allow-tools']) ? { allowTools: listOf(values['allow-tools']) } : {}),
+          ...(listOf(values['read-only']) ? { readOnlyTools: listOf(values['read-only']) } : {}),
+          ...(Object.keys(approval).length ? { approval } : {}),
+          ...(values.workspace ? { workspaces: values.workspace } : {}),
+          ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+        };
+      }
+      return done(await callApi(target, 'POST', '/api/v1/mcp/servers', body), (j) => `Registered MCP server ${String(j.name)} (${String(j.transport)}); list its tools with steward mcp tools ${String(j.name)}.\n`);
+    }
+    default:
+      throw new UsageError(`usage: ${usageOf('mcp')}`);
+  }
+}
+
+/** `steward tasks ...`: tasks through the running API (which validates every field). */
+async function tasks(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      status: { type: 'string' },
+      lane: { type: 'string' },
+      chat: { type: 'string' },
+      platform: { type: 'string' },
+      account: { type: 'string' },
+      priority: { type: 'string' },
+      due: { type: 'string' },
+      assignee: { type: 'string' },
+      note: { type: 'string' },
+      json: { type: 'boolean' },
+    },
+  });
+  const target = await apiTarget(io.config(), io, values);
+  const id = () => encodeURIComponent(check(z.string().regex(/^t-[a-z0-9]{8}$/i, 'a task id looks like t-1a2b3c4d'), positionals[0], 'ID').toLowerCase());
+  type View = { id: string; lane: string; priority: string; status: string; dueAt: string | null; sender: string; assignee: string | null; text: string; chat: { platform: string; chatId: string } };
+  const done = (r: { status: number; json: Record<string, unknown> }, ok: number, line: (t: View) => string): number => {
+    if (r.status !== ok) return apiFailure(io, r);
+    io.out(values.json ? `${JSON.stringify(r.json, null, 2)}\n` : `${line(r.json as unknown as View)}\n`);
+    return 0;
+  };
+  switch (sub) {
+    case 'list': {
+      if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('tasks')}`);
+      const q = new URLSearchParams({ ...(values.status ? { status: values.status } : {}), ...(values.lane ? { lane: values.lane } : {}) });
+      const r = await callApi(target, 'GET', `/api/v1/tasks${q.size ? `?${q}` : ''}`);
+      if (r.status !== 200) return apiFailure(io, r);
+      const rows = (r.json.tasks ?? []) as View[];
+      if (values.json) io.out(`${JSON.stringify(rows, null, 2)}\n`);
+      else if (rows.length === 0) io.out('No tasks.\n');
+      else io.out(table([['ID', 'LANE', 'PRIORITY', 'STATUS', 'DUE', 'CHAT', 'FROM', 'TEXT'], ...rows.map((t) => [t.id, t.lane, t.priority, t.status, t.dueAt ?? '-', `${t.chat.platform}:${t.chat.chatId}`, t.sender, t.text.replace(/\s+/g, ' ').slice(0, 60)])]));
+      return 0;
+    }
+    case 'add': {
+      const text = positionals.join(' ').trim();
+      if (!text || !values.chat) throw new UsageError(`usage: ${usageOf('tasks')}`);
+      const r = await callApi(target, 'POST', '/api/v1/tasks', {
+        text,
+        chatId: values.chat,
+        ...(values.platform ? { platform: values.platform } : {}),
+        ...(values.account ? { account: values.account } : {}),
+        ...(values.lane ? { lane: values.lane } : {}),
+        ...(values.priority ? { priority: values.priority } : {}),
+        ...(values.due ? { due: values.due } : {}),
+        ...(values.assignee ? { assignee: values.assignee } : {}),
+      });
+      return done(r, 201, (t) => `Task ${t.id} made (${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}).`);
+    }
+    case 'route': {
+      const cls = positionals[1];
+      if (!cls || positionals.length > 2) throw new UsageError(`usage: ${usageOf('tasks')}`);
+      const r = await callApi(target, 'POST', `/api/v1/tasks/${id()}/route`, { class: cls, ...(values.priority ? { priority: values.priority } : {}), ...(values.due ? { due: values.due } : {}) });
+      return done(r, 200, (t) => `Task ${t.id}: ${t.status === 'closed' ? 'closed as noise' : `${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}`}.`);
+    }
+    case 'hand': {
+      if (positionals.length !== 1) throw new UsageError(`usage: ${usageOf('tasks')}`);
+      const r = await callApi(target, 'POST', `/api/v1/tasks/${id()}/hand`);
+      return done(r, 200, (t) => `Task ${t.id} handed to the agent: a turn runs in ${t.chat.platform} chat ${t.chat.chatId}.`);
+    }
+    case 'close': {
+      if (positionals.length !== 1) throw new UsageError(`usage: ${usageOf('tasks')}`);
+      const r = await callApi(target, 'POST', `/api/v1/tasks/${id()}/close`, values.note ? { note: values.note } : undefined);
+      return done(r, 200, (t) => `Task ${t.id} closed.`);
+    }
+    default:
+      throw new UsageError(`usage: ${usageOf('tasks')}`);
+  }
+}
+
 async function ui(args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
   if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('ui')}`);
@@ -845,8 +1036,12 @@ export async function adminCommand(command: string, args: string[], io: CliIo): 
         return await skills(args, io);
       case 'memories':
         return await memories(sub, rest, io);
+      case 'tasks':
+        return await tasks(sub, rest, io);
       case 'ui':
         return await ui(args, io);
+      case 'mcp':
+        return await mcp(sub, rest, io);
       default:
         throw new UsageError(`unknown command ${command}`);
     }

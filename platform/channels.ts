@@ -23,6 +23,8 @@ export interface RunningChannel {
   platform: 'telegram' | 'discord';
   account: string;
   stop(): Promise<void>;
+  /** The connection's own state: long polling running (Telegram), the gateway ready (Discord). */
+  connected(): boolean;
 }
 
 /** Start the receiving side of every configured chat platform. */
@@ -39,7 +41,7 @@ export async function startChannels(config: StewardConfig, deps: { ingress: Ingr
         adminChats: async () => (await adminConversations(deps.db, deps.senders)).filter((c) => c.platform === 'telegram').map((c) => c.chatId),
       });
       await adapter.start();
-      running.push({ platform: 'telegram', account: adapter.account, stop: () => adapter.stop() });
+      running.push({ platform: 'telegram', account: adapter.account, stop: () => adapter.stop(), connected: () => adapter.bot.isRunning() });
     }
     if (config.discord) {
       const sender = deps.senders.discord;
@@ -53,7 +55,7 @@ export async function startChannels(config: StewardConfig, deps: { ingress: Ingr
         ...(config.discord.apiUrl ? { clientOptions: { rest: { api: config.discord.apiUrl } } } : {}),
       });
       await adapter.start();
-      running.push({ platform: 'discord', account: adapter.account, stop: () => adapter.stop() });
+      running.push({ platform: 'discord', account: adapter.account, stop: () => adapter.stop(), connected: () => adapter.client.isReady() });
     }
   } catch (err) {
     for (const r of running.reverse()) await r.stop().catch(() => undefined);

@@ -55,7 +55,15 @@ export const CLI_COMMANDS = [
     name: 'doctor',
     forms: ['[--json] [--timeout 5s] [--skip-sandbox]'],
     runner: 'ops',
-    summary: 'Check configuration, Temporal, namespace and search attributes, database migrations, sandbox, model provider and chat tokens; exit 1 if a check fails.',
+    summary: 'Check configuration, Temporal, namespace and search attributes, database migrations, sandbox, model provider, chat tokens, workspace inboxes and MCP servers; exit 1 if a check fails.',
+  },
+  {
+    name: 'policy',
+    forms: ['what-if FILE [--since T] [--repo R] [--json]'],
+    runner: 'ops',
+    summary:
+      "Judge a policy change by its evidence: evaluate past repository changes (their recorded patches, bases and the task's scope) under the policy in force and the file's repoPolicy, and past tool calls under its approvalTools; print each decision that would change, with the reasons under both. Writes nothing; no model, no network (database only).",
+    notes: ['FILE: JSON {"repoPolicy"?: <a policy layer, as STEWARD_REPO_POLICY>, "approvalTools"?: ["post_to_chat", ...]}; T: an ISO time or a duration back from now (7d).'],
   },
   {
     name: 'identities',
@@ -69,9 +77,10 @@ export const CLI_COMMANDS = [
       'list',
       'add --platform telegram|discord|openharness --chat ID [--mode mention|all] [--name N] [--model provider:model] [--admin-channel] [--account A]',
       'remove ID',
+      'triage ID on|off [--model provider:model]',
     ],
     runner: 'admin',
-    summary: 'Chats Steward answers in. Works without a running Steward.',
+    summary: 'Chats Steward answers in, and whether their messages that do not address Steward are triaged into tasks. Works without a running Steward.',
     notes: ['A negative Telegram group id goes as --chat=-100123.'],
   },
   { name: 'pairing', forms: ['list', 'approve CODE ROLE', 'deny CODE'], runner: 'admin', summary: "Pending /pair requests (through the running Steward's API)." },
@@ -145,6 +154,33 @@ export const CLI_COMMANDS = [
     forms: ['export [--workspace NAME | --chat ID [--platform P] [--account A]] [--out FILE]', 'approve ID', 'reject ID', 'forget ID'],
     runner: 'admin',
     summary: "What the agent remembers: export as JSON lines with provenance and receipts, approve or reject a proposal, forget one (through the running API).",
+  },
+  {
+    name: 'mcp',
+    forms: [
+      'list',
+      'show NAME',
+      'tools NAME',
+      'remove NAME',
+      'add NAME --command "argv..." [--ro-bind DIR]... [--network] [--env NAME=env:STEWARD_MCP_X]... [--allow-tools a,b] [--read-only a,b] [--approval TOOL=never|always|ROLE]... [--workspace W]... [--timeout 30s]',
+      'add NAME --server-url URL [--token-ref env:STEWARD_MCP_X] [...the same policy flags]',
+      'add --file server.json',
+    ],
+    runner: 'admin',
+    summary:
+      "MCP servers whose tools agents may call (through the running API): stdio servers run in the sandbox, Streamable HTTP servers by URL; tools lists what each tool is offered as and its approval policy. Servers of STEWARD_MCP_CONFIG are changed in that file.",
+  },
+  {
+    name: 'tasks',
+    forms: [
+      'list [--status open|handed|closed|all] [--lane L] [--json]',
+      'add TEXT... --chat ID [--platform P] [--account A] [--lane question|issue|task|moderation] [--priority p1|p2|p3] [--due 4h] [--assignee NAME]',
+      'route ID question|issue|task|moderation|noise [--priority P] [--due D]',
+      'hand ID',
+      'close ID [--note TEXT]',
+    ],
+    runner: 'admin',
+    summary: "Tasks from triage and by hand: list, make, re-route (noise closes one), hand to the agent (a turn in the task's chat), close (through the running API).",
   },
   {
     name: 'ui',

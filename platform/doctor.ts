@@ -28,7 +28,7 @@ export const CHECK_STATUSES = ['ok', 'warn', 'fail', 'skip'] as const;
 export type CheckStatus = (typeof CHECK_STATUSES)[number];
 
 export const DoctorCheckSchema = z.object({
-  /** Stable id: config, temporal, namespace, search-attributes, database, migrations, sandbox, model, telegram, discord. */
+  /** Stable id: config, temporal, namespace, search-attributes, database, migrations, sandbox, model, telegram, discord, inbox, mcp. */
   id: z.string(),
   title: z.string(),
   status: z.enum(CHECK_STATUSES),
@@ -67,6 +67,7 @@ const TITLES: Record<string, string> = {
   telegram: 'Telegram bot token',
   discord: 'Discord bot token',
   inbox: 'Workspace inboxes (IMAP)',
+  mcp: 'MCP servers',
 };
 
 const check = (id: string, status: CheckStatus, message: string, fix: string | null = null): DoctorCheck => ({ id, title: TITLES[id] ?? id, status, message, fix });
@@ -452,6 +453,60 @@ export async function inboxCheck(cfg: StewardConfig, timeoutMs: number): Promise
   );
 }
 
+/** Rows of a read-only query on Steward's database; undefined when there is no database yet. */
+async function readRows<T>(cfg: StewardConfig, sql: string, timeoutMs: number): Promise<T[] | undefined> {
+  if (databaseKind(cfg.databaseUrl) === 'sqlite') {
+    const file = path.resolve(sqlitePath(cfg.databaseUrl));
+    if (!existsSync(file)) return undefined;
+    const db = new Database(file, { readonly: true, fileMustExist: true, timeout: timeoutMs });
+    try {
+      return db.prepare(sql).all() as T[];
+    } finally {
+      db.close();
+    }
+  }
+  const client = new pg.Client({ ...pgConfig(cfg.databaseUrl), Client: undefined, connectionTimeoutMillis: timeoutMs, query_timeout: timeoutMs } as pg.ClientConfig);
+  try {
+    await client.connect();
+    return (await client.query(sql)).rows as T[];
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+interface McpRow {
+  name: string;
+  source: string;
+  state: string;
+  toolCount: number;
+  lastError: string | null;
+  checkedAt: unknown;
+}
+
+/**
+ * The MCP servers as the workers last found them (read from the database: the doctor starts no
+ * server): each with its state and tool count; a server that is down fails the check.
+ */
+export async function mcpCheck(cfg: StewardConfig, timeoutMs: number): Promise<DoctorCheck> {
+  let rows: McpRow[] | undefined;
+  try {
+    rows = await readRows<McpRow>(cfg, 'SELECT "name", "source", "state", "toolCount", "lastError", "checkedAt" FROM "McpServer" ORDER BY "name"', timeoutMs);
+  } catch (err) {
+    const secret = databaseKind(cfg.databaseUrl) === 'sqlite' ? undefined : decodeURIComponent(new URL(cfg.databaseUrl).password);
+    return check('mcp', 'skip', `Not read: ${errText(err, [secret])}.`);
+  }
+  if (rows === undefined) return check('mcp', 'skip', 'There is no database.');
+  if (rows.length === 0) return check('mcp', 'skip', `No MCP server is registered${cfg.mcp.configFile ? ` (STEWARD_MCP_CONFIG: ${cfg.mcp.servers.length} in ${cfg.mcp.configFile}, written at start)` : ''}.`);
+  const line = (r: McpRow) => `${r.name} ${r.state === 'ready' ? `ready, ${r.toolCount} tool${Number(r.toolCount) === 1 ? '' : 's'}` : r.state}${r.lastError && r.state !== 'ready' ? ` (${r.lastError.slice(0, 200)})` : ''}`;
+  const down = rows.filter((r) => r.state === 'down');
+  return check(
+    'mcp',
+    down.length ? 'fail' : 'ok',
+    `${rows.length} MCP server${rows.length === 1 ? '' : 's'} as the workers last found them: ${rows.map(line).join('; ')}.`,
+    down.length ? 'Check the registration (`steward mcp show <name>`, `steward mcp tools <name>` connects and lists its tools); a crashed server is restarted on its next use.' : null,
+  );
+}
+
 /** Run every check. */
 export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport> {
   const timeoutMs = opts.timeoutMs ?? 5000;
@@ -477,7 +532,7 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
       return ids.map((id, i) => (i === 0 ? check(id, 'fail', `The check itself failed: ${errText(err)}.`, 'Run again with STEWARD_LOG_LEVEL=debug and report the error.') : check(id, 'skip', 'An earlier check failed.')));
     }
   };
-  const [temporal, database, sandbox, model, telegram, discord, inbox, unavailable] = await Promise.all([
+  const [temporal, database, sandbox, model, telegram, discord, inbox, mcp, unavailable] = await Promise.all([
     guard(['temporal', 'namespace', 'search-attributes'], temporalChecks(cfg, timeoutMs)),
     guard(['database', 'migrations'], databaseChecks(cfg, timeoutMs)),
     opts.skipSandbox ? Promise.resolve([check('sandbox', 'skip', 'Not checked (--skip-sandbox).')]) : guard(['sandbox'], sandboxCheck().then((c) => [c])),
@@ -485,9 +540,10 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
     guard(['telegram'], telegramCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['discord'], discordCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['inbox'], inboxCheck(cfg, timeoutMs).then((c) => [c])),
+    guard(['mcp'], mcpCheck(cfg, timeoutMs).then((c) => [c])),
     unavailableFeatures(opts.skipSandbox ? { sandbox: async () => ({ ok: true }) } : {}),
   ]);
-  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...telegram, ...discord, ...inbox];
+  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...telegram, ...discord, ...inbox, ...mcp];
   return { ok: checks.every((c) => c.status !== 'fail'), checks, unavailable };
 }
 

@@ -46,6 +46,8 @@ const KIND_OF_TYPE: Record<string, string> = {
   objectiveRunWorkflow: 'objective',
   repoChangeWorkflow: 'change',
   workspaceIndexWorkflow: 'workspace',
+  triageWorkflow: 'triage',
+  taskReminderWorkflow: 'reminder',
 };
 
 export function fixtureKind(workflowType: string): string {

@@ -5,11 +5,13 @@
  * Steward needs there and working). Arguments are validated with zod; a bad argument prints
  * what is wrong and exits 2 without touching anything.
  */
+import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { Client } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
 import { z } from 'zod';
 import { createDb, type Db } from '../domain/db.js';
+import { formatWhatIf, policyWhatIf, WhatIfPolicySchema } from '../domain/changes/what-if.js';
 import { listReceipts, type ReceiptFilter } from '../domain/receipts.js';
 import { sessionIdsOfChat } from '../domain/store/sessions.js';
 import { parseDuration, temporalUiBase, type StewardConfig } from '../config/index.js';
@@ -223,11 +225,52 @@ async function doctorCommand(args: string[], io: OpsIo): Promise<number> {
   return report.ok ? 0 : 1;
 }
 
-/** Run `receipts [export]`, `trace` or `doctor`; returns the exit code (2 for bad arguments). */
-export async function opsCommand(command: 'receipts' | 'trace' | 'doctor', args: string[], io: OpsIo): Promise<number> {
+/** `policy what-if FILE`: past decisions under the policy in force and the file's; writes nothing. */
+async function policyCommand(args: string[], io: OpsIo): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub !== 'what-if') throw new UsageError(sub ? `unknown subcommand ${sub}` : 'what-if FILE is the subcommand');
+  const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { since: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, limit: { type: 'string' } } });
+  if (positionals.length !== 1) throw new UsageError('name one policy file');
+  const parsed = parse(WhatIfArgsSchema, values);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(await readFile(positionals[0]!, 'utf8'));
+  } catch (err) {
+    throw new UsageError(`cannot read ${positionals[0]} as JSON: ${(err as Error).message}`);
+  }
+  const policy = WhatIfPolicySchema.safeParse(raw);
+  if (!policy.success) throw new UsageError(`${positionals[0]}: ${policy.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}`);
+  const cfg = io.config();
+  const db = createDb(cfg.databaseUrl);
+  try {
+    const report = await policyWhatIf(db, {
+      proposed: policy.data,
+      current: { repoPolicy: cfg.repoChanges.globalPolicy, approvalTools: cfg.governance.approvalTools },
+      ...(parsed.since ? { since: parsed.since } : {}),
+      ...(parsed.repo ? { repo: parsed.repo } : {}),
+      ...(parsed.limit ? { limit: parsed.limit } : {}),
+      secret: (name) => (io.env ?? process.env)[name],
+    });
+    await io.out(values.json ? `${JSON.stringify(report, null, 2)}\n` : formatWhatIf(report));
+  } finally {
+    await db.$disconnect();
+  }
+  return 0;
+}
+
+const WhatIfArgsSchema = z.object({
+  since: Instant('--since').optional(),
+  repo: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, '--repo: a registered repository name').optional(),
+  json: z.boolean().optional(),
+  limit: wholeNumber('--limit', 1).optional(),
+});
+
+/** Run `receipts [export]`, `trace`, `doctor` or `policy what-if`; returns the exit code (2 for bad arguments). */
+export async function opsCommand(command: 'receipts' | 'trace' | 'doctor' | 'policy', args: string[], io: OpsIo): Promise<number> {
   try {
     if (command === 'receipts') return await receiptsCommand(args, io);
     if (command === 'trace') return await traceCommand(args, io);
+    if (command === 'policy') return await policyCommand(args, io);
     return await doctorCommand(args, io);
   } catch (err) {
     const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');

@@ -32,6 +32,15 @@ import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge
 import { embedderFor } from '../domain/knowledge/embedder.js';
 import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { createKnowledgeService, type KnowledgeService } from '../services/knowledge.js';
+import { policyWhatIf } from '../domain/changes/what-if.js';
+import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, type HeartbeatProbe, type ProbeSource } from '../domain/heartbeat.js';
+import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
+import { databaseKind } from '../domain/db.js';
+import { createTaskService, type TaskService } from '../services/tasks.js';
+import { sessionStartOptions } from '../adapters/ingress-commands.js';
+import { createMcpService, type McpService } from '../services/mcp.js';
+import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
+import { syncConfigMcpServers } from '../domain/store/mcp.js';
 import { startObjectiveWatchers } from '../adapters/objective-watchers.js';
 import { startWorkspaceWatchers } from '../adapters/workspace-watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
@@ -147,6 +156,21 @@ function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps
     memoryApproval: config.knowledge.memoryApproval,
     memoryRecall: config.knowledge.memoryRecall,
   };
+}
+
+/**
+ * The MCP client of this process (its servers' connections, closed at shutdown); with `sync`,
+ * the STEWARD_MCP_CONFIG file's servers are written to the database first.
+ */
+async function startMcp(config: StewardConfig, db: Db, log: Logger, cleanups: Cleanups, sync: boolean): Promise<McpTools> {
+  if (sync) {
+    const r = await syncConfigMcpServers(db, config.mcp.servers);
+    if (r.conflicts.length) log.warn({ servers: r.conflicts, file: config.mcp.configFile }, 'MCP servers of STEWARD_MCP_CONFIG are also registered through the API: the API registration is kept');
+    if (r.added.length + r.updated.length + r.removed.length > 0) log.info({ ...r, file: config.mcp.configFile }, 'MCP servers from STEWARD_MCP_CONFIG');
+  }
+  const mcp = createMcpTools({ db, dataDir: config.dataDir, warn: (detail, message) => log.warn(detail, message) });
+  cleanups.push(() => mcp.close());
+  return mcp;
 }
 
 /** The task queue each queue role polls. */
@@ -419,6 +443,9 @@ interface ApiAppParts {
   objectives: ObjectiveService;
   workspaces: WorkspaceService;
   knowledge: KnowledgeService;
+  heartbeat: Heartbeat;
+  tasks: TaskService;
+  mcp: McpService;
   health: HttpDeps['health'];
   codec: StewardCodec;
   events: RunningSteward['events'];
@@ -433,7 +460,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, token, db, changes, objectives, workspaces, knowledge, health, codec, events, tracing, uiUpstream, log } = parts;
+  const { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const app = createHttpApp({
     ingress,
@@ -447,6 +474,17 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     objectives,
     workspaces,
     knowledge,
+    tasks,
+    mcp,
+    heartbeat,
+    policyWhatIf: (r) =>
+      policyWhatIf(db, {
+        proposed: r.policy,
+        current: { repoPolicy: config.repoChanges.globalPolicy, approvalTools: config.governance.approvalTools },
+        ...(r.since ? { since: r.since } : {}),
+        ...(r.repo ? { repo: r.repo } : {}),
+        secret: (name) => process.env[name],
+      }),
     health,
   });
   // OpenHarness shells: its own bearer tokens (and the operator's), outside /api/v1
@@ -491,6 +529,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     const { address, uiUpstream, connection } = temporal;
     const client = clientFor(config, connection, dataConverter, tracing);
     const db = await openDatabase(config.databaseUrl, cleanups);
+    const mcp = await startMcp(config, db, log, cleanups, true);
 
     // Worker
     const models = createModelRegistry(config.model.providers);
@@ -505,6 +544,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       onTranscript,
       senders,
       ...activityOptions(config, log),
+      mcp,
       // an approved start_repo_change goes through the change service
       startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
     }, { dataConverter, tracing, log, cleanups });
@@ -534,8 +574,30 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       cleanups.push(() => inboxes.stop());
     }
 
+    // Triage and tasks: their workflows on the background queue; a task handed to the agent is a turn in its chat
+    const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun };
+    const tasks = createTaskService({
+      client,
+      db,
+      taskQueue: config.temporal.backgroundTaskQueue,
+      defaultModel: config.model.default,
+      sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue: config.temporal.taskQueue, defaultModel: config.model.default, limits: sessionLimits }, conversation, binding),
+      log,
+    });
+
+    // the heartbeat: each part's state and last success; a lasting degradation (and its end) told to the admins
+    const heartbeatProbes: Array<HeartbeatProbe | ProbeSource> = [
+      temporalProbe(connection, address),
+      databaseProbe(db, databaseKind(config.databaseUrl)),
+      ...[...new Set(QUEUE_ROLES.map((r) => queueOf(config, r)))].map((name) => queueProbe(client, config.temporal.namespace, { name, role: QUEUE_ROLES.filter((r) => queueOf(config, r) === name).join('+') })),
+      modelProbe(db),
+      inboxProbes(db),
+      mcpProbes(db),
+    ];
+    const heartbeat = createHeartbeat({ db, senders, probes: heartbeatProbes, thresholdMs: config.heartbeat.thresholdMs });
     // HTTP API
     const ingress = createIngress({
+      heartbeat: () => heartbeat.current(),
       client,
       db,
       taskQueue: config.temporal.taskQueue,
@@ -552,11 +614,12 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       objectives,
       workspaces,
       knowledge,
+      tasks,
       promptLayers: createPromptLayers({ db, systemPrompt: config.model.systemPrompt, ...(config.model.promptFile ? { operatorFile: config.model.promptFile } : {}) }),
       ...(runLink ? { runLink } : {}),
     });
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, knowledge, health, codec, events, tracing, uiUpstream, log });
+    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager }), health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;
@@ -568,6 +631,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // Chat platforms (stopped first on shutdown, so nothing new arrives while the worker drains)
     const channels: RunningChannel[] = await startChannels(config, { ingress, senders, db, log });
     for (const ch of channels) cleanups.push(() => ch.stop());
+    heartbeatProbes.push(...channels.map((c) => channelProbe(c.platform, c.account, c.connected)));
+    cleanups.push(heartbeat.start(config.heartbeat.intervalMs, log));
     const missing = await unavailable;
     for (const u of missing) log.warn({ features: u.features, reason: u.reason, fix: u.fix }, 'unavailable on this machine');
 
@@ -620,6 +685,8 @@ export async function startWorkerOnly(
   const client = clientFor(config, connection, dataConverter, tracing);
   const changes = changeServiceFor(config, client, db, runLink, log);
   const senders = createSenders(config, log);
+  const mcpCleanups: Cleanups = [];
+  const mcp = await startMcp(config, db, log, mcpCleanups, false);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
   const versioning = await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log);
   const workers = await workersFor(config, nativeConnection, {
@@ -629,6 +696,7 @@ export async function startWorkerOnly(
     log,
     senders,
     ...activityOptions(config, log),
+    mcp,
     startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
   }, { roles: config.workers.queues, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning.options ? { workerDeploymentOptions: versioning.options } : {}) });
   // a worker process's metrics listener (STEWARD_METRICS_PORT): unauthenticated, for an internal interface
@@ -649,6 +717,7 @@ export async function startWorkerOnly(
   void versioning.afterStart();
   const done = running.done.finally(async () => {
     await inboxes?.stop();
+    await runCleanups(mcpCleanups, log);
     await metricsServer?.close();
     await tracing.flush();
     await db.$disconnect();

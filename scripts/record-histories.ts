@@ -27,6 +27,9 @@
  *   that a skill shaped (injected, its ledger entry recorded), a turn whose model calls
  *   `remember`, and after continue-as-new a grounded turn with the skill already in the
  *   carried ledger; then /new.
+ * - tasks (files `triage-tk-NN.json`, `reminder-tk-NN.json`): a Telegram group message triaged
+ *   into a task (its classification, the task's record and its reminder started), the reminder
+ *   whose timer fired and reminded the admins, and one ended by a signal (the task was closed).
  *
  * A scenario replaces only its own files (`<kind>-<tag>NN.json`): histories recorded by earlier
  * code stay, so replay keeps proving that today's code can continue runs that older code
@@ -41,7 +44,11 @@ import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge
 import { indexWorkflowId } from '../services/workspaces.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
-import { bindChat, createIdentity } from '../domain/governance.js';
+import { bindChat, createIdentity, OPERATOR } from '../domain/governance.js';
+import { McpServerSchema } from '../common/mcp.js';
+import { createMcpTools } from '../domain/mcp/tools.js';
+import { insertMcpServer } from '../domain/store/mcp.js';
+import { serverEntry, stdioServer } from '../test/helpers/mcp-servers.js';
 import { sessionWorkflowId } from '../common/ids.js';
 import { testDatabases } from '../test/helpers/db.js';
 import { startModelServer, type ModelServer } from '../test/helpers/model-server.js';
@@ -54,13 +61,13 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, workspaces or knowledge`);
+if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge', 'mcp', 'tasks'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, workspaces, knowledge, mcp or tasks`);
 /**
  * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
  * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
  * leave the patch `steward-otel-tracing` off), beside `session-inl-NN`, recorded traced.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-' };
+const TAGS: Record<string, string> = { foundation: 'inl-nt-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -406,8 +413,70 @@ async function knowledgeSession(m: ModelServer): Promise<void> {
   }
 }
 
+/** A session whose turns call MCP tools (server-everything over stdio in the sandbox): one at once, one after an approval. */
+async function mcpSession(m: ModelServer): Promise<void> {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'steward-record-mcp-'));
+  const mcp = createMcpTools({ db: dbh.db, dataDir });
+  try {
+    await insertMcpServer(dbh.db, McpServerSchema.parse(stdioServer('every', [serverEntry('@modelcontextprotocol/server-everything'), 'stdio'], { allowTools: ['echo', 'get-sum'], readOnlyTools: ['echo'] })), 'api');
+    await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, mcp }, async (h) => {
+      m.enqueue({ toolCalls: [{ id: 'call_echo', name: 'every__echo', arguments: JSON.stringify({ message: 'hello' }) }] });
+      m.enqueue({ text: 'The server said hello.' });
+      await h.send('echo hello through the MCP server');
+      await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'The server said hello.', { timeoutMs: 60_000 });
+      m.enqueue({ toolCalls: [{ id: 'call_sum', name: 'every__get-sum', arguments: JSON.stringify({ a: 2, b: 3 }) }] });
+      m.enqueue({ text: 'It is 5.' });
+      await h.send('add 2 and 3');
+      const approval = await waitFor(async () => (await dbh.db.approval.findFirst({ where: { sessionId: h.sessionId, toolCallId: 'call_sum' } })) ?? undefined, 'the approval', 60_000);
+      await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
+      await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'It is 5.', { timeoutMs: 60_000 });
+      await h.send('/new');
+      await h.waitForMessage((x) => x.text.startsWith('New task started'));
+      await exportRuns(env, h.sessionId);
+    });
+  } finally {
+    await mcp.close();
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * tasks (files `triage-tk-NN.json`, `reminder-tk-NN.json`): a Telegram group message that does
+ * not address the agent, classified by triage into a task due in seconds; its reminder that
+ * came due and reminded the admins; and the reminder of a task made by hand that was closed.
+ */
+async function tasksScenario(m: ModelServer): Promise<void> {
+  const sender = recordingSender();
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, senders: { telegram: sender } }, async (h) => {
+    const account = `bot${randomInt(1e5, 1e6)}`;
+    const group = `-100${randomInt(1e8, 1e9)}`;
+    const userId = String(randomInt(1e8, 1e9));
+    await createIdentity(dbh.db, { name: 'Bo', role: 'member', accounts: [{ platform: 'telegram', userId }], createdBy: 'recorder' });
+    const b = await bindChat(dbh.db, { platform: 'telegram', account, chatId: group, name: `team${randomInt(1e5, 1e6)}`, createdBy: 'recorder' });
+    await bindChat(dbh.db, { platform: 'telegram', account, chatId: `-200${randomInt(1e8, 1e9)}`, adminChannel: true, createdBy: 'recorder' });
+    await h.tasks.setTriage(b.id, { enabled: true }, OPERATOR);
+    m.setDefault(() => ({ text: '{"class": "issue", "priority": "p1", "due": "3s", "reason": "the build is broken"}' }));
+    const r = await h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: group, chatType: 'group', addressed: false, user: 'Bo', userId, text: 'the nightly build is broken again', at: new Date().toISOString() });
+    const triage = r.triage!.workflowId;
+    const result = (await env.client.workflow.getHandle(triage).result()) as { taskId?: string };
+    const reminded = `task-reminder:${result.taskId!}`;
+    await env.client.workflow.getHandle(reminded).result();
+    const manual = await h.tasks.create({ text: 'Write the release notes', chatId: h.chatId, account: h.account }, OPERATOR);
+    await h.tasks.close(manual.id, OPERATOR);
+    const closed = `task-reminder:${manual.id}`;
+    await env.client.workflow.getHandle(closed).result();
+    await exportRunIds(env, [
+      { workflowId: triage, kind: 'triage' },
+      { workflowId: reminded, kind: 'reminder' },
+      { workflowId: closed, kind: 'reminder' },
+    ]);
+  });
+}
+
 try {
   if (scenario === 'foundation') await foundation(model);
+  else if (scenario === 'tasks') await tasksScenario(model);
+  else if (scenario === 'mcp') await mcpSession(model);
   else if (scenario === 'knowledge') await knowledgeSession(model);
   else if (scenario === 'workspaces') await workspaces(model);
   else if (scenario === 'channels') await channels(model);

@@ -4,3 +4,5 @@ export { turnWorkflow } from './chat/turn.js';
 export { repoChangeWorkflow } from './changes/repo-change.js';
 export { objectiveRunWorkflow } from './objectives/objective.js';
 export { workspaceIndexWorkflow } from './knowledge/index-workspace.js';
+export { triageWorkflow } from './tasks/triage.js';
+export { taskReminderWorkflow } from './tasks/reminder.js';

@@ -21,6 +21,14 @@ import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import { registerWorkspaceRoutes } from './workspaces.js';
 import { registerMemoryRoutes } from './memories.js';
+import { registerPolicyRoutes } from './policy.js';
+import { registerHeartbeatRoutes } from './heartbeat.js';
+import type { PartState } from '../../domain/heartbeat.js';
+import type { WhatIfReport, WhatIfPolicy } from '../../domain/changes/what-if.js';
+import { registerTaskRoutes } from './tasks.js';
+import type { TaskService } from '../../services/tasks.js';
+import { registerMcpRoutes } from './mcp.js';
+import type { McpService } from '../../services/mcp.js';
 import type { KnowledgeService } from '../../services/knowledge.js';
 import type { WorkspaceService } from '../../services/workspaces.js';
 import type { ObjectiveService } from '../../services/objectives.js';
@@ -173,6 +181,14 @@ export interface HttpDeps {
   workspaces?: WorkspaceService;
   /** Skills and memories (/api/v1/skills, /api/v1/memories). */
   knowledge?: KnowledgeService;
+  /** The heartbeat (/api/v1/heartbeat): each part's state and last success. */
+  heartbeat?: { current(maxAgeMs?: number): Promise<PartState[]> };
+  /** Policy what-if (/api/v1/policy/what-if): past decisions under a proposed policy. */
+  policyWhatIf?: (r: { policy: WhatIfPolicy; since?: Date; repo?: string }) => Promise<WhatIfReport>;
+  /** MCP servers (/api/v1/mcp/servers). */
+  mcp?: McpService;
+  /** Triage and tasks (/api/v1/tasks, /api/v1/bindings/{id}/triage). */
+  tasks?: TaskService;
   /** Prometheus metrics in text format, served on `GET /metrics` behind the API token. */
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
@@ -265,6 +281,10 @@ export function createHttpApp(deps: HttpDeps) {
   if (deps.changes) registerChangeRoutes(app, deps.changes);
   if (deps.workspaces) registerWorkspaceRoutes(app, deps.workspaces);
   if (deps.knowledge) registerMemoryRoutes(app, deps.knowledge);
+  if (deps.policyWhatIf) registerPolicyRoutes(app, deps.policyWhatIf);
+  if (deps.heartbeat) registerHeartbeatRoutes(app, deps.heartbeat);
+  if (deps.tasks) registerTaskRoutes(app, deps.tasks);
+  if (deps.mcp) registerMcpRoutes(app, deps.mcp);
   if (deps.objectives) {
     registerObjectiveRoutes(app, deps.objectives);
     const objectives = deps.objectives;

@@ -162,6 +162,7 @@ export async function validateOn(g: GateRun): Promise<GateVerdict> {
       forbidSelfApproval: policy.forbidSelfApproval,
       approvalTimeoutMs: policy.approvalTimeoutMinutes * 60_000,
       at: new Date().toISOString(),
+      ...(file.ok ? { repoPolicy: file.present ? file.policy : null } : {}),
     };
   });
 }

@@ -53,3 +53,9 @@ export async function decideApproval(db: Db, id: string, d: { status: string; de
 export async function approvalNotices(db: Db, approvalId: string): Promise<Array<{ platform: string; account: string; chatId: string; deliveryKey: string }>> {
   return db.approvalNotice.findMany({ where: { approvalId }, select: { platform: true, account: true, chatId: true, deliveryKey: true } });
 }
+
+/** The approvals asked for these tool calls (by turn and call id). */
+export async function approvalsOfCalls(db: Db, calls: Array<{ turnId: string; toolCallId: string }>): Promise<Array<{ turnId: string; toolCallId: string; status: string; decidedBy: string | null }>> {
+  if (calls.length === 0) return [];
+  return db.approval.findMany({ where: { toolCallId: { in: [...new Set(calls.map((c) => c.toolCallId))] } }, select: { turnId: true, toolCallId: true, status: true, decidedBy: true } });
+}

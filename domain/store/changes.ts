@@ -250,3 +250,12 @@ export async function renewLease(db: Db, repo: string, holder: string, expiresAt
 export async function releaseLease(db: Db, repo: string, holder: string): Promise<void> {
   await db.repoLock.deleteMany({ where: { repo, holder } });
 }
+
+/** Changes that recorded a patch (the what-if's inputs), oldest first: created at or after `since`, of one repository. */
+export async function changesWithPatches(db: Db, opts: { since?: Date; repo?: string; limit?: number }): Promise<RepoChange[]> {
+  return db.repoChange.findMany({
+    where: { patchHash: { not: null }, ...(opts.repo ? { repo: opts.repo } : {}), ...(opts.since ? { createdAt: { gte: opts.since } } : {}) },
+    orderBy: { createdAt: 'asc' },
+    take: opts.limit ?? 1000,
+  });
+}

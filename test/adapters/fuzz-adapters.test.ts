@@ -36,6 +36,15 @@ import { COMMANDS } from '../../common/commands.js';
 import { ROLES } from '../../common/roles.js';
 import { ChatIdSchema, InboundMessageBaseSchema, InboundMessageSchema, PlatformSchema, type InboundMessage } from '../../common/schemas.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
+import { McpServerSchema } from '../../common/mcp.js';
+import { loadConfig } from '../../config/index.js';
+import { adminCommand } from '../../platform/admin-cli.js';
+import { createMcpService } from '../../services/mcp.js';
+import { createTaskService, type TaskView } from '../../services/tasks.js';
+import { bindChat } from '../../domain/governance.js';
+import { CLASSES, LANES, PRIORITIES } from '../../common/tasks.js';
+import type { Client } from '@temporalio/client';
+import { tmpdir } from 'node:os';
 import { startDiscordDouble, type DiscordDouble, type InteractionResponseView } from '../helpers/discord-double.js';
 import { detectEntities, startTelegramDouble, tgUser, type TelegramDouble } from '../helpers/telegram-double.js';
 
@@ -1649,6 +1658,196 @@ after(() => {
   if (emptyTextNotes.size > 0) {
     console.log(`# note: ${emptyTextNotes.size} ingress calls carried no files and an empty text (the ingress refuses them as invalid), e.g. ${[...emptyTextNotes].slice(0, 3).join(' | ')}`);
   }
+});
+
+// ---------------------------------------------------------------------------------------------
+// 5. MCP server registrations: the API routes and the `steward mcp` command
+
+describe('MCP routes and the mcp command under random input', () => {
+  const API_TOKEN = 'mcp-fuzz-token-0123456789';
+  const rec = recorder();
+  let dbh: TestDatabase;
+  let server: { url: string; close(): Promise<void> };
+  before(async () => {
+    dbh = await testDatabases()[0]!.create();
+    const app = createHttpApp({ ingress: rec.ingress, apiToken: API_TOKEN, health: async () => ({ ok: true, checks: {} }), mcp: createMcpService({ db: dbh.db }), backoff: new AuthBackoff({ after: Number.MAX_SAFE_INTEGER }) });
+    server = await startHttpServer(app, { host: '127.0.0.1', port: 0 });
+  });
+  after(async () => {
+    await server?.close();
+    await dbh?.cleanup();
+  });
+
+  const nameArb = fc.oneof(fc.stringMatching(/^[a-z][a-z0-9-]{0,10}$/), fc.constantFrom('', 'A', 'a_b', 'x'.repeat(25), '../x', '%2F'), fc.string({ maxLength: 12 }));
+  const refArb = fc.oneof(fc.stringMatching(/^env:STEWARD_MCP_[A-Z0-9_]{1,8}$/), fc.constantFrom('env:HOME', 'ghp_x', '', 'env:'), fc.string({ maxLength: 12 }));
+  const registration = fc.record({
+    name: nameArb,
+    transport: fc.oneof(fc.constantFrom('stdio', 'http'), fc.constantFrom('sse', '', 1)),
+    command: opt(fc.oneof(fc.array(fc.oneof(fc.constantFrom('/usr/bin/node', 'node', '/x'), fc.string({ maxLength: 8 })), { maxLength: 3 }), fc.jsonValue({ maxDepth: 1 }))),
+    url: opt(fc.oneof(fc.constantFrom('http://127.0.0.1:9/mcp', 'https://u:p@x.test/', 'ftp://x', 'nope'), fc.webUrl())),
+    tokenRef: opt(refArb, 3),
+    env: opt(fc.dictionary(fc.oneof(fc.constantFrom('TOKEN', '1BAD', ''), fc.string({ maxLength: 6 })), refArb, { maxKeys: 2 }), 3),
+    roBinds: opt(fc.array(fc.oneof(fc.constantFrom('/opt', 'rel', '/proc'), fc.string({ maxLength: 6 })), { maxLength: 2 }), 3),
+    network: opt(fc.oneof(fc.boolean(), fc.constant('yes')), 3),
+    allowTools: opt(fc.array(fc.oneof(fc.constantFrom('echo', 'a.b', ''), fc.string({ maxLength: 6 })), { maxLength: 3 }), 3),
+    approval: opt(fc.dictionary(fc.constantFrom('echo', '*', 'a.b'), fc.oneof(fc.constantFrom('never', 'always', 'admin', 'king'), fc.integer()), { maxKeys: 2 }), 3),
+    timeoutMs: opt(fc.oneof(fc.integer({ min: -10, max: 200_000 }), fc.constant('30s')), 3),
+    extra: opt(fc.jsonValue({ maxDepth: 1 }), 5),
+  });
+  const strip = (o: Record<string, unknown>) => JSON.stringify(Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)));
+
+  it('POST/GET/DELETE /api/v1/mcp/servers: never a 5xx; refusals carry { error } and change no rows; what is accepted parses', async () => {
+    const request = fc.oneof(
+      fc.record({ method: fc.constant('POST'), path: fc.constant('/api/v1/mcp/servers'), body: fc.oneof({ weight: 6, arbitrary: registration.map(strip) }, { weight: 1, arbitrary: fc.oneof(fc.string({ maxLength: 40 }), fc.constantFrom('', '{', 'null', '[]')) }) }),
+      fc.record({ method: fc.constantFrom('GET', 'DELETE'), path: nameArb.map((n) => `/api/v1/mcp/servers/${encodeURIComponent(n)}`), body: fc.constant(undefined) }),
+      fc.record({ method: fc.constant('GET'), path: nameArb.map((n) => `/api/v1/mcp/servers/${encodeURIComponent(n)}/tools`), body: fc.constant(undefined) }),
+    );
+    await fc.assert(
+      fc.asyncProperty(request, async (req) => {
+        const before = await dbh.db.mcpServer.count();
+        const res = await fetch(`${server.url}${req.path}`, {
+          method: req.method,
+          headers: { authorization: `Bearer ${API_TOKEN}`, ...(req.body !== undefined ? { 'content-type': 'application/json' } : {}) },
+          ...(req.body !== undefined ? { body: req.body } : {}),
+          signal: AbortSignal.timeout(10_000),
+        });
+        const text = await res.text();
+        const context = `${req.method} ${req.path} ${(req.body ?? '').slice(0, 200)} -> ${res.status} ${text.slice(0, 200)}`;
+        assert.ok(res.status < 500, `never a 5xx: ${context}`);
+        if (res.status >= 400) {
+          const body = JSON.parse(text) as unknown;
+          assert.ok(isObject(body) && typeof body.error === 'string' && body.error !== '', context);
+          assert.equal(await dbh.db.mcpServer.count(), before, `a refusal changes nothing: ${context}`);
+        }
+        if (res.status === 201) {
+          const created = JSON.parse(text) as { spec: unknown };
+          assert.equal(McpServerSchema.safeParse(created.spec).success, true, context);
+        }
+      }),
+      fuzzRuns(150),
+    );
+    assert.equal(rec.total(), 0, 'nothing reaches the ingress');
+  });
+
+  it('steward mcp with random arguments: never throws, exits 0, 1 or 2, and a usage error changes nothing', async () => {
+    const word = fc.oneof(fc.constantFrom('list', 'show', 'tools', 'remove', 'add', 'nope', '--command', '/usr/bin/true', '--server-url', 'http://127.0.0.1:9/mcp', '--env', 'A=env:STEWARD_MCP_A', 'A=x', '--approval', 'echo=king', '--timeout', '5x', '--file', '/nonexistent.json', '--network', '--workspace', 'ops'), nameArb);
+    await fc.assert(
+      fc.asyncProperty(fc.array(word, { maxLength: 7 }), async (args) => {
+        const out: string[] = [];
+        const err: string[] = [];
+        const before = await dbh.db.mcpServer.count();
+        const io = { config: () => loadConfig({}, tmpdir()), out: (x: string) => void out.push(x), err: (x: string) => void err.push(x), api: { url: server.url, token: API_TOKEN } };
+        const code = await adminCommand('mcp', args, io);
+        assert.ok([0, 1, 2].includes(code), `${JSON.stringify(args)} -> ${code}`);
+        if (code === 2) {
+          assert.ok(err.join('').trim() !== '', `a usage error says why: ${JSON.stringify(args)}`);
+          assert.equal(await dbh.db.mcpServer.count(), before, `a usage error changes nothing: ${JSON.stringify(args)}`);
+        }
+      }),
+      fuzzRuns(150),
+    );
+  });
+});
+
+describe('task routes and the tasks command under random input', () => {
+  const API_TOKEN = 'tasks-fuzz-token-0123456789';
+  const rec = recorder();
+  let dbh: TestDatabase;
+  let server: { url: string; close(): Promise<void> };
+  let known: TaskView;
+  let bindingId: string;
+  /** Temporal as the task service sees it: starts and signals are accepted (no workflow runs here). */
+  const client = { workflow: { start: async () => ({}), signalWithStart: async () => ({}), getHandle: () => ({ signal: async () => undefined }) } } as unknown as Client;
+  const rows = async () => {
+    const db = dbh.db;
+    const [tasks, receipts, triage, messages] = await Promise.all([db.task.count(), db.receipt.count(), db.triageSetting.count(), db.message.count()]);
+    return { tasks, receipts, triage, messages, known: JSON.stringify(await db.task.findUnique({ where: { id: known.id } })), setting: JSON.stringify(await db.triageSetting.findUnique({ where: { bindingId } })) };
+  };
+  before(async () => {
+    dbh = await testDatabases()[0]!.create();
+    const tasks = createTaskService({ client, db: dbh.db, taskQueue: 'fuzz', defaultModel: 'openai:gpt-4.1', sessionStart: (conversation) => ({ workflowId: `session:${conversation.chatId}`, taskQueue: 'fuzz', args: [{ conversation, settings: { model: 'openai:gpt-4.1', think: 'off' }, limits: { maxSteps: 4, maxTurnsPerRun: 10 } }] }) });
+    known = await tasks.create({ text: 'a known task', chatId: 'ops', lane: 'issue', priority: 'p1' }, { id: 'operator', name: 'the operator' });
+    bindingId = (await bindChat(dbh.db, { platform: 'telegram', account: '*', chatId: '-100fuzz', createdBy: 'fuzz' })).id;
+    const app = createHttpApp({ ingress: rec.ingress, apiToken: API_TOKEN, health: async () => ({ ok: true, checks: {} }), tasks, backoff: new AuthBackoff({ after: Number.MAX_SAFE_INTEGER }) });
+    server = await startHttpServer(app, { host: '127.0.0.1', port: 0 });
+  });
+  after(async () => {
+    await server?.close();
+    await dbh?.cleanup();
+  });
+
+  const idArb = () => fc.oneof(fc.constant(known.id), fc.stringMatching(/^t-[a-z0-9]{8}$/), fc.constantFrom('', 'T-ZZZZZZZZ', 't-', '../x', '%2F', 'x'.repeat(70)), fc.string({ maxLength: 10 }));
+  const dueArb = fc.oneof(fc.constantFrom('4h', '2d', '30m', '45s', '0s', '31d', '2026-12-01T09:00:00Z', '2001-01-01T00:00:00Z', 'soon', ''), fc.string({ maxLength: 8 }), fc.integer());
+  const enumArb = (values: readonly string[]) => fc.oneof(fc.constantFrom(...values), fc.constantFrom('P1', 'urgent', '', 'noise'), fc.string({ maxLength: 6 }), fc.integer());
+  const newTask = fc.record({
+    text: opt(fc.oneof(fc.string({ maxLength: 30 }), fc.constantFrom('', '  ', 'x'.repeat(4001)), fc.integer()), 5),
+    chatId: opt(fc.oneof(fc.constantFrom('ops', '-100123', ''), fc.string({ maxLength: 10 })), 5),
+    platform: opt(enumArb(['http', 'telegram', 'discord', 'irc']), 3),
+    lane: opt(enumArb(LANES), 3),
+    priority: opt(enumArb(PRIORITIES), 3),
+    due: opt(dueArb, 3),
+    assignee: opt(fc.string({ maxLength: 8 }), 4),
+    extra: opt(fc.jsonValue({ maxDepth: 1 }), 5),
+  });
+  const route = fc.record({ class: opt(enumArb(CLASSES), 6), priority: opt(enumArb(PRIORITIES), 3), due: opt(dueArb, 3), extra: opt(fc.jsonValue({ maxDepth: 1 }), 5) });
+  const strip = (o: Record<string, unknown>) => JSON.stringify(Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)));
+  const junk = fc.oneof(fc.string({ maxLength: 40 }), fc.constantFrom('', '{', 'null', '[]', '"x"'));
+
+  it('/api/v1/tasks and /api/v1/bindings/{id}/triage: never a 5xx; refusals carry { error } and change nothing; what is accepted is a valid task', async () => {
+    const request = fc.oneof(
+      fc.record({ method: fc.constant('POST'), path: fc.constant('/api/v1/tasks'), body: fc.oneof({ weight: 6, arbitrary: newTask.map(strip) }, { weight: 1, arbitrary: junk }) }),
+      fc.record({ method: fc.constant('POST'), path: idArb().map((id) => `/api/v1/tasks/${encodeURIComponent(id)}/route`), body: fc.oneof({ weight: 6, arbitrary: route.map(strip) }, { weight: 1, arbitrary: junk }) }),
+      fc.record({ method: fc.constant('POST'), path: fc.tuple(idArb(), fc.constantFrom('hand', 'close')).map(([id, a]) => `/api/v1/tasks/${encodeURIComponent(id)}/${a}`), body: fc.oneof(fc.constant(undefined), fc.constantFrom('{}', '{"note": "done"}', '{"note": ""}', '{"now": true}'), junk) }),
+      fc.record({ method: fc.constantFrom('GET', 'PUT'), path: fc.oneof(fc.constant(bindingId), fc.string({ maxLength: 10 })).map((id) => `/api/v1/bindings/${encodeURIComponent(id)}/triage`), body: fc.oneof(fc.record({ enabled: opt(fc.oneof(fc.boolean(), fc.constant('yes')), 4), model: opt(fc.constantFrom('openai:gpt-4.1-mini', 'gpt4', ''), 3) }).map(strip), junk) }),
+      fc.record({ method: fc.constant('GET'), path: fc.tuple(opt(enumArb(['open', 'handed', 'closed', 'all'])), opt(enumArb(LANES)), opt(fc.oneof(fc.integer({ min: -5, max: 900 }), fc.string({ maxLength: 4 })))).map(([status, lane, limit]) => `/api/v1/tasks?${new URLSearchParams(Object.entries({ status, lane, limit }).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)]))}`), body: fc.constant(undefined) }),
+    );
+    await fc.assert(
+      fc.asyncProperty(request, async (req) => {
+        const before = await rows();
+        const body = req.method === 'GET' ? undefined : req.body;
+        const res = await fetch(`${server.url}${req.path}`, {
+          method: req.method,
+          headers: { authorization: `Bearer ${API_TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+          ...(body !== undefined ? { body } : {}),
+          signal: AbortSignal.timeout(10_000),
+        });
+        const text = await res.text();
+        const context = `${req.method} ${req.path} ${(body ?? '').slice(0, 200)} -> ${res.status} ${text.slice(0, 200)}`;
+        assert.ok(res.status < 500, `never a 5xx: ${context}`);
+        if (res.status >= 400) {
+          const parsed = JSON.parse(text) as unknown;
+          assert.ok(isObject(parsed) && typeof parsed.error === 'string' && parsed.error !== '', context);
+          assert.deepEqual(await rows(), before, `a refusal changes nothing: ${context}`);
+        }
+        if (res.status === 201) {
+          const t = JSON.parse(text) as TaskView;
+          assert.ok((LANES as readonly string[]).includes(t.lane) && (PRIORITIES as readonly string[]).includes(t.priority) && t.status === 'open' && /^t-[a-z0-9]{8}$/.test(t.id), context);
+          assert.ok(t.dueAt !== null && Date.parse(t.dueAt) > Date.now() - 5000, context);
+        }
+      }),
+      fuzzRuns(200),
+    );
+    assert.equal(rec.total(), 0, 'nothing reaches the ingress');
+  });
+
+  it('steward tasks with random arguments: never throws, exits 0, 1 or 2, and a usage error changes nothing', async () => {
+    const word = fc.oneof(fc.constantFrom('list', 'add', 'route', 'hand', 'close', 'nope', known.id, 't-zzzzzzzz', 'issue', 'noise', 'bogus', '--chat', 'ops', '--priority', 'p9', '--due', '4h', 'soon', '--lane', '--status', 'all', '--note', '--json', '--account'), fc.string({ maxLength: 8 }));
+    await fc.assert(
+      fc.asyncProperty(fc.array(word, { maxLength: 7 }), async (args) => {
+        const out: string[] = [];
+        const err: string[] = [];
+        const before = await rows();
+        const io = { config: () => loadConfig({}, tmpdir()), out: (x: string) => void out.push(x), err: (x: string) => void err.push(x), api: { url: server.url, token: API_TOKEN } };
+        const code = await adminCommand('tasks', args, io);
+        assert.ok([0, 1, 2].includes(code), `${JSON.stringify(args)} -> ${code}`);
+        if (code !== 0) {
+          assert.ok(err.join('').trim() !== '', `a refusal says why: ${JSON.stringify(args)}`);
+          assert.deepEqual(await rows(), before, `a refusal changes nothing: ${JSON.stringify(args)}`);
+        }
+      }),
+      fuzzRuns(150),
+    );
+  });
 });
 
 after(async () => {

@@ -532,8 +532,8 @@ describe('Telegram adapter (recording ingress)', () => {
       [{ type: 'default' }, { type: 'all_private_chats' }, { type: 'chat', chat_id: adminGroup.id }],
     );
     const names = (scope: Parameters<TelegramDouble['commands']>[0]) => tg.commands(scope).map((c) => c.command);
-    const everyone = ['stop', 'steer', 'new', 'model', 'think', 'status', 'whoami', 'help', 'change', 'answer', 'objectives', 'objective', 'search', 'open', 'skills', 'memory'];
-    const admin = ['workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'bind', 'unbind', 'admin_channel'];
+    const everyone = ['stop', 'steer', 'new', 'model', 'think', 'status', 'whoami', 'help', 'change', 'answer', 'objectives', 'objective', 'search', 'open', 'skills', 'memory', 'tasks', 'task'];
+    const admin = ['workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'bind', 'unbind', 'admin_channel', 'route', 'triage'];
     assert.deepEqual(names({ type: 'default' }), everyone);
     assert.deepEqual(names({ type: 'all_private_chats' }), [...everyone, 'pair']);
     assert.deepEqual(names({ type: 'chat', chat_id: adminGroup.id }), [...everyone, ...admin]);
@@ -552,7 +552,7 @@ describe('Telegram adapter (recording ingress)', () => {
     // An admin's DM as an admin chat has no group-only commands.
     const dmMenu = telegramCommandMenus([String(alice.id)])[2];
     assert.deepEqual(dmMenu?.scope, { type: 'chat', chat_id: alice.id });
-    assert.deepEqual(dmMenu?.commands.map((c) => c.command), [...everyone, 'workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action']);
+    assert.deepEqual(dmMenu?.commands.map((c) => c.command), [...everyone, 'workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'route']);
   });
 });
 

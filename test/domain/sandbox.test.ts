@@ -9,7 +9,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { homedir, networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { runSandboxed, sandboxArgs, sandboxAvailable, SandboxRefusedError, type SandboxRequest, type SandboxResult } from '../../domain/sandbox.js';
+import { runSandboxed, sandboxArgs, spawnSandboxed, sandboxAvailable, SandboxRefusedError, type SandboxRequest, type SandboxResult } from '../../domain/sandbox.js';
 import { needs } from '../helpers/requirements.js';
 
 const isRoot = process.getuid?.() === 0;
@@ -314,4 +314,30 @@ describe('sandbox (bubblewrap)', { skip: await needs('bubblewrap') }, () => {
     assert.equal(endless.stdoutTail.length, 4096);
     assert.match(endless.stdoutTail, /^(y\n)+$/);
   });
+
+  it('a long-lived sandbox (MCP servers): the same sandbox with stdio pipes; network only when asked for', async () => {
+    assert.ok(!sandboxArgs(req(['true'], { allowlist: ['true'] })).includes('--share-net'));
+    const net = sandboxArgs(req(['true'], { allowlist: ['true'], network: true }));
+    assert.ok(net.includes('--share-net') && net.indexOf('--share-net') > net.indexOf('--unshare-all'), 'the network is shared back after --unshare-all');
+    const proc = await spawnSandboxed({ argv: ['sh', '-c', 'read line; echo "got $line in $(pwd) as $(id -u)"; cat'], workTree: work, allowlist: ['*'] });
+    let out = '';
+    proc.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    proc.stdin.write('hello\n');
+    await waitUntil(() => out.includes('got hello'));
+    assert.match(out, new RegExp(`got hello in ${work} as ${isRoot ? 65534 : process.getuid!()}`));
+    proc.stdin.write('echoed back\n');
+    await waitUntil(() => out.includes('echoed back'));
+    proc.kill();
+    const end = await proc.exited;
+    assert.ok(end.signal === 'SIGKILL' || end.code !== 0);
+    await assert.rejects(spawnSandboxed({ argv: ['true'], workTree: '/tmp', allowlist: ['*'] }), /workTree may not be/);
+  });
 });
+
+async function waitUntil(p: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!p()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

@@ -7,12 +7,15 @@ import type { KnowledgeIndex } from '../../domain/knowledge/index-store.js';
 import { createPromptLayers } from '../../domain/knowledge/prompt-layers.js';
 import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
 import { createKnowledgeService, type KnowledgeService } from '../../services/knowledge.js';
+import { createTaskService, type TaskService } from '../../services/tasks.js';
+import { sessionStartOptions } from '../../adapters/ingress-commands.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Db } from '../../domain/db.js';
+import type { McpTools } from '../../domain/mcp/tools.js';
 import type { ToolPolicy } from '../../activities/index.js';
 import type { ActionOptions } from '../../domain/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/changes.js';
@@ -79,6 +82,10 @@ export interface HarnessOptions {
   promptFile?: string;
   /** Workspaces: their folders under `dataDir`, the knowledge index (given to the background worker). */
   workspaces?: { dataDir: string; knowledge: () => Promise<KnowledgeIndex>; skillsDir?: string; memoryApproval?: 'members' | 'all' | 'none' };
+  /** Tools from MCP servers (given to the chat and background workers' activities). */
+  mcp?: McpTools;
+  /** The heartbeat's states, for an admin's /status. */
+  heartbeat?: () => Promise<import('../../domain/heartbeat.js').PartState[]>;
 }
 
 export interface Harness {
@@ -96,6 +103,8 @@ export interface Harness {
   workspaces?: WorkspaceService;
   /** Skills and memories (the service behind /skills and /memory), with workspaces. */
   knowledge?: KnowledgeService;
+  /** Triage and tasks (the service behind /tasks, /task, /route, /triage and the API); its workflows run on the background queue. */
+  tasks: TaskService;
   /** The background queue objective runs (workflows, turns, activities) run on. */
   backgroundQueue: string;
   worker: Worker;
@@ -135,6 +144,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       ...(opts.workspaces?.skillsDir ? { skillsDir: opts.workspaces.skillsDir } : {}),
       ...(opts.workspaces?.memoryApproval ? { memoryApproval: opts.workspaces.memoryApproval } : {}),
       ...(opts.promptFile ? { promptFile: opts.promptFile } : {}),
+      ...(opts.mcp ? { mcp: opts.mcp } : {}),
     },
     ...(opts.maxCachedWorkflows !== undefined ? { maxCachedWorkflows: opts.maxCachedWorkflows } : {}),
   });
@@ -158,6 +168,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         ...(opts.runLink ? { runLink: opts.runLink } : {}),
         repoChanges: { ...DEFAULT_REPO_CHANGE_SETTINGS, defaultModel: opts.model ?? 'openai-compatible:test-model', ...(opts.repoChanges ?? {}) },
         ...(opts.workspaces ? { knowledge: opts.workspaces.knowledge } : {}),
+        ...(opts.mcp ? { mcp: opts.mcp } : {}),
       },
     });
   const repoQueue = `${taskQueue}-repo`;
@@ -185,10 +196,20 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ? createWorkspaceService({ client: opts.env.client, db: opts.db, taskQueue: backgroundQueue, dataDir: opts.workspaces.dataDir, knowledge: opts.workspaces.knowledge })
     : undefined;
   const knowledge = workspaces ? createKnowledgeService({ db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
+  const sessionLimits = { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 };
+  const tasks = createTaskService({
+    client: opts.env.client,
+    db: opts.db,
+    taskQueue: backgroundQueue,
+    defaultModel: opts.model ?? 'openai-compatible:test-model',
+    sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue, defaultModel: opts.model ?? 'openai-compatible:test-model', limits: sessionLimits }, conversation, binding),
+  });
   const ingress = createIngress({
     changes,
     objectives,
+    tasks,
     ...(workspaces && knowledge ? { workspaces, knowledge } : {}),
+    ...(opts.heartbeat ? { heartbeat: opts.heartbeat } : {}),
     promptLayers: createPromptLayers({ db: opts.db, systemPrompt: DEFAULT_SYSTEM_PROMPT, ...(opts.promptFile ? { operatorFile: opts.promptFile } : {}) }),
     client: opts.env.client,
     db: opts.db,
@@ -211,6 +232,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ingress,
     changes,
     objectives,
+    tasks,
     ...(workspaces && knowledge ? { workspaces, knowledge } : {}),
     backgroundQueue,
     worker,

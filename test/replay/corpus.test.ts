@@ -215,4 +215,24 @@ describe('replay corpus', () => {
       activitiesOf(f).some((a) => a.type === 'deliver' && /:turn:\d+:[0-9a-f]{8}:stopped$/.test(String(a.input.key))),
     );
   });
+
+  it('has a session whose turns called MCP tools (server__tool): one at once, one after an approval', () => {
+    const mcp = inlineSessions.filter((f) => activitiesOf(f).some((a) => a.type === 'runTool' && /: tool [a-z][a-z0-9-]*__\S+$/.test(a.summary ?? '')));
+    assert.ok(mcp.length > 0, 'an MCP session (scripts/record-histories.ts mcp)');
+    assert.ok(
+      mcp.some((f) => activitiesOf(f).some((a) => a.type === 'requestApproval' && /approval for [a-z][a-z0-9-]*__/.test(a.summary ?? ''))),
+      'an MCP call that waited for an approval',
+    );
+  });
+
+  it('has a triaged message that became a task with its reminder, a reminder that reminded, and one ended by a signal', () => {
+    const triage = fixtures.filter((f) => f.type === 'triageWorkflow');
+    assert.ok(
+      triage.some((f) => activitiesOf(f).some((a) => a.type === 'triageClassify') && activitiesOf(f).some((a) => a.type === 'triageRecord') && childrenOf(f, 'taskReminderWorkflow') > 0),
+      'a triage history that classified, recorded a task and started its reminder (scripts/record-histories.ts tasks)',
+    );
+    const reminders = fixtures.filter((f) => f.type === 'taskReminderWorkflow');
+    assert.ok(reminders.some((f) => f.events.some((e) => e.eventType === 'EVENT_TYPE_TIMER_FIRED') && activitiesOf(f).some((a) => a.type === 'taskRemind')), 'a reminder whose timer fired and reminded');
+    assert.ok(reminders.some((f) => f.events.some((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'taskChanged') && !activitiesOf(f).some((a) => a.type === 'taskRemind')), 'a reminder ended by a signal');
+  });
 });

@@ -58,6 +58,10 @@ describe('command parsing (properties)', () => {
       search: 'rollback steps',
       open: 'notes/howto.md',
       prompt: 'set Answer in German.',
+      task: 'Write the release notes',
+      tasks: 'issue',
+      route: 't-1a2b3c4d issue p1 4h',
+      triage: 'on openai:gpt-4.1-mini',
     };
     for (const c of COMMANDS) {
       for (const name of [c.name, telegramCommandName(c.name)]) {
@@ -71,6 +75,62 @@ describe('command parsing (properties)', () => {
     const badRole = parseText('/approve K7Q2M9XD king');
     assert.ok(badRole.kind === 'command' && badRole.command.kind === 'invalid' && /king is not a role/.test(badRole.command.error));
     assert.ok(helpText('viewer').includes('/status') && !helpText('viewer').includes('/approve'));
+  });
+
+  it('parses the task commands: each form, and bad input with its reason', () => {
+    const cmd = (text: string) => {
+      const r = parseText(text);
+      assert.equal(r.kind, 'command', text);
+      return r.kind === 'command' ? r.command : undefined;
+    };
+    assert.deepEqual(cmd('/task hand T-1A2B3C4D'), { kind: 'task', action: 'hand', id: 't-1a2b3c4d' });
+    assert.deepEqual(cmd('/task close t-1a2b3c4d'), { kind: 'task', action: 'close', id: 't-1a2b3c4d' });
+    assert.deepEqual(cmd('/task close the window in room 4'), { kind: 'task', action: 'add', text: 'close the window in room 4' });
+    assert.deepEqual(cmd('/route t-1a2b3c4d NOISE'), { kind: 'route', id: 't-1a2b3c4d', class: 'noise' });
+    assert.deepEqual(cmd('/route t-1a2b3c4d task 2d p3'), { kind: 'route', id: 't-1a2b3c4d', class: 'task', priority: 'p3', due: '2d' });
+    assert.deepEqual(cmd('/route t-1a2b3c4d task 2026-12-01T09:00:00Z'), { kind: 'route', id: 't-1a2b3c4d', class: 'task', due: '2026-12-01T09:00:00Z' });
+    assert.deepEqual(cmd('/triage'), { kind: 'triage' });
+    assert.deepEqual(cmd('/triage off'), { kind: 'triage', state: 'off' });
+    assert.deepEqual(cmd('/tasks'), { kind: 'tasks' });
+    for (const [text, error] of [
+      ['/task', /usage: \/task <text>/],
+      ['/task hand t-1', /a task id looks like t-1a2b3c4d/],
+      ['/task ' + 'x'.repeat(4001), /longer than 4000/],
+      ['/route', /usage: \/route <task> <class>/],
+      ['/route t-1a2b3c4d', /usage: \/route/],
+      ['/route 42 task', /a task id looks like/],
+      ['/route t-1a2b3c4d urgent', /a class is question, issue, task, moderation, noise/],
+      ['/route t-1a2b3c4d task p4', /p4: expected p1, p2 or p3/],
+      ['/route t-1a2b3c4d task 90d', /90d: expected p1, p2 or p3, or a due window/],
+      ['/route t-1a2b3c4d task p1 4h extra', /usage/],
+      ['/triage maybe', /usage: \/triage/],
+      ['/triage off openai:gpt-4.1', /usage: \/triage/],
+      ['/triage on gpt4', /the model: /],
+      ['/tasks urgent', /a lane is question, issue, task, moderation/],
+    ] as const) {
+      const c = cmd(text);
+      assert.ok(c?.kind === 'invalid', `${text}: ${JSON.stringify(c)}`);
+      assert.match(c.error, error, text);
+    }
+  });
+
+  it('the task commands never throw, and every parse is valid or says why (properties)', () => {
+    const word = fc.oneof(fc.constantFrom('hand', 'close', 't-1a2b3c4d', 'T-ZZZZZZZZ', 't-', 'noise', 'issue', 'p1', 'p3', '4h', '0s', '31d', '2026-12-01T09:00:00Z', 'on', 'off', 'openai:gpt-4.1'), fc.string({ maxLength: 12 }), fc.string({ unit: 'binary', maxLength: 6 }));
+    fc.assert(
+      fc.property(fc.constantFrom('task', 'tasks', 'route', 'triage'), fc.array(word, { maxLength: 6 }), (name, words) => {
+        const r = parseText(`/${name} ${words.join(' ')}`);
+        assert.equal(r.kind, 'command');
+        if (r.kind !== 'command') return;
+        assert.ok(r.command.kind === name || r.command.kind === 'invalid', JSON.stringify(r.command));
+        if (r.command.kind === 'invalid') assert.ok(r.command.error.length > 0);
+        if (r.command.kind === 'route') {
+          assert.match(r.command.id, /^t-[a-z0-9]{8}$/);
+          if (r.command.priority) assert.ok(['p1', 'p2', 'p3'].includes(r.command.priority));
+        }
+        if (r.command.kind === 'task' && r.command.action !== 'add') assert.match(r.command.id, /^t-[a-z0-9]{8}$/);
+      }),
+      { numRuns: 2000 },
+    );
   });
 });
 
