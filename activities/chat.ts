@@ -318,6 +318,8 @@ function toolCallRef(c: ChatContext, call: ModelToolCall, mcp?: { catalogue: Mcp
 async function mcpCatalogue(c: ChatContext, input: ModelStepInput): Promise<{ catalogue: McpCatalogue; role: Role | undefined }> {
   const ws = c.retriever ? await c.retriever.workspaceOf(input.conversation) : undefined;
   const catalogue = await c.mcp!.catalogue(ws?.name ?? null);
+  // no MCP tools for this chat (the usual case): no lookup of the sender
+  if (catalogue.tools.size === 0) return { catalogue, role: undefined };
   const sender = (await messagesByKeys(c.db, input.inbound)).at(-1);
   const role = sender ? (await personOf(c.db, sender.identityId)).role : undefined;
   return { catalogue, role };

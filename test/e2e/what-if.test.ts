@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import fc from 'fast-check';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { putBlob } from '../../domain/blobs.js';
@@ -128,6 +129,14 @@ for (const kind of testDatabases()) {
       assert.match(err.join(''), /names repoPolicy, approvalTools or both/);
       assert.equal(await opsCommand('policy', ['what-if', proposedFile, '--since', 'yesterday'], io), 2);
       assert.equal(await opsCommand('policy', ['apply', proposedFile], io), 2);
+      // random arguments: never a throw; 0 or 2
+      await fc.assert(
+        fc.asyncProperty(fc.array(fc.oneof(fc.constantFrom('what-if', proposedFile, bad, '--since', '--repo', '--json', '--limit', '7d', '0', repo), fc.string({ maxLength: 12 })), { maxLength: 6 }), async (args) => {
+          const code = await opsCommand('policy', args, { ...io, out: () => undefined, err: () => undefined });
+          assert.ok(code === 0 || code === 2, `exit ${code} for ${JSON.stringify(args)}`);
+        }),
+        { numRuns: 60 },
+      );
 
       const TOKEN = 'what-if-token-0123456789abcdef';
       const server = await startHttpServer(
@@ -146,6 +155,20 @@ for (const kind of testDatabases()) {
         assert.deepEqual(flipped((await ok.json()) as WhatIfReport), [ids.docs]);
         assert.equal((await post({ policy: {} })).status, 400);
         assert.equal((await post({ policy: { repoPolicy: {} }, since: 'soon' })).status, 400);
+        // random bodies: never a 5xx; a refusal carries { error }; an answer is a report
+        const field = fc.oneof(fc.constant(undefined), fc.string(), fc.integer(), fc.boolean(), fc.array(fc.string(), { maxLength: 3 }), fc.dictionary(fc.string({ maxLength: 12 }), fc.jsonValue(), { maxKeys: 3 }));
+        const policyArb = fc.oneof(fc.jsonValue(), fc.record({ repoPolicy: fc.oneof(field, fc.record({ protectedPaths: fc.array(fc.string({ maxLength: 20 }), { maxLength: 3 }) })), approvalTools: fc.oneof(field, fc.array(fc.constantFrom('save_note', 'post_to_chat', '*', 'Bad Name', ''), { maxLength: 3 })) }, { requiredKeys: [] }));
+        await fc.assert(
+          fc.asyncProperty(fc.record({ policy: policyArb, since: fc.oneof(field, fc.date({ noInvalidDate: true }).map((d) => d.toISOString())), repo: fc.oneof(field, fc.constant(repo)) }, { requiredKeys: [] }), async (body) => {
+            const res = await post(body);
+            assert.ok(res.status === 200 || res.status === 400, `status ${res.status}`);
+            const json = (await res.json()) as { error?: string; changes?: unknown };
+            assert.ok(res.status === 200 ? json.changes !== undefined : typeof json.error === 'string');
+          }),
+          { numRuns: 60 },
+        );
+        const raw = await fetch(`${server.url}/api/v1/policy/what-if`, { method: 'POST', headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }, body: '{"policy": ' });
+        assert.equal(raw.status, 400);
       } finally {
         await server.close();
       }
