@@ -93,35 +93,42 @@ export async function persistentTemporal(opts: { dir: string; namespace?: string
     },
     async start() {
       if (isRunning()) throw new Error('the Temporal dev server is running already');
-      for (let i = 0; i < 100 && !(await portFree(port)); i++) await sleep(100);
-      log = createWriteStream(logFile, { flags: 'a' });
-      const spawnedAt = Date.now();
-      const c = spawn(cli, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-      child = c;
-      c.stdout?.pipe(log, { end: false });
-      c.stderr?.pipe(log, { end: false });
-      exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
-      process.once('exit', killOnExit);
-      const deadline = Date.now() + 60_000;
-      let lastError: unknown;
-      while (Date.now() < deadline && isRunning()) {
-        try {
-          const conn = await Connection.connect({ address, connectTimeout: 1000 });
+      // The CLI binds its internal services to ports it picks itself; another process can take
+      // one in between (two suites start servers at once), and the server dies at start with a
+      // nil listener. Such an early death is retried with a fresh process, at most 3 times.
+      for (let attempt = 1; ; attempt++) {
+        for (let i = 0; i < 100 && !(await portFree(port)); i++) await sleep(100);
+        log = createWriteStream(logFile, { flags: 'a' });
+        const spawnedAt = Date.now();
+        const c = spawn(cli, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+        child = c;
+        c.stdout?.pipe(log, { end: false });
+        c.stderr?.pipe(log, { end: false });
+        exited = new Promise<void>((resolve) => c.once('exit', () => resolve()));
+        process.once('exit', killOnExit);
+        const deadline = Date.now() + 60_000;
+        let lastError: unknown;
+        while (Date.now() < deadline && isRunning()) {
           try {
-            await conn.workflowService.getSystemInfo({});
-            // the namespace is served (it is registered on the first start, loaded on later ones)
-            await conn.workflowService.describeNamespace({ namespace });
-            return { spawnedAt, readyAt: Date.now() };
-          } finally {
-            await conn.close();
+            const conn = await Connection.connect({ address, connectTimeout: 1000 });
+            try {
+              await conn.workflowService.getSystemInfo({});
+              // the namespace is served (it is registered on the first start, loaded on later ones)
+              await conn.workflowService.describeNamespace({ namespace });
+              return { spawnedAt, readyAt: Date.now() };
+            } finally {
+              await conn.close();
+            }
+          } catch (err) {
+            lastError = err;
+            await sleep(100);
           }
-        } catch (err) {
-          lastError = err;
-          await sleep(100);
         }
+        const diedAtStart = !isRunning() && /panic|address already in use/.test(self.logTail(60));
+        await self.stop('SIGKILL');
+        if (diedAtStart && attempt < 3) continue;
+        throw new Error(`the Temporal dev server did not start (${String(lastError)}); its log:\n${self.logTail()}`);
       }
-      await self.stop('SIGKILL');
-      throw new Error(`the Temporal dev server did not start (${String(lastError)}); its log:\n${self.logTail()}`);
     },
     async stop(signal = 'SIGTERM') {
       process.removeListener('exit', killOnExit);
