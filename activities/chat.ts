@@ -94,6 +94,8 @@ export interface ActivityDeps {
   onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void;
   /** How often the model activity heartbeats while it waits and streams. */
   heartbeatEveryMs?: number;
+  /** STEWARD_MODEL_STREAM: stream model steps (the heartbeat then tells how many characters have come); else one plain request each. */
+  streamModel?: boolean;
   toolPolicy?: ToolPolicy;
   /** Link to a run in the Temporal UI, for admin notifications. */
   runLink?: (workflowId: string) => string | undefined;
@@ -398,9 +400,13 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       { model: input.settings.model, think: input.settings.think, messages: prompt, tools: mcp && mcp.catalogue.tools.size > 0 ? { ...mcp.catalogue.toolSet, ...own } : own },
       {
         signal: ctx.cancellationSignal,
-        onDelta: (soFar) => {
-          chars = soFar.length;
-        },
+        ...(c.streamModel
+          ? {
+              onDelta: (soFar: string) => {
+                chars = soFar.length;
+              },
+            }
+          : {}),
       },
     );
     const outputHash = await putBlob(c.db, out.text);

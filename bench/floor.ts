@@ -8,8 +8,12 @@
  *   node --expose-gc --import tsx bench/floor.ts
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/floor.ts
  */
-import { startFloorStack } from './floor/stack.js';
-import { historyCost, phaseSettings, runPhases } from './phases.js';
+import { applySourceMapSetting } from '../platform/source-maps.js';
+
+// as Steward's entry point does (platform/main.ts): no source maps unless STEWARD_SOURCE_MAPS, set before the rest loads
+applySourceMapSetting();
+const { startFloorStack } = await import('./floor/stack.js');
+const { historyCost, phaseSettings, runPhases } = await import('./phases.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();

@@ -9,8 +9,12 @@
  *   node --expose-gc --import tsx bench/turn-overhead.ts            (60 s sustained phase)
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/turn-overhead.ts
  */
-import { phaseSettings, runPhases } from './phases.js';
-import { startBenchStack } from './stack.js';
+import { applySourceMapSetting } from '../platform/source-maps.js';
+
+// as Steward's entry point does (platform/main.ts): no source maps unless STEWARD_SOURCE_MAPS, set before the rest loads
+applySourceMapSetting();
+const { phaseSettings, runPhases } = await import('./phases.js');
+const { startBenchStack } = await import('./stack.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();

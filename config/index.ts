@@ -150,6 +150,7 @@ export const ConfigEnvSchema = z.object({
   STEWARD_MODEL: optionalString.refine((v) => v === undefined || ModelRefSchema.safeParse(v).success, {
     message: 'expected provider:model with provider one of openai, anthropic, openai-compatible (e.g. openai:gpt-4.1)',
   }),
+  STEWARD_MODEL_STREAM: bool(false),
   STEWARD_MODEL_BASE_URL: url('(the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1)'),
   STEWARD_MODEL_API_KEY: optionalString,
   OPENAI_API_KEY: optionalString,
@@ -252,6 +253,8 @@ export const ConfigEnvSchema = z.object({
     message: 'expected a SQLite URL (file:/path/steward.db) or a PostgreSQL URL (postgresql://user:pass@host:5432/db)',
   }),
   STEWARD_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  // read by platform/source-maps.ts before anything loads; validated here like every setting
+  STEWARD_SOURCE_MAPS: bool(false),
   // --- traces (OTLP/HTTP, the standard OpenTelemetry names) and the metrics listener
   OTEL_EXPORTER_OTLP_ENDPOINT: url('(an OTLP/HTTP collector base, e.g. http://127.0.0.1:4318; traces go to <it>/v1/traces)'),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url('(the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)'),
@@ -439,6 +442,8 @@ export interface StewardConfig {
     /** STEWARD_PROMPT_FILE: the operator's layer of the system prompt (absolute; read when it changes). */
     promptFile?: string;
     maxSteps: number;
+    /** STEWARD_MODEL_STREAM: stream each model step instead of one plain request and response. */
+    stream: boolean;
     /** STEWARD_MODEL_PRICES: per `provider:model`, for the cost metric (no entry, no cost). */
     prices: Record<string, ModelPrice>;
     providers: {
@@ -683,6 +688,7 @@ function modelSection(e: ConfigEnv, cwd: string): StewardConfig['model'] {
     systemPrompt: e.STEWARD_SYSTEM_PROMPT ?? DEFAULT_SYSTEM_PROMPT,
     ...(e.STEWARD_PROMPT_FILE ? { promptFile: promptFileOf(e.STEWARD_PROMPT_FILE, cwd) } : {}),
     maxSteps: e.STEWARD_TURN_MAX_STEPS,
+    stream: e.STEWARD_MODEL_STREAM,
     providers,
     configuredProviders,
   };

@@ -1,6 +1,7 @@
 /**
  * The model layer on the AI SDK: OpenAI, Anthropic and any OpenAI-compatible endpoint by
- * configuration. One call streams one model step; the abort signal cancels the HTTP call.
+ * configuration. One call runs one model step, as a plain request or streamed; the abort
+ * signal cancels the HTTP call.
  * No Temporal imports: the activity in activities/index.ts wraps it.
  *
  * AI SDK behaviour this file relies on (ai v7):
@@ -30,6 +31,7 @@ import {
   StreamProviderError,
   TypeValidationError,
   UnsupportedFunctionalityError,
+  generateText,
   streamText,
   type EmbeddingModel,
   type LanguageModel,
@@ -263,8 +265,15 @@ export interface ModelStepOutput {
 export interface ModelStepOptions {
   /** Aborting cancels the HTTP request; the promise rejects with an AbortError-like error. */
   signal?: AbortSignal;
-  /** Called for each streamed text chunk, with the text so far. */
+  /** Called for each streamed text chunk, with the text so far (the step is streamed). */
   onDelta?: (textSoFar: string, chunk: string) => void;
+  /**
+   * Stream the step even without `onDelta` (STEWARD_MODEL_STREAM): for a proxy that cuts a
+   * response that sends nothing for a while. Otherwise a step without `onDelta` is one plain
+   * request and response, which costs this process about half the CPU of a streamed one
+   * (bench/model-call.ts).
+   */
+  stream?: boolean;
 }
 
 /** Which model ref a thrown error came from (for classifyModelError's messages). */
@@ -287,9 +296,73 @@ function asError(e: unknown): Error {
   return new Error(`model stream error: ${msg}`, { cause: e });
 }
 
+/** What the AI SDK's calls take, the same for a streamed and a plain step. */
+type CallSettings = Parameters<typeof generateText>[0];
+
+/** A tool call of the SDK (stream part or result) as the step reports it. */
+function toolCallOf(part: { toolCallId: string; toolName: string; input: unknown; invalid?: boolean; error?: unknown }): ModelToolCall {
+  return {
+    toolCallId: part.toolCallId,
+    toolName: part.toolName,
+    input: part.input,
+    ...(part.invalid ? { invalid: true, error: part.error instanceof Error ? part.error.message : String(part.error ?? 'invalid tool call') } : {}),
+  };
+}
+
+function usageOf(u: { inputTokens?: number | undefined; outputTokens?: number | undefined; totalTokens?: number | undefined }): ModelStepOutput['usage'] {
+  const input = u.inputTokens ?? 0;
+  const output = u.outputTokens ?? 0;
+  return { inputTokens: input, outputTokens: output, totalTokens: u.totalTokens ?? input + output };
+}
+
+type StepParts = Omit<ModelStepOutput, 'model'>;
+
+/** A plain step: one request, the whole answer in one response (errors are thrown by the SDK). */
+async function wholeStep(call: CallSettings): Promise<StepParts> {
+  const result = await generateText(call);
+  return { text: result.text, finishReason: result.finishReason, usage: usageOf(result.totalUsage), toolCalls: result.toolCalls.map(toolCallOf) };
+}
+
+/** A streamed step: the answer read part by part, `onDelta` told of each text chunk. */
+async function streamedStep(call: CallSettings, opts: ModelStepOptions): Promise<StepParts> {
+  let streamError: unknown;
+  const result = streamText({
+    ...call,
+    onError: ({ error }) => {
+      streamError ??= error;
+    },
+  });
+  let text = '';
+  let finishReason = 'unknown';
+  let usage = { inputTokens: 0, outputTokens: 0, totalTokens: 0 };
+  const toolCalls: ModelToolCall[] = [];
+  for await (const part of result.fullStream) {
+    if (opts.signal?.aborted) break;
+    if (part.type === 'text-delta') {
+      if (!part.text) continue;
+      text += part.text;
+      opts.onDelta?.(text, part.text);
+    } else if (part.type === 'tool-call') {
+      toolCalls.push(toolCallOf(part));
+    } else if (part.type === 'error') {
+      streamError ??= part.error;
+      break;
+    } else if (part.type === 'abort') {
+      break;
+    } else if (part.type === 'finish') {
+      finishReason = part.finishReason;
+      usage = usageOf(part.totalUsage);
+    }
+  }
+  if (opts.signal?.aborted) throw abortError(opts.signal);
+  if (streamError !== undefined) throw asError(streamError);
+  return { text, finishReason, usage, toolCalls };
+}
+
 /**
- * Run one streamed model step. Resolves with the full text; rejects with the provider's
- * error (APICallError, StreamProviderError, ...) when the call fails, and promptly with an
+ * Run one model step, streamed when `opts.onDelta` or `opts.stream` asks for it, else as one
+ * plain request. Resolves with the full text; rejects with the provider's error
+ * (APICallError, StreamProviderError, ...) when the call fails, and promptly with an
  * AbortError-like error when `opts.signal` aborts (the HTTP request is aborted too).
  */
 export async function runModelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions = {}): Promise<ModelStepOutput> {
@@ -301,62 +374,28 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     .join('\n\n');
   const messages: ModelMessage[] = req.messages.filter((m) => m.role !== 'system');
 
-  // Our own controller too, so that every way out of the loop (a throwing onDelta, an error
-  // part) tears the HTTP request down, not only the caller's signal.
+  // Our own controller too, so that every way out (a throwing onDelta, an error part) tears
+  // the HTTP request down, not only the caller's signal.
   const local = new AbortController();
   const signal = opts.signal ? AbortSignal.any([opts.signal, local.signal]) : local.signal;
-  let streamError: unknown;
   let completed = false;
   const startedAt = performance.now();
+  const call: CallSettings = {
+    model: languageModel,
+    ...(instructions ? { instructions } : {}),
+    messages,
+    maxRetries: 0, // Temporal retries the activity
+    abortSignal: signal,
+    ...(req.maxOutputTokens ? { maxOutputTokens: req.maxOutputTokens } : {}),
+    providerOptions: thinkOptions(provider, req.think, modelId),
+    ...(req.tools && Object.keys(req.tools).length > 0 ? { tools: req.tools } : {}),
+  };
   try {
-    const result = streamText({
-      model: languageModel,
-      ...(instructions ? { instructions } : {}),
-      messages,
-      maxRetries: 0, // Temporal retries the activity
-      abortSignal: signal,
-      ...(req.maxOutputTokens ? { maxOutputTokens: req.maxOutputTokens } : {}),
-      providerOptions: thinkOptions(provider, req.think, modelId),
-      ...(req.tools && Object.keys(req.tools).length > 0 ? { tools: req.tools } : {}),
-      onError: ({ error }) => {
-        streamError ??= error;
-      },
-    });
-    let text = '';
-    let finishReason = 'unknown';
-    let usage = { inputTokens: 0, outputTokens: 0, totalTokens: 0 };
-    const toolCalls: ModelToolCall[] = [];
-    for await (const part of result.fullStream) {
-      if (opts.signal?.aborted) break;
-      if (part.type === 'text-delta') {
-        if (!part.text) continue;
-        text += part.text;
-        opts.onDelta?.(text, part.text);
-      } else if (part.type === 'tool-call') {
-        toolCalls.push({
-          toolCallId: part.toolCallId,
-          toolName: part.toolName,
-          input: part.input,
-          ...(part.invalid ? { invalid: true, error: part.error instanceof Error ? part.error.message : String(part.error ?? 'invalid tool call') } : {}),
-        });
-      } else if (part.type === 'error') {
-        streamError ??= part.error;
-        break;
-      } else if (part.type === 'abort') {
-        break;
-      } else if (part.type === 'finish') {
-        finishReason = part.finishReason;
-        const u = part.totalUsage;
-        const input = u.inputTokens ?? 0;
-        const output = u.outputTokens ?? 0;
-        usage = { inputTokens: input, outputTokens: output, totalTokens: u.totalTokens ?? input + output };
-      }
-    }
+    const out = opts.onDelta || opts.stream ? await streamedStep(call, opts) : await wholeStep(call);
     if (opts.signal?.aborted) throw abortError(opts.signal);
-    if (streamError !== undefined) throw asError(streamError);
     completed = true;
-    recordModelCall({ model: req.model, seconds: (performance.now() - startedAt) / 1000, outcome: 'ok', usage });
-    return { text, finishReason, usage, model: req.model, toolCalls };
+    recordModelCall({ model: req.model, seconds: (performance.now() - startedAt) / 1000, outcome: 'ok', usage: out.usage });
+    return { ...out, model: req.model };
   } catch (err) {
     recordModelCall({ model: req.model, seconds: (performance.now() - startedAt) / 1000, outcome: opts.signal?.aborted ? 'cancelled' : 'error' });
     if (opts.signal?.aborted && !(err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError'))) {

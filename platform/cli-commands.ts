@@ -1,10 +1,10 @@
 /**
  * The `steward` command table: every command once, with its forms and what it does. The
  * overall help (`steward help`), each command's usage line in its errors, and the routing in
- * platform/main.ts derive from it, so a command or a flag is written down in one place.
+ * platform/cli.ts derive from it, so a command or a flag is written down in one place.
  */
 
-/** Which module runs a command: main.ts itself, or one of the command modules. */
+/** Which module runs a command: cli.ts itself, or one of the command modules. */
 export type CliRunner = 'main' | 'ops' | 'admin' | 'histories' | 'cluster' | 'launcher';
 
 export interface CliCommand {

@@ -135,7 +135,7 @@ function knowledgeOf(config: StewardConfig, log?: Logger) {
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall'> {
+function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -155,6 +155,7 @@ function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps
     skillsDir: config.knowledge.skillsDir,
     memoryApproval: config.knowledge.memoryApproval,
     memoryRecall: config.knowledge.memoryRecall,
+    streamModel: config.model.stream,
   };
 }
 

@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { APICallError } from 'ai';
+import { APICallError, tool, zodSchema } from 'ai';
+import { z } from 'zod';
 import {
   classifyModelError,
   createModelRegistry,
@@ -98,10 +99,36 @@ describe('model layer (AI SDK) against the OpenAI-compatible double', () => {
         assert.equal(body.reasoning_effort, undefined, "think 'off' sends no reasoning effort");
       });
 
-      it('uses the default responder when nothing is queued (echo)', async () => {
+      it('uses the default responder when nothing is queued (echo), in one plain request without onDelta or stream', async () => {
+        const n = server.requests.length;
         const out = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('ping') });
         assert.equal(out.text, 'echo: ping');
+        assert.equal(out.finishReason, 'stop');
         assert.ok(out.usage.totalTokens > 0);
+        assert.equal(server.requests.length, n + 1);
+        assert.notEqual(bodyOf(server.requests[n]).stream, true, 'not streamed');
+      });
+
+      it('reports the tool calls of a step, one for an unknown tool as invalid, plain and streamed alike', async () => {
+        const tools = { lookup: tool({ description: 'Look something up.', inputSchema: zodSchema(z.object({ q: z.string() })) }) };
+        for (const stream of [false, true]) {
+          server.enqueue({ toolCalls: [{ id: 'c1', name: 'lookup', arguments: '{"q":"x"}' }, { id: 'c2', name: 'nope', arguments: '{}' }] });
+          const out = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('tools'), tools }, { stream });
+          assert.equal(out.finishReason, 'tool-calls', `stream ${stream}`);
+          assert.deepEqual(out.toolCalls[0], { toolCallId: 'c1', toolName: 'lookup', input: { q: 'x' } });
+          assert.equal(out.toolCalls[1]?.toolName, 'nope');
+          assert.equal(out.toolCalls[1]?.invalid, true);
+          assert.match(out.toolCalls[1]?.error ?? '', /nope/);
+        }
+      });
+
+      it('streams without onDelta when asked (STEWARD_MODEL_STREAM)', async () => {
+        const n = server.requests.length;
+        server.enqueue({ chunks: ['a', 'b', 'c'], usage: { prompt_tokens: 3, completion_tokens: 3 } });
+        const out = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('abc') }, { stream: true });
+        assert.equal(out.text, 'abc');
+        assert.deepEqual(out.usage, { inputTokens: 3, outputTokens: 3, totalTokens: 6 });
+        assert.equal(bodyOf(server.requests[n]).stream, true);
       });
 
       it('aborting during a slow first token rejects promptly and closes the connection', async () => {
@@ -174,7 +201,7 @@ describe('model layer (AI SDK) against the OpenAI-compatible double', () => {
 
       it('an error event inside the stream rejects the promise (not a silent empty answer)', async () => {
         server.enqueue({ chunks: ['partial '], streamError: { message: 'upstream exploded', type: 'server_error', code: 'boom' } });
-        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }).then(
+        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }, { stream: true }).then(
           () => assert.fail('expected a rejection'),
           (e: unknown) => e,
         );
@@ -185,7 +212,7 @@ describe('model layer (AI SDK) against the OpenAI-compatible double', () => {
 
       it('an in-stream invalid-request error is not retryable', async () => {
         server.enqueue({ chunks: ['x'], streamError: { message: 'too many tokens', type: 'invalid_request_error', code: 'context_length_exceeded' } });
-        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }).then(
+        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }, { stream: true }).then(
           () => assert.fail('expected a rejection'),
           (e: unknown) => e,
         );
@@ -194,7 +221,7 @@ describe('model layer (AI SDK) against the OpenAI-compatible double', () => {
 
       it('a connection dropped mid-answer rejects as a retryable network error', async () => {
         server.enqueue({ chunks: ['one ', 'two ', 'three'], dropAfterChunks: 1 });
-        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }).then(
+        const err = await runModelStep(registry, { model: via.model, think: 'off', messages: ask('hi') }, { stream: true }).then(
           () => assert.fail('expected a rejection'),
           (e: unknown) => e,
         );
