@@ -23,12 +23,18 @@ export const workflowInterceptorModules = [fileURLToPath(new URL('../workflows/o
 
 /**
  * Modules the workflow sandbox loads once, before any run, and shares across the runs it keeps
- * cached (the SDK's `preloadModules`; every other module is instantiated again for each run).
- * The OpenTelemetry interceptor module holds no run's state: preloaded, its one span-context
- * storage serves every traced run; loaded per run, each cached traced run's storage would add
- * a property to every promise of every run (workflows/otel-interceptors.ts).
+ * cached (the SDK's `preloadModules`; a module not preloaded is instantiated again for each run,
+ * its module scope run again and kept while the run is cached).
+ * - The OpenTelemetry interceptor module holds no run's state: preloaded, its one span-context
+ *   storage serves every traced run; loaded per run, each cached traced run's storage would add
+ *   a property to every promise of every run (workflows/otel-interceptors.ts).
+ * - The workflows themselves (workflows/index.ts and everything it imports): their module scope
+ *   only defines signals, queries, updates, search attribute keys, activity proxies and
+ *   constants, all reached by every run alike (an activity proxy finds its run when called), so
+ *   a new or re-cached run no longer sets up every workflow module again. The SDK freezes what
+ *   preloaded modules export; test/unit/workflow-bundle.test.ts keeps module scope free of state.
  */
-export const preloadModules = [...workflowInterceptorModules];
+export const preloadModules = [...workflowInterceptorModules, workflowsPath];
 
 /** Webpack's progress and stats stay out of the log; its warnings and errors do not. */
 const bundlerLogger = {
