@@ -1,7 +1,8 @@
 /**
  * SQL statements per chat turn on SQLite: runs turns one after another on the all-in-one
  * stack (bench/stack.ts) and counts the statements better-sqlite3 executes, grouped by
- * statement. Prints JSON. Not a test.
+ * statement, with the time SQLite took for them (microseconds per turn, wall clock around each
+ * call into better-sqlite3). Prints JSON. Not a test.
  *
  *   node --import tsx bench/sql-per-turn.ts            (BENCH_TURNS=100, after 5 warm-up turns)
  */
@@ -13,6 +14,7 @@ if (process.env.DATABASE_URL && !process.env.DATABASE_URL.startsWith('file:')) t
 
 let counting = false;
 const counts = new Map<string, number>();
+const micros = new Map<string, number>();
 // Statements are prepared once and kept (domain/db.ts reusePreparedStatements), so the
 // count is taken where a statement executes: run, all, get and iterate of better-sqlite3's
 // Statement.
@@ -23,12 +25,16 @@ probe.close();
 for (const method of ['run', 'all', 'get', 'iterate'] as const) {
   const original = statementProto[method];
   statementProto[method] = function (this: { source: string }, ...args: unknown[]) {
-    if (counting) {
-      // the statement's kind and table, not its columns
-      const k = this.source.replace(/\s+/g, ' ').replace(/^(INSERT INTO|UPDATE|DELETE FROM) (\S+).*$/, '$1 $2').replace(/^SELECT .*? FROM (\S+).*$/, 'SELECT FROM $1');
-      counts.set(k, (counts.get(k) ?? 0) + 1);
+    if (!counting) return original.apply(this, args);
+    // the statement's kind and table, not its columns
+    const k = this.source.replace(/\s+/g, ' ').replace(/^(INSERT INTO|UPDATE|DELETE FROM) (\S+).*$/, '$1 $2').replace(/^SELECT .*? FROM (\S+).*$/, 'SELECT FROM $1');
+    counts.set(k, (counts.get(k) ?? 0) + 1);
+    const t0 = process.hrtime.bigint();
+    try {
+      return original.apply(this, args);
+    } finally {
+      micros.set(k, (micros.get(k) ?? 0) + Number(process.hrtime.bigint() - t0) / 1000);
     }
-    return original.apply(this, args);
   };
 }
 
@@ -42,7 +48,15 @@ try {
   counting = false;
   const total = [...counts.values()].reduce((a, b) => a + b, 0);
   const byStatement = Object.fromEntries([...counts].sort((a, b) => b[1] - a[1]).map(([k, n]) => [k, +(n / TURNS).toFixed(2)]));
-  console.log(JSON.stringify({ bench: 'sql-per-turn', turns: TURNS, statements_per_turn: +(total / TURNS).toFixed(2), per_turn_by_statement: byStatement }, null, 2));
+  const us = [...micros.values()].reduce((a, b) => a + b, 0);
+  const usByStatement = Object.fromEntries([...micros].sort((a, b) => b[1] - a[1]).map(([k, t]) => [k, Math.round(t / TURNS)]));
+  console.log(
+    JSON.stringify(
+      { bench: 'sql-per-turn', turns: TURNS, statements_per_turn: +(total / TURNS).toFixed(2), per_turn_by_statement: byStatement, sqlite_us_per_turn: Math.round(us / TURNS), sqlite_us_per_turn_by_statement: usByStatement },
+      null,
+      2,
+    ),
+  );
 } finally {
   await stack.stop();
 }

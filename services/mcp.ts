@@ -55,7 +55,13 @@ const view = (r: McpRegistration): McpServerView => ({
   spec: r.spec,
 });
 
-export function createMcpService(opts: { db: Db; manager?: McpManager }) {
+/**
+ * The MCP registrations of the API and the CLI. `manager`: this process's MCP client (for
+ * `tools`); `changed`: told after a registration is added or removed, so that this process's
+ * turns read the registrations again at once (turns of other processes do within
+ * REGISTRATIONS_TTL_MS, domain/mcp/tools.ts).
+ */
+export function createMcpService(opts: { db: Db; manager?: McpManager; changed?: () => void }) {
   const { db } = opts;
   const nameOf = (raw: string): string => {
     const r = McpServerNameSchema.safeParse(raw);
@@ -82,6 +88,7 @@ export function createMcpService(opts: { db: Db; manager?: McpManager }) {
       const r = McpServerSchema.safeParse(body);
       if (!r.success) throw new McpInputError(r.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; '));
       if (!(await insertMcpServer(db, r.data, 'api'))) throw new McpInputError(`an MCP server named ${r.data.name} exists already (remove it first)`, 409);
+      opts.changed?.();
       await writeReceipt(db, { kind: 'mcp.change', actor: by.id, data: { action: 'add', server: r.data.name, transport: r.data.transport } });
       return view((await findMcpServer(db, r.data.name))!);
     },
@@ -90,6 +97,7 @@ export function createMcpService(opts: { db: Db; manager?: McpManager }) {
       const r = await existing(name);
       if (r.source === 'config') throw new McpInputError(`the MCP server ${r.spec.name} comes from the STEWARD_MCP_CONFIG file: remove it there`, 409);
       await deleteMcpServer(db, r.spec.name);
+      opts.changed?.();
       await opts.manager?.close(r.spec.name);
       await writeReceipt(db, { kind: 'mcp.change', actor: by.id, data: { action: 'remove', server: r.spec.name } });
       return { name: r.spec.name };

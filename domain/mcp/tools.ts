@@ -18,7 +18,7 @@ import type { Role } from '../../common/roles.js';
 import { wrapUntrusted } from '../../common/untrusted.js';
 import { putBlob } from '../blobs.js';
 import type { Db } from '../db.js';
-import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState } from '../store/mcp.js';
+import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState, type McpRegistration } from '../store/mcp.js';
 import type { LoadedToolCall, ToolOutcome } from '../tool-calls.js';
 import { createMcpManager, type McpManager, type McpManagerOptions, type McpToolInfo } from './manager.js';
 
@@ -73,7 +73,12 @@ export interface McpToolsOptions extends Omit<McpManagerOptions, 'onState'> {
   db: Db;
   /** Errors of the state report (logged by the caller). */
   warn?: (detail: Record<string, unknown>, message: string) => void;
+  /** How long turns use the registrations they read (REGISTRATIONS_TTL_MS; 0 reads them at every step). */
+  registrationsTtlMs?: number;
 }
+
+/** How long a worker's turns use the MCP registrations they read (a registered, changed or removed server reaches turns within this). */
+export const REGISTRATIONS_TTL_MS = 2_000;
 
 /** The MCP side of a worker's turns: the manager of its connections, the catalogue per chat, and the calls. */
 export function createMcpTools(opts: McpToolsOptions) {
@@ -87,12 +92,35 @@ export function createMcpTools(opts: McpToolsOptions) {
 
   const offered = async (spec: McpServerSpec): Promise<McpToolInfo[]> => (await manager.tools(spec)).filter((t) => t.offered);
 
+  // The registrations, read again at most every REGISTRATIONS_TTL_MS: every model step asks,
+  // registrations change rarely (the API, the CLI, the config file at start), and a change
+  // reaches turns within that time.
+  const ttl = opts.registrationsTtlMs ?? REGISTRATIONS_TTL_MS;
+  let registrations: { at: number; rows: Promise<McpRegistration[]> } | undefined;
+  const currentRegistrations = (): Promise<McpRegistration[]> => {
+    const now = Date.now();
+    if (!registrations || now - registrations.at >= ttl) {
+      const rows = listMcpServers(db);
+      registrations = { at: now, rows };
+      // a failed read is not kept: the next step reads again
+      rows.catch(() => {
+        if (registrations?.rows === rows) registrations = undefined;
+      });
+    }
+    return registrations.rows;
+  };
+
   return {
     manager,
 
+    /** Read the registrations again at the next step (this process changed them). */
+    forgetRegistrations(): void {
+      registrations = undefined;
+    },
+
     /** The tools a chat (by its workspace) is offered; a server that cannot be reached is left out. */
     async catalogue(workspace: string | null): Promise<McpCatalogue> {
-      const servers = (await listMcpServers(db)).filter((r) => mcpServerFor(r.spec, workspace));
+      const servers = (await currentRegistrations()).filter((r) => mcpServerFor(r.spec, workspace));
       const tools = new Map<string, McpOffered>();
       const toolSet: ToolSet = {};
       const unavailable: McpCatalogue['unavailable'] = [];

@@ -24,6 +24,7 @@ import { claimMcpCall, deleteMcpServer, findMcpServer, insertMcpServer, mcpCallK
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 import { misbehavingServers, nodeDir, serverEntry, startEverythingHttp, stdioServer } from '../helpers/mcp-servers.js';
 import { needs } from '../helpers/requirements.js';
+import { freePort } from '../helpers/process.js';
 
 const noSandbox = await needs('bubblewrap');
 const everything = serverEntry('@modelcontextprotocol/server-everything');
@@ -37,7 +38,8 @@ describe('MCP servers (real servers)', () => {
   before(async () => {
     database = await testDatabases()[0]!.create();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-mcp-data-'));
-    mcp = createMcpTools({ db: database.db, dataDir, backoffMs: 300, connectTimeoutMs: 15_000, env: { STEWARD_MCP_TEST_TOKEN: 'test-token-123' } });
+    // registrations read at every step: each test registers its server and asks at once
+    mcp = createMcpTools({ db: database.db, dataDir, backoffMs: 300, connectTimeoutMs: 15_000, env: { STEWARD_MCP_TEST_TOKEN: 'test-token-123' }, registrationsTtlMs: 0 });
   });
   after(async () => {
     await mcp.close();
@@ -180,6 +182,28 @@ describe('MCP servers (real servers)', () => {
     assert.equal(down.ok, false);
     assert.match(down.text, /The MCP tool web\.get-sum failed|unavailable/);
     await waitState('web', 'down');
+  });
+
+  it('turns use the registrations they read for a while: a new server is offered once that time has passed', async () => {
+    const ttl = 3000;
+    const cached = createMcpTools({ db: database.db, dataDir, backoffMs: 300, connectTimeoutMs: 1500, registrationsTtlMs: ttl });
+    try {
+      const listed = (c: Awaited<ReturnType<McpTools['catalogue']>>) => c.unavailable.some((u) => u.server === 'late');
+      await deleteMcpServer(database.db, 'late');
+      // the registrations are read at the first step, not before this
+      const readAt = Date.now();
+      assert.equal(listed(await cached.catalogue(null)), false);
+      // a closed port: the server is listed as unavailable once the registration is read
+      await register({ name: 'late', transport: 'http', url: `http://127.0.0.1:${await freePort()}/mcp` });
+      const soon = await cached.catalogue(null);
+      assert.ok(Date.now() - readAt < ttl, 'the test itself took longer than the time registrations are used');
+      assert.equal(listed(soon), false, 'read again before its time');
+      await sleep(Math.max(0, ttl + 50 - (Date.now() - readAt)));
+      assert.equal(listed(await cached.catalogue(null)), true, 'not read again after its time');
+    } finally {
+      await cached.close();
+      await deleteMcpServer(database.db, 'late');
+    }
   });
 
   const waitState = async (name: string, state: string) => {
