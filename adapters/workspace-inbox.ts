@@ -22,8 +22,9 @@ import { createHash } from 'node:crypto';
 import { lstat, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { ImapFlow } from 'imapflow';
-import { simpleParser, type ParsedMail } from 'mailparser';
+// imapflow and mailparser (about 14 MB of heap) are loaded when an inbox first connects
+import type { ImapFlow } from 'imapflow';
+import type { ParsedMail } from 'mailparser';
 import { sessionWorkflowId } from '../common/ids.js';
 import type { Db } from '../domain/db.js';
 import { notifyAdmins } from '../domain/governance.js';
@@ -205,6 +206,7 @@ class InboxRunner {
     const ws = await findWorkspace(o.db, row.workspace);
     if (!ws) throw new InboxFailure(`workspace ${row.workspace} is gone`);
     this.root = ws.root;
+    const { ImapFlow } = await import('imapflow');
     const client = new ImapFlow({
       host: row.host,
       port: row.port,
@@ -306,6 +308,7 @@ class InboxRunner {
     const ws = this.row.workspace;
     let mail: ParsedMail;
     try {
+      const { simpleParser } = await import('mailparser');
       mail = await simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true, keepCidLinks: true });
     } catch (err) {
       await this.reject(uidValidity, uid, messageKeyOf(null, raw), `the message could not be parsed: ${(err as Error).message}`);

@@ -29,7 +29,8 @@ import { request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createTransport, type Transporter } from 'nodemailer';
+// nodemailer (about 5 MB of heap) is loaded when a first email is sent
+import type { Transporter } from 'nodemailer';
 import type SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import type { z } from 'zod';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
@@ -636,6 +637,7 @@ export async function sendEmailAction(input: EmailActionInput, smtp: SmtpSetting
   const mail = parsed.data;
   let transport: Transporter<SMTPTransport.SentMessageInfo>;
   const defaults: SMTPTransport.Options = { connectionTimeout: 10_000, greetingTimeout: 10_000, socketTimeout: 30_000 };
+  const { createTransport } = await import('nodemailer');
   try {
     transport = createTransport(smtp.url, defaults);
   } catch (err) {

@@ -534,7 +534,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
 
     // Worker
     const models = createModelRegistry(config.model.providers);
-    const senders = createSenders(config, log);
+    const senders = await createSenders(config, log);
     const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
     const workers = await startLocalWorkers(config, role, temporal, {
@@ -685,7 +685,7 @@ export async function startWorkerOnly(
   // an approved start_repo_change starts the change from here too
   const client = clientFor(config, connection, dataConverter, tracing);
   const changes = changeServiceFor(config, client, db, runLink, log);
-  const senders = createSenders(config, log);
+  const senders = await createSenders(config, log);
   const mcpCleanups: Cleanups = [];
   const mcp = await startMcp(config, db, log, mcpCleanups, false);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)

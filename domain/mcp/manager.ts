@@ -11,13 +11,13 @@
  */
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+// the SDK's client (about 7 MB of heap with its schemas) is loaded when a first server is opened
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { mcpToolAllowed, mcpWireName, type McpServerSpec } from '../../common/mcp.js';
-import { SandboxedStdioTransport } from './transport.js';
+import type { SandboxedStdioTransport } from './transport.js';
 
 export type McpState = 'idle' | 'connecting' | 'ready' | 'down';
 
@@ -136,14 +136,19 @@ export function createMcpManager(opts: McpManagerOptions) {
     if (conn) void conn.client.close().catch(() => undefined);
   };
 
+  const isSandboxed = (t: Transport): t is SandboxedStdioTransport => typeof (t as Partial<SandboxedStdioTransport>).stderrTail === 'function';
+
   async function transportFor(spec: McpServerSpec): Promise<Transport> {
     if (spec.transport === 'http') {
       const token = spec.tokenRef ? resolveRef(env, spec.tokenRef) : undefined;
+      const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
       return new StreamableHTTPClientTransport(new URL(spec.url), token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {});
     }
     const workTree = path.join(opts.dataDir, 'mcp', spec.name);
     await mkdir(workTree, { recursive: true, mode: 0o700 });
     const vars = Object.fromEntries(Object.entries(spec.env).map(([k, ref]) => [k, resolveRef(env, ref)]));
+    // the stdio framing comes with the SDK's message schemas: loaded with a first stdio server
+    const { SandboxedStdioTransport } = await import('./transport.js');
     return new SandboxedStdioTransport({
       argv: spec.command,
       workTree,
@@ -158,10 +163,11 @@ export function createMcpManager(opts: McpManagerOptions) {
   async function open(spec: McpServerSpec, e: Entry, key: string): Promise<Conn> {
     e.status.state = 'connecting';
     const transport = await transportFor(spec);
+    const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
     const client = new Client({ name: 'steward', version: '0.1.0' }, { capabilities: {} });
     let conn: Conn | undefined;
     let stderr = () => '';
-    if (transport instanceof SandboxedStdioTransport) stderr = () => transport.stderrTail().trim().slice(-500);
+    if (isSandboxed(transport)) stderr = () => transport.stderrTail().trim().slice(-500);
     client.onclose = () => {
       if (conn) fail(e, conn, `the server ended${stderr() ? `: ${stderr()}` : ''}`);
     };
