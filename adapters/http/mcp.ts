@@ -6,9 +6,9 @@
  * Bodies are validated by the MCP service before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { errorResponses, json } from './common.js';
+import { answer, errorResponses, json, parsedJsonBody, reply } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
-import { McpInputError, type McpService } from '../../services/mcp.js';
+import type { McpService } from '../../services/mcp.js';
 
 const errors = errorResponses('McpError');
 const Loose = z.record(z.string(), z.unknown());
@@ -17,24 +17,6 @@ const NameParam = z.object({ name: z.string().min(1).max(64).openapi({ param: { 
 
 export function registerMcpRoutes(app: OpenAPIHono, mcp: McpService): void {
   const sec = [{ bearer: [] }];
-  async function answer<T>(fn: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; status: 400 | 404 | 409; error: string }> {
-    try {
-      return { ok: true, value: await fn() };
-    } catch (err) {
-      if (err instanceof McpInputError) return { ok: false, status: err.status, error: err.message };
-      throw err;
-    }
-  }
-  const reply = <T>(c: { json: (b: unknown, s: number) => Response }, r: { ok: true; value: T } | { ok: false; status: number; error: string }, status = 200) =>
-    r.ok ? c.json(r.value, status) : c.json({ error: r.error }, r.status);
-  async function body(c: { req: { text(): Promise<string> } }): Promise<unknown> {
-    const raw = await c.req.text();
-    try {
-      return JSON.parse(raw) as unknown;
-    } catch {
-      throw new McpInputError('malformed JSON in the request body');
-    }
-  }
 
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/mcp/servers', summary: 'Registered MCP servers with the state a worker last found them in', security: sec, responses: { 200: json(z.object({ servers: z.array(Loose) }), 'Servers'), ...errors } }),
@@ -49,7 +31,7 @@ export function registerMcpRoutes(app: OpenAPIHono, mcp: McpService): void {
       request: anyJson,
       responses: { 201: json(Loose, 'Registered'), ...errors },
     }),
-    async (c) => reply(c as never, await answer(async () => mcp.add(await body(c), OPERATOR)), 201) as never,
+    async (c) => reply(c as never, await answer(async () => mcp.add(await parsedJsonBody(c), OPERATOR)), 201) as never,
   );
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/mcp/servers/{name}', summary: 'One MCP server: its registration and state', security: sec, request: { params: NameParam }, responses: { 200: json(Loose, 'Server'), ...errors } }),

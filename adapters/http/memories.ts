@@ -7,7 +7,7 @@
  * Inputs are validated by the knowledge service before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { errorResponses, json } from './common.js';
+import { answer, errorResponses, json, reply } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { KnowledgeInputError, type KnowledgeService } from '../../services/knowledge.js';
 import { ChatRefSchema, WorkspaceNameSchema } from '../../services/workspaces.js';
@@ -24,15 +24,6 @@ const ExportQuery = z.object({
 
 export function registerMemoryRoutes(app: OpenAPIHono, knowledge: KnowledgeService): void {
   const sec = [{ bearer: [] }];
-  async function answer<T>(fn: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; status: 400 | 404 | 409; error: string }> {
-    try {
-      return { ok: true, value: await fn() };
-    } catch (err) {
-      if (err instanceof KnowledgeInputError) return { ok: false, status: err.status, error: err.message };
-      throw err;
-    }
-  }
-  const reply = <T>(c: { json: (b: unknown, s: number) => Response }, r: { ok: true; value: T } | { ok: false; status: number; error: string }) => (r.ok ? c.json(r.value, 200) : c.json({ error: r.error }, r.status));
   const workspaceOf = (raw: string | undefined): string | undefined => {
     if (raw === undefined) return undefined;
     const r = WorkspaceNameSchema.safeParse(raw);

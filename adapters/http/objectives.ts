@@ -7,7 +7,7 @@
  * one (even sent with `Content-Type: application/json`, as curl users do) means no options.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { errorResponses, json } from './common.js';
+import { answer, errorResponses, json, jsonBody } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { OVERLAP_POLICIES } from '../../common/objectives.js';
 import { ObjectiveInputError, type ObjectiveService } from '../../services/objectives.js';
@@ -32,24 +32,6 @@ const IdParam = z.object({ id: z.string().min(1).max(64).openapi({ param: { name
 export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveService): void {
   const sec = [{ bearer: [] }];
   const by = { id: OPERATOR.id, name: OPERATOR.name };
-  async function body(c: { req: { text(): Promise<string> } }, optional = false): Promise<{ ok: true; value: unknown } | { ok: false }> {
-    const raw = await c.req.text();
-    if (optional && !raw.trim()) return { ok: true, value: {} };
-    try {
-      return { ok: true, value: JSON.parse(raw) };
-    } catch {
-      return { ok: false };
-    }
-  }
-  /** Run a service call; its input errors become 4xx answers. */
-  async function answer<T>(fn: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; status: 400 | 404 | 409; error: string }> {
-    try {
-      return { ok: true, value: await fn() };
-    } catch (err) {
-      if (err instanceof ObjectiveInputError) return { ok: false, status: err.status, error: err.message };
-      throw err;
-    }
-  }
 
   app.openapi(
     createRoute({
@@ -61,7 +43,7 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
       responses: { 201: json(Loose, 'Created'), ...errors },
     }),
     async (c) => {
-      const b = await body(c);
+      const b = await jsonBody(c);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400);
       const r = await answer(() => objectives.create(b.value, by));
       return r.ok ? c.json(r.value as unknown as Record<string, unknown>, 201) : c.json({ error: r.error }, r.status);
@@ -84,7 +66,7 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
   app.openapi(
     createRoute({ method: 'patch', path: '/api/v1/objectives/{id}', summary: 'Change its prompt, schedule, overlap, catch-up window, pause on failure or model', security: sec, request: { params: IdParam, ...anyJson(true) }, responses: { 200: json(Loose, 'Changed'), ...errors } }),
     async (c) => {
-      const b = await body(c);
+      const b = await jsonBody(c);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400);
       const r = await answer(() => objectives.update(c.req.valid('param').id, b.value, by));
       return r.ok ? c.json(r.value as unknown as Record<string, unknown>, 200) : c.json({ error: r.error }, r.status);
@@ -123,7 +105,7 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
       }),
       async (c) => {
         const id = c.req.valid('param').id;
-        const b = await body(c, true);
+        const b = await jsonBody(c, true);
         if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400);
         const r = await answer(async () => {
           switch (action) {

@@ -8,7 +8,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
-import { errorResponses, json } from './common.js';
+import { answer, errorResponses, json, jsonBody, reply } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { CLASSES, LANES, PRIORITIES, TASK_STATUSES } from '../../common/tasks.js';
 import { TaskInputError, type TaskService } from '../../services/tasks.js';
@@ -32,25 +32,6 @@ export function registerTaskRoutes(app: OpenAPIHono, tasks: TaskService): void {
     await next();
     return undefined;
   });
-  async function body(c: { req: { text(): Promise<string> } }, optional: boolean): Promise<{ ok: true; value: unknown } | { ok: false }> {
-    const raw = await c.req.text();
-    if (optional && !raw.trim()) return { ok: true, value: {} };
-    try {
-      return { ok: true, value: JSON.parse(raw) };
-    } catch {
-      return { ok: false };
-    }
-  }
-  /** Run a service call; its input errors become 4xx answers. */
-  async function answer<T>(fn: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; status: 400 | 404 | 409; error: string }> {
-    try {
-      return { ok: true, value: await fn() };
-    } catch (err) {
-      if (err instanceof TaskInputError) return { ok: false, status: err.status, error: err.message };
-      throw err;
-    }
-  }
-  const reply = (c: { json: (b: unknown, s: number) => Response }, r: { ok: true; value: unknown } | { ok: false; status: number; error: string }, status = 200) => (r.ok ? c.json(r.value, status) : c.json({ error: r.error }, r.status));
 
   app.openapi(
     createRoute({
@@ -78,7 +59,7 @@ export function registerTaskRoutes(app: OpenAPIHono, tasks: TaskService): void {
       responses: { 201: json(Loose, 'Made'), ...errors },
     }),
     async (c) => {
-      const b = await body(c, false);
+      const b = await jsonBody(c);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400) as never;
       return reply(c as never, await answer(() => tasks.create(b.value, by)), 201) as never;
     },
@@ -99,7 +80,7 @@ export function registerTaskRoutes(app: OpenAPIHono, tasks: TaskService): void {
       responses: { 200: json(Loose, 'Routed'), ...errors },
     }),
     async (c) => {
-      const b = await body(c, false);
+      const b = await jsonBody(c);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400) as never;
       return reply(c as never, await answer(() => tasks.route(c.req.valid('param').id, b.value, by))) as never;
     },
@@ -108,7 +89,7 @@ export function registerTaskRoutes(app: OpenAPIHono, tasks: TaskService): void {
   app.openapi(
     createRoute({ method: 'post', path: '/api/v1/tasks/{id}/hand', summary: "Hand an open task to the agent: a turn in the task's chat with its text as the message", security: sec, request: { params: IdParam, ...anyJson(false, 'This action takes no options.') }, responses: { 200: json(Loose, 'Handed'), ...errors } }),
     async (c) => {
-      const b = await body(c, true);
+      const b = await jsonBody(c, true);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400) as never;
       const r = await answer(async () => {
         const opts = z.strictObject({}).safeParse(b.value);
@@ -122,7 +103,7 @@ export function registerTaskRoutes(app: OpenAPIHono, tasks: TaskService): void {
   app.openapi(
     createRoute({ method: 'post', path: '/api/v1/tasks/{id}/close', summary: 'Close an open or handed task: {"note"?}', security: sec, request: { params: IdParam, ...anyJson(false, '{"note"?}: why, for the receipt.') }, responses: { 200: json(Loose, 'Closed'), ...errors } }),
     async (c) => {
-      const b = await body(c, true);
+      const b = await jsonBody(c, true);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400) as never;
       const r = await answer(async () => {
         const opts = z.strictObject({ note: z.string().trim().min(1).max(500).optional() }).safeParse(b.value);
@@ -148,7 +129,7 @@ export function registerTaskRoutes(app: OpenAPIHono, tasks: TaskService): void {
       responses: { 200: json(Loose, 'Set'), ...errors },
     }),
     async (c) => {
-      const b = await body(c, false);
+      const b = await jsonBody(c);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400) as never;
       return reply(c as never, await answer(() => tasks.setTriage(c.req.valid('param').id, b.value, by))) as never;
     },

@@ -10,7 +10,7 @@
  * Bodies are validated by the workspace service before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { errorResponses, json } from './common.js';
+import { answer, errorResponses, json, parsedJsonBody, reply } from './common.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { WorkspaceInputError, type WorkspaceService } from '../../services/workspaces.js';
 
@@ -24,37 +24,17 @@ const ReindexBody = z.strictObject({ paths: z.array(z.string().min(1).max(1024))
 export function registerWorkspaceRoutes(app: OpenAPIHono, workspaces: WorkspaceService): void {
   const sec = [{ bearer: [] }];
   const by = { id: OPERATOR.id, name: OPERATOR.name };
-  async function body(c: { req: { text(): Promise<string> } }): Promise<unknown> {
-    const raw = await c.req.text();
-    if (!raw.trim()) return {};
-    try {
-      return JSON.parse(raw) as unknown;
-    } catch {
-      throw new WorkspaceInputError('malformed JSON in the request body');
-    }
-  }
   function parsed<T>(schema: z.ZodType<T>, value: unknown): T {
     const r = schema.safeParse(value);
     if (!r.success) throw new WorkspaceInputError(r.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; '));
     return r.data;
   }
-  /** Run a service call; its input errors become 4xx answers. */
-  async function answer<T>(fn: () => Promise<T>): Promise<{ ok: true; value: T } | { ok: false; status: 400 | 404 | 409; error: string }> {
-    try {
-      return { ok: true, value: await fn() };
-    } catch (err) {
-      if (err instanceof WorkspaceInputError) return { ok: false, status: err.status, error: err.message };
-      throw err;
-    }
-  }
-  const reply = <T>(c: { json: (b: unknown, s: number) => Response }, r: { ok: true; value: T } | { ok: false; status: number; error: string }, status = 200) =>
-    r.ok ? c.json(r.value, status) : c.json({ error: r.error }, r.status);
 
   app.openapi(
     createRoute({ method: 'post', path: '/api/v1/workspaces', summary: 'Create a workspace: {"name", "folder"? (an existing absolute directory; default: under the data directory)}; its files are indexed', security: sec, request: anyJson, responses: { 201: json(Loose, 'Created'), ...errors } }),
     async (c) => {
       const r = await answer(async () => {
-        const b = parsed(CreateBody, await body(c));
+        const b = parsed(CreateBody, await parsedJsonBody(c, true));
         return workspaces.create(b.name, b.folder, by);
       });
       return reply(c as never, r, 201) as never;
@@ -77,7 +57,7 @@ export function registerWorkspaceRoutes(app: OpenAPIHono, workspaces: WorkspaceS
     async (c) => {
       const { name } = c.req.valid('param');
       const r = await answer(async () => {
-        const b = parsed(ReindexBody, await body(c));
+        const b = parsed(ReindexBody, await parsedJsonBody(c, true));
         await workspaces.show(name);
         await workspaces.reindex(name, b.paths ? { paths: b.paths } : {});
         return { workspace: name, reindexing: b.paths ?? 'all' };
@@ -98,7 +78,7 @@ export function registerWorkspaceRoutes(app: OpenAPIHono, workspaces: WorkspaceS
       async (c) => {
         const { name } = c.req.valid('param');
         const r = await answer(async () => {
-          const chat = workspaces.chatOf(await body(c));
+          const chat = workspaces.chatOf(await parsedJsonBody(c, true));
           if (method === 'post') return { workspace: (await workspaces.bind(chat, name, by)).name, chat };
           const current = await workspaces.forChat(chat);
           if (!current || current.name !== name) throw new WorkspaceInputError(`that chat does not use workspace ${name}`, 404);
@@ -120,7 +100,7 @@ export function registerWorkspaceRoutes(app: OpenAPIHono, workspaces: WorkspaceS
       async (c) => {
         const { name } = c.req.valid('param');
         const r = await answer(async () => {
-          if (method === 'put') return (await workspaces.inbox.set(name, await body(c), by)) as unknown as Record<string, unknown>;
+          if (method === 'put') return (await workspaces.inbox.set(name, await parsedJsonBody(c, true), by)) as unknown as Record<string, unknown>;
           if (method === 'get') return (await workspaces.inbox.show(name)) as unknown as Record<string, unknown>;
           return workspaces.inbox.clear(name, by);
         });

@@ -11,6 +11,7 @@ import { neutralise, openTag, WRAPPER_TAGS } from '../../common/untrusted.js';
 import type { Db } from '../db.js';
 import { findWorkspace, findWorkspaceBinding } from '../store/workspaces.js';
 import type { KnowledgeIndex, SearchHit } from './index-store.js';
+import { ttlCache } from '../ttl-cache.js';
 
 export interface RetrievalLimits {
   /** Sections at most (0 turns grounding off). */
@@ -70,18 +71,13 @@ export interface Retriever {
 export function createRetriever(opts: { db: Db; knowledge: () => Promise<KnowledgeIndex>; limits?: RetrievalLimits; bindingTtlMs?: number }): Retriever {
   const limits = opts.limits ?? DEFAULT_RETRIEVAL;
   const ttl = opts.bindingTtlMs ?? 5000;
-  const bindings = new Map<string, { workspace: { name: string; root: string } | null; at: number }>();
-  const workspaceOf = async (chat: ConversationKey): Promise<{ name: string; root: string } | null> => {
-    const key = `${chat.platform}\u0000${chat.account}\u0000${chat.chatId}`;
-    const hit = bindings.get(key);
-    if (hit && Date.now() - hit.at < ttl) return hit.workspace;
-    const b = await findWorkspaceBinding(opts.db, chat);
-    const ws = b ? await findWorkspace(opts.db, b.workspace) : null;
-    const workspace = ws ? { name: ws.name, root: ws.root } : null;
-    if (bindings.size > 10_000) bindings.clear();
-    bindings.set(key, { workspace, at: Date.now() });
-    return workspace;
-  };
+  const bindings = ttlCache<string, { name: string; root: string } | null>({ ttlMs: ttl });
+  const workspaceOf = (chat: ConversationKey): Promise<{ name: string; root: string } | null> =>
+    bindings.get(`${chat.platform}\u0000${chat.account}\u0000${chat.chatId}`, async () => {
+      const b = await findWorkspaceBinding(opts.db, chat);
+      const ws = b ? await findWorkspace(opts.db, b.workspace) : null;
+      return ws ? { name: ws.name, root: ws.root } : null;
+    });
   return {
     workspaceOf,
     async ground(chat, query) {

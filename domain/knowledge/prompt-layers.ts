@@ -12,6 +12,7 @@ import type { ConversationKey } from '../../common/ids.js';
 import type { Db } from '../db.js';
 import { findChatPrompt } from '../store/prompts.js';
 import { findWorkspace, findWorkspaceBinding } from '../store/workspaces.js';
+import { ttlCache } from '../ttl-cache.js';
 
 export const LAYER_MAX_BYTES = 16 * 1024;
 export const WORKSPACE_PROMPT_FILE = '.steward/prompt.md';
@@ -56,25 +57,20 @@ export function createPromptLayers(opts: {
   workspaceOf?: (chat: ConversationKey) => Promise<{ name: string; root: string } | null>;
 }): PromptLayers {
   const ttl = opts.ttlMs ?? 5000;
-  const cache = new Map<string, { at: number; chat: string | null; workspace: { name: string; root: string } | null }>();
+  const cache = ttlCache<string, { chat: string | null; workspace: { name: string; root: string } | null }>({ ttlMs: ttl });
+  const workspaceOf =
+    opts.workspaceOf ??
+    (async (c: ConversationKey) => {
+      const binding = await findWorkspaceBinding(opts.db, c);
+      const ws = binding ? await findWorkspace(opts.db, binding.workspace) : null;
+      return ws ? { name: ws.name, root: ws.root } : null;
+    });
   const keyOf = (chat: ConversationKey) => `${chat.platform}\u0000${chat.account}\u0000${chat.chatId}`;
-  const chatState = async (chat: ConversationKey) => {
-    const k = keyOf(chat);
-    const hit = cache.get(k);
-    if (hit && Date.now() - hit.at < ttl) return hit;
-    const workspaceOf =
-      opts.workspaceOf ??
-      (async (c: ConversationKey) => {
-        const binding = await findWorkspaceBinding(opts.db, c);
-        const ws = binding ? await findWorkspace(opts.db, binding.workspace) : null;
-        return ws ? { name: ws.name, root: ws.root } : null;
-      });
-    const [own, workspace] = await Promise.all([findChatPrompt(opts.db, chat), workspaceOf(chat)]);
-    const state = { at: Date.now(), chat: own?.text ?? null, workspace };
-    if (cache.size > 10_000) cache.clear();
-    cache.set(k, state);
-    return state;
-  };
+  const chatState = (chat: ConversationKey) =>
+    cache.get(keyOf(chat), async () => {
+      const [own, workspace] = await Promise.all([findChatPrompt(opts.db, chat), workspaceOf(chat)]);
+      return { chat: own?.text ?? null, workspace };
+    });
   return {
     async layers(chat) {
       const out: PromptLayer[] = [{ layer: 'steward', source: 'Steward', text: opts.systemPrompt }];

@@ -18,6 +18,7 @@ import type { Retriever } from './grounding.js';
 import type { KnowledgeIndex } from './index-store.js';
 import { memoriesText, proposeMemory, recallMemories, type MemoryApproval, type MemoryRow } from './memory.js';
 import { skillsPromptText, type Skill, type SkillMatcher } from './skills.js';
+import { ttlCache } from '../ttl-cache.js';
 
 export interface TurnKnowledgeOptions {
   db: Db;
@@ -54,19 +55,15 @@ export interface SkillUse {
 export function createTurnKnowledge(opts: TurnKnowledgeOptions) {
   const ttl = opts.ttlMs ?? 5000;
   const recallLimit = opts.recall ?? 3;
-  const hasMemories = new Map<string, { at: number; yes: boolean }>();
+  const hasMemories = ttlCache<string, boolean>({ ttlMs: ttl });
   const chatKey = (chat: ConversationKey) => `${chat.platform}\u0000${chat.account}\u0000${chat.chatId}`;
-  const anyMemory = async (chat: ConversationKey, workspace: string | null): Promise<boolean> => {
-    const k = `${chatKey(chat)}\u0000${workspace ?? ''}`;
-    const hit = hasMemories.get(k);
-    if (hit && Date.now() - hit.at < ttl) return hit.yes;
-    const n = await opts.db.memory.count({
-      where: { status: 'active', OR: [{ scope: 'chat', platform: chat.platform, account: chat.account, chatId: chat.chatId }, ...(workspace ? [{ scope: 'workspace', workspace }] : [])] },
+  const anyMemory = (chat: ConversationKey, workspace: string | null): Promise<boolean> =>
+    hasMemories.get(`${chatKey(chat)}\u0000${workspace ?? ''}`, async () => {
+      const n = await opts.db.memory.count({
+        where: { status: 'active', OR: [{ scope: 'chat', platform: chat.platform, account: chat.account, chatId: chat.chatId }, ...(workspace ? [{ scope: 'workspace', workspace }] : [])] },
+      });
+      return n > 0;
     });
-    if (hasMemories.size > 10_000) hasMemories.clear();
-    hasMemories.set(k, { at: Date.now(), yes: n > 0 });
-    return n > 0;
-  };
 
   return {
     /**

@@ -18,6 +18,7 @@ import type { Role } from '../../common/roles.js';
 import { wrapUntrusted } from '../../common/untrusted.js';
 import { putBlob } from '../blobs.js';
 import type { Db } from '../db.js';
+import { ttlCache } from '../ttl-cache.js';
 import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState, type McpRegistration } from '../store/mcp.js';
 import type { LoadedToolCall, ToolOutcome } from '../tool-calls.js';
 import { createMcpManager, type McpManager, type McpManagerOptions, type McpToolInfo } from './manager.js';
@@ -96,26 +97,15 @@ export function createMcpTools(opts: McpToolsOptions) {
   // registrations change rarely (the API, the CLI, the config file at start), and a change
   // reaches turns within that time.
   const ttl = opts.registrationsTtlMs ?? REGISTRATIONS_TTL_MS;
-  let registrations: { at: number; rows: Promise<McpRegistration[]> } | undefined;
-  const currentRegistrations = (): Promise<McpRegistration[]> => {
-    const now = Date.now();
-    if (!registrations || now - registrations.at >= ttl) {
-      const rows = listMcpServers(db);
-      registrations = { at: now, rows };
-      // a failed read is not kept: the next step reads again
-      rows.catch(() => {
-        if (registrations?.rows === rows) registrations = undefined;
-      });
-    }
-    return registrations.rows;
-  };
+  const registrations = ttlCache<'all', McpRegistration[]>({ ttlMs: ttl });
+  const currentRegistrations = (): Promise<McpRegistration[]> => registrations.get('all', () => listMcpServers(db));
 
   return {
     manager,
 
     /** Read the registrations again at the next step (this process changed them). */
     forgetRegistrations(): void {
-      registrations = undefined;
+      registrations.clear();
     },
 
     /** The tools a chat (by its workspace) is offered; a server that cannot be reached is left out. */
