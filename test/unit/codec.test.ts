@@ -52,6 +52,17 @@ describe('payload codec', () => {
     assert.notDeepEqual(Buffer.from(again!.data!), Buffer.from(encoded!.data!));
   });
 
+  it('gives every payload an IV of its own, across refills of the IV pool', async () => {
+    const codec = new StewardCodec({ keys: [key('k-iv')] });
+    const plain = converter.toPayload('same text every time');
+    // 2,000 payloads: several refills of the pool of 341 IVs
+    const encoded = await codec.encode(Array.from({ length: 2000 }, () => plain));
+    const ivs = new Set(encoded.map((p) => Buffer.from(p.data!).subarray(0, 12).toString('hex')));
+    assert.equal(ivs.size, 2000, 'no IV repeats');
+    const decoded = await codec.decode(encoded);
+    assert.ok(decoded.every((p) => converter.fromPayload(p) === 'same text every time'));
+  });
+
   it('refuses a tampered payload with an error naming the key id', async () => {
     const codec = new StewardCodec({ keys: [key('k-tamper')] });
     const [encoded] = await codec.encode([converter.toPayload('do not change me')]);
