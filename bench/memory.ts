@@ -32,16 +32,19 @@ const BATCH = Number(process.env.BENCH_CONCURRENCY ?? 50);
 const mb = (n: number) => +(n / 1024 / 1024).toFixed(1);
 
 // The workflow threads of every worker this process creates (the sandboxes live there, in
-// isolates of their own: process.memoryUsage() reports the main thread's heap only).
+// isolates of their own: process.memoryUsage() reports the main thread's heap only): Steward's
+// (workers/workflow-threads.ts) and those the SDK's Worker makes (the floor, or per-call).
 type ThreadLike = { getHeapStatistics?: () => Promise<v8.HeapInfo>; getHeapSnapshot: () => Promise<NodeJS.ReadableStream> };
-const threads: ThreadLike[] = [];
+const sdkThreads: ThreadLike[] = [];
+const { workflowThreads } = await import('../workers/workflow-threads.js');
+const allThreads = (): ThreadLike[] => [...sdkThreads, ...workflowThreads()];
 {
   const { Worker } = await import('@temporalio/worker');
   const W = Worker as unknown as { createWorkflowCreator: (...a: unknown[]) => Promise<unknown> };
   const original = W.createWorkflowCreator.bind(W);
   W.createWorkflowCreator = async (...a: unknown[]) => {
     const creator = (await original(...a)) as { workerThreadClients?: Array<{ workerThread: ThreadLike }> };
-    for (const c of creator.workerThreadClients ?? []) threads.push(c.workerThread);
+    for (const c of creator.workerThreadClients ?? []) sdkThreads.push(c.workerThread);
     return creator;
   };
 }
@@ -52,7 +55,7 @@ const threads: ThreadLike[] = [];
  */
 async function threadHeaps(gc: boolean, snapshotPrefix?: string) {
   const out = [];
-  for (const [i, t] of threads.entries()) {
+  for (const [i, t] of allThreads().entries()) {
     if (gc) {
       const stream = await t.getHeapSnapshot();
       if (snapshotPrefix) {

@@ -213,6 +213,8 @@ export const ConfigEnvSchema = z.object({
     .int('expected a whole number of workflows (0 or more)')
     .min(0, 'expected a whole number of workflows (0 or more)')
     .default(200),
+  // how a workflow thread's deadlock limit is kept (workers/workflow-threads.ts)
+  STEWARD_WORKFLOW_WATCHDOG: z.enum(['thread', 'per-call'], { error: 'expected thread (the default) or per-call' }).default('thread'),
   // --- process roles: which queues a worker process polls, slots per queue, a prebuilt bundle
   STEWARD_WORKER_QUEUES: z
     .string()
@@ -483,6 +485,11 @@ export interface StewardConfig {
     backgroundTaskQueue: string;
     /** Workflows a worker keeps in memory; idle sessions beyond it are evicted and replayed when they wake. */
     maxCachedWorkflows: number;
+    /**
+     * STEWARD_WORKFLOW_WATCHDOG: `thread` (the main thread keeps the workflow threads' deadlock
+     * limit) or `per-call` (the SDK's watchdog thread for every call into a sandbox).
+     */
+    workflowWatchdog: 'thread' | 'per-call';
   };
   /** What `steward worker` polls, and how many tasks each queue's worker runs at once. */
   workers: {
@@ -763,6 +770,7 @@ function temporalSection(e: ConfigEnv): StewardConfig['temporal'] {
     taskQueue: e.STEWARD_TASK_QUEUE,
     backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
     maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
+    workflowWatchdog: e.STEWARD_WORKFLOW_WATCHDOG,
   };
 }
 

@@ -255,7 +255,9 @@ async function workersFor(
           dataConverter,
           ...telemetry,
           ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
-          ...(activitiesOnly ? { activitiesOnly: true } : { workflowBundle: (bundle ??= await workflowBundleFor(config)).bundle, maxCachedWorkflows: cached }),
+          ...(activitiesOnly
+            ? { activitiesOnly: true }
+            : { workflowBundle: (bundle ??= await workflowBundleFor(config)).bundle, maxCachedWorkflows: cached, workflowWatchdog: config.temporal.workflowWatchdog }),
           ...(slots > 0 ? { concurrency: { maxConcurrentActivityTaskExecutions: slots, maxConcurrentWorkflowTaskExecutions: slots } } : {}),
         }),
       );

@@ -6,11 +6,12 @@
  * second workflow sandbox.
  */
 import type { DataConverter } from '@temporalio/common';
-import { NativeConnection, Worker, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
+import { Worker, type NativeConnection, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities/index.js';
 import { droppingWorkflowSinks } from '../platform/telemetry.js';
 import { OTEL_PATCH } from '../workflows/otel-interceptors.js';
 import { preloadModules, workflowInterceptorModules, workflowsPath } from './bundle.js';
+import { StewardWorker, type WorkflowWatchdog } from './workflow-threads.js';
 
 /** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
 export interface WorkerConcurrency {
@@ -28,6 +29,8 @@ export interface StewardWorkerOptions {
   /** Poll for activity tasks only (no workflow thread, no bundle). */
   activitiesOnly?: boolean;
   maxCachedWorkflows?: number;
+  /** How the workflow threads' deadlock limit is kept: `thread` (the default, workers/workflow-threads.ts) or `per-call` (the SDK's). */
+  workflowWatchdog?: WorkflowWatchdog;
   identity?: string;
   concurrency?: WorkerConcurrency;
   /** The payload codec (encryption, compression): the same as every client's. */
@@ -49,7 +52,9 @@ export interface StewardWorkerOptions {
 
 export async function createStewardWorker(opts: StewardWorkerOptions): Promise<Worker> {
   const fromSource = !opts.workflowBundle && !opts.activitiesOnly;
-  return Worker.create({
+  // workflow threads without a watchdog thread per sandbox call (workers/workflow-threads.ts), unless per-call is asked for
+  const WorkerClass = opts.workflowWatchdog === 'per-call' ? Worker : StewardWorker;
+  return WorkerClass.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,

@@ -1,0 +1,118 @@
+/**
+ * Steward's workflow threads: the SDK's own (threaded, reused V8 context), started from
+ * workers/workflow-thread.cjs so that a call into a workflow sandbox does not make a thread of
+ * its own. The SDK passes its deadlock limit (`isolateExecutionTimeout`, 5 s) to every
+ * `vm.runInContext`, and Node enforces such a timeout with a watchdog thread created and
+ * joined per call: about 150 µs of CPU a call on this machine kind, and a turn makes dozens of
+ * calls. Here the thread reports each call in shared memory and the main thread keeps the
+ * limit over all of them with one timer per thread: a call still running after the limit is a
+ * workflow stuck in a synchronous loop (or an activation far too heavy), and its thread is
+ * stopped with an error that names it. The SDK fails that worker (its pending activations are
+ * rejected), so the worker's tasks go to the other workers; where the SDK's watchdog would
+ * instead fail only that workflow task and keep the thread. Steward's workflows are its own
+ * code, so this is a bug guard, not a sandbox limit for user code.
+ *
+ * STEWARD_WORKFLOW_WATCHDOG=per-call keeps the SDK's per-call watchdog (createStewardWorker then
+ * uses the SDK's Worker); the SDK's debug mode does too.
+ */
+import { Worker as NodeThread } from 'node:worker_threads';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from '@temporalio/common';
+import { Worker } from '@temporalio/worker';
+import { ThreadedVMWorkflowCreator, WorkerThreadClient } from '@temporalio/worker/lib/workflow/threaded-vm.js';
+import type { WorkflowCreator } from '@temporalio/worker/lib/workflow/interface.js';
+import type { WorkflowBundleWithSourceMapAndFilename } from '@temporalio/worker/lib/workflow/workflow-worker-thread/input.js';
+import type { CompiledWorkerOptions } from '@temporalio/worker/lib/worker-options.js';
+
+const THREAD_SCRIPT = fileURLToPath(new URL('./workflow-thread.cjs', import.meta.url));
+/** How often the main thread looks at each workflow thread's running call. */
+export const SUPERVISE_EVERY_MS = 250;
+
+/** STEWARD_WORKFLOW_WATCHDOG (config/index.ts): `thread` or `per-call`. */
+export type WorkflowWatchdog = 'thread' | 'per-call';
+
+/** The workflow threads Steward's workers have started in this process and that still run (for the memory benchmark). */
+const live = new Set<NodeThread>();
+export function workflowThreads(): NodeThread[] {
+  return [...live];
+}
+
+export interface StuckCall {
+  thread: number;
+  limitMs: number;
+  ranMs: number;
+}
+
+/**
+ * Watch one workflow thread's calls (`calls`: [running, started] as workflow-thread.cjs writes
+ * them): when one call has run for `limitMs`, log an error and stop the thread. The timer does not
+ * keep the process alive and ends with the thread.
+ */
+export function superviseWorkflowThread(
+  thread: NodeThread,
+  calls: Int32Array,
+  opts: { limitMs: number; logger: Logger; index: number; onStuck?: (s: StuckCall) => void; everyMs?: number },
+): void {
+  let watched = -1;
+  let since = 0;
+  const timer = setInterval(() => {
+    if (Atomics.load(calls, 0) === 0) {
+      watched = -1;
+      return;
+    }
+    const started = Atomics.load(calls, 1);
+    const now = performance.now();
+    if (started !== watched) {
+      watched = started;
+      since = now;
+      return;
+    }
+    const ranMs = Math.round(now - since);
+    if (ranMs < opts.limitMs) return;
+    clearInterval(timer);
+    const stuck = { thread: opts.index, limitMs: opts.limitMs, ranMs };
+    opts.logger.error(
+      `Workflow thread ${opts.index} has run one workflow activation for ${ranMs} ms, past the ${opts.limitMs} ms limit ` +
+        '(a workflow in a synchronous loop, or an activation far too heavy): stopping the thread; this worker fails and its tasks go to other workers',
+      { ...stuck },
+    );
+    opts.onStuck?.(stuck);
+    void thread.terminate();
+  }, opts.everyMs ?? SUPERVISE_EVERY_MS);
+  timer.unref();
+  thread.once('exit', () => clearInterval(timer));
+}
+
+/** Start `count` supervised workflow threads and initialise them as the SDK does. */
+async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+  const count = options.workflowThreadPoolSize;
+  const clients = Array.from({ length: count }, (_, index) => {
+    const calls = new Int32Array(new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT));
+    const thread = new NodeThread(THREAD_SCRIPT, { workerData: { stewardCalls: calls.buffer } });
+    live.add(thread);
+    thread.once('exit', () => live.delete(thread));
+    superviseWorkflowThread(thread, calls, { limitMs: options.isolateExecutionTimeoutMs, logger, index });
+    return new WorkerThreadClient(thread, logger, options.patchActivationCallback);
+  });
+  await Promise.all(
+    clients.map((client) =>
+      client.send({
+        type: 'init',
+        workflowBundle: bundle,
+        isolateExecutionTimeoutMs: options.isolateExecutionTimeoutMs,
+        reuseV8Context: options.reuseV8Context ?? true,
+        registeredActivityNames: new Set(options.activities.keys()),
+        hasPatchActivationCallback: options.patchActivationCallback !== undefined,
+      }),
+    ),
+  );
+  return new ThreadedVMWorkflowCreator(clients);
+}
+
+/** The SDK's Worker with Steward's workflow threads (see the module's comment). */
+export class StewardWorker extends Worker {
+  protected static override async createWorkflowCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+    if (options.debugMode) return super.createWorkflowCreator(bundle, options, logger);
+    return createSupervisedCreator(bundle, options, logger);
+  }
+}
