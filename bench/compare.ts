@@ -12,15 +12,21 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { STEWARD_NODE_FLAGS } from '../platform/node-options.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 
 type Json = Record<string, unknown>;
 
-function run(script: string): Promise<Json> {
+// Steward runs with its own Node options, as the launcher starts it (platform/node-options.ts);
+// the floor with Node's defaults (any of those options in NODE_OPTIONS is taken out for it).
+const inheritedOptions = (process.env.NODE_OPTIONS ?? '').split(/\s+/).filter((o) => o !== '' && !STEWARD_NODE_FLAGS.includes(o));
+
+function run(script: string, nodeFlags: readonly string[]): Promise<Json> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', path.join(here, script)], { stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
+    const env = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' ') };
+    const child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', path.join(here, script)], { stdio: ['ignore', 'pipe', 'pipe'], env });
     let out = '';
     let err = '';
     child.stdout.on('data', (b: Buffer) => (out += b.toString()));
@@ -72,7 +78,7 @@ const rounds: Array<{ round: number; order: string[]; floor: Record<string, numb
 for (let r = 1; r <= ROUNDS; r++) {
   const order = r % 2 === 1 ? ['floor', 'steward'] : ['steward', 'floor'];
   const got: Record<string, Json> = {};
-  for (const which of order) got[which] = await run(which === 'floor' ? 'floor.ts' : 'turn-overhead.ts');
+  for (const which of order) got[which] = which === 'floor' ? await run('floor.ts', []) : await run('turn-overhead.ts', STEWARD_NODE_FLAGS);
   const figures = (j: Json) => Object.fromEntries(Object.entries(METRICS).map(([name, p]) => [name, pick(j, p)]));
   const round = { round: r, order, floor: figures(got.floor!), steward: figures(got.steward!) };
   rounds.push(round);
@@ -89,6 +95,7 @@ console.log(
       bench: 'compare',
       rounds: ROUNDS,
       settings: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_'))),
+      node_flags: { floor: [], steward: STEWARD_NODE_FLAGS },
       per_round: rounds,
       median: { floor, steward },
       ratio_steward_to_floor: ratios,

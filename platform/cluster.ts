@@ -33,6 +33,7 @@ import {
 import { joined, ringStanding, type NodeMembership, type RingStanding } from './cluster-membership.js';
 import { ensureSearchAttributes } from './temporal-server.js';
 import { usageOf } from './cli-commands.js';
+import { STEWARD_NODE_FLAGS } from './node-options.js';
 
 export class ClusterError extends Error {
   override name = 'ClusterError';
@@ -431,7 +432,7 @@ async function startStewardProcesses(state: ClusterState, opts: ClusterOptions):
     const childEnv = { PATH: opts.env.PATH ?? '', HOME: opts.env.HOME ?? '', ...image, ...env };
     // readiness is judged on what this start writes, not on an earlier run's lines in the same log
     logStart.set(entry.service, existsSync(entry.log) ? statSync(entry.log).size : 0);
-    started(entry, startDetached(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'platform/main.ts'), ...p.args], childEnv, entry.log));
+    started(entry, startDetached(process.execPath, [...STEWARD_NODE_FLAGS, '--import', 'tsx', path.join(REPO_ROOT, 'platform/main.ts'), ...p.args], childEnv, entry.log));
     writeState(opts.dir, state);
     opts.say(`steward ${p.service} (${p.args.join(' ')}): pid ${entry.pid}, Temporal ${entry.temporalAddress}`);
   }
