@@ -21,10 +21,13 @@
  */
 import { readFileSync, writeFileSync, writeSync } from 'node:fs';
 import v8 from 'node:v8';
+import { applyHeapGrowthSetting } from '../platform/heap-growth.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
 
 // as Steward's entry point does (platform/main.ts): no source maps unless STEWARD_SOURCE_MAPS, set before the rest loads
 applySourceMapSetting();
+// as Steward's entry point does: the heap grows at most STEWARD_HEAP_GROWTH_PERCENT past its live objects
+applyHeapGrowthSetting();
 
 const TARGET = process.env.BENCH_TARGET ?? 'steward';
 const N = Number(process.env.BENCH_IDLE_SESSIONS ?? 1000);

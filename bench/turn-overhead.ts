@@ -9,10 +9,13 @@
  *   node --expose-gc --import tsx bench/turn-overhead.ts            (60 s sustained phase)
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/turn-overhead.ts
  */
+import { applyHeapGrowthSetting } from '../platform/heap-growth.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
 
 // as Steward's entry point does (platform/main.ts): no source maps unless STEWARD_SOURCE_MAPS, set before the rest loads
 applySourceMapSetting();
+// as Steward's entry point does: the heap grows at most STEWARD_HEAP_GROWTH_PERCENT past its live objects
+applyHeapGrowthSetting();
 const { phaseSettings, runPhases } = await import('./phases.js');
 const { startBenchStack } = await import('./stack.js');
 

@@ -257,6 +257,13 @@ export const ConfigEnvSchema = z.object({
   STEWARD_LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   // read by platform/source-maps.ts before anything loads; validated here like every setting
   STEWARD_SOURCE_MAPS: bool(false),
+  // read by platform/heap-growth.ts before anything loads; validated here like every setting
+  STEWARD_HEAP_GROWTH_PERCENT: z.coerce
+    .number({ error: 'expected a whole percent from 0 to 400 (0: V8 decides)' })
+    .int('expected a whole percent from 0 to 400 (0: V8 decides)')
+    .min(0, 'expected a whole percent from 0 to 400 (0: V8 decides)')
+    .max(400, 'expected a whole percent from 0 to 400 (0: V8 decides)')
+    .default(25),
   // --- traces (OTLP/HTTP, the standard OpenTelemetry names) and the metrics listener
   OTEL_EXPORTER_OTLP_ENDPOINT: url('(an OTLP/HTTP collector base, e.g. http://127.0.0.1:4318; traces go to <it>/v1/traces)'),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url('(the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)'),

@@ -1,0 +1,63 @@
+/**
+ * STEWARD_HEAP_GROWTH_PERCENT (platform/heap-growth.ts): how far the heap grows past its live
+ * objects. Measured in child processes that keep objects alive while they churn: the heap's peak
+ * stays near the live size with the default and grows well past it when V8 decides alone.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { applyHeapGrowthSetting, DEFAULT_HEAP_GROWTH_PERCENT } from '../../platform/heap-growth.js';
+import { loadConfig } from '../../config/index.js';
+import { repoRoot } from '../helpers/process.js';
+
+/**
+ * The peak heap (MB) of a process that applies the setting given, keeps about 30 MB of small
+ * objects alive, and churns objects that live long enough to reach the old generation.
+ */
+function peakHeapMb(setting: string | undefined): { peakMb: number; applied: string } {
+  const script = `
+    import v8 from 'node:v8';
+    import { applyHeapGrowthSetting } from './platform/heap-growth.ts';
+    const applied = applyHeapGrowthSetting();
+    const live = [];
+    for (let i = 0; i < 300000; i++) live.push({ i, s: 'live' + i });
+    const ring = [];
+    let peak = 0;
+    for (let round = 0; round < 600; round++) {
+      const batch = [];
+      for (let i = 0; i < 5000; i++) batch.push({ round, i, t: 'c' + i });
+      ring.push(batch);
+      if (ring.length > 20) ring.shift();
+      peak = Math.max(peak, v8.getHeapStatistics().total_heap_size);
+    }
+    console.log(JSON.stringify({ peakMb: peak / 1048576, applied: String(applied), live: live.length }));`;
+  const env: NodeJS.ProcessEnv = { ...process.env, NODE_OPTIONS: '' };
+  if (setting === undefined) delete env.STEWARD_HEAP_GROWTH_PERCENT;
+  else env.STEWARD_HEAP_GROWTH_PERCENT = setting;
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: repoRoot, env, encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout.trim()) as { peakMb: number; applied: string };
+}
+
+describe('heap growth setting', () => {
+  it('applies the percent given, 25 by default, and nothing for a bad value (the configuration refuses it)', () => {
+    assert.equal(DEFAULT_HEAP_GROWTH_PERCENT, 25);
+    assert.equal(applyHeapGrowthSetting({ STEWARD_HEAP_GROWTH_PERCENT: 'lots' }), undefined);
+    assert.equal(applyHeapGrowthSetting({ STEWARD_HEAP_GROWTH_PERCENT: '-5' }), undefined);
+    assert.throws(() => loadConfig({ STEWARD_HEAP_GROWTH_PERCENT: 'lots' }), /STEWARD_HEAP_GROWTH_PERCENT.*expected a whole percent from 0 to 400/);
+    assert.equal(loadConfig({ STEWARD_HEAP_GROWTH_PERCENT: '0' }).temporal !== undefined, true, '0 (V8 decides) is a setting');
+  });
+
+  it('keeps the heap near its live objects: 25% by default peaks well below what V8 decides alone', () => {
+    const v8Decides = peakHeapMb('0');
+    const byDefault = peakHeapMb(undefined);
+    const large = peakHeapMb('300');
+    assert.equal(v8Decides.applied, '0');
+    assert.equal(byDefault.applied, '25');
+    assert.equal(large.applied, '300');
+    const line = `peak heap: V8 decides ${v8Decides.peakMb.toFixed(0)} MB, 25% ${byDefault.peakMb.toFixed(0)} MB, 300% ${large.peakMb.toFixed(0)} MB`;
+    console.log(line);
+    assert.ok(byDefault.peakMb < 0.8 * v8Decides.peakMb, line);
+    assert.ok(byDefault.peakMb < 0.8 * large.peakMb, line);
+  });
+});
