@@ -15,6 +15,7 @@
  * STEWARD_WORKFLOW_WATCHDOG=per-call keeps the SDK's per-call watchdog (createStewardWorker then
  * uses the SDK's Worker); the SDK's debug mode does too.
  */
+import { createHash } from 'node:crypto';
 import { Worker as NodeThread } from 'node:worker_threads';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '@temporalio/common';
@@ -73,7 +74,7 @@ export function superviseWorkflowThread(
     const stuck = { thread: opts.index, limitMs: opts.limitMs, ranMs };
     opts.logger.error(
       `Workflow thread ${opts.index} has run one workflow activation for ${ranMs} ms, past the ${opts.limitMs} ms limit ` +
-        '(a workflow in a synchronous loop, or an activation far too heavy): stopping the thread; this worker fails and its tasks go to other workers',
+        '(a workflow in a synchronous loop, or an activation far too heavy): stopping the thread; the workers on it fail and their tasks go to other workers',
       { ...stuck },
     );
     opts.onStuck?.(stuck);
@@ -109,10 +110,58 @@ async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFil
   return new ThreadedVMWorkflowCreator(clients);
 }
 
-/** The SDK's Worker with Steward's workflow threads (see the module's comment). */
+/**
+ * Workers of one process that run the same bundle with the same settings share its workflow
+ * threads (the all-in-one process runs the interactive and the background queue's workflows
+ * from one bundle): one isolate, one copy of the bundle's modules, one thread. Runs are keyed
+ * by run id in the thread, so the workers' runs never meet; the threads end with the last worker.
+ */
+interface SharedThreads {
+  creator: Promise<WorkflowCreator>;
+  users: number;
+}
+const shared = new Map<string, SharedThreads>();
+
+function sharingKey(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions): string {
+  return JSON.stringify([
+    bundle.filename,
+    options.workflowThreadPoolSize,
+    options.isolateExecutionTimeoutMs,
+    options.reuseV8Context ?? true,
+    [...options.activities.keys()].sort(),
+    options.patchActivationCallback !== undefined,
+  ]);
+}
+
+async function sharedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+  // the same code: its digest, taken once per worker start (the code itself is megabytes)
+  const key = `${sharingKey(bundle, options)} ${createHash('sha256').update(bundle.code).digest('hex')}`;
+  let entry = shared.get(key);
+  if (!entry) {
+    entry = { creator: createSupervisedCreator(bundle, options, logger), users: 0 };
+    shared.set(key, entry);
+    entry.creator.catch(() => shared.delete(key));
+  }
+  entry.users++;
+  const threads = await entry.creator;
+  const held = entry;
+  let destroyed = false;
+  return {
+    createWorkflow: (createOptions) => threads.createWorkflow(createOptions),
+    async destroy() {
+      if (destroyed) return;
+      destroyed = true;
+      if (--held.users > 0) return;
+      if (shared.get(key) === held) shared.delete(key);
+      await threads.destroy();
+    },
+  };
+}
+
+/** The SDK's Worker with Steward's workflow threads (see the module's comment), shared by the workers of a process that can share them. */
 export class StewardWorker extends Worker {
   protected static override async createWorkflowCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
     if (options.debugMode) return super.createWorkflowCreator(bundle, options, logger);
-    return createSupervisedCreator(bundle, options, logger);
+    return sharedCreator(bundle, options, logger);
   }
 }

@@ -127,6 +127,23 @@ describe('workflow threads', () => {
       await spin.terminate('test done');
     });
 
+    it("two workers of one process with the same bundle share one workflow thread; it lives until the last stops", async () => {
+      const queues = [`threads-a-${randomUUID()}`, `threads-b-${randomUUID()}`];
+      const [a, b] = await Promise.all(queues.map((taskQueue) => StewardWorker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, maxCachedWorkflows: 10 })));
+      assert.equal(workflowThreads().length, 1, 'one thread for both workers');
+      const runA = a!.run();
+      const runB = b!.run();
+      const echo = (taskQueue: string, text: string) => env.client.workflow.execute(echoProbe, { taskQueue, workflowId: `echo-${randomUUID()}`, args: [text] });
+      assert.deepEqual(await Promise.all([echo(queues[0]!, 'a'), echo(queues[1]!, 'b'), echo(queues[0]!, 'a2')]), ['echo: a', 'echo: b', 'echo: a2']);
+      a!.shutdown();
+      await runA;
+      assert.equal(workflowThreads().length, 1, 'the other worker still has it');
+      assert.equal(await echo(queues[1]!, 'b2'), 'echo: b2');
+      b!.shutdown();
+      await runB;
+      await until('the shared thread to end', () => workflowThreads().length === 0);
+    });
+
     it("per-call: createStewardWorker uses the SDK's Worker and its own threads", async () => {
       const taskQueue = `threads-sdk-${randomUUID()}`;
       const worker = await createStewardWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, deps: {} as never, workflowBundle: bundle, workflowWatchdog: 'per-call' });
