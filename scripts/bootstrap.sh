@@ -75,3 +75,12 @@ _steward_bootstrap() {
 }
 
 _steward_bootstrap
+
+# The Node options of every Steward process (platform/node-options.ts computes the same list):
+# AsyncLocalStorage on async context frames, which Node 24 and later do by default (and where
+# the flag is refused).
+STEWARD_NODE_FLAGS=""
+if command -v node >/dev/null 2>&1 && [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 24 ]; then
+  STEWARD_NODE_FLAGS="--experimental-async-context-frame"
+fi
+export STEWARD_NODE_FLAGS

@@ -112,8 +112,10 @@ if [ "$#" -gt 0 ]; then files=("$@"); else mapfile -t files < <(find test -name 
 # 2 cores the whole run takes about two thirds of the time it takes one file after another.
 # --test-timeout bounds each test and each file as a whole: the cluster suite's file runs
 # several minutes of its own (a loaded machine took it past 5 minutes), so 15 minutes.
-# the Node options of every Steward process (platform/node-options.ts), for every process of the run
-case " ${NODE_OPTIONS:-} " in *" --experimental-async-context-frame "*) ;; *) export NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--experimental-async-context-frame" ;; esac
+# the Node options of every Steward process (scripts/bootstrap.sh, platform/node-options.ts), for every process of the run
+for flag in ${STEWARD_NODE_FLAGS:-}; do
+  case " ${NODE_OPTIONS:-} " in *" $flag "*) ;; *) export NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }$flag" ;; esac
+done
 node --import tsx --test --test-concurrency="${STEWARD_TEST_CONCURRENCY:-2}" --test-timeout=900000 --test-reporter=spec "${files[@]}"
 status=$?
 if [ -n "$started_pg" ]; then scripts/pg.sh stop; fi
