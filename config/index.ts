@@ -13,6 +13,7 @@ import { ModelRefSchema, type Provider } from '../common/schemas.js';
 import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
 import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '../common/codec.js';
+import { DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from '../common/heap-growth.js';
 import { heldSecretsFrom, type HeldSecret } from '../domain/proposals.js';
 import { McpConfigFileSchema, type McpServerSpec } from '../common/mcp.js';
 
@@ -117,6 +118,8 @@ export function parseQueueConcurrency(text: string): Partial<Record<QueueRole, n
   }
   return out;
 }
+
+const HEAP_GROWTH_MESSAGE = `expected a whole percent from 0 to ${MAX_HEAP_GROWTH_PERCENT} (0: V8 decides)`;
 
 export const ConfigEnvSchema = z.object({
   STEWARD_DATA_DIR: optionalString,
@@ -259,11 +262,11 @@ export const ConfigEnvSchema = z.object({
   STEWARD_SOURCE_MAPS: bool(false),
   // read by platform/heap-growth.ts before anything loads; validated here like every setting
   STEWARD_HEAP_GROWTH_PERCENT: z.coerce
-    .number({ error: 'expected a whole percent from 0 to 400 (0: V8 decides)' })
-    .int('expected a whole percent from 0 to 400 (0: V8 decides)')
-    .min(0, 'expected a whole percent from 0 to 400 (0: V8 decides)')
-    .max(400, 'expected a whole percent from 0 to 400 (0: V8 decides)')
-    .default(25),
+    .number({ error: HEAP_GROWTH_MESSAGE })
+    .int(HEAP_GROWTH_MESSAGE)
+    .min(0, HEAP_GROWTH_MESSAGE)
+    .max(MAX_HEAP_GROWTH_PERCENT, HEAP_GROWTH_MESSAGE)
+    .default(DEFAULT_HEAP_GROWTH_PERCENT),
   // --- traces (OTLP/HTTP, the standard OpenTelemetry names) and the metrics listener
   OTEL_EXPORTER_OTLP_ENDPOINT: url('(an OTLP/HTTP collector base, e.g. http://127.0.0.1:4318; traces go to <it>/v1/traces)'),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url('(the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)'),

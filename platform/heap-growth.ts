@@ -14,14 +14,15 @@
  * left to the configuration's check (config/index.ts), which refuses it with the variable named.
  */
 import v8 from 'node:v8';
+import { DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from '../common/heap-growth.js';
 
-export const DEFAULT_HEAP_GROWTH_PERCENT = 25;
+export { DEFAULT_HEAP_GROWTH_PERCENT };
 
-/** Apply STEWARD_HEAP_GROWTH_PERCENT; the percent applied, or undefined when the value is not a whole number from 0 to 400 (nothing applied). */
+/** Apply STEWARD_HEAP_GROWTH_PERCENT; the percent applied, or undefined when the value is not a whole number from 0 to MAX_HEAP_GROWTH_PERCENT (nothing applied). */
 export function applyHeapGrowthSetting(env: Record<string, string | undefined> = process.env): number | undefined {
   const raw = (env.STEWARD_HEAP_GROWTH_PERCENT ?? '').trim();
   const percent = raw === '' ? DEFAULT_HEAP_GROWTH_PERCENT : Number(raw);
-  if (!Number.isInteger(percent) || percent < 0 || percent > 400) return undefined;
+  if (!Number.isInteger(percent) || percent < 0 || percent > MAX_HEAP_GROWTH_PERCENT) return undefined;
   v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
   return percent;
 }

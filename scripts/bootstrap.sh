@@ -14,8 +14,13 @@ TEMPORAL_TEST_SERVER_VERSION="1.40.0"
 _steward_say() { echo "steward: $*" >&2; }
 _steward_die() { echo "steward: $*" >&2; return 1; }
 
+# The major version of the node on PATH (0 when there is none), kept in _steward_node_major:
+# the Node options below are chosen by it, without starting node again.
+_steward_node_major=0
 _steward_node_ok() {
-  command -v node >/dev/null 2>&1 && [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 22 ]
+  _steward_node_major=0
+  command -v node >/dev/null 2>&1 && _steward_node_major="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
+  [ "$_steward_node_major" -ge 22 ]
 }
 
 _steward_bootstrap() {
@@ -80,7 +85,7 @@ _steward_bootstrap
 # AsyncLocalStorage on async context frames, which Node 24 and later do by default (and where
 # the flag is refused).
 STEWARD_NODE_FLAGS=""
-if command -v node >/dev/null 2>&1 && [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 24 ]; then
+if [ "$_steward_node_major" -ge 22 ] && [ "$_steward_node_major" -lt 24 ]; then
   STEWARD_NODE_FLAGS="--experimental-async-context-frame"
 fi
 export STEWARD_NODE_FLAGS

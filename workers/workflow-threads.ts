@@ -7,9 +7,9 @@
  * calls. Here the thread reports each call in shared memory and the main thread keeps the
  * limit over all of them with one timer per thread: a call still running after the limit is a
  * workflow stuck in a synchronous loop (or an activation far too heavy), and its thread is
- * stopped with an error that names it. The SDK fails that worker (its pending activations are
- * rejected), so the worker's tasks go to the other workers; where the SDK's watchdog would
- * instead fail only that workflow task and keep the thread. Steward's workflows are its own
+ * stopped with an error that names it. The SDK fails the workers on that thread (their pending
+ * activations are rejected), so their tasks go to the other workers; where the SDK's watchdog
+ * would instead fail only that workflow task and keep the thread. Steward's workflows are its own
  * code, so this is a bug guard, not a sandbox limit for user code.
  *
  * STEWARD_WORKFLOW_WATCHDOG=per-call keeps the SDK's per-call watchdog (createStewardWorker then
