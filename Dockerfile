@@ -25,7 +25,9 @@ FROM ${NODE_IMAGE}
 # Repository changes: git for work trees, bubblewrap for the coding agent's sandbox (the
 # container needs user namespaces allowed for bwrap to start; otherwise changes fail closed).
 RUN apt-get update && apt-get install -y --no-install-recommends git bubblewrap ca-certificates && rm -rf /var/lib/apt/lists/*
+# MALLOC_ARENA_MAX: glibc's malloc arenas, as the launcher sets them (platform/node-options.ts)
 ENV NODE_ENV=production \
+    MALLOC_ARENA_MAX=2 \
     STEWARD_DATA_DIR=/data \
     STEWARD_HTTP_HOST=0.0.0.0 \
     STEWARD_WORKFLOW_BUNDLE=/app/generated/workflow-bundle.js

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { STEWARD_NODE_FLAGS } from '../platform/node-options.js';
+import { STEWARD_NODE_FLAGS, stewardProcessEnv } from '../platform/node-options.js';
 import { changeModel } from '../test/helpers/change-model.js';
 import { CLUSTER_TOKEN, createTestCluster } from '../test/helpers/cluster.js';
 import { createGitFixture } from '../test/helpers/git-fixture.js';
@@ -74,7 +74,7 @@ async function startDev(): Promise<Side> {
   url.pathname = `/${db}`;
   const child = spawn(process.execPath, [...STEWARD_NODE_FLAGS, '--import', 'tsx', 'platform/main.ts', 'start'], {
     cwd: repoRoot,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', DATABASE_URL: url.toString(), STEWARD_DATA_DIR: dir, STEWARD_HTTP_PORT: String(port), STEWARD_API_TOKEN: CLUSTER_TOKEN, STEWARD_MODEL: 'openai-compatible:bench', STEWARD_MODEL_BASE_URL: model.baseURL, STEWARD_LOG_LEVEL: 'warn' },
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...stewardProcessEnv(), DATABASE_URL: url.toString(), STEWARD_DATA_DIR: dir, STEWARD_HTTP_PORT: String(port), STEWARD_API_TOKEN: CLUSTER_TOKEN, STEWARD_MODEL: 'openai-compatible:bench', STEWARD_MODEL_BASE_URL: model.baseURL, STEWARD_LOG_LEVEL: 'warn' },
     stdio: 'ignore',
     detached: true,
   });

@@ -12,20 +12,25 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { STEWARD_NODE_FLAGS } from '../platform/node-options.js';
+import { STEWARD_NODE_FLAGS, stewardProcessEnv } from '../platform/node-options.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
 
 type Json = Record<string, unknown>;
 
-// Steward runs with its own Node options, as the launcher starts it (platform/node-options.ts);
-// the floor with Node's defaults (any of those options in NODE_OPTIONS is taken out for it).
+// Steward runs with its own Node options and process environment, as the launcher starts it
+// (platform/node-options.ts); the floor with Node's and glibc's defaults (any of those options in
+// NODE_OPTIONS, and the environment's settings, are taken out for it), or with Steward's
+// environment too when BENCH_FLOOR_ENV=steward (to see what the setting alone gives the floor).
 const inheritedOptions = (process.env.NODE_OPTIONS ?? '').split(/\s+/).filter((o) => o !== '' && !STEWARD_NODE_FLAGS.includes(o));
+const stewardEnv = stewardProcessEnv();
+const floorEnv: Record<string, string | undefined> = process.env.BENCH_FLOOR_ENV === 'steward' ? stewardEnv : Object.fromEntries(Object.keys(stewardEnv).map((k) => [k, undefined]));
 
-function run(script: string, nodeFlags: readonly string[]): Promise<Json> {
+function run(script: string, nodeFlags: readonly string[], processEnv: Record<string, string | undefined>): Promise<Json> {
   return new Promise((resolve, reject) => {
-    const env = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' ') };
+    const env: Record<string, string | undefined> = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' '), ...processEnv };
+    for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
     const child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', path.join(here, script)], { stdio: ['ignore', 'pipe', 'pipe'], env });
     let out = '';
     let err = '';
@@ -78,7 +83,7 @@ const rounds: Array<{ round: number; order: string[]; floor: Record<string, numb
 for (let r = 1; r <= ROUNDS; r++) {
   const order = r % 2 === 1 ? ['floor', 'steward'] : ['steward', 'floor'];
   const got: Record<string, Json> = {};
-  for (const which of order) got[which] = which === 'floor' ? await run('floor.ts', []) : await run('turn-overhead.ts', STEWARD_NODE_FLAGS);
+  for (const which of order) got[which] = which === 'floor' ? await run('floor.ts', [], floorEnv) : await run('turn-overhead.ts', STEWARD_NODE_FLAGS, stewardEnv);
   const figures = (j: Json) => Object.fromEntries(Object.entries(METRICS).map(([name, p]) => [name, pick(j, p)]));
   const round = { round: r, order, floor: figures(got.floor!), steward: figures(got.steward!) };
   rounds.push(round);
@@ -96,6 +101,7 @@ console.log(
       rounds: ROUNDS,
       settings: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_'))),
       node_flags: { floor: [], steward: STEWARD_NODE_FLAGS },
+      process_env: { floor: Object.fromEntries(Object.entries(floorEnv).filter(([, v]) => v !== undefined)), steward: stewardEnv },
       per_round: rounds,
       median: { floor, steward },
       ratio_steward_to_floor: ratios,

@@ -33,7 +33,7 @@ import {
 import { joined, ringStanding, type NodeMembership, type RingStanding } from './cluster-membership.js';
 import { ensureSearchAttributes } from './temporal-server.js';
 import { usageOf } from './cli-commands.js';
-import { STEWARD_NODE_FLAGS } from './node-options.js';
+import { STEWARD_NODE_FLAGS, stewardProcessEnv } from './node-options.js';
 
 export class ClusterError extends Error {
   override name = 'ClusterError';
@@ -429,7 +429,7 @@ async function startStewardProcesses(state: ClusterState, opts: ClusterOptions):
     await checkPorts([[`${p.service} HTTP`, entry.httpPort], ...(p.environment.STEWARD_METRICS_PORT ? ([[`${p.service} metrics`, metricsPort]] as Array<[string, number]>) : [])]);
     const env = processEnvironment(p, { ...opts.env, ...secrets }, { temporalAddress: entry.temporalAddress, databaseUrl: stewardDb.toString(), dataDir: path.join(opts.dir, 'data', p.service), httpPort: entry.httpPort, metricsPort });
     mkdirSync(env.STEWARD_DATA_DIR!, { recursive: true });
-    const childEnv = { PATH: opts.env.PATH ?? '', HOME: opts.env.HOME ?? '', ...image, ...env };
+    const childEnv = { PATH: opts.env.PATH ?? '', HOME: opts.env.HOME ?? '', ...stewardProcessEnv(opts.env), ...image, ...env };
     // readiness is judged on what this start writes, not on an earlier run's lines in the same log
     logStart.set(entry.service, existsSync(entry.log) ? statSync(entry.log).size : 0);
     started(entry, startDetached(process.execPath, [...STEWARD_NODE_FLAGS, '--import', 'tsx', path.join(REPO_ROOT, 'platform/main.ts'), ...p.args], childEnv, entry.log));

@@ -89,3 +89,6 @@ if [ "$_steward_node_major" -ge 22 ] && [ "$_steward_node_major" -lt 24 ]; then
   STEWARD_NODE_FLAGS="--experimental-async-context-frame"
 fi
 export STEWARD_NODE_FLAGS
+# glibc's malloc arenas (platform/node-options.ts, stewardProcessEnv): two instead of one per
+# allocating thread, read when a process starts; a value already set wins.
+export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"

@@ -1,14 +1,15 @@
 /**
- * Steward's Node options (platform/node-options.ts): the launcher, the image, the processes
- * `steward cluster` starts and the test command all pass the same ones, and on the Node that
- * bootstrap installs they take effect (AsyncLocalStorage without its promise hook).
+ * Steward's Node options and process environment (platform/node-options.ts): the launcher, the
+ * image, the processes `steward cluster` starts and the test command all pass the same ones, and
+ * on the Node that bootstrap installs they take effect (AsyncLocalStorage without its promise
+ * hook; glibc's malloc arenas capped).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { nodeFlags, STEWARD_NODE_FLAGS } from '../../platform/node-options.js';
+import { nodeFlags, STEWARD_MALLOC_ARENA_MAX, STEWARD_NODE_FLAGS, stewardProcessEnv } from '../../platform/node-options.js';
 import { repoRoot } from '../helpers/process.js';
 
 const read = (f: string) => readFileSync(path.join(repoRoot, f), 'utf8');
@@ -20,6 +21,39 @@ function alsOnPromiseHook(flags: readonly string[]): boolean {
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stderr, '', 'no warning printed');
   return r.stdout.trim() === 'function';
+}
+
+/**
+ * glibc's arenas in a node whose six worker threads each allocate (each such thread gets an
+ * arena of its own, up to the cap): the read-write mappings that start on a 64 MiB boundary,
+ * where glibc places every arena beyond the main one (V8 places a few of its own there too, the
+ * same number either way).
+ */
+function arenaMappings(env: NodeJS.ProcessEnv): number {
+  const script = `
+const { Worker, isMainThread, parentPort } = require('node:worker_threads');
+if (!isMainThread) {
+  const keep = [];
+  for (let i = 0; i < 2000; i++) keep.push(Buffer.alloc(1000 + (i % 7) * 100));
+  parentPort.postMessage(keep.length);
+  setTimeout(() => {}, 2000);
+} else {
+  let done = 0;
+  const threads = Array.from({ length: 6 }, () => new Worker(process.env.ARENA_PROBE, { eval: true }));
+  for (const t of threads) t.on('message', () => {
+    if (++done < threads.length) return;
+    let n = 0;
+    for (const l of require('node:fs').readFileSync('/proc/self/maps', 'utf8').split('\\n')) {
+      const m = /^([0-9a-f]+)-[0-9a-f]+ rw-p 00000000 00:00 0\\s*$/.exec(l);
+      if (m && BigInt('0x' + m[1]) % (64n << 20n) === 0n) n++;
+    }
+    console.log(n);
+    for (const t of threads) t.terminate();
+  });
+}`;
+  const r = spawnSync(process.execPath, ['-e', script], { env: { ...env, ARENA_PROBE: script }, encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 0, r.stderr);
+  return Number(r.stdout.trim());
 }
 
 describe('Node options', () => {
@@ -40,6 +74,26 @@ describe('Node options', () => {
     for (const flag of nodeFlags(Number(image[1]))) assert.ok(entry.includes(flag), `the image's ENTRYPOINT passes ${flag}`);
     assert.deepEqual(nodeFlags(22), ['--experimental-async-context-frame']);
     assert.deepEqual(nodeFlags(24), [], 'Node 24 refuses the flag: async context frames are its default');
+  });
+
+  it('the launcher, the image and steward cluster start Steward with glibc\'s arenas capped, unless the environment says otherwise', () => {
+    const { MALLOC_ARENA_MAX: _, ...without } = process.env;
+    const exported = spawnSync('bash', ['-c', 'source scripts/bootstrap.sh >/dev/null 2>&1; printf %s "$MALLOC_ARENA_MAX"'], { cwd: repoRoot, env: without, encoding: 'utf8', timeout: 120_000 });
+    assert.equal(exported.stdout, STEWARD_MALLOC_ARENA_MAX, 'scripts/bootstrap.sh exports the same value');
+    const kept = spawnSync('bash', ['-c', 'source scripts/bootstrap.sh >/dev/null 2>&1; printf %s "$MALLOC_ARENA_MAX"'], { cwd: repoRoot, env: { ...without, MALLOC_ARENA_MAX: '4' }, encoding: 'utf8', timeout: 120_000 });
+    assert.equal(kept.stdout, '4', "the environment's own value wins");
+    assert.deepEqual(stewardProcessEnv({}), { MALLOC_ARENA_MAX: STEWARD_MALLOC_ARENA_MAX });
+    assert.deepEqual(stewardProcessEnv({ MALLOC_ARENA_MAX: '4' }), { MALLOC_ARENA_MAX: '4' });
+    assert.match(read('Dockerfile'), new RegExp(`^\\s+MALLOC_ARENA_MAX=${STEWARD_MALLOC_ARENA_MAX} \\\\$`, 'm'), 'the image sets it');
+    assert.match(read('platform/cluster.ts'), /const childEnv = \{[^}]*\.\.\.stewardProcessEnv\(opts\.env\)/, 'steward cluster passes it');
+  });
+
+  it('the arena cap takes effect: fewer arenas than glibc makes by default', { skip: process.platform !== 'linux' || !(process.report.getReport() as { header?: { glibcVersionRuntime?: string } }).header?.glibcVersionRuntime ? 'glibc only' : false }, () => {
+    const { MALLOC_ARENA_MAX: _, ...without } = process.env;
+    const byDefault = arenaMappings(without);
+    const capped = arenaMappings({ ...without, ...stewardProcessEnv({}) });
+    // glibc's default is 8 per core: each of the six threads gets its own arena
+    assert.ok(byDefault >= capped + 4, `${byDefault} mappings by default, ${capped} capped`);
   });
 
   it('they take effect: AsyncLocalStorage on async context frames, without the promise hook', () => {
