@@ -17,7 +17,7 @@ import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
+import { CONTINUE_ON_MESSAGE_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();
@@ -157,6 +157,14 @@ describe('replay corpus', () => {
     const untraced = inlineSessions.filter((f) => !patchesOf(f).includes(OTEL_PATCH));
     assert.ok(traced.length > 0, `a traced inline session history (inline: ${inlineSessions.map((f) => f.file).join(', ')})`);
     assert.ok(untraced.length > 0, `an untraced inline session history (inline: ${inlineSessions.map((f) => f.file).join(', ')}); record one with scripts/record-histories.ts foundation`);
+  });
+
+  it('has inline sessions that continued as new on a waiting message (steward-continue-on-message) and after their last turn (before it)', () => {
+    const continued = (f: Fixture) => f.events.at(-1)?.eventType === 'EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW';
+    const onMessage = inlineSessions.filter((f) => patchesOf(f).includes(CONTINUE_ON_MESSAGE_PATCH) && continued(f));
+    const before = inlineSessions.filter((f) => !patchesOf(f).includes(CONTINUE_ON_MESSAGE_PATCH) && continued(f));
+    assert.ok(onMessage.length > 0, `an inline session run with the ${CONTINUE_ON_MESSAGE_PATCH} marker that continued as new; record one with scripts/record-histories.ts foundation`);
+    assert.ok(before.length > 0, `an inline session run from before ${CONTINUE_ON_MESSAGE_PATCH} that continued as new: keep those files`);
   });
 
   it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {

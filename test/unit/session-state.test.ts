@@ -70,6 +70,13 @@ describe('session state', () => {
     assert.equal(s.shouldContinueAsNew(3, true), true);
     s.turnsThisRun = 3;
     assert.equal(s.shouldContinueAsNew(3, false), true);
+    // on the next message: the turn limit alone waits for a message; the server's suggestion does not
+    assert.equal(s.shouldContinueAsNew(3, false, true), false);
+    assert.equal(s.shouldContinueAsNew(3, true, true), true);
+    s.enqueue(ref('next'));
+    assert.equal(s.shouldContinueAsNew(3, false, true), true);
+    s.turnsThisRun = 2;
+    assert.equal(s.shouldContinueAsNew(3, false, true), false, 'a waiting message under the limit is a turn of this run');
   });
 
   it('validates steering and settings', () => {

@@ -5,13 +5,17 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { defaultPayloadConverter } from '@temporalio/common';
+import proto from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { CONTINUE_ON_MESSAGE_PATCH } from '../../workflows/chat/session.js';
 import { statusQuery } from '../../workflows/messages.js';
 import { UserAttr } from '../../workflows/search-attributes.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { waitFor, withHarness } from '../helpers/steward.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
+
+const { EventType } = proto.temporal.api.enums.v1;
 
 for (const database of testDatabases()) {
   describe(`session workflow (${database.name})`, () => {
@@ -203,6 +207,65 @@ for (const database of testDatabases()) {
         const third = model.requests.at(-1);
         assert.match(lastUserContent(third?.body), /message one/);
         assert.match(lastUserContent(third?.body), /message two/);
+      });
+    });
+
+    /** The event types of a run's history and the patches it recorded. */
+    const runHistory = async (workflowId: string, runId: string) => {
+      const events = (await env.client.workflow.getHandle(workflowId, runId).fetchHistory()).events ?? [];
+      const patches = events
+        .filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch')
+        .map((e) => defaultPayloadConverter.fromPayload<{ id: string }>(e.markerRecordedEventAttributes!.details!['patch-data']!.payloads![0]!).id);
+      const types = events.map((e) => e.eventType);
+      const count = (t: (typeof types)[number]) => types.filter((x) => x === t).length;
+      return { types, patches, count };
+    };
+
+    it('a session that has run its turns carries the next message into its next run, without a failed workflow task', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers(), maxTurnsPerRun: 2 }, async (h) => {
+        for (const word of ['one', 'two']) {
+          await h.send(`message ${word}`);
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes(`message ${word}`));
+        }
+        const first = await env.client.workflow.getHandle(h.sessionId).describe();
+        // the next message right after the last reply, while the task that delivered it may
+        // still be completing: the run continues as new in the task that takes the message in
+        await h.send('message three');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('message three'));
+        const st = await env.client.workflow.getHandle(h.sessionId).query(statusQuery);
+        assert.equal(st.generation, 1);
+        assert.equal(st.turnsStarted, 3);
+        const run = await runHistory(h.sessionId, first.runId);
+        assert.ok(run.patches.includes(CONTINUE_ON_MESSAGE_PATCH), `the run recorded ${CONTINUE_ON_MESSAGE_PATCH} (${run.patches.join(', ')})`);
+        assert.equal(run.types.at(-1), EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, 'the first run continued as new');
+        assert.equal(run.count(EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), 0, 'no workflow task failed (so the worker did not replay the run)');
+        assert.equal(run.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED), 3, 'the first run took in the third message and carried it');
+        assert.equal(run.count(EventType.EVENT_TYPE_TIMER_FIRED), 0, 'before its grace ended');
+      });
+    });
+
+    it('a session that has run its turns and hears nothing continues as new after the grace, and the next run answers', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers(), maxTurnsPerRun: 2 }, async (h) => {
+        for (const word of ['one', 'two']) {
+          await h.send(`message ${word}`);
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes(`message ${word}`));
+        }
+        const handle = env.client.workflow.getHandle(h.sessionId);
+        const first = await handle.describe();
+        // CONTINUE_GRACE (2 s) later the run continues as new on its own
+        await waitFor(async () => ((await handle.describe()).runId !== first.runId ? true : undefined), 'the next run', 15_000);
+        const run = await runHistory(h.sessionId, first.runId);
+        assert.equal(run.types.at(-1), EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW);
+        assert.equal(run.count(EventType.EVENT_TYPE_TIMER_FIRED), 1, "the grace's timer");
+        assert.equal(run.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED), 2);
+        assert.equal(run.count(EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), 0);
+        await h.send('message three');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('message three'));
+        const st = await handle.query(statusQuery);
+        assert.equal(st.generation, 1);
+        assert.equal(st.turnsStarted, 3);
+        // the third turn still saw the first two (carried as references)
+        assert.match(lastUserContent(model.requests.at(-1)?.body), /message one/);
       });
     });
 

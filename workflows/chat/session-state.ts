@@ -115,8 +115,17 @@ export class SessionState {
     if (this.workingSet.notes.length > MAX_NOTES) this.workingSet.notes.splice(0, this.workingSet.notes.length - MAX_NOTES);
   }
 
-  shouldContinueAsNew(maxTurnsPerRun: number, suggested: boolean): boolean {
-    return suggested || this.turnsThisRun >= maxTurnsPerRun;
+  /**
+   * Whether the run ends here and continues as new: when the server suggests it (or the
+   * deployment moved), or when it has run its turns. With `onNextMessage`, a run that has run
+   * its turns ends here only once a message waits (carried into the next run; the session's
+   * loop also ends it after a grace without one): ending it in the task that delivered the last
+   * reply raced the user's next message, which the server then refused the continue-as-new
+   * for, and the worker replayed the whole run to take the message in.
+   */
+  shouldContinueAsNew(maxTurnsPerRun: number, suggested: boolean, onNextMessage = false): boolean {
+    if (suggested) return true;
+    return this.turnsThisRun >= maxTurnsPerRun && (!onNextMessage || this.queue.length > 0);
   }
 
   /** What the next run carries: bounded, whatever this run's age. */

@@ -49,6 +49,21 @@ import type { SessionInput, SessionStatus, SteerNote, TurnInput, TurnResult } fr
  */
 export const INLINE_TURN_PATCH = 'steward-inline-turn';
 
+/**
+ * A session that has run its turns (`maxTurnsPerRun`) continues as new when the next message
+ * arrives within CONTINUE_GRACE, carrying it, or once the grace has passed, instead of in the
+ * task that delivered its last reply (see SessionState.shouldContinueAsNew). Decided once per
+ * run: runs started before this patch keep ending after their last turn.
+ */
+export const CONTINUE_ON_MESSAGE_PATCH = 'steward-continue-on-message';
+
+/**
+ * How long a run that has run its turns waits for a message to carry before it continues as
+ * new on its own (CONTINUE_ON_MESSAGE_PATCH): past the moment the last reply is seen, when the
+ * next message of a quick conversation comes.
+ */
+export const CONTINUE_GRACE = '2 seconds';
+
 /** How many of a conversation's most recent users the session lists in `StewardUser`. */
 const MAX_LISTED_USERS = 20;
 
@@ -113,6 +128,8 @@ class SessionRun {
   readonly state: SessionState;
   running: RunningTurn | null = null;
   newTaskBy: string | undefined;
+  /** CONTINUE_ON_MESSAGE_PATCH, decided at the start of the run. */
+  continueOnMessage = false;
   private noticeSeq = 0;
 
   constructor(readonly input: SessionInput) {
@@ -236,7 +253,7 @@ class SessionRun {
    */
   timeToContinue(): boolean {
     const now = workflowInfo();
-    return this.state.shouldContinueAsNew(this.input.limits.maxTurnsPerRun, now.continueAsNewSuggested || now.targetWorkerDeploymentVersionChanged);
+    return this.state.shouldContinueAsNew(this.input.limits.maxTurnsPerRun, now.continueAsNewSuggested || now.targetWorkerDeploymentVersionChanged, this.continueOnMessage);
   }
 
   /** Start the next turn: take the queued messages and pending steering, count it, make it the running turn and build its input. */
@@ -276,9 +293,18 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
   session.registerSignals();
   session.registerUpdates();
   session.registerStatusQuery();
+  session.continueOnMessage = patched(CONTINUE_ON_MESSAGE_PATCH);
 
+  const wake = () => state.queue.length > 0 || session.newTaskBy !== undefined || session.timeToContinue();
   for (;;) {
-    await condition(() => state.queue.length > 0 || session.newTaskBy !== undefined || session.timeToContinue());
+    if (session.continueOnMessage && state.turnsThisRun >= input.limits.maxTurnsPerRun) {
+      // The run has run its turns: a message that comes within the grace is carried into the
+      // next run by the task that takes it in; after the grace the run continues as new on
+      // its own, so a later message finds the next run waiting (and cached).
+      if (!(await condition(wake, CONTINUE_GRACE))) break;
+    } else {
+      await condition(wake);
+    }
     if (session.newTaskBy !== undefined || session.timeToContinue()) break;
 
     if (state.dropped > 0) {
