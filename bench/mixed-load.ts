@@ -71,7 +71,7 @@ const { config, dataDir } = await benchConfig(
   process.env.STEWARD_WORKER_CONCURRENCY ? { STEWARD_WORKER_CONCURRENCY: process.env.STEWARD_WORKER_CONCURRENCY } : {},
   'steward-bench-mixed-',
 );
-const steward = await startSteward(config, pino({ level: 'warn' }));
+const steward = await startSteward(config, pino({ level: 'warn' }, pino.destination(2)));
 
 const api = async (method: string, route: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
   const res = await fetch(`${steward.apiUrl}${route}`, {

@@ -40,7 +40,7 @@ rmSync(work, { recursive: true, force: true });
 const model = await startModelServer();
 const fx = createGitFixture({ 'greeting.txt': 'Hello\n', 'test.sh': 'grep -q "Hello, Steward" greeting.txt\n' });
 const { config, dataDir } = await benchConfig(model.baseURL);
-const steward = await startSteward(config, pino({ level: 'warn' }));
+const steward = await startSteward(config, pino({ level: 'warn' }, pino.destination(2)));
 const api = async (method: string, route: string, body?: unknown) => {
   const res = await fetch(`${steward.apiUrl}${route}`, {
     method,

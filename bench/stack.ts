@@ -54,7 +54,8 @@ export async function startBenchStack(extraEnv: Record<string, string> = {}): Pr
   const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
   const model = await startModelServer();
   const { config, dataDir } = await benchConfig(model.baseURL, { STEWARD_WORKER_MAX_CACHED_WORKFLOWS: String(cache), ...extraEnv });
-  const steward = await startSteward(config, pino({ level: 'warn' }));
+  // warnings go to stderr: stdout holds the benchmark's JSON only (bench/compare.ts reads it)
+  const steward = await startSteward(config, pino({ level: 'warn' }, pino.destination(2)));
 
   // Replies per session, counted from the transcript events of the running stack.
   const replies = new Map<string, number>();
