@@ -10,6 +10,9 @@
  *   node --expose-gc --import tsx bench/memory.ts                         (Steward, 1000 sessions)
  *   BENCH_TARGET=floor node --expose-gc --import tsx bench/memory.ts      (the floor)
  *
+ * MALLOC_ARENA_MAX is read from the environment the process starts in (scripts/bootstrap.sh
+ * exports Steward's value): unset it for the floor to run on glibc's defaults, as bench:compare does.
+ *
  * BENCH_IDLE_SESSIONS (1000), BENCH_CONCURRENCY (50 sessions at once), BENCH_CACHE (the
  * workflow cache; else STEWARD_WORKER_MAX_CACHED_WORKFLOWS, else 200), STEWARD_WORKFLOW_BUNDLE
  * (a prebuilt bundle; else Steward bundles from source at start, as `steward start` does).
@@ -24,12 +27,13 @@ import v8 from 'node:v8';
 import { applyHeapGrowthSetting } from '../platform/heap-growth.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
 
+const TARGET = process.env.BENCH_TARGET ?? 'steward';
+
 // as Steward's entry point does (platform/main.ts): no source maps unless STEWARD_SOURCE_MAPS, set before the rest loads
 applySourceMapSetting();
-// as Steward's entry point does: the heap grows at most STEWARD_HEAP_GROWTH_PERCENT past its live objects
-applyHeapGrowthSetting();
-
-const TARGET = process.env.BENCH_TARGET ?? 'steward';
+// and for Steward only, as its entry point does: the heap grows at most STEWARD_HEAP_GROWTH_PERCENT
+// past its live objects (the floor keeps V8's default, as in bench:compare)
+if (TARGET !== 'floor') applyHeapGrowthSetting();
 const N = Number(process.env.BENCH_IDLE_SESSIONS ?? 1000);
 const BATCH = Number(process.env.BENCH_CONCURRENCY ?? 50);
 const mb = (n: number) => +(n / 1024 / 1024).toFixed(1);

@@ -16,8 +16,6 @@
 import v8 from 'node:v8';
 import { DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from '../common/heap-growth.js';
 
-export { DEFAULT_HEAP_GROWTH_PERCENT };
-
 /** Apply STEWARD_HEAP_GROWTH_PERCENT; the percent applied, or undefined when the value is not a whole number from 0 to MAX_HEAP_GROWTH_PERCENT (nothing applied). */
 export function applyHeapGrowthSetting(env: Record<string, string | undefined> = process.env): number | undefined {
   const raw = (env.STEWARD_HEAP_GROWTH_PERCENT ?? '').trim();

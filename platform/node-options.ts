@@ -18,6 +18,9 @@ export function nodeFlags(major: number): string[] {
   return major < 24 ? ['--experimental-async-context-frame'] : [];
 }
 
+/** The arena count Steward starts its processes with unless MALLOC_ARENA_MAX is set (scripts/bootstrap.sh and the Dockerfile name the same). */
+export const STEWARD_MALLOC_ARENA_MAX = '2';
+
 /**
  * The environment the C library reads when a Steward process starts (so it is set by whoever
  * starts the process, never from .env, which Node reads after its allocator is running). A
@@ -34,6 +37,3 @@ export function nodeFlags(major: number): string[] {
 export function stewardProcessEnv(env: Readonly<Record<string, string | undefined>> = process.env): Record<string, string> {
   return { MALLOC_ARENA_MAX: env.MALLOC_ARENA_MAX || STEWARD_MALLOC_ARENA_MAX };
 }
-
-/** The arena count Steward starts its processes with unless MALLOC_ARENA_MAX is set (scripts/bootstrap.sh and the Dockerfile name the same). */
-export const STEWARD_MALLOC_ARENA_MAX = '2';

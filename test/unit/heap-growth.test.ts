@@ -6,13 +6,16 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { applyHeapGrowthSetting, DEFAULT_HEAP_GROWTH_PERCENT } from '../../platform/heap-growth.js';
+import { DEFAULT_HEAP_GROWTH_PERCENT } from '../../common/heap-growth.js';
+import { applyHeapGrowthSetting } from '../../platform/heap-growth.js';
 import { loadConfig } from '../../config/index.js';
 import { repoRoot } from '../helpers/process.js';
 
 /**
- * The peak heap (MB) of a process that applies the setting given, keeps about 30 MB of small
- * objects alive, and churns objects that live long enough to reach the old generation.
+ * The peak old generation (MB) of a process that applies the setting given, keeps about 30 MB
+ * of small objects alive, and churns objects that live long enough to reach the old generation.
+ * The old space is what the setting bounds; the whole heap's size also counts the young
+ * generation, which V8 resizes on its own and which moved the figures of parallel runs.
  */
 function peakHeapMb(setting: string | undefined): { peakMb: number; applied: string } {
   const script = `
@@ -28,7 +31,7 @@ function peakHeapMb(setting: string | undefined): { peakMb: number; applied: str
       for (let i = 0; i < 5000; i++) batch.push({ round, i, t: 'c' + i });
       ring.push(batch);
       if (ring.length > 20) ring.shift();
-      peak = Math.max(peak, v8.getHeapStatistics().total_heap_size);
+      peak = Math.max(peak, v8.getHeapSpaceStatistics().find((x) => x.space_name === 'old_space').space_size);
     }
     console.log(JSON.stringify({ peakMb: peak / 1048576, applied: String(applied), live: live.length }));`;
   const env: NodeJS.ProcessEnv = { ...process.env, NODE_OPTIONS: '' };
@@ -49,9 +52,11 @@ describe('heap growth setting', () => {
   });
 
   it('keeps the heap near its live objects: 25% by default peaks well below what V8 decides alone', () => {
-    const v8Decides = peakHeapMb('0');
-    const byDefault = peakHeapMb(undefined);
-    const large = peakHeapMb('300');
+    // the peak of two runs each: one run on a busy machine may end before V8 grows the heap as far as it would
+    const peakOfTwo = (setting: string | undefined) => [peakHeapMb(setting), peakHeapMb(setting)].reduce((a, b) => (b.peakMb > a.peakMb ? b : a));
+    const v8Decides = peakOfTwo('0');
+    const byDefault = peakOfTwo(undefined);
+    const large = peakOfTwo('300');
     assert.equal(v8Decides.applied, '0');
     assert.equal(byDefault.applied, '25');
     assert.equal(large.applied, '300');
