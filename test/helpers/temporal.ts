@@ -7,6 +7,19 @@ import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli, freePort } fro
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
 
 export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> {
+  // The SDK gives the server 5 s to answer (a fixed limit in its core); two suites starting
+  // servers at once on a busy 2-core machine have run past it. A server that missed it is
+  // killed by the SDK, and a new one is started on new ports.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startTestEnvironment();
+    } catch (err) {
+      if (attempt >= 3 || !/did not start within/.test((err as Error).message)) throw err;
+    }
+  }
+}
+
+async function startTestEnvironment(): Promise<TestWorkflowEnvironment> {
   const cli = findTemporalCli();
   return TestWorkflowEnvironment.createLocal({
     server: {
