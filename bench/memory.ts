@@ -119,8 +119,8 @@ function threadCount(): number | undefined {
  * comparable with those of one without.
  */
 async function snapshot(label: string, snapshotPrefix?: string) {
-  // BENCH_SETTLE_SECONDS (2, as bench/phases.ts waits): how long the process idles first
-  await new Promise((r) => setTimeout(r, Number(process.env.BENCH_SETTLE_SECONDS ?? 2) * 1000));
+  // BENCH_SETTLE_SECONDS (12, as bench/phases.ts waits: past Steward's 10 s malloc trim interval): how long the process idles first
+  await new Promise((r) => setTimeout(r, Number(process.env.BENCH_SETTLE_SECONDS ?? 12) * 1000));
   const gc = (globalThis as { gc?: () => void }).gc;
   gc?.();
   gc?.();

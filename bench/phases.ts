@@ -7,7 +7,9 @@
  *
  * Settings (environment): BENCH_SECONDS (sustained phase, 60), BENCH_IDLE_SESSIONS (1000),
  * BENCH_SEQUENTIAL_TURNS (200), BENCH_CONCURRENCY (50), BENCH_CONCURRENT_TURNS (10 per
- * conversation), BENCH_WARMUP_TURNS (20).
+ * conversation), BENCH_WARMUP_TURNS (20), BENCH_SETTLE_SECONDS (12: how long the process idles
+ * after the idle sessions before its memory is read; past Steward's malloc trim interval,
+ * STEWARD_MALLOC_TRIM_INTERVAL's 10s, so the figure is an idle process's; the floor idles as long).
  */
 import { cpus } from 'node:os';
 
@@ -18,6 +20,7 @@ export interface PhaseSettings {
   concurrency: number;
   concurrentTurns: number;
   warmupTurns: number;
+  settleSeconds: number;
 }
 
 export function phaseSettings(env: NodeJS.ProcessEnv = process.env): PhaseSettings {
@@ -33,6 +36,7 @@ export function phaseSettings(env: NodeJS.ProcessEnv = process.env): PhaseSettin
     concurrency: Math.max(1, n('BENCH_CONCURRENCY', 50)),
     concurrentTurns: Math.max(1, n('BENCH_CONCURRENT_TURNS', 10)),
     warmupTurns: n('BENCH_WARMUP_TURNS', 20),
+    settleSeconds: n('BENCH_SETTLE_SECONDS', 12),
   };
 }
 
@@ -95,7 +99,7 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, s: Ph
   for (let i = 0; i < s.idleSessions; i += s.concurrency) {
     await Promise.all(Array.from({ length: Math.min(s.concurrency, s.idleSessions - i) }, (_, k) => turn(`idle-${i + k}`)));
   }
-  await new Promise((r) => setTimeout(r, 2000));
+  await new Promise((r) => setTimeout(r, s.settleSeconds * 1000));
   (globalThis as { gc?: () => void }).gc?.();
   const memAfter = process.memoryUsage();
 

@@ -267,6 +267,20 @@ export const ConfigEnvSchema = z.object({
     .min(0, HEAP_GROWTH_MESSAGE)
     .max(MAX_HEAP_GROWTH_PERCENT, HEAP_GROWTH_MESSAGE)
     .default(DEFAULT_HEAP_GROWTH_PERCENT),
+  // how often glibc's free memory goes back to the system (platform/malloc-trim.ts); off or 0: never
+  STEWARD_MALLOC_TRIM_INTERVAL: z
+    .string()
+    .trim()
+    .default('10s')
+    .transform((v, ctx) => {
+      if (v === 'off' || v === '0') return 0;
+      const ms = parseDuration(v);
+      if (ms === undefined || ms < 1000 || ms > 86_400_000) {
+        ctx.addIssue({ code: 'custom', message: 'expected how often the C allocator is trimmed, from 1s to 24h (such as 30s or 5m), or off' });
+        return z.NEVER;
+      }
+      return ms;
+    }),
   // --- traces (OTLP/HTTP, the standard OpenTelemetry names) and the metrics listener
   OTEL_EXPORTER_OTLP_ENDPOINT: url('(an OTLP/HTTP collector base, e.g. http://127.0.0.1:4318; traces go to <it>/v1/traces)'),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url('(the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)'),
@@ -518,6 +532,8 @@ export interface StewardConfig {
   inboundSmtp?: { host: string; port: number; maxBytes: number; allowFrom: string[] };
   databaseUrl: string;
   logLevel: ConfigEnv['STEWARD_LOG_LEVEL'];
+  /** STEWARD_MALLOC_TRIM_INTERVAL: how often a long-running process trims glibc's free memory (0: never; platform/malloc-trim.ts). */
+  mallocTrimEveryMs: number;
   telemetry: {
     /** OTLP/HTTP traces URL; no traces are exported when unset. */
     tracesUrl?: string;
@@ -900,6 +916,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
       : {}),
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,
+    mallocTrimEveryMs: e.STEWARD_MALLOC_TRIM_INTERVAL,
     telemetry: telemetrySection(e),
     ...chatPlatformSections(e),
     governance: governanceSection(e),

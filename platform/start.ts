@@ -53,6 +53,7 @@ import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer,
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, freePort, startEmbeddedTemporal } from './temporal-server.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
+import { startMallocTrim } from './malloc-trim.js';
 
 export interface RunningSteward {
   apiUrl: string;
@@ -638,6 +639,9 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     cleanups.push(heartbeat.start(config.heartbeat.intervalMs, log));
     const missing = await unavailable;
     for (const u of missing) log.warn({ features: u.features, reason: u.reason, fix: u.fix }, 'unavailable on this machine');
+    // what start-up compiled and freed goes back to the system, and so on every STEWARD_MALLOC_TRIM_INTERVAL
+    const trimmer = startMallocTrim({ everyMs: config.mallocTrimEveryMs, log });
+    cleanups.push(async () => trimmer.stop());
 
     return {
       apiUrl: http.url,
@@ -716,9 +720,11 @@ export async function startWorkerOnly(
       })
     : undefined;
   const running = runWorkers(workers, log);
+  const trimmer = startMallocTrim({ everyMs: config.mallocTrimEveryMs, log });
   // the first versioned deploy makes itself current; later builds wait for the operator (docs/upgrades.md)
   void versioning.afterStart();
   const done = running.done.finally(async () => {
+    trimmer.stop();
     await inboxes?.stop();
     await runCleanups(mcpCleanups, log);
     await metricsServer?.close();

@@ -27,6 +27,7 @@ describe('bench/compare.ts', () => {
         BENCH_CONCURRENCY: '2',
         BENCH_CONCURRENT_TURNS: '2',
         BENCH_WARMUP_TURNS: '1',
+        BENCH_SETTLE_SECONDS: '1',
       },
     });
     assert.equal(r.status, 0, r.stderr.split('\n').filter((l) => !l.includes('[INFO]')).slice(-30).join('\n'));

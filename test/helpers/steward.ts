@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { bundleWorkflowCode, DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { DefaultLogger, Runtime, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { Db } from '../../domain/db.js';
 import type { McpTools } from '../../domain/mcp/tools.js';
 import type { ToolPolicy } from '../../activities/index.js';
@@ -27,7 +27,7 @@ import { createIngress, type AttachmentLimits, type Ingress, type IngressResult 
 import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
-import { bundleOptions } from '../../workers/bundle.js';
+import { buildWorkflowBundle } from '../../workers/bundle.js';
 import { createStewardWorker } from '../../workers/main.js';
 
 // Keep test output readable: the SDK's own logs at WARN and above only.
@@ -46,7 +46,7 @@ try {
 let bundlePromise: Promise<WorkflowBundleWithSourceMap> | undefined;
 /** The workflow bundle, built once per test process. */
 export function testBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundlePromise ??= bundleWorkflowCode({ ...bundleOptions, logger: quietLogger });
+  bundlePromise ??= buildWorkflowBundle(quietLogger);
   return bundlePromise;
 }
 

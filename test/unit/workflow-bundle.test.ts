@@ -11,7 +11,9 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { runInNewContext } from 'node:vm';
 import ts from 'typescript';
+import { latin1Code } from '../../workers/bundle.js';
 import { testBundle } from '../helpers/steward.js';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -65,6 +67,24 @@ describe('the workflow bundle', () => {
     // the interceptor module's one span-context storage is shared on purpose (see above)
     const state = own.filter((f) => f !== 'workflows/otel-interceptors.ts').flatMap((f) => moduleScopeState(f, readFileSync(path.join(repoRoot, f), 'utf8')));
     assert.deepEqual(state, []);
+  });
+
+  it('is Latin-1 throughout, so V8 keeps it at one byte a character', async () => {
+    const { code } = await testBundle();
+    const wide = [...code].filter((c) => c.charCodeAt(0) > 0xff);
+    assert.deepEqual(wide, []);
+    assert.ok(code.length > 1_000_000, `the bundle is ${code.length} characters`);
+  });
+
+  it('escapes what is past Latin-1 to the same values in strings, templates, regular expressions and comments', () => {
+    const source = "// a comment \u2014 with a dash\nconst s = 'wait\u2026'; const t = `x \u2192 ${s}`; const r = /\u2026$/.test(s); const e = '\u{1F600}'; [s, t, r, e.length, 'caf\u00e9']";
+    const escaped = latin1Code(source);
+    assert.equal([...escaped].filter((c) => c.charCodeAt(0) > 0xff).length, 0);
+    assert.ok(escaped.includes('caf\u00e9'), 'Latin-1 stays as it is');
+    // (an array of this realm: the context's arrays have a prototype of their own)
+    const run = (code: string) => Array.from(runInNewContext(code) as unknown[]);
+    assert.deepEqual(run(escaped), run(source));
+    assert.deepEqual(run(source), ['wait\u2026', 'x \u2192 wait\u2026', true, 2, 'caf\u00e9']);
   });
 
   it('the module-scope check finds state', () => {
