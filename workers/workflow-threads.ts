@@ -26,6 +26,16 @@ import type { WorkflowBundleWithSourceMapAndFilename } from '@temporalio/worker/
 import type { CompiledWorkerOptions } from '@temporalio/worker/lib/worker-options.js';
 
 const THREAD_SCRIPT = fileURLToPath(new URL('./workflow-thread.cjs', import.meta.url));
+/**
+ * The young generation of a workflow thread's heap, in MB (V8's default lets it grow to 48
+ * under load, and it stays at that size while the thread idles). Activations allocate briefly
+ * and a 12 MB young generation collects them as well: with it, the all-in-one process held
+ * 347-351 MB after 1,000 idle sessions against 373-385 MB (the thread's heap 50-51 against
+ * 75-77 MB), at the same turns per second (96-104 against 97-105; bench/memory.ts and
+ * bench/turn-overhead.ts with BENCH_SECONDS=30, 2 alternating rounds each).
+ */
+export const WORKFLOW_THREAD_YOUNG_GENERATION_MB = 12;
+
 /** How often the main thread looks at each workflow thread's running call. */
 export const SUPERVISE_EVERY_MS = 250;
 
@@ -94,7 +104,7 @@ async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFil
   const count = options.workflowThreadPoolSize;
   const clients = Array.from({ length: count }, (_, index) => {
     const calls = new Int32Array(new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT));
-    const thread = new NodeThread(THREAD_SCRIPT, { workerData: { stewardCalls: calls.buffer } });
+    const thread = new NodeThread(THREAD_SCRIPT, { workerData: { stewardCalls: calls.buffer }, resourceLimits: { maxYoungGenerationSizeMb: WORKFLOW_THREAD_YOUNG_GENERATION_MB } });
     live.add(thread);
     thread.once('exit', () => live.delete(thread));
     superviseWorkflowThread(thread, calls, { limitMs: options.isolateExecutionTimeoutMs, logger, index });

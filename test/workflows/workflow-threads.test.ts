@@ -14,7 +14,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type LogEntry, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { loadConfig } from '../../config/index.js';
 import { createStewardWorker } from '../../workers/main.js';
-import { StewardWorker, superviseWorkflowThread, workflowThreads, type StuckCall } from '../../workers/workflow-threads.js';
+import { StewardWorker, superviseWorkflowThread, WORKFLOW_THREAD_YOUNG_GENERATION_MB, workflowThreads, type StuckCall } from '../../workers/workflow-threads.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
 import { echoProbe, spinProbe } from './fixtures/thread-probe.js';
 
@@ -108,6 +108,8 @@ describe('workflow threads', () => {
       const worker = await StewardWorker.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, maxCachedWorkflows: 10 });
       // the SDK's deadlock limit, 5 s (isolateExecutionTimeout), kept by the main thread
       assert.equal(workflowThreads().length, 1, "the worker's one workflow thread is Steward's");
+      // its young generation bounded (a heap that grows to V8's default under load keeps it while idle)
+      assert.equal(workflowThreads()[0]!.resourceLimits?.maxYoungGenerationSizeMb, WORKFLOW_THREAD_YOUNG_GENERATION_MB);
       const running = worker.run();
       let outcome: 'ran' | Error | undefined;
       running.then(
