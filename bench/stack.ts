@@ -52,7 +52,7 @@ export interface BenchStack {
 
 export async function startBenchStack(extraEnv: Record<string, string> = {}): Promise<BenchStack> {
   const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
-  const model = await startModelServer();
+  const model = await startModelServer({ keepRequests: false });
   const { config, dataDir } = await benchConfig(model.baseURL, { STEWARD_WORKER_MAX_CACHED_WORKFLOWS: String(cache), ...extraEnv });
   // warnings go to stderr: stdout holds the benchmark's JSON only (bench/compare.ts reads it)
   const steward = await startSteward(config, pino({ level: 'warn' }, pino.destination(2)));

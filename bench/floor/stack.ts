@@ -28,7 +28,7 @@ export interface FloorStack {
 
 export async function startFloorStack(dataDirPrefix = 'steward-floor-'): Promise<FloorStack> {
   const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
-  const model = await startModelServer();
+  const model = await startModelServer({ keepRequests: false });
   const dataDir = mkdtempSync(path.join(tmpdir(), dataDirPrefix));
   const temporal = await startEmbeddedTemporal({ dataDir, port: await freePort(), uiPort: await freePort(), ui: false, namespace: 'default' });
   const connection = await Connection.connect({ address: temporal.address });

@@ -78,6 +78,12 @@ export interface ModelServer {
 export interface ModelServerOptions {
   /** Model ids listed by `GET /v1/models`. */
   models?: string[];
+  /**
+   * Keep every chat-completion request in `requests` (default true). The benchmarks turn it off:
+   * the model server runs in the measured process, and a thousand kept requests with Steward's
+   * system prompt and tool schemas were about 20 MB of its heap (the floor's bodies are a line each).
+   */
+  keepRequests?: boolean;
 }
 
 /** The text of the last user message of an OpenAI chat body (string or content parts). */
@@ -133,6 +139,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   const sockets = new Set<Socket>();
   let aborted = 0;
   let completed = 0;
+  let received = 0;
   let closed = false;
   let fallback = (req: RecordedRequest): ScriptedReply => ({ text: `echo: ${lastUserText(req.body)}` });
   const notify = () => {
@@ -177,7 +184,8 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
 
   async function completions(req: IncomingMessage, res: ServerResponse, body: unknown) {
     const recorded: RecordedRequest = { method: req.method ?? 'POST', path: req.url ?? '', headers: req.headers, body };
-    requests.push(recorded);
+    received++;
+    if (opts.keepRequests !== false) requests.push(recorded);
     const idx = queue.findIndex((r) => !r.match || r.match(recorded));
     const reply = idx >= 0 ? queue.splice(idx, 1)[0]! : fallback(recorded);
     const gone = new AbortController();
@@ -220,7 +228,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       completion_tokens: Math.max(1, Math.ceil(text.length / 4)),
     };
     const usageOut = { ...usage, total_tokens: usage.prompt_tokens + usage.completion_tokens };
-    const id = `chatcmpl-${requests.length}`;
+    const id = `chatcmpl-${received}`;
     const created = Math.floor(Date.now() / 1000);
     const model = b.model ?? 'test-model';
 
