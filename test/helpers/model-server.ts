@@ -81,7 +81,7 @@ export interface ModelServerOptions {
   /**
    * Keep every chat-completion request in `requests` (default true). The benchmarks turn it off:
    * the model server runs in the measured process, and a thousand kept requests with Steward's
-   * system prompt and tool schemas were about 20 MB of its heap (the floor's bodies are a line each).
+   * system prompt and tool schemas were about 10 MB of its heap (the floor's bodies are a line each).
    */
   keepRequests?: boolean;
 }
