@@ -26,6 +26,7 @@ import { readFileSync, writeFileSync, writeSync } from 'node:fs';
 import v8 from 'node:v8';
 import { applyHeapGrowthSetting } from '../platform/heap-growth.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
+import { phaseSettings } from './phases.js';
 
 const TARGET = process.env.BENCH_TARGET ?? 'steward';
 
@@ -119,8 +120,8 @@ function threadCount(): number | undefined {
  * comparable with those of one without.
  */
 async function snapshot(label: string, snapshotPrefix?: string) {
-  // BENCH_SETTLE_SECONDS (12, as bench/phases.ts waits: past Steward's 10 s malloc trim interval): how long the process idles first
-  await new Promise((r) => setTimeout(r, Number(process.env.BENCH_SETTLE_SECONDS ?? 12) * 1000));
+  // BENCH_SETTLE_SECONDS, as bench/phases.ts waits (past Steward's malloc trim interval): how long the process idles first
+  await new Promise((r) => setTimeout(r, phaseSettings().settleSeconds * 1000));
   const gc = (globalThis as { gc?: () => void }).gc;
   gc?.();
   gc?.();

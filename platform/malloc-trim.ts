@@ -35,14 +35,13 @@ let loaded: { fn?: TrimFn; why?: string } | undefined;
 export function mallocTrimFunction(): { fn?: TrimFn; why?: string } {
   if (loaded) return loaded;
   if (process.platform !== 'linux') return (loaded = { why: `no glibc on ${process.platform}` });
-  const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;
-  if (!report?.header?.glibcVersionRuntime) return (loaded = { why: 'the C library is not glibc' });
   try {
-    // koffi is CommonJS with a native part: required, not imported, so a machine without its binary only loses trimming
+    // koffi is CommonJS with a native part: required, not imported, so a machine without its binary only loses trimming;
+    // libc.so.6 is glibc's name (musl's C library has another), so loading it is the check for glibc
     const koffi = createRequire(import.meta.url)('koffi') as { load(lib: string): { func(signature: string): TrimFn } };
     return (loaded = { fn: koffi.load('libc.so.6').func('int malloc_trim(size_t pad)') });
   } catch (err) {
-    return (loaded = { why: `koffi could not load malloc_trim: ${err instanceof Error ? err.message : String(err)}` });
+    return (loaded = { why: `no glibc malloc_trim here (koffi loading libc.so.6): ${err instanceof Error ? err.message : String(err)}` });
   }
 }
 
