@@ -580,8 +580,10 @@ export async function startDirectoryWatchers(opts: DirectoryWatchersOptions): Pr
       }
       refusedOnce.delete(id);
       const t = new DirectoryTrigger(id, dir, opts.mode ?? 'watch', s, (batchId, payload) => opts.deliver(id, batchId, payload), opts.log, opts.what);
-      triggers.set(id, t);
+      // listed (watching()) only once its watch or first snapshot is in place: a change made
+      // after the directory shows as watched is seen
       await t.start();
+      triggers.set(id, t);
     }
   }
 
