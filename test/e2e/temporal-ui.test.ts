@@ -330,7 +330,8 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
       );
       const rowOf = (text: string) => page.locator(EVENT_ROW).filter({ hasText: text }).first();
       assert.match(await rowOf(`Turn 1: model step 1 (${MODEL})`).innerText(), /Activity Task Scheduled[\s\S]*modelStep/, 'the model step: an activity the session scheduled');
-      assert.match(await rowOf('Turn 1: reply').innerText(), /Local Activity[\s\S]*deliver/, 'the reply: delivered by a local activity');
+      // the marker's activity type shows once the UI has decoded its details: waited for, not read once
+      await waitForText('the reply\'s row', page, rowOf('Turn 1: reply'), 'the reply: delivered by a local activity', (t) => /Local Activity[\s\S]*deliver/.test(t), 'reply-local-activity');
       assert.doesNotMatch(await events.innerText(), /turnWorkflow|Start Child Workflow/i, 'no child turn workflow');
       // opened, the model step shows its decoded input: the turn it belongs to
       await rowOf(`Turn 1: model step 1 (${MODEL})`).click();
