@@ -89,6 +89,7 @@ export interface DirectoryWatchersOptions extends WatchSettings {
 export interface DirectoryWatchers {
   /** Re-read the list and watch exactly its directories (serialised). */
   refresh(): Promise<void>;
+  /** The directories watched now, each listed once its watch (or first poll snapshot) is in place. */
   watching(): Array<{ id: string; path: string; mode: 'watch' | 'poll' }>;
   stop(): Promise<void>;
 }
