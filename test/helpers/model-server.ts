@@ -56,7 +56,7 @@ export interface ScriptedReply {
 export interface ModelServer {
   /** `http://127.0.0.1:<port>/v1`, the base URL for the OpenAI and OpenAI-compatible providers. */
   baseURL: string;
-  /** Chat-completion requests, in arrival order. */
+  /** Chat-completion requests, in arrival order (none kept with `keepRequests: false`). */
   requests: RecordedRequest[];
   /** Embedding requests, in arrival order (each may carry many inputs). */
   embeddingRequests: RecordedRequest[];
