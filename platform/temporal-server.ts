@@ -13,6 +13,9 @@ import { NativeConnection, type NativeConnectionOptions } from '@temporalio/work
 import type { Logger } from 'pino';
 import type { StewardConfig } from '../config/index.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes.js';
+import { freePort } from './ports.js';
+
+export { freePort };
 
 /**
  * Steward's custom search attributes (names and the types the CLI and the operator API name them
@@ -65,19 +68,6 @@ export function findProgram(name: string, explicit?: string): string | undefined
 
 export function findTemporalCli(explicit?: string): string | undefined {
   return findProgram('temporal', explicit ?? process.env.TEMPORAL_CLI_PATH);
-}
-
-export async function freePort(host = '127.0.0.1'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, host, () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 async function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {

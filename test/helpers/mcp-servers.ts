@@ -7,7 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { realpathSync, readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
+import { freePort } from '../../platform/ports.js';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -31,17 +31,6 @@ export function serverEntry(pkg: '@modelcontextprotocol/server-everything' | '@m
 /** A stdio registration that runs `args` with this Node in the sandbox. */
 export function stdioServer(name: string, args: string[], extra: Partial<McpServerInput> = {}): McpServerInput {
   return { name, transport: 'stdio', command: [realpathSync(process.execPath), ...args], roBinds: [nodeDir, nodeModules], ...extra } as McpServerInput;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** server-everything over Streamable HTTP on a free local port; stop() ends it. */

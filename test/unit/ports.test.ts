@@ -1,0 +1,52 @@
+/** Free ports for the servers Steward and its tests start (platform/ports.ts), against the real network stack. */
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:net';
+import { describe, it } from 'node:test';
+import { ephemeralLow, freePort, freePortIn } from '../../platform/ports.js';
+
+function listen(port: number): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(port, '127.0.0.1', () => resolve(srv));
+  });
+}
+
+const close = (srv: Server) => new Promise<void>((resolve) => srv.close(() => resolve()));
+
+describe('free ports', () => {
+  it("reads the ephemeral range's first port, and falls back to 32768 when it cannot", () => {
+    assert.equal(ephemeralLow(() => '32768\t60999\n'), 32768);
+    assert.equal(ephemeralLow(() => '49152 65535'), 49152);
+    assert.equal(ephemeralLow(() => 'garbage'), 32768);
+    assert.equal(
+      ephemeralLow(() => {
+        throw new Error('ENOENT');
+      }),
+      32768,
+    );
+  });
+
+  it('hands out ports below the ephemeral range, each once, each free to listen on', async () => {
+    const low = ephemeralLow();
+    const ports: number[] = [];
+    for (let i = 0; i < 40; i++) ports.push(await freePort());
+    assert.equal(new Set(ports).size, ports.length, 'no port handed out twice');
+    for (const port of ports) assert.ok(port >= 10_000 && port < low, `${port} lies below the ephemeral range (${low})`);
+    const servers = await Promise.all(ports.map(listen));
+    await Promise.all(servers.map(close));
+  });
+
+  it('skips a port something listens on, and asks the kernel when the whole range is taken', async () => {
+    const held = await listen(0);
+    const port = (held.address() as { port: number }).port;
+    try {
+      const other = await freePortIn({ low: port, high: port });
+      assert.notEqual(other, port);
+      const srv = await listen(other);
+      await close(srv);
+    } finally {
+      await close(held);
+    }
+  });
+});
