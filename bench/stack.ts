@@ -18,9 +18,12 @@ import { historyCost } from './phases.js';
 /** The API token every bench stack is started with. */
 export const BENCH_TOKEN = 'bench-token-0123456789abcdef';
 
+const PASSED_THROUGH = ['DATABASE_URL', 'STEWARD_IDLE_MEMORY_RELEASE', 'STEWARD_MALLOC_TRIM_INTERVAL'] as const;
+
 /**
  * A bench's Steward configuration: a fresh data directory, free ports, the Temporal UI off,
- * the scripted model at `modelBaseURL`, DATABASE_URL when set, then `extraEnv`.
+ * the scripted model at `modelBaseURL`, DATABASE_URL and the memory settings when set in the
+ * environment (STEWARD_IDLE_MEMORY_RELEASE, STEWARD_MALLOC_TRIM_INTERVAL: to compare them), then `extraEnv`.
  */
 export async function benchConfig(modelBaseURL: string, extraEnv: Record<string, string> = {}, prefix = 'steward-bench-'): Promise<{ config: StewardConfig; dataDir: string }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), prefix));
@@ -34,7 +37,7 @@ export async function benchConfig(modelBaseURL: string, extraEnv: Record<string,
     STEWARD_MODEL: 'openai-compatible:bench',
     STEWARD_MODEL_BASE_URL: modelBaseURL,
     STEWARD_LOG_LEVEL: 'warn',
-    ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+    ...Object.fromEntries(PASSED_THROUGH.flatMap((name) => (process.env[name] ? [[name, process.env[name]]] : []))),
     ...extraEnv,
   });
   return { config, dataDir };

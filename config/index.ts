@@ -40,6 +40,22 @@ const duration = (fallback: string, what: string) =>
       return ms;
     });
 
+/** A duration from `minMs` to `maxMs`, or `off` (or 0): 0. */
+const offOrDuration = (fallback: string, minMs: number, maxMs: number, message: string) =>
+  z
+    .string()
+    .trim()
+    .default(fallback)
+    .transform((v, ctx) => {
+      if (v === 'off' || v === '0') return 0;
+      const ms = parseDuration(v);
+      if (ms === undefined || ms < minMs || ms > maxMs) {
+        ctx.addIssue({ code: 'custom', message: `expected ${message}` });
+        return z.NEVER;
+      }
+      return ms;
+    });
+
 const port = (fallback: number) =>
   z.coerce
     .number({ error: 'expected a TCP port number (1-65535)' })
@@ -268,19 +284,9 @@ export const ConfigEnvSchema = z.object({
     .max(MAX_HEAP_GROWTH_PERCENT, HEAP_GROWTH_MESSAGE)
     .default(DEFAULT_HEAP_GROWTH_PERCENT),
   // how often glibc's free memory goes back to the system (platform/malloc-trim.ts); off or 0: never
-  STEWARD_MALLOC_TRIM_INTERVAL: z
-    .string()
-    .trim()
-    .default('10s')
-    .transform((v, ctx) => {
-      if (v === 'off' || v === '0') return 0;
-      const ms = parseDuration(v);
-      if (ms === undefined || ms < 1000 || ms > 86_400_000) {
-        ctx.addIssue({ code: 'custom', message: 'expected how often the C allocator is trimmed, from 1s to 24h (such as 30s or 5m), or off' });
-        return z.NEVER;
-      }
-      return ms;
-    }),
+  STEWARD_MALLOC_TRIM_INTERVAL: offOrDuration('10s', 1000, 86_400_000, 'how often the C allocator is trimmed, from 1s to 24h (such as 30s or 5m), or off'),
+  // how long a process stays quiet before it compacts its heaps and gives the memory back (platform/idle-memory.ts); off or 0: never
+  STEWARD_IDLE_MEMORY_RELEASE: offOrDuration('5s', 1000, 3_600_000, 'how long the process is quiet before it gives memory back, from 1s to 1h (such as 5s or 1m), or off'),
   // --- traces (OTLP/HTTP, the standard OpenTelemetry names) and the metrics listener
   OTEL_EXPORTER_OTLP_ENDPOINT: url('(an OTLP/HTTP collector base, e.g. http://127.0.0.1:4318; traces go to <it>/v1/traces)'),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url('(the OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)'),
@@ -534,6 +540,8 @@ export interface StewardConfig {
   logLevel: ConfigEnv['STEWARD_LOG_LEVEL'];
   /** STEWARD_MALLOC_TRIM_INTERVAL: how often a long-running process trims glibc's free memory (0: never; platform/malloc-trim.ts). */
   mallocTrimEveryMs: number;
+  /** STEWARD_IDLE_MEMORY_RELEASE: how long a long-running process is quiet before it compacts its heaps (0: never; platform/idle-memory.ts). */
+  idleMemoryReleaseMs: number;
   telemetry: {
     /** OTLP/HTTP traces URL; no traces are exported when unset. */
     tracesUrl?: string;
@@ -917,6 +925,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     databaseUrl: e.DATABASE_URL ?? `file:${path.join(dataDir, 'steward.db')}`,
     logLevel: e.STEWARD_LOG_LEVEL,
     mallocTrimEveryMs: e.STEWARD_MALLOC_TRIM_INTERVAL,
+    idleMemoryReleaseMs: e.STEWARD_IDLE_MEMORY_RELEASE,
     telemetry: telemetrySection(e),
     ...chatPlatformSections(e),
     governance: governanceSection(e),

@@ -47,13 +47,15 @@ import { startInboundEmail } from '../adapters/inbound-email.js';
 import { startWorkspaceInboxes } from '../adapters/workspace-inbox.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
+import { compactWorkflowThreads } from '../workers/workflow-threads.js';
 import { workerVersioningFor } from '../workers/versioning.js';
 import { setModelPrices } from '../common/metrics.js';
 import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { connectTemporal, ensureSearchAttributes, freePort, startEmbeddedTemporal } from './temporal-server.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
-import { startMallocTrim } from './malloc-trim.js';
+import { startIdleMemoryRelease, type IdleReleaseOptions } from './idle-memory.js';
+import { startMallocTrim, trimMalloc } from './malloc-trim.js';
 
 export interface RunningSteward {
   apiUrl: string;
@@ -96,6 +98,19 @@ export async function resolveApiToken(config: StewardConfig): Promise<{ token: s
   await writeFile(file, `${token}\n`, { mode: 0o600 });
   await chmod(file, 0o600);
   return { token, generated: true };
+}
+
+/**
+ * STEWARD_IDLE_MEMORY_RELEASE (platform/idle-memory.ts): the main heap, then each workflow
+ * thread's, then the C allocator (unless STEWARD_MALLOC_TRIM_INTERVAL is off).
+ */
+function idleReleaseOptions(config: StewardConfig, log: Logger): IdleReleaseOptions {
+  return {
+    quietMs: config.idleMemoryReleaseMs,
+    log,
+    threads: () => compactWorkflowThreads(),
+    ...(config.mallocTrimEveryMs > 0 ? { trim: () => void trimMalloc() } : {}),
+  };
 }
 
 export function redactUrl(url: string): string {
@@ -642,6 +657,9 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // what start-up compiled and freed goes back to the system, and so on every STEWARD_MALLOC_TRIM_INTERVAL
     const trimmer = startMallocTrim({ everyMs: config.mallocTrimEveryMs, log });
     cleanups.push(async () => trimmer.stop());
+    // and what a load left in the heaps' pages once the process goes quiet
+    const idleRelease = startIdleMemoryRelease(idleReleaseOptions(config, log));
+    cleanups.push(async () => idleRelease.stop());
 
     return {
       apiUrl: http.url,
@@ -721,10 +739,12 @@ export async function startWorkerOnly(
     : undefined;
   const running = runWorkers(workers, log);
   const trimmer = startMallocTrim({ everyMs: config.mallocTrimEveryMs, log });
+  const idleRelease = startIdleMemoryRelease(idleReleaseOptions(config, log));
   // the first versioned deploy makes itself current; later builds wait for the operator (docs/upgrades.md)
   void versioning.afterStart();
   const done = running.done.finally(async () => {
     trimmer.stop();
+    idleRelease.stop();
     await inboxes?.stop();
     await runCleanups(mcpCleanups, log);
     await metricsServer?.close();

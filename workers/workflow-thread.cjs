@@ -7,10 +7,16 @@
  * watchdog, and say in shared memory when a call starts and ends: the main thread keeps the
  * same deadlock limit over them (superviseWorkflowThread).
  *
+ * It also compacts its heap when the main thread asks (platform/idle-memory.ts: once the
+ * process has gone quiet), which only this thread can do for its own isolate.
+ *
  * The shared state (workerData.stewardCalls, an Int32Array over a SharedArrayBuffer):
  *   [0] 1 while a call into a sandbox runs, else 0
  *   [1] how many calls have started (wraps), so the supervisor tells one long call from many
+ *   [2] how many compactions the main thread has asked for
+ *   [3] how many this thread has made (the main thread waits on it)
  */
+const v8 = require('node:v8');
 const vm = require('node:vm');
 const { workerData } = require('node:worker_threads');
 
@@ -31,5 +37,39 @@ vm.Script.prototype.runInContext = function runWithoutWatchdogThread(context, op
     if (--depth === 0) Atomics.store(calls, 0, 0);
   }
 };
+
+/**
+ * V8's gc(), as platform/idle-memory.ts takes it: the flag set only while one new context is
+ * made, here before the SDK makes the sandbox's, so no workflow sees a `gc`.
+ */
+let gc;
+function gcFunction() {
+  if (typeof gc === 'function') return gc;
+  v8.setFlagsFromString('--expose-gc');
+  try {
+    gc = vm.runInNewContext('gc');
+  } finally {
+    v8.setFlagsFromString('--no-expose-gc');
+  }
+  return typeof gc === 'function' ? gc : undefined;
+}
+gcFunction();
+
+// from 0, as the main thread starts it: a request made before this line ran is seen at once
+let compactionsAsked = 0;
+function awaitCompaction() {
+  const wait = Atomics.waitAsync(calls, 2, compactionsAsked);
+  Promise.resolve(wait.value).then(() => {
+    compactionsAsked = Atomics.load(calls, 2);
+    try {
+      gcFunction()?.({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+    } finally {
+      Atomics.add(calls, 3, 1);
+      Atomics.notify(calls, 3);
+      awaitCompaction();
+    }
+  });
+}
+awaitCompaction();
 
 require('@temporalio/worker/lib/workflow/workflow-worker-thread.js');

@@ -42,10 +42,35 @@ export const SUPERVISE_EVERY_MS = 250;
 /** STEWARD_WORKFLOW_WATCHDOG (config/index.ts): `thread` or `per-call`. */
 export type WorkflowWatchdog = 'thread' | 'per-call';
 
-/** The workflow threads Steward's workers have started in this process and that still run (for the memory benchmark). */
-const live = new Set<NodeThread>();
+/** The workflow threads Steward's workers have started in this process and that still run, with their shared state (workflow-thread.cjs). */
+const live = new Map<NodeThread, Int32Array>();
 export function workflowThreads(): NodeThread[] {
-  return [...live];
+  return [...live.keys()];
+}
+
+/** The shared state of a new workflow thread: see workflow-thread.cjs. */
+export function workflowThreadState(): Int32Array {
+  return new Int32Array(new SharedArrayBuffer(4 * Int32Array.BYTES_PER_ELEMENT));
+}
+
+/**
+ * Ask a workflow thread to compact its heap (platform/idle-memory.ts) and wait up to `timeoutMs`
+ * for it to say it has; whether it did. The thread does it between activations.
+ */
+export async function compactWorkflowThread(state: Int32Array, timeoutMs = 5_000): Promise<boolean> {
+  const done = Atomics.load(state, 3);
+  Atomics.add(state, 2, 1);
+  Atomics.notify(state, 2);
+  const wait = Atomics.waitAsync(state, 3, done, timeoutMs);
+  await wait.value;
+  return Atomics.load(state, 3) !== done;
+}
+
+/** Compact every live workflow thread's heap, one after the other; how many did. */
+export async function compactWorkflowThreads(timeoutMs?: number): Promise<number> {
+  let compacted = 0;
+  for (const state of [...live.values()]) if (await compactWorkflowThread(state, timeoutMs)) compacted++;
+  return compacted;
 }
 
 export interface StuckCall {
@@ -103,9 +128,9 @@ export function superviseWorkflowThread(
 async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
   const count = options.workflowThreadPoolSize;
   const clients = Array.from({ length: count }, (_, index) => {
-    const calls = new Int32Array(new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT));
+    const calls = workflowThreadState();
     const thread = new NodeThread(THREAD_SCRIPT, { workerData: { stewardCalls: calls.buffer }, resourceLimits: { maxYoungGenerationSizeMb: WORKFLOW_THREAD_YOUNG_GENERATION_MB } });
-    live.add(thread);
+    live.set(thread, calls);
     thread.once('exit', () => live.delete(thread));
     superviseWorkflowThread(thread, calls, { limitMs: options.isolateExecutionTimeoutMs, logger, index });
     return new WorkerThreadClient(thread, logger, options.patchActivationCallback);
