@@ -27,12 +27,14 @@ export type GcFunction = (options: { type: 'major'; execution: 'sync'; flavor: '
 let gcFunction: GcFunction | undefined;
 
 /**
- * V8's `gc()` without starting Node with --expose-gc: the flag is set for as long as one new
- * context takes to be made and unset again, so no other context (a workflow sandbox, the
- * process's global) gets a `gc` it did not have.
+ * V8's `gc()`: the global one when Node was started with --expose-gc, else taken without it:
+ * the flag is set for as long as one new context takes to be made and unset again, so no other
+ * context (a workflow sandbox, the process's global) gets a `gc` it did not have.
  */
 export function v8Gc(): GcFunction {
   if (gcFunction) return gcFunction;
+  const global = (globalThis as { gc?: unknown }).gc;
+  if (typeof global === 'function') return (gcFunction = global as GcFunction);
   v8.setFlagsFromString('--expose-gc');
   try {
     gcFunction = runInNewContext('gc') as GcFunction;

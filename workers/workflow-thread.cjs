@@ -39,10 +39,11 @@ vm.Script.prototype.runInContext = function runWithoutWatchdogThread(context, op
 };
 
 /**
- * V8's gc(), as platform/idle-memory.ts takes it: the flag set only while one new context is
- * made, here before the SDK makes the sandbox's, so no workflow sees a `gc`.
+ * V8's gc(), as platform/idle-memory.ts takes it: the thread's own when the process was started
+ * with --expose-gc, else with the flag set only while one new context is made, here before the
+ * SDK makes the sandbox's, so no workflow sees a `gc`.
  */
-let gc;
+let gc = globalThis.gc;
 function gcFunction() {
   if (typeof gc === 'function') return gc;
   v8.setFlagsFromString('--expose-gc');
@@ -63,11 +64,12 @@ function awaitCompaction() {
     compactionsAsked = Atomics.load(calls, 2);
     try {
       gcFunction()?.({ type: 'major', execution: 'sync', flavor: 'last-resort' });
-    } finally {
-      Atomics.add(calls, 3, 1);
-      Atomics.notify(calls, 3);
-      awaitCompaction();
+    } catch {
+      // a compaction is worth having, never worth failing the thread's workflows for
     }
+    Atomics.add(calls, 3, 1);
+    Atomics.notify(calls, 3);
+    awaitCompaction();
   });
 }
 awaitCompaction();
