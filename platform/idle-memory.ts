@@ -136,8 +136,9 @@ export function startIdleMemoryRelease(opts: IdleReleaseOptions): IdleMemoryRele
   state.timer = setInterval(() => {
     if (state.stopped || state.running) return;
     const now = performance.now();
-    const elu = performance.eventLoopUtilization(last);
-    last = performance.eventLoopUtilization();
+    const current = performance.eventLoopUtilization();
+    const elu = performance.eventLoopUtilization(current, last);
+    last = current;
     if (elu.utilization > busy) {
       quietSince = now;
       return;

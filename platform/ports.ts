@@ -42,6 +42,11 @@ function listenOn(port: number, host: string): Promise<number | undefined> {
   });
 }
 
+/** Whether nothing listens on `port` of `host` now. */
+export async function portFree(port: number, host = '127.0.0.1'): Promise<boolean> {
+  return (await listenOn(port, host)) === port;
+}
+
 /** A port free on `host` now, outside the ephemeral range where there is room below it. */
 export async function freePort(host = '127.0.0.1'): Promise<number> {
   const high = ephemeralLow() - 1;
@@ -54,7 +59,7 @@ export async function freePortIn(range: { low: number; high: number } | undefine
     for (let i = 0; i < ATTEMPTS; i++) {
       const port = range.low + Math.floor(Math.random() * (range.high - range.low + 1));
       if (handedOut.has(port)) continue;
-      if ((await listenOn(port, host)) === port) {
+      if (await portFree(port, host)) {
         handedOut.add(port);
         return port;
       }

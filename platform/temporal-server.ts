@@ -5,7 +5,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { Connection, type ConnectionOptions } from '@temporalio/client';
 import { TypedSearchAttributes } from '@temporalio/common';
@@ -13,9 +12,7 @@ import { NativeConnection, type NativeConnectionOptions } from '@temporalio/work
 import type { Logger } from 'pino';
 import type { StewardConfig } from '../config/index.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes.js';
-import { freePort } from './ports.js';
-
-export { freePort };
+import { freePort, portFree } from './ports.js';
 
 /**
  * Steward's custom search attributes (names and the types the CLI and the operator API name them
@@ -68,14 +65,6 @@ export function findProgram(name: string, explicit?: string): string | undefined
 
 export function findTemporalCli(explicit?: string): string | undefined {
   return findProgram('temporal', explicit ?? process.env.TEMPORAL_CLI_PATH);
-}
-
-async function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.once('error', () => resolve(true));
-    srv.listen(port, host, () => srv.close(() => resolve(false)));
-  });
 }
 
 export interface EmbeddedTemporal {
@@ -136,7 +125,7 @@ export async function startEmbeddedTemporal(opts: EmbeddedTemporalOptions): Prom
   const dir = path.join(opts.dataDir, 'temporal');
   await mkdir(dir, { recursive: true });
   const address = `127.0.0.1:${opts.port}`;
-  if (await portInUse(opts.port)) {
+  if (!(await portFree(opts.port))) {
     throw new Error(
       `Port ${opts.port} is already in use, so the embedded Temporal server cannot start there. ` +
         'A Temporal server from an earlier run may still be running: stop it, set STEWARD_TEMPORAL_PORT to a free port, ' +

@@ -26,7 +26,8 @@ import { bundleWorkflowCode, type Worker, type WorkflowBundleWithSourceMap } fro
 import { createModelRegistry } from '../../domain/model.js';
 import { createIngress, type Ingress } from '../../adapters/ingress.js';
 import { ConfigError, DEFAULT_SYSTEM_PROMPT, loadConfig } from '../../config/index.js';
-import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, freePort } from '../../platform/temporal-server.js';
+import { freePort } from '../../platform/ports.js';
+import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli } from '../../platform/temporal-server.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
 import { bundleOptions } from '../../workers/bundle.js';
 import { createStewardWorker } from '../../workers/main.js';

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ImapFlow } from 'imapflow';
-import { freePort } from '../../platform/temporal-server.js';
+import { freePort } from '../../platform/ports.js';
 
 export const DOVECOT = '/usr/sbin/dovecot';
 

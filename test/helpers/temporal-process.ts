@@ -11,7 +11,8 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Connection } from '@temporalio/client';
-import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, freePort, SEARCH_ATTRIBUTES } from '../../platform/temporal-server.js';
+import { freePort } from '../../platform/ports.js';
+import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, SEARCH_ATTRIBUTES } from '../../platform/temporal-server.js';
 
 export interface PersistentTemporal {
   /** `127.0.0.1:<port>`, the same across restarts. */

@@ -3,7 +3,8 @@
  * SDK's own download as the fallback on machines that have internet.
  */
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli, freePort } from '../../platform/temporal-server.js';
+import { freePort } from '../../platform/ports.js';
+import { DEV_SERVER_DYNAMIC_CONFIG, findProgram, findTemporalCli } from '../../platform/temporal-server.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
 
 export async function createTestEnvironment(): Promise<TestWorkflowEnvironment> {
