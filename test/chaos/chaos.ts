@@ -30,6 +30,7 @@ import { createIngress, type IngressResult } from '../../adapters/ingress.js';
 import { createObjectiveService } from '../../services/objectives.js';
 import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } from '../../common/codec.js';
 import { sessionWorkflowId } from '../../common/ids.js';
+import { objectiveScheduleId } from '../../common/objectives.js';
 import type { InboundMessage } from '../../common/schemas.js';
 import { buildWorkflowBundle } from '../../workers/bundle.js';
 import { changeModel, offeredTools, GREETING_DRAFT } from '../helpers/change-model.js';
@@ -615,7 +616,19 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
       }
       return true;
     };
-    await waitUntil(async () => (await changeDone()) && (await runsOf()).every((r) => r.status !== 'running'), Math.max(15_000, settleDeadline - Date.now()), 500);
+    // the schedule's runs still going: one started before the pause may not have recorded itself yet
+    const scheduleRunning = async () => {
+      try {
+        return (await client.schedule.getHandle(objectiveScheduleId(objective.id)).describe()).info.runningActions.length > 0;
+      } catch {
+        return true; // the server is not answering yet: not settled
+      }
+    };
+    await waitUntil(
+      async () => (await changeDone()) && !(await scheduleRunning()) && (await runsOf()).every((r) => r.status !== 'running'),
+      Math.max(15_000, settleDeadline - Date.now()),
+      500,
+    );
     // nothing more arrives
     await sleep(3000);
 
