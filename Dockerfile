@@ -51,6 +51,6 @@ USER node
 EXPOSE 8787
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.STEWARD_HTTP_PORT || 8787) + '/healthz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # the Node options of every Steward process on Node 22 (platform/node-options.ts; Node 24 and
-# later refuse the flag, their default: drop it with such a NODE_IMAGE)
-ENTRYPOINT ["node", "--experimental-async-context-frame", "--import", "tsx", "platform/main.ts"]
+# later refuse the async context frame flag, their default: drop it with such a NODE_IMAGE)
+ENTRYPOINT ["node", "--experimental-async-context-frame", "--max-semi-space-size=64", "--import", "tsx", "platform/main.ts"]
 CMD ["start"]

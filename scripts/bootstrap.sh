@@ -83,10 +83,10 @@ _steward_bootstrap
 
 # The Node options of every Steward process (platform/node-options.ts computes the same list):
 # AsyncLocalStorage on async context frames, which Node 24 and later do by default (and where
-# the flag is refused).
-STEWARD_NODE_FLAGS=""
+# the flag is refused); the main thread's young generation up to 64 MB semi-spaces.
+STEWARD_NODE_FLAGS="--max-semi-space-size=64"
 if [ "$_steward_node_major" -ge 22 ] && [ "$_steward_node_major" -lt 24 ]; then
-  STEWARD_NODE_FLAGS="--experimental-async-context-frame"
+  STEWARD_NODE_FLAGS="--experimental-async-context-frame $STEWARD_NODE_FLAGS"
 fi
 export STEWARD_NODE_FLAGS
 # glibc's malloc arenas (platform/node-options.ts, stewardProcessEnv): two instead of one per

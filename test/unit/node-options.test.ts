@@ -2,14 +2,14 @@
  * Steward's Node options and process environment (platform/node-options.ts): the launcher, the
  * image, the processes `steward cluster` starts and the test command all pass the same ones, and
  * on the Node that bootstrap installs they take effect (AsyncLocalStorage without its promise
- * hook; glibc's malloc arenas capped).
+ * hook; glibc's malloc arenas capped; the main thread's young generation bounded at 64 MB semi-spaces).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { nodeFlags, STEWARD_MALLOC_ARENA_MAX, STEWARD_NODE_FLAGS, stewardProcessEnv } from '../../platform/node-options.js';
+import { nodeFlags, STEWARD_MALLOC_ARENA_MAX, STEWARD_MAX_SEMI_SPACE_MB, STEWARD_NODE_FLAGS, stewardProcessEnv } from '../../platform/node-options.js';
 import { repoRoot } from '../helpers/process.js';
 
 const read = (f: string) => readFileSync(path.join(repoRoot, f), 'utf8');
@@ -21,6 +21,31 @@ function alsOnPromiseHook(flags: readonly string[]): boolean {
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stderr, '', 'no warning printed');
   return r.stdout.trim() === 'function';
+}
+
+/**
+ * The young generation of a node started with `flags` (and no NODE_OPTIONS) under a load of
+ * objects that live a while (as a turn's do), in MB: the largest the new space grew to, and its
+ * size after Steward's idle compaction (platform/idle-memory.ts, compactHeap).
+ */
+function youngGeneration(flags: readonly string[]): { grewTo: number; afterCompaction: number } {
+  const script = `
+import v8 from 'node:v8';
+import { compactHeap } from './platform/idle-memory.ts';
+const newSpace = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size / 1048576;
+const live = [];
+let grewTo = 0;
+for (let i = 0; i < 3e6; i++) {
+  live.push({ i, parts: [i] });
+  if (live.length > 200000) live.splice(0, 100000);
+  if (i % 50000 === 0) grewTo = Math.max(grewTo, newSpace());
+}
+live.length = 0;
+compactHeap();
+console.log(JSON.stringify({ grewTo, afterCompaction: newSpace() }));`;
+  const r = spawnSync(process.execPath, [...flags, '--import', 'tsx', '--input-type=module', '-e', script], { cwd: repoRoot, env: { ...process.env, NODE_OPTIONS: '' }, encoding: 'utf8', timeout: 120_000 });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout.trim()) as { grewTo: number; afterCompaction: number };
 }
 
 /**
@@ -72,8 +97,8 @@ describe('Node options', () => {
     const entrypoint = dockerfile.split('\n').find((l) => l.startsWith('ENTRYPOINT '));
     const entry = JSON.parse(entrypoint!.slice('ENTRYPOINT '.length)) as string[];
     for (const flag of nodeFlags(Number(image[1]))) assert.ok(entry.includes(flag), `the image's ENTRYPOINT passes ${flag}`);
-    assert.deepEqual(nodeFlags(22), ['--experimental-async-context-frame']);
-    assert.deepEqual(nodeFlags(24), [], 'Node 24 refuses the flag: async context frames are its default');
+    assert.deepEqual(nodeFlags(22), ['--experimental-async-context-frame', '--max-semi-space-size=64']);
+    assert.deepEqual(nodeFlags(24), ['--max-semi-space-size=64'], 'Node 24 refuses the async context frame flag: they are its default');
   });
 
   it('the launcher, the image and steward cluster start Steward with glibc\'s arenas capped, unless the environment says otherwise', () => {
@@ -94,6 +119,17 @@ describe('Node options', () => {
     const capped = arenaMappings({ ...without, ...stewardProcessEnv({}) });
     // glibc's default is 8 per core: each of the six threads gets its own arena
     assert.ok(byDefault >= capped + 4, `${byDefault} mappings by default, ${capped} capped`);
+  });
+
+  it('they take effect: the main thread\'s young generation grows past V8\'s default under load, and the idle compaction shrinks it again', () => {
+    assert.ok(STEWARD_NODE_FLAGS.includes(`--max-semi-space-size=${STEWARD_MAX_SEMI_SPACE_MB}`));
+    const byDefault = youngGeneration([]);
+    const steward = youngGeneration(STEWARD_NODE_FLAGS);
+    // the new space holds two semi-spaces: V8's default bound is 16 MB each
+    assert.ok(byDefault.grewTo <= 32, `by default the new space grew to ${byDefault.grewTo} MB`);
+    assert.ok(steward.grewTo > byDefault.grewTo, `with Steward's options it grew to ${steward.grewTo} MB, by default ${byDefault.grewTo} MB`);
+    assert.ok(steward.grewTo <= 2 * STEWARD_MAX_SEMI_SPACE_MB, `within the bound: ${steward.grewTo} MB`);
+    assert.ok(steward.afterCompaction <= 2, `the idle compaction left ${steward.afterCompaction} MB of new space`);
   });
 
   it('they take effect: AsyncLocalStorage on async context frames, without the promise hook', () => {
