@@ -234,6 +234,8 @@ export const ConfigEnvSchema = z.object({
     .default(200),
   // how a workflow thread's deadlock limit is kept (workers/workflow-threads.ts)
   STEWARD_WORKFLOW_WATCHDOG: z.enum(['thread', 'per-call'], { error: 'expected thread (the default) or per-call' }).default('thread'),
+  // the SDK's promise hook for the __stack_trace query (workers/workflow-threads.ts)
+  STEWARD_WORKFLOW_STACK_TRACES: z.enum(['on', 'off'], { error: 'expected on or off (the default)' }).default('off'),
   // --- process roles: which queues a worker process polls, slots per queue, a prebuilt bundle
   STEWARD_WORKER_QUEUES: z
     .string()
@@ -520,6 +522,12 @@ export interface StewardConfig {
      * limit) or `per-call` (the SDK's watchdog thread for every call into a sandbox).
      */
     workflowWatchdog: 'thread' | 'per-call';
+    /**
+     * STEWARD_WORKFLOW_STACK_TRACES: whether workflow threads record where each workflow promise
+     * was made (the `__stack_trace` query, the Temporal UI's Stack Trace tab). Off by default: it
+     * costs every promise a formatted stack trace. The per-call watchdog (the SDK's threads) always has it.
+     */
+    workflowStackTraces: boolean;
   };
   /** What `steward worker` polls, and how many tasks each queue's worker runs at once. */
   workers: {
@@ -805,6 +813,7 @@ function temporalSection(e: ConfigEnv): StewardConfig['temporal'] {
     backgroundTaskQueue: e.STEWARD_BACKGROUND_TASK_QUEUE,
     maxCachedWorkflows: e.STEWARD_WORKER_MAX_CACHED_WORKFLOWS,
     workflowWatchdog: e.STEWARD_WORKFLOW_WATCHDOG,
+    workflowStackTraces: e.STEWARD_WORKFLOW_STACK_TRACES === 'on',
   };
 }
 

@@ -274,7 +274,7 @@ async function workersFor(
           ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
           ...(activitiesOnly
             ? { activitiesOnly: true }
-            : { workflowBundle: (bundle ??= await workflowBundleFor(config)).bundle, maxCachedWorkflows: cached, workflowWatchdog: config.temporal.workflowWatchdog }),
+            : { workflowBundle: (bundle ??= await workflowBundleFor(config)).bundle, maxCachedWorkflows: cached, workflowWatchdog: config.temporal.workflowWatchdog, workflowStackTraces: config.temporal.workflowStackTraces }),
           ...(slots > 0 ? { concurrency: { maxConcurrentActivityTaskExecutions: slots, maxConcurrentWorkflowTaskExecutions: slots } } : {}),
         }),
       );

@@ -11,7 +11,7 @@ import { createActivities, type ActivityDeps } from '../activities/index.js';
 import { droppingWorkflowSinks } from '../platform/telemetry.js';
 import { OTEL_PATCH } from '../workflows/otel-interceptors.js';
 import { preloadModules, workflowInterceptorModules, workflowsPath } from './bundle.js';
-import { StewardWorker, type WorkflowWatchdog } from './workflow-threads.js';
+import { stewardWorkerClass, type WorkflowWatchdog } from './workflow-threads.js';
 
 /** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
 export interface WorkerConcurrency {
@@ -31,6 +31,8 @@ export interface StewardWorkerOptions {
   maxCachedWorkflows?: number;
   /** How the workflow threads' deadlock limit is kept: `thread` (the default, workers/workflow-threads.ts) or `per-call` (the SDK's). */
   workflowWatchdog?: WorkflowWatchdog;
+  /** Stack traces of workflow promises (the `__stack_trace` query) on Steward's workflow threads; off by default (workers/workflow-threads.ts). */
+  workflowStackTraces?: boolean;
   identity?: string;
   concurrency?: WorkerConcurrency;
   /** The payload codec (encryption, compression): the same as every client's. */
@@ -53,7 +55,10 @@ export interface StewardWorkerOptions {
 export async function createStewardWorker(opts: StewardWorkerOptions): Promise<Worker> {
   const fromSource = !opts.workflowBundle && !opts.activitiesOnly;
   // workflow threads without a watchdog thread per sandbox call (workers/workflow-threads.ts), unless per-call is asked for
-  const WorkerClass = opts.workflowWatchdog === 'per-call' ? Worker : StewardWorker;
+  // without an exporter, new runs leave tracing off; every other patch activates as usual
+  const patchesOffForNewRuns = opts.traceNewRuns ? [] : [OTEL_PATCH];
+  // Steward's workflow threads decide those patches themselves (workers/workflow-threads.ts); the SDK's ask the callback below
+  const WorkerClass = opts.workflowWatchdog === 'per-call' ? Worker : stewardWorkerClass({ stackTraces: opts.workflowStackTraces === true, patchesOffForNewRuns });
   return WorkerClass.create({
     connection: opts.connection,
     namespace: opts.namespace,
@@ -78,7 +83,6 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     // the bundle's workflow interceptors call the `exporter` sink: always registered (dropping unless given)
     sinks: { ...droppingWorkflowSinks(), ...opts.sinks },
     ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
-    // without an exporter, new runs leave tracing off; every other patch activates as usual
-    ...(opts.traceNewRuns ? {} : { patchActivationCallback: ({ patchId }: { patchId: string }) => patchId !== OTEL_PATCH }),
+    ...(patchesOffForNewRuns.length > 0 ? { patchActivationCallback: ({ patchId }: { patchId: string }) => !patchesOffForNewRuns.includes(patchId) } : {}),
   });
 }

@@ -42,6 +42,31 @@ export const SUPERVISE_EVERY_MS = 250;
 /** STEWARD_WORKFLOW_WATCHDOG (config/index.ts): `thread` or `per-call`. */
 export type WorkflowWatchdog = 'thread' | 'per-call';
 
+/**
+ * How Steward's workflow threads run their sandboxes.
+ *
+ * stackTraces (STEWARD_WORKFLOW_STACK_TRACES, off by default): the SDK's promise hook, which
+ * records where every promise a workflow makes was made, so that the `__stack_trace` query (the
+ * Temporal UI's Stack Trace tab) can show where a running workflow waits. It formats a stack
+ * trace for every promise, through the bundle's source map: under chat load about 30% of the
+ * workflow thread's busy samples (a CPU profile of bench/turn-overhead.ts's phases), and without
+ * it sustained turns/s rose 7.6% (95.0 against 88.3, medians of 3 alternating rounds with
+ * BENCH_SECONDS=30). Off, the query answers that stack traces are not enabled on this worker;
+ * the run's history, pending activities and search attributes are in the UI as before.
+ *
+ * patchesOffForNewRuns: the patches a new run leaves off (every other patch activates), decided
+ * in the workflow thread; the worker's patchActivationCallback must answer the same (workers/main.ts
+ * makes both from one list). Unset: the SDK's way, a blocking round trip to the main thread's
+ * callback once per patch per new run, which under load held every workflow on the thread until
+ * the busy main thread answered.
+ */
+export interface WorkflowThreadSettings {
+  stackTraces: boolean;
+  patchesOffForNewRuns?: readonly string[];
+}
+
+export const DEFAULT_WORKFLOW_THREAD_SETTINGS: Readonly<WorkflowThreadSettings> = Object.freeze({ stackTraces: false });
+
 /** The workflow threads Steward's workers have started in this process and that still run, with their shared state (workflow-thread.cjs). */
 const live = new Map<NodeThread, Int32Array>();
 export function workflowThreads(): NodeThread[] {
@@ -125,11 +150,14 @@ export function superviseWorkflowThread(
  * long as its thread (the `exit` listener), and with the bundle in their shared scope the main
  * thread kept the bundle's code (7 MB) for the life of the process.
  */
-async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger, settings: WorkflowThreadSettings): Promise<WorkflowCreator> {
   const count = options.workflowThreadPoolSize;
   const clients = Array.from({ length: count }, (_, index) => {
     const calls = workflowThreadState();
-    const thread = new NodeThread(THREAD_SCRIPT, { workerData: { stewardCalls: calls.buffer }, resourceLimits: { maxYoungGenerationSizeMb: WORKFLOW_THREAD_YOUNG_GENERATION_MB } });
+    const thread = new NodeThread(THREAD_SCRIPT, {
+      workerData: { stewardCalls: calls.buffer, stewardStackTraces: settings.stackTraces, stewardPatchesOffForNewRuns: settings.patchesOffForNewRuns },
+      resourceLimits: { maxYoungGenerationSizeMb: WORKFLOW_THREAD_YOUNG_GENERATION_MB },
+    });
     live.set(thread, calls);
     thread.once('exit', () => live.delete(thread));
     superviseWorkflowThread(thread, calls, { limitMs: options.isolateExecutionTimeoutMs, logger, index });
@@ -163,8 +191,10 @@ interface SharedThreads {
 }
 const shared = new Map<string, SharedThreads>();
 
-function sharingKey(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions): string {
+function sharingKey(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, settings: WorkflowThreadSettings): string {
   return JSON.stringify([
+    settings.stackTraces,
+    settings.patchesOffForNewRuns ?? null,
     bundle.filename,
     options.workflowThreadPoolSize,
     options.isolateExecutionTimeoutMs,
@@ -174,12 +204,12 @@ function sharingKey(bundle: WorkflowBundleWithSourceMapAndFilename, options: Com
   ]);
 }
 
-async function sharedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+async function sharedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger, settings: WorkflowThreadSettings): Promise<WorkflowCreator> {
   // the same code: its digest, taken once per worker start (the code itself is megabytes)
-  const key = `${sharingKey(bundle, options)} ${createHash('sha256').update(bundle.code).digest('hex')}`;
+  const key = `${sharingKey(bundle, options, settings)} ${createHash('sha256').update(bundle.code).digest('hex')}`;
   let entry = shared.get(key);
   if (!entry) {
-    entry = { creator: createSupervisedCreator(bundle, options, logger), users: 0 };
+    entry = { creator: createSupervisedCreator(bundle, options, logger, settings), users: 0 };
     shared.set(key, entry);
     entry.creator.catch(() => shared.delete(key));
   }
@@ -201,8 +231,19 @@ async function sharedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, opt
 
 /** The SDK's Worker with Steward's workflow threads (see the module's comment), shared by the workers of a process that can share them. */
 export class StewardWorker extends Worker {
+  /** The settings of the workflow threads this class's workers run on (stewardWorkerClass makes a class with others). */
+  static readonly threadSettings: Readonly<WorkflowThreadSettings> = DEFAULT_WORKFLOW_THREAD_SETTINGS;
+
   protected static override async createWorkflowCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
     if (options.debugMode) return super.createWorkflowCreator(bundle, options, logger);
-    return sharedCreator(bundle, options, logger);
+    return sharedCreator(bundle, options, logger, this.threadSettings);
   }
+}
+
+/** StewardWorker with these workflow thread settings. */
+export function stewardWorkerClass(settings: WorkflowThreadSettings): typeof StewardWorker {
+  const fixed = Object.freeze({ ...settings, ...(settings.patchesOffForNewRuns ? { patchesOffForNewRuns: Object.freeze([...settings.patchesOffForNewRuns]) } : {}) });
+  return class extends StewardWorker {
+    static override readonly threadSettings = fixed;
+  };
 }

@@ -3,7 +3,8 @@
  * thread each, the deadlock limit kept by the main thread instead. A real worker on the dev
  * server runs workflows on them; a workflow that never yields has its thread stopped with an
  * error that names it; the supervisor alone, on real threads, tells one long call from many
- * short ones.
+ * short ones. Stack traces of workflow promises are there only when asked for; new runs' patches
+ * are decided in the thread.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -14,9 +15,9 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type LogEntry, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { loadConfig } from '../../config/index.js';
 import { createStewardWorker } from '../../workers/main.js';
-import { StewardWorker, superviseWorkflowThread, WORKFLOW_THREAD_YOUNG_GENERATION_MB, workflowThreads, type StuckCall } from '../../workers/workflow-threads.js';
+import { StewardWorker, stewardWorkerClass, superviseWorkflowThread, WORKFLOW_THREAD_YOUNG_GENERATION_MB, workflowThreads, type StuckCall } from '../../workers/workflow-threads.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
-import { echoProbe, spinProbe } from './fixtures/thread-probe.js';
+import { echoProbe, patchProbe, spinProbe, waitProbe } from './fixtures/thread-probe.js';
 
 const require = createRequire(import.meta.url);
 const quiet = { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} };
@@ -54,6 +55,14 @@ describe('workflow threads', () => {
     assert.equal(watchdog('thread'), 'thread');
     assert.equal(watchdog('per-call'), 'per-call');
     assert.throws(() => watchdog('off'), /STEWARD_WORKFLOW_WATCHDOG.*expected thread \(the default\) or per-call/);
+  });
+
+  it('STEWARD_WORKFLOW_STACK_TRACES: off by default, on, anything else refused', () => {
+    const traces = (v?: string) => loadConfig({ ...(v === undefined ? {} : { STEWARD_WORKFLOW_STACK_TRACES: v }) }).temporal.workflowStackTraces;
+    assert.equal(traces(), false);
+    assert.equal(traces('off'), false);
+    assert.equal(traces('on'), true);
+    assert.throws(() => traces('yes'), /STEWARD_WORKFLOW_STACK_TRACES.*expected on or off \(the default\)/);
   });
 
   it('the supervisor stops a thread whose one call runs past the limit, not one making many short calls', async () => {
@@ -144,6 +153,54 @@ describe('workflow threads', () => {
       b!.shutdown();
       await runB;
       await until('the shared thread to end', () => workflowThreads().length === 0);
+    });
+
+    it('stack traces of workflow promises: the __stack_trace query says they are off by default, and shows where a workflow waits when they are on', async () => {
+      const stackTrace = async (WorkerClass: typeof StewardWorker): Promise<string> => {
+        const taskQueue = `threads-stack-${randomUUID()}`;
+        const worker = await WorkerClass.create({ connection: env.nativeConnection, taskQueue, workflowBundle: bundle, maxCachedWorkflows: 10 });
+        return worker.runUntil(async () => {
+          const handle = await env.client.workflow.start(waitProbe, { taskQueue, workflowId: `wait-${randomUUID()}` });
+          try {
+            // the workflow runs on these threads as usual
+            assert.equal(await env.client.workflow.execute(echoProbe, { taskQueue, workflowId: `echo-${randomUUID()}`, args: ['traced?'] }), 'echo: traced?');
+            return await handle.query<string>('__stack_trace').then(
+              (trace) => `trace: ${trace}`,
+              (err: Error) => `refused: ${err.message}`,
+            );
+          } finally {
+            await handle.terminate('test done');
+          }
+        });
+      };
+      assert.equal(StewardWorker.threadSettings.stackTraces, false);
+      const off = await stackTrace(StewardWorker);
+      assert.match(off, /^refused: .*Workflow stack traces are not enabled on this worker/);
+      const on = await stackTrace(stewardWorkerClass({ stackTraces: true }));
+      assert.match(on, /^trace: [\s\S]*waitProbe/, 'the stack shows the workflow function it waits in');
+    });
+
+    it("new runs' patches are decided in the workflow thread from the worker's list, with the answers of its callback, which is never asked", async () => {
+      const run = async (WorkerClass: typeof StewardWorker) => {
+        const asked: string[] = [];
+        const taskQueue = `threads-patch-${randomUUID()}`;
+        const worker = await WorkerClass.create({
+          connection: env.nativeConnection,
+          taskQueue,
+          workflowBundle: bundle,
+          maxCachedWorkflows: 10,
+          patchActivationCallback: ({ patchId }) => {
+            asked.push(patchId);
+            return patchId !== 'probe-off';
+          },
+        });
+        const answers = await worker.runUntil(env.client.workflow.execute(patchProbe, { taskQueue, workflowId: `patch-${randomUUID()}` }));
+        return { answers, asked };
+      };
+      // the SDK's way: a round trip to the callback on the main thread for each patch
+      assert.deepEqual(await run(StewardWorker), { answers: [false, true], asked: ['probe-off', 'probe-on'] });
+      // decided in the thread: the same answers, the callback not asked
+      assert.deepEqual(await run(stewardWorkerClass({ stackTraces: false, patchesOffForNewRuns: ['probe-off'] })), { answers: [false, true], asked: [] });
     });
 
     it("per-call: createStewardWorker uses the SDK's Worker and its own threads", async () => {
