@@ -324,10 +324,13 @@ export const MAX_INLINE_SOURCE = 20_000;
 function tooCostlyInline(src: string): boolean {
   if (src.length > MAX_INLINE_SOURCE) return true;
   let n = 0;
+  let backslashes = 0;
   for (let i = 0; i < src.length; i++) {
     const c = src.charCodeAt(i);
-    // * _ ~
-    if ((c === 42 || c === 95 || c === 126) && ++n > MAX_INLINE_DELIMITERS) return true;
+    // * _ ~, unless backslash-escaped (an escape is a token of its own, never a delimiter: the
+    // Markdown of a split piece escapes every one of them, and must read back as the same text)
+    if ((c === 42 || c === 95 || c === 126) && backslashes % 2 === 0 && ++n > MAX_INLINE_DELIMITERS) return true;
+    backslashes = c === 92 ? backslashes + 1 : 0;
   }
   return false;
 }

@@ -286,6 +286,22 @@ describe('bounded parsing', () => {
     const parts = splitMessage(huge, 'telegram-html', 4096);
     assert.equal(parts.map((p) => p.plain).join(''), huge);
   });
+
+  it('counts escaped delimiters as text: the Markdown of a split piece (every delimiter escaped) reads back as the piece', () => {
+    // a run of escaped delimiters past the bound is still parsed, so the escapes are read
+    const escaped = '\\~\\!hz'.repeat(MAX_INLINE_DELIMITERS + 100);
+    assert.equal(renderPlain(escaped), '~!hz'.repeat(MAX_INLINE_DELIMITERS + 100));
+    // a long paragraph of delimiters splits for Discord into pieces whose Markdown renders within the limit (CI, seed 1148247064)
+    const text = '~!hz'.repeat(500);
+    const parts = splitMessage(text, 'discord', PLATFORM_LIMITS.discord);
+    assert.ok(parts.length > 1);
+    for (const p of parts) {
+      assert.equal(renderDiscord(p.markdown), p.rendered, 'the piece\'s Markdown renders as the piece');
+      assert.ok(renderDiscord(p.markdown).length <= PLATFORM_LIMITS.discord, `${renderDiscord(p.markdown).length} characters`);
+      assert.equal(renderPlain(p.markdown), p.plain);
+    }
+    assert.equal(parts.map((p) => p.plain).join(''), renderPlain(text));
+  });
 });
 
 describe('splitMessage', () => {
