@@ -13,18 +13,19 @@
  *
  * --max-semi-space-size=64: the main thread's young generation may grow to 64 MB semi-spaces
  * (V8's default on 64-bit is 16). Under load a turn's objects live across its awaits for as
- * long as the turn takes (hundreds of milliseconds with 50 conversations at once), so with
- * 16 MB semi-spaces, filled every ~100 ms, most of them survived two scavenges and were
- * promoted, and the old generation's collections (their marking on V8's helper threads, 3.6 ms
- * of CPU a turn against the floor's 0.7) cleaned up after them. With 64 MB, sustained turns/s
- * rose 10% (87.5 against 79.4, medians of 4 alternating rounds of bench/turn-overhead.ts with
- * BENCH_SECONDS=30), 50 conversations' p50 fell 9% (604 against 664 ms), and RSS after 1,000
- * idle sessions was 284 against 278 MB; 32 MB gained nothing, 128 MB no more than 64.
+ * long as the turn takes (hundreds of milliseconds with 50 conversations at once), while the
+ * main thread allocates enough to fill 16 MB semi-spaces several times in that span: what
+ * outlives two scavenges is promoted, and the old generation's collections (their work on
+ * V8's helper threads: 3.6 ms of CPU a turn against the floor's 0.7) clean up after it. With
+ * 64 MB, sustained turns/s rose 10% (87.5 against 79.4, medians of 4 alternating rounds of
+ * bench/turn-overhead.ts with BENCH_SECONDS=30), 50 conversations' p50 fell 9% (604 against
+ * 664 ms), and RSS after 1,000 idle sessions was 284 against 278 MB; 32 MB gained nothing,
+ * 128 MB no more than 64.
  * The young generation starts at 1 MB and grows only under allocation; an idle process's
  * compaction (platform/idle-memory.ts) shrinks it again. Workflow threads keep their own bound
  * (workers/workflow-threads.ts, WORKFLOW_THREAD_YOUNG_GENERATION_MB).
  */
-/** The main thread's semi-space bound, in MB (see below). */
+/** The main thread's semi-space bound, in MB (see above). */
 export const STEWARD_MAX_SEMI_SPACE_MB = 64;
 
 export const STEWARD_NODE_FLAGS: readonly string[] = nodeFlags(Number(process.versions.node.split('.')[0]));
