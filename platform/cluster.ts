@@ -12,7 +12,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
@@ -34,6 +33,7 @@ import { joined, ringStanding, type NodeMembership, type RingStanding } from './
 import { ensureSearchAttributes } from './temporal-server.js';
 import { usageOf } from './cli-commands.js';
 import { STEWARD_NODE_FLAGS, stewardProcessEnv } from './node-options.js';
+import { portFree } from './ports.js';
 
 export class ClusterError extends Error {
   override name = 'ClusterError';
@@ -122,14 +122,6 @@ export function running(p: { pid: number | null; started: number | null }): bool
 function started(p: { pid: number | null; started: number | null }, pid: number): void {
   p.pid = pid;
   p.started = startTimeOf(pid);
-}
-
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
 }
 
 /** Refuse to start when one of `ports` is taken by something else, naming the port and what it is for. */
@@ -568,7 +560,7 @@ export async function clusterRestart(dir: string, targets: RestartTarget[], env:
         // the kernel lets go of a dead process's ports a moment after it exits
         const ports = Object.values(node.ports);
         const until = Date.now() + 10_000;
-        while (Date.now() < until && !(await Promise.all(ports.map(portFree))).every(Boolean)) await sleep(200);
+        while (Date.now() < until && !(await Promise.all(ports.map((p) => portFree(p)))).every(Boolean)) await sleep(200);
         await startNodes(state, opts, sqlTarget(state.pgUrl, `${state.dbPrefix}temporal`), sqlTarget(state.pgUrl, `${state.dbPrefix}temporal_visibility`));
       }
       continue;

@@ -65,7 +65,7 @@ export interface WorkflowThreadSettings {
   patchesOffForNewRuns?: readonly string[];
 }
 
-export const DEFAULT_WORKFLOW_THREAD_SETTINGS: Readonly<WorkflowThreadSettings> = Object.freeze({ stackTraces: false });
+const DEFAULT_WORKFLOW_THREAD_SETTINGS: Readonly<WorkflowThreadSettings> = Object.freeze({ stackTraces: false });
 
 /** The workflow threads Steward's workers have started in this process and that still run, with their shared state (workflow-thread.cjs). */
 const live = new Map<NodeThread, Int32Array>();

@@ -7,11 +7,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, readFileSync, type WriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Connection } from '@temporalio/client';
-import { freePort } from '../../platform/ports.js';
+import { freePort, portFree } from '../../platform/ports.js';
 import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli, SEARCH_ATTRIBUTES } from '../../platform/temporal-server.js';
 
 export interface PersistentTemporal {
@@ -29,14 +28,6 @@ export interface PersistentTemporal {
   stop(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>;
   /** The last lines of the server's log. */
   logTail(lines?: number): string;
-}
-
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.once('error', () => resolve(false));
-    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-  });
 }
 
 /** A persistent dev server in `dir` (created if missing); not started until `start()`. */
