@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { directSql } from './sql.js';
 
 export function sha256Hex(data: Uint8Array | string): string {
   return createHash('sha256').update(data).digest('hex');
@@ -58,7 +59,8 @@ export async function putBlob(db: Db, data: Uint8Array | string, mediaType = 'te
   const cache = cacheOf(db);
   if (cache.get(hash)) return hash;
   try {
-    await db.blob.create({ data: { hash, mediaType, size: bytes.length, data: new Uint8Array(bytes) } });
+    // every model step stores its output so: a direct statement (domain/sql.ts)
+    await directSql(db).execute('INSERT INTO "Blob" ("hash", "mediaType", "size", "data", "createdAt") VALUES (?, ?, ?, ?, ?)', [hash, mediaType, bytes.length, bytes, new Date()]);
   } catch (err) {
     if (!isUniqueViolation(err)) throw err; // stored before (or concurrently): same content, same hash
   }

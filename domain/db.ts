@@ -14,11 +14,12 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PrismaBetterSqlite3 } from '@prisma/adapter-better-sqlite3';
 import { PrismaPg } from '@prisma/adapter-pg';
-import type { SqlMigrationAwareDriverAdapterFactory } from '@prisma/driver-adapter-utils';
+import type { SqlDriverAdapter, SqlMigrationAwareDriverAdapterFactory } from '@prisma/driver-adapter-utils';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { PrismaClient as PostgresClient } from '../generated/prisma/postgres/client.js';
 import { PrismaClient as SqliteClient } from '../generated/prisma/sqlite/client.js';
+import { registerAdapterSource } from './sql.js';
 
 /** The client type both databases share (the generated APIs are the same). */
 export type Db = SqliteClient;
@@ -87,8 +88,15 @@ export function pgConfig(url: string): pg.PoolConfig {
  * its own connections are closed.
  */
 class StewardPg extends PrismaPg {
+  /** The adapter the client connected through, until it is disposed (domain/sql.ts sends the turn path's statements to it). */
+  connected: SqlDriverAdapter | undefined;
+
   constructor(private readonly pgOptions: pg.PoolConfig) {
     super(pgOptions);
+  }
+
+  override async connect(): ReturnType<PrismaPg['connect']> {
+    return keepConnected(this, await super.connect());
   }
 
   override async connectToShadowDb(): ReturnType<PrismaPg['connectToShadowDb']> {
@@ -155,19 +163,35 @@ export function reusePreparedStatements(client: Database.Database, max = STATEME
 
 /** Prisma's better-sqlite3 adapter with its statements prepared once per connection. */
 class StewardSqlite extends PrismaBetterSqlite3 {
+  /** The adapter the client connected through, until it is disposed (domain/sql.ts sends the turn path's statements to it). */
+  connected: SqlDriverAdapter | undefined;
+
   override async connect(): ReturnType<PrismaBetterSqlite3['connect']> {
     const adapter = await super.connect();
     const client = (adapter as unknown as { client?: Database.Database }).client;
     // a later adapter version that keeps its connection elsewhere simply goes without the cache
     if (client && typeof client.prepare === 'function') reusePreparedStatements(client);
-    return adapter;
+    return keepConnected(this, adapter);
   }
 }
 
+/** Remember `adapter` as `factory`'s connection until it is disposed. */
+function keepConnected<A extends SqlDriverAdapter>(factory: { connected: SqlDriverAdapter | undefined }, adapter: A): A {
+  factory.connected = adapter;
+  const dispose = adapter.dispose.bind(adapter);
+  adapter.dispose = async () => {
+    if (factory.connected === adapter) factory.connected = undefined;
+    await dispose();
+  };
+  return adapter;
+}
+
+function stewardAdapter(url: string): StewardPg | StewardSqlite {
+  return databaseKind(url) === 'postgres' ? new StewardPg(pgConfig(url)) : new StewardSqlite({ url: sqlitePath(url), timeout: 10_000 });
+}
+
 export function driverAdapter(url: string): SqlMigrationAwareDriverAdapterFactory {
-  return databaseKind(url) === 'postgres'
-    ? new StewardPg(pgConfig(url))
-    : new StewardSqlite({ url: sqlitePath(url), timeout: 10_000 });
+  return stewardAdapter(url);
 }
 
 /** Connection settings worth applying once per process: WAL for SQLite (readers never wait on the writer). */
@@ -177,13 +201,24 @@ export async function tuneDb(db: Db, url: string): Promise<void> {
   await db.$queryRawUnsafe('PRAGMA synchronous = NORMAL');
 }
 
-/** A Prisma client for the database at `databaseUrl` (the adapter follows the URL). */
+/**
+ * A Prisma client for the database at `databaseUrl` (the adapter follows the URL). Its adapter,
+ * once connected, also takes the turn path's direct statements (domain/sql.ts).
+ */
 export function createDb(databaseUrl: string): Db {
-  if (databaseKind(databaseUrl) === 'postgres') {
-    // the generated PostgreSQL client has the same API as the SQLite one
-    return new PostgresClient({ adapter: driverAdapter(databaseUrl) }) as unknown as Db;
-  }
-  return new SqliteClient({ adapter: driverAdapter(databaseUrl) });
+  const kind = databaseKind(databaseUrl);
+  const factory = stewardAdapter(databaseUrl);
+  // the generated PostgreSQL client has the same API as the SQLite one
+  const db = kind === 'postgres' ? (new PostgresClient({ adapter: factory }) as unknown as Db) : new SqliteClient({ adapter: factory });
+  registerAdapterSource(db, {
+    provider: kind,
+    async adapter() {
+      if (!factory.connected) await db.$connect();
+      if (!factory.connected) throw new Error('the database client did not connect through its driver adapter');
+      return factory.connected;
+    },
+  });
+  return db;
 }
 
 const projectRoot = fileURLToPath(new URL('../', import.meta.url));

@@ -14,6 +14,7 @@ import type { AttachmentRef, Platform } from '../common/schemas.js';
 import { getBlob } from './blobs.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { directSql, sqlInt } from './sql.js';
 
 /** A button under a message (Telegram inline keyboard, Discord components). */
 export interface Button {
@@ -110,37 +111,37 @@ export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage
   // A channel without a sender (the HTTP API reads the transcript) has its message delivered
   // once it is recorded: the delivery is written as sent.
   const recordOnly = !sender;
-  // The first attempt records the message and its delivery together (one batch transaction);
-  // a retry finds them by the key's unique violation (no read before the write on the common
-  // path). The delivery's message is the message with the same key.
+  // The first attempt records the message and its delivery together (one transaction of two
+  // direct statements, domain/sql.ts: every turn's answer passes here); a retry finds them by
+  // the key's unique violation (no read before the write on the common path). The delivery's
+  // message is the message with the same key.
   let messageSeq: number;
   try {
-    const [message] = await db.$transaction([
-      db.message.create({
-        data: {
-          key: msg.key,
-          sessionId: msg.sessionId,
-          role: msg.kind === 'reply' ? 'assistant' : 'system',
-          text: msg.recordAs ?? msg.text,
-          turnId: msg.turnId ?? null,
-          ...(msg.attachments?.length ? { attachments: JSON.stringify(msg.attachments) } : {}),
-        },
-        select: { seq: true },
-      }),
-      db.delivery.create({
-        data: {
-          key: msg.key,
-          sessionId: msg.sessionId,
-          platform: msg.conversation.platform,
-          account: msg.conversation.account,
-          chatId: msg.conversation.chatId,
-          kind: msg.kind,
-          ...(recordOnly ? { status: 'sent', attempts: 1, sentAt: new Date() } : { status: 'pending' }),
-        },
-        select: { key: true },
-      }),
-    ]);
-    messageSeq = message.seq;
+    const now = new Date();
+    messageSeq = await directSql(db).transaction(async (tx) => {
+      const [message] = await tx.query('INSERT INTO "Message" ("key", "sessionId", "role", "text", "turnId", "attachments", "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING "seq"', [
+        msg.key,
+        msg.sessionId,
+        msg.kind === 'reply' ? 'assistant' : 'system',
+        msg.recordAs ?? msg.text,
+        msg.turnId ?? null,
+        msg.attachments?.length ? JSON.stringify(msg.attachments) : null,
+        now,
+      ]);
+      await tx.execute('INSERT INTO "Delivery" ("key", "sessionId", "platform", "account", "chatId", "kind", "status", "attempts", "sentAt", "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', [
+        msg.key,
+        msg.sessionId,
+        msg.conversation.platform,
+        msg.conversation.account,
+        msg.conversation.chatId,
+        msg.kind,
+        recordOnly ? 'sent' : 'pending',
+        recordOnly ? 1 : 0,
+        recordOnly ? now : null,
+        now,
+      ]);
+      return sqlInt(message?.seq);
+    });
   } catch (err) {
     if (!isUniqueViolation(err)) throw err;
     const row = await db.delivery.findUniqueOrThrow({ where: { key: msg.key } });

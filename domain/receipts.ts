@@ -2,9 +2,9 @@
  * Audit receipts. Each receipt names its workflow and run; receipts written by activities
  * carry a key so a retried activity writes its receipt once.
  */
-import { Prisma } from '../generated/prisma/sqlite/client.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { directSql } from './sql.js';
 
 export type ReceiptKind =
   | 'ingress'
@@ -70,16 +70,18 @@ export interface ReceiptInput {
   data: Record<string, unknown>;
 }
 
+const RECEIPT_ROW = '(?, ?, ?, ?, ?, ?, ?, ?)';
+
 /**
  * Insert receipts in one statement. Receipts are the turn path's most frequent write (four a
- * turn), so this is a plain INSERT through Prisma's tagged template (the same SQL on SQLite and
- * PostgreSQL, the same column values a model query writes) rather than a model query, which
- * costs more than twice its CPU.
+ * turn), so this is a plain INSERT sent to the driver adapter (domain/sql.ts: the same SQL on
+ * SQLite and PostgreSQL, the same column values a model query writes).
  */
 function insertReceipts(db: Db, rs: ReceiptInput[]): Promise<number> {
   const at = new Date();
-  const rows = rs.map((r) => Prisma.sql`(${r.key ?? null}, ${r.kind}, ${r.workflowId ?? null}, ${r.runId ?? null}, ${r.sessionId ?? null}, ${r.actor ?? null}, ${JSON.stringify(r.data)}, ${at})`);
-  return db.$executeRaw`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt") VALUES ${Prisma.join(rows)}`;
+  const values = rs.flatMap((r) => [r.key ?? null, r.kind, r.workflowId ?? null, r.runId ?? null, r.sessionId ?? null, r.actor ?? null, JSON.stringify(r.data), at]);
+  const rows = rs.length === 1 ? RECEIPT_ROW : Array.from(rs, () => RECEIPT_ROW).join(', ');
+  return directSql(db).execute(`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt") VALUES ${rows}`, values);
 }
 
 /** Write a receipt; false when its key was already written (a retried activity), true otherwise. */

@@ -1,6 +1,7 @@
 /** The conversation transcript: what users sent and what was delivered to them. */
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { directSql, sqlDate, sqlInt } from './sql.js';
 
 export type TranscriptRole = 'user' | 'assistant' | 'system';
 
@@ -38,11 +39,19 @@ export async function readTranscript(db: Db, sessionId: string, opts: { afterSeq
   return rows.reverse().map(toRow);
 }
 
-/** Messages by transcript key, in the order of `keys` (missing keys are skipped). */
+/** Messages by transcript key, in the order of `keys` (missing keys are skipped). Every model step reads its turn's messages so: a direct statement (domain/sql.ts). */
 export async function messagesByKeys(db: Db, keys: string[]): Promise<TranscriptRow[]> {
   if (keys.length === 0) return [];
-  const rows = await db.message.findMany({ where: { key: { in: keys } } });
-  const byKey = new Map(rows.map((r) => [r.key, toRow(r)]));
+  const rows = await directSql(db).query(
+    `SELECT "seq", "key", "role", "text", "user", "turnId", "attachments", "createdAt", "identityId" FROM "Message" WHERE "key" IN (${keys.map(() => '?').join(', ')})`,
+    keys,
+  );
+  const byKey = new Map(
+    rows.map((r) => {
+      const row = toRow({ seq: sqlInt(r.seq), key: String(r.key), role: String(r.role), text: String(r.text), user: r.user as string | null, turnId: r.turnId as string | null, attachments: r.attachments as string | null, createdAt: sqlDate(r.createdAt), identityId: r.identityId as string | null });
+      return [row.key, row];
+    }),
+  );
   return keys.flatMap((k) => {
     const row = byKey.get(k);
     return row ? [row] : [];
@@ -66,11 +75,14 @@ export interface InboundMessage {
   attachments?: string;
 }
 
-/** Record an inbound message once: its sequence number, or `duplicate` when its key was recorded before. */
+/** Record an inbound message once: its sequence number, or `duplicate` when its key was recorded before. Every turn starts so: a direct statement (domain/sql.ts). */
 export async function recordInbound(db: Db, m: InboundMessage): Promise<{ seq: number } | { duplicate: true }> {
   try {
-    const row = await db.message.create({ data: { ...m, role: 'user' }, select: { seq: true } });
-    return { seq: row.seq };
+    const [row] = await directSql(db).query(
+      'INSERT INTO "Message" ("key", "sessionId", "role", "text", "user", "identityId", "command", "attachments", "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING "seq"',
+      [m.key, m.sessionId, 'user', m.text, m.user, m.identityId, m.command, m.attachments ?? null, new Date()],
+    );
+    return { seq: sqlInt(row?.seq) };
   } catch (err) {
     if (isUniqueViolation(err)) return { duplicate: true };
     throw err;
