@@ -114,22 +114,20 @@ function adapterSql(source: AdapterSource): DirectSql {
     ...adapterRunner(provider, () => source.adapter()),
     async transaction(fn) {
       const tx = await (await source.adapter()).startTransaction();
-      // the adapters leave COMMIT and ROLLBACK to their caller (usePhantomQuery: false), then release
-      const end = async (sql: 'COMMIT' | 'ROLLBACK') => {
-        try {
-          await tx.executeRaw({ sql, args: [], argTypes: [] });
-        } finally {
-          await (sql === 'COMMIT' ? tx.commit() : tx.rollback());
-        }
-      };
+      // the adapters leave COMMIT and ROLLBACK to their caller (usePhantomQuery: false); commit()
+      // and rollback() only give the connection back (SQLite: its transaction lock)
+      const run = (sql: 'COMMIT' | 'ROLLBACK') => tx.executeRaw({ sql, args: [], argTypes: [] });
       let result: Awaited<ReturnType<typeof fn>>;
       try {
         result = await fn(adapterRunner(provider, async () => tx));
+        await run('COMMIT');
       } catch (err) {
-        await end('ROLLBACK').catch(() => undefined); // the statement's error is the one to report
+        // a failed statement or COMMIT: SQLite keeps the transaction open until it is rolled back
+        await run('ROLLBACK').catch(() => undefined); // the first error is the one to report
+        await tx.rollback();
         throw err;
       }
-      await end('COMMIT');
+      await tx.commit();
       return result;
     },
   };

@@ -171,6 +171,28 @@ for (const database of testDatabases()) {
       assert.equal(await sql.execute(insert, ['after', 'x', '{}', new Date()]), 1);
     });
 
+    it('rolls back a transaction whose COMMIT fails, and leaves the connection out of it', { skip: database.name !== 'sqlite' && 'PostgreSQL ends a transaction whose COMMIT failed itself' }, async () => {
+      const sql = directSql(t.db);
+      // a foreign key checked at COMMIT (SQLite defers it for this transaction only)
+      await assert.rejects(
+        sql.transaction(async (tx) => {
+          await tx.execute('PRAGMA defer_foreign_keys = ON', []);
+          await tx.execute('INSERT INTO "Receipt" ("key", "kind", "data", "createdAt") VALUES (?, ?, ?, ?)', ['commit:failed', 'x', '{}', new Date()]);
+          await tx.execute('INSERT INTO "PlatformAccount" ("platform", "userId", "identityId", "createdAt") VALUES (?, ?, ?, ?)', ['telegram', 'u1', 'no-such-identity', new Date()]);
+        }),
+        /ForeignKeyConstraintViolation|FOREIGN KEY/,
+      );
+      // the connection is not left inside the failed transaction: a new one begins and commits,
+      // and what it wrote is seen from another connection
+      await sql.transaction((tx) => tx.execute('INSERT INTO "Receipt" ("key", "kind", "data", "createdAt") VALUES (?, ?, ?, ?)', ['commit:next', 'x', '{}', new Date()]));
+      const other = ownClient(database.name, t.url);
+      try {
+        assert.deepEqual((await other.receipt.findMany({ where: { key: { startsWith: 'commit:' } } })).map((r) => r.key), ['commit:next']);
+      } finally {
+        await other.$disconnect();
+      }
+    });
+
     it('reconnects with the client after $disconnect', async () => {
       await t.db.$disconnect();
       assert.equal(await writeReceipt(t.db, { key: 'after-disconnect', kind: 'ingress', data: {} }), true);
