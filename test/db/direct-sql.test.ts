@@ -61,6 +61,15 @@ for (const database of testDatabases()) {
         { id: 's-client', chatId: 'c2' },
         { id: 's-direct', chatId: 'c1' },
       ]);
+      // past the client's query pipeline: a DateTime comes back as the adapter's text (the
+      // client's raw queries turn it into a Date)
+      const [session] = await sql.query('SELECT "createdAt" FROM "Session" WHERE "id" = ?', ['s-direct']);
+      assert.equal(typeof session?.createdAt, 'string');
+      if (database.name === 'sqlite') {
+        // the client's own connection: a setting made on it through the client is seen here
+        await t.db.$executeRawUnsafe('PRAGMA cache_size = -4321');
+        assert.deepEqual(await sql.query('PRAGMA cache_size', []), [{ cache_size: -4321 }]);
+      }
     });
 
     it('writes receipts that read back as Prisma wrote them, one statement for several, and keys once', async () => {
@@ -204,6 +213,8 @@ for (const database of testDatabases()) {
       try {
         const sql = directSql(other);
         assert.equal(sql.provider, database.name);
+        const [session] = await sql.query('SELECT "createdAt" FROM "Session" WHERE "id" = ?', ['s-direct']);
+        assert.ok(session?.createdAt instanceof Date, 'the client turns a DateTime into a Date');
         assert.equal(await writeReceipt(other, { key: 'fallback', kind: 'ingress', data: { a: 1 } }), true);
         assert.equal(await writeReceipt(other, { key: 'fallback', kind: 'ingress', data: {} }), false);
         const seq = await recordInbound(other, { key: 'in:fallback', sessionId: 's-direct', text: 'x', user: 'u', identityId: null, command: true });
