@@ -45,6 +45,11 @@ const policyFields = {
   timeoutMs: z.number().int().min(1000).max(90_000).default(30_000),
   /** Result text the model gets at most; the whole result is kept as a blob beyond it. */
   maxResultBytes: z.number().int().min(256).max(1_000_000).default(16_384),
+  /**
+   * The longest message read from the server (a stdio line, an HTTP answer's body): longer is cut
+   * off before it is held and the connection reset, the call's result says so.
+   */
+  maxMessageBytes: z.number().int().min(65_536).max(64 * 1024 * 1024).default(8 * 1024 * 1024),
   enabled: z.boolean().default(true),
   description: z.string().max(500).optional(),
 };

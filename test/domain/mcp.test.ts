@@ -22,7 +22,7 @@ import { createMcpTools, type McpTools } from '../../domain/mcp/tools.js';
 import { spawnSandboxed } from '../../domain/sandbox.js';
 import { claimMcpCall, deleteMcpServer, findMcpServer, insertMcpServer, mcpCallKey, syncConfigMcpServers } from '../../domain/store/mcp.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
-import { misbehavingServers, nodeDir, serverEntry, startEverythingHttp, stdioServer } from '../helpers/mcp-servers.js';
+import { HOSTILE_TOOLS, hostileServers, misbehavingServers, nodeDir, serverEntry, startEverythingHttp, startHostileHttp, stdioServer, type HostileTool } from '../helpers/mcp-servers.js';
 import { needs } from '../helpers/requirements.js';
 import { freePort } from '../helpers/process.js';
 
@@ -254,6 +254,81 @@ describe('MCP servers (real servers)', () => {
       await waitState('crashy', 'ready');
     } finally {
       rmSync(bad.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('hostile servers over stdio and HTTP (60 MB, a message without end, a flood, malformed, a crash mid-answer, a hang): each call ends with what happened, reads stay bounded, the server is started afresh', { skip: noSandbox, timeout: 240_000 }, async () => {
+    const hostile = hostileServers();
+    let web = await startHostileHttp(hostile.http);
+    const limit = 8 * 1024 * 1024; // the default maxMessageBytes
+    const policy = { readOnlyTools: [...HOSTILE_TOOLS], timeoutMs: 2000 };
+    try {
+      await register(stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }));
+      await register({ name: 'bad-http', transport: 'http', url: web.url, ...policy });
+      const expected: Record<'stdio' | 'http', Partial<Record<HostileTool, RegExp>>> = {
+        stdio: {
+          big: new RegExp(`a message longer than ${limit} bytes .* cut off and the server ended`),
+          endless: new RegExp(`a message longer than ${limit} bytes`),
+          flood: /more than \d+ bytes without being asked for more \(an endless stream\)/,
+          malformed: /not valid JSON-RPC \(malformed JSON-RPC from the server/,
+          crash: /Connection closed|the server ended/i,
+          hang: /timed out/i,
+        },
+        http: {
+          big: new RegExp(`answer is longer than ${limit} bytes .* cut off and the connection reset`),
+          endless: new RegExp(`answer is longer than ${limit} bytes`),
+          flood: new RegExp(`answer is longer than ${limit} bytes`),
+          malformed: /invalid|expected/i,
+          crash: /answer broke off/,
+          hang: /timed out/i,
+        },
+      };
+      const fineAgain = async (server: string) => {
+        for (let i = 0; i < 60; i++) {
+          const r = await call(`${server}__fine`, {});
+          if (r.ok) return r;
+          await sleep(100);
+        }
+        assert.fail(`${server} never answered again`);
+      };
+      for (const transport of ['stdio', 'http'] as const) {
+        const server = `bad-${transport}`;
+        const first = await fineAgain(server);
+        assert.match(first.text, /fine \w+/);
+        for (const [tool, re] of Object.entries(expected[transport])) {
+          const peak = { arrayBuffers: 0, rss: 0 };
+          const base = process.memoryUsage();
+          const sample = setInterval(() => {
+            const m = process.memoryUsage();
+            peak.arrayBuffers = Math.max(peak.arrayBuffers, m.arrayBuffers - base.arrayBuffers);
+            peak.rss = Math.max(peak.rss, m.rss - base.rss);
+          }, 5);
+          const started = Date.now();
+          let r;
+          try {
+            r = await call(`${server}__${tool}`, {});
+          } finally {
+            clearInterval(sample);
+          }
+          assert.equal(r.ok, false, `${server}.${tool}: ${r.text}`);
+          assert.match(r.text, new RegExp(`^The MCP tool ${server}\\.${tool} failed: `), `${server}.${tool}`);
+          assert.match(r.text, re, `${server}.${tool}`);
+          assert.ok(Date.now() - started < 10_000, `${server}.${tool} took ${Date.now() - started} ms`);
+          // bounded before buffering: never near the 60 MB the server sends
+          assert.ok(peak.arrayBuffers < 40 * 1024 * 1024, `${server}.${tool}: ${Math.round(peak.arrayBuffers / 1e6)} MB of buffers held`);
+          const row = await database.db.mcpServer.findUniqueOrThrow({ where: { name: server } });
+          assert.equal(row.state, 'down', `${server}.${tool}: the connection is reset`);
+          if (transport === 'http' && tool === 'crash') web = await startHostileHttp(hostile.http, web.port);
+          // started afresh after its back-off
+          const again = await fineAgain(server);
+          if (transport === 'stdio' || tool === 'crash') assert.notEqual(again.text.match(/fine (\w+)/)?.[1], first.text.match(/fine (\w+)/)?.[1], `${server}.${tool}: a new start of the server answers`);
+        }
+      }
+    } finally {
+      await web.stop();
+      await deleteMcpServer(database.db, 'bad-stdio');
+      await deleteMcpServer(database.db, 'bad-http');
+      rmSync(hostile.dir, { recursive: true, force: true });
     }
   });
 
