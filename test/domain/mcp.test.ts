@@ -10,7 +10,7 @@
  *   cost a clear error and never throw; a crashed server is restarted after its back-off.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -24,7 +24,7 @@ import { claimMcpCall, deleteMcpServer, findMcpServer, insertMcpServer, mcpCallK
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 import { HOSTILE_TOOLS, hostileServers, misbehavingServers, nodeDir, serverEntry, startEverythingHttp, startHostileHttp, stdioServer, type HostileTool } from '../helpers/mcp-servers.js';
 import { needs } from '../helpers/requirements.js';
-import { freePort } from '../helpers/process.js';
+import { freePort, repoRoot, spawnProcess, type Spawned } from '../helpers/process.js';
 
 const noSandbox = await needs('bubblewrap');
 const everything = serverEntry('@modelcontextprotocol/server-everything');
@@ -328,6 +328,48 @@ describe('MCP servers (real servers)', () => {
       await web.stop();
       await deleteMcpServer(database.db, 'bad-stdio');
       await deleteMcpServer(database.db, 'bad-http');
+      rmSync(hostile.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a read-only call whose process dies while waiting is repeated once; a second death and it is reported as unknown, never called a third time', { skip: noSandbox, timeout: 120_000 }, async () => {
+    const hostile = hostileServers();
+    const spec = await register(stdioServer('dies', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], readOnlyTools: ['hang'], timeoutMs: 90_000 }));
+    const calls = path.join(dataDir, 'mcp', spec.name, 'calls.log');
+    const key = mcpCallKey('turn-dies', 'c1');
+    const driver = (): Spawned => spawnProcess(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'test/helpers/mcp-call.ts'), JSON.stringify({ databaseUrl: database.url, dataDir, turnId: 'turn-dies', toolCallId: 'c1', toolName: 'dies__hang', input: {} })], { ...process.env });
+    const calledTimes = () => (existsSync(calls) ? readFileSync(calls, 'utf8').split('\n').filter((l) => l === 'hang').length : 0);
+    const dieWhileWaiting = async (status: string, times: number) => {
+      const p = driver();
+      try {
+        // the call is claimed and reached the server: then the process dies (SIGKILL, as a worker that runs out of memory)
+        for (let i = 0; i < 300 && !((await database.db.mcpCall.findUnique({ where: { key } }))?.status === status && calledTimes() === times); i++) await sleep(50);
+        assert.equal((await database.db.mcpCall.findUniqueOrThrow({ where: { key } })).status, status, p.output());
+        assert.equal(calledTimes(), times, p.output());
+      } finally {
+        p.kill('SIGKILL');
+        await p.exited;
+      }
+    };
+    try {
+      await dieWhileWaiting('started', 1);
+      await dieWhileWaiting('repeated', 2);
+      const last = driver();
+      const { code } = await last.exited;
+      assert.equal(code, 0, last.output());
+      const outcome = JSON.parse(last.output().trim().split('\n').at(-1)!) as { ok: boolean; text: string; detail: Record<string, unknown> };
+      assert.equal(outcome.ok, false);
+      assert.match(outcome.text, /The call of dies\.hang was started twice, and both times its outcome is unknown .* it is not repeated again/);
+      assert.equal(outcome.detail.error, 'outcome unknown');
+      assert.equal(calledTimes(), 2, 'never called a third time');
+      const row = await database.db.mcpCall.findUniqueOrThrow({ where: { key } });
+      assert.equal(row.status, 'done');
+      // the activity retried once more gets the record
+      const again = await call('dies__hang', {}, 'c1', 'turn-dies');
+      assert.equal(again.text, outcome.text);
+      assert.equal(again.detail.recorded, true);
+    } finally {
+      await deleteMcpServer(database.db, 'dies');
       rmSync(hostile.dir, { recursive: true, force: true });
     }
   });

@@ -138,6 +138,7 @@ export function hostileServers(): { dir: string; stdio: string; http: string } {
   writeFileSync(
     stdio,
     `import readline from 'node:readline';
+import { appendFileSync } from 'node:fs';
 ${hostileCore}
 const out = (s) => new Promise((r) => (process.stdout.write(s) ? r() : process.stdout.once('drain', r)));
 const rl = readline.createInterface({ input: process.stdin });
@@ -146,6 +147,8 @@ rl.on('line', async (line) => {
   if (m.method === 'initialize') return out(answer(m.id, { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'hostile', version: '1.0.0' } }) + '\\n');
   if (m.method === 'tools/list') return out(answer(m.id, { tools }) + '\\n');
   if (m.method !== 'tools/call') return m.id === undefined ? undefined : out(answer(m.id, {}) + '\\n');
+  // each call is noted in the server's own writable directory (its working directory in the sandbox)
+  try { appendFileSync('calls.log', m.params.name + '\\n'); } catch {}
   switch (m.params.name) {
     case 'fine': return out(answer(m.id, text('fine ' + start)) + '\\n');
     case 'big': return big(out, m.id);
