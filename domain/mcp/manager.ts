@@ -94,6 +94,16 @@ interface Entry {
 
 const MAX_BACKOFF_MS = 30_000;
 
+/** An error's text; a schema's refusal of what the server sent (the SDK throws zod's issues as JSON) in one line. */
+function errorText(err: unknown): string {
+  const issues = (err as { issues?: unknown }).issues;
+  if (Array.isArray(issues)) {
+    const shown = (issues as Array<{ path?: unknown[]; message?: string }>).slice(0, 3).map((i) => `${(i.path ?? []).join('.') || '(message)'}: ${i.message ?? 'invalid'}`);
+    return `the server's answer is not valid JSON-RPC (${shown.join('; ')})`;
+  }
+  return (err as Error).message;
+}
+
 /** The value of an `env:NAME` reference, or an error naming what is missing. */
 function resolveRef(env: NodeJS.ProcessEnv, ref: string): string {
   const name = ref.slice('env:'.length);
@@ -120,6 +130,40 @@ function describeTools(spec: McpServerSpec, listed: Tool[]): McpToolInfo[] {
       return { ...base, wire, offered: false, why: `its input schema cannot be checked: ${(err as Error).message.slice(0, 200)}` };
     }
   });
+}
+
+/** A transport whose reads are bounded; `onfatal` is told why it cut a server off. */
+async function transportFor(spec: McpServerSpec, opts: McpManagerOptions, env: NodeJS.ProcessEnv, onfatal: (reason: string) => void): Promise<Transport> {
+  if (spec.transport === 'http') {
+    const token = spec.tokenRef ? resolveRef(env, spec.tokenRef) : undefined;
+    const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    const { boundedFetch } = await import('./http.js');
+    return new StreamableHTTPClientTransport(new URL(spec.url), {
+      fetch: boundedFetch({ maxMessageBytes: spec.maxMessageBytes, onfatal, ...(opts.fetch ? { fetch: opts.fetch } : {}) }),
+      // no reconnection of a stream that broke off: the connection is reset instead
+      reconnectionOptions: { initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 },
+      ...(token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {}),
+    });
+  }
+  const workTree = path.join(opts.dataDir, 'mcp', spec.name);
+  await mkdir(workTree, { recursive: true, mode: 0o700 });
+  const vars = Object.fromEntries(Object.entries(spec.env).map(([k, ref]) => [k, resolveRef(env, ref)]));
+  // the stdio framing comes with the SDK's message schemas: loaded with a first stdio server
+  const { SandboxedStdioTransport } = await import('./transport.js');
+  const t = new SandboxedStdioTransport(
+    {
+      argv: spec.command,
+      workTree,
+      allowlist: ['*'], // the operator named the program; the allowlist gates agents' commands
+      roBinds: spec.roBinds,
+      env: vars,
+      network: spec.network,
+      ...(opts.runAs ? { runAs: opts.runAs } : {}),
+    },
+    { maxMessageBytes: spec.maxMessageBytes },
+  );
+  t.onfatal = onfatal;
+  return t;
 }
 
 export function createMcpManager(opts: McpManagerOptions) {
@@ -150,40 +194,6 @@ export function createMcpManager(opts: McpManagerOptions) {
 
   const isSandboxed = (t: Transport): t is SandboxedStdioTransport => typeof (t as Partial<SandboxedStdioTransport>).stderrTail === 'function';
 
-  /** A transport whose reads are bounded; `onfatal` is told why it cut a server off. */
-  async function transportFor(spec: McpServerSpec, onfatal: (reason: string) => void): Promise<Transport> {
-    if (spec.transport === 'http') {
-      const token = spec.tokenRef ? resolveRef(env, spec.tokenRef) : undefined;
-      const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
-      const { boundedFetch } = await import('./http.js');
-      return new StreamableHTTPClientTransport(new URL(spec.url), {
-        fetch: boundedFetch({ maxMessageBytes: spec.maxMessageBytes, onfatal, ...(opts.fetch ? { fetch: opts.fetch } : {}) }),
-        // no reconnection of a stream that broke off: the connection is reset instead
-        reconnectionOptions: { initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 },
-        ...(token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {}),
-      });
-    }
-    const workTree = path.join(opts.dataDir, 'mcp', spec.name);
-    await mkdir(workTree, { recursive: true, mode: 0o700 });
-    const vars = Object.fromEntries(Object.entries(spec.env).map(([k, ref]) => [k, resolveRef(env, ref)]));
-    // the stdio framing comes with the SDK's message schemas: loaded with a first stdio server
-    const { SandboxedStdioTransport } = await import('./transport.js');
-    const t = new SandboxedStdioTransport(
-      {
-        argv: spec.command,
-        workTree,
-        allowlist: ['*'], // the operator named the program; the allowlist gates agents' commands
-        roBinds: spec.roBinds,
-        env: vars,
-        network: spec.network,
-        ...(opts.runAs ? { runAs: opts.runAs } : {}),
-      },
-      { maxMessageBytes: spec.maxMessageBytes },
-    );
-    t.onfatal = onfatal;
-    return t;
-  }
-
   async function open(spec: McpServerSpec, e: Entry, key: string): Promise<Conn> {
     e.status.state = 'connecting';
     let conn: Conn | undefined;
@@ -197,7 +207,7 @@ export function createMcpManager(opts: McpManagerOptions) {
         fail(e, conn, reason.slice(0, 500));
       } else void client?.close().catch(() => undefined);
     };
-    const transport = await transportFor(spec, onfatal);
+    const transport = await transportFor(spec, opts, env, onfatal);
     const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
     const client: Client = new Client({ name: 'steward', version: '0.1.0' }, { capabilities: {} });
     let stderr = () => '';
@@ -285,10 +295,10 @@ export function createMcpManager(opts: McpManagerOptions) {
         if (signal?.aborted) throw err;
         // the transport's reason when it cut the server off (the client only says the connection closed)
         if (conn.fatal !== undefined) throw new McpCallError(conn.fatal);
-        const message = (err as Error).message;
+        const message = errorText(err);
         // a tool's refusal of its input (invalid params) leaves the server healthy
         if (!/Invalid params|-32602/i.test(message)) fail(e, conn, message.slice(0, 500));
-        throw err;
+        throw message === (err as Error).message ? err : new McpCallError(message);
       }
     },
 

@@ -278,7 +278,7 @@ describe('MCP servers (real servers)', () => {
           big: new RegExp(`answer is longer than ${limit} bytes .* cut off and the connection reset`),
           endless: new RegExp(`answer is longer than ${limit} bytes`),
           flood: new RegExp(`answer is longer than ${limit} bytes`),
-          malformed: /invalid|expected/i,
+          malformed: /the server's answer is not valid JSON-RPC \(/,
           crash: /answer broke off/,
           hang: /timed out/i,
         },
