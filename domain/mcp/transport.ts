@@ -8,8 +8,9 @@
  * first and throws from the stream's data handler past 10 MB, which ended the process):
  * - a line longer than `maxMessageBytes` is never held: its bytes are counted, not kept, and
  *   the server is ended with the reason;
- * - more than `maxUnaskedBytes` of output since Steward last wrote to the server (an endless
- *   stream of small messages) ends it too;
+ * - more than `maxUnaskedBytes` of output since Steward last wrote to the server, within
+ *   UNASKED_WINDOW_MS (an endless stream of small messages), ends it too; a slow trickle of
+ *   notifications from an idle server does not;
  * - a line that is not JSON-RPC is reported through `onerror` and counted; more than
  *   MAX_MALFORMED_IN_A_ROW of them end the server; one that is JSON with the id of a request
  *   (a malformed answer) fails that request at once with the reason.
@@ -22,13 +23,16 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { spawnSandboxed, type LongSandboxRequest, type SandboxedProcess } from '../sandbox.js';
 
+/** The window `maxUnaskedBytes` is counted in (restarted whenever Steward writes). */
+export const UNASKED_WINDOW_MS = 10_000;
+
 /** Lines in a row that are not JSON-RPC before the server is ended. */
 export const MAX_MALFORMED_IN_A_ROW = 100;
 
 export interface StdioBounds {
   /** The longest line (one message) read from the server. */
   maxMessageBytes: number;
-  /** Output read since Steward last wrote to the server (default 4x maxMessageBytes). */
+  /** Output read since Steward last wrote to the server, within UNASKED_WINDOW_MS (default 4x maxMessageBytes). */
   maxUnaskedBytes?: number;
 }
 
@@ -100,6 +104,7 @@ export class SandboxedStdioTransport implements Transport {
   private readonly maxMessageBytes: number;
   private readonly maxUnaskedBytes: number;
   private unasked = 0;
+  private unaskedSince = Date.now();
   private malformedInARow = 0;
   private closed = false;
 
@@ -134,6 +139,10 @@ export class SandboxedStdioTransport implements Transport {
 
   private read(chunk: Buffer): void {
     if (this.fatal !== undefined) return;
+    if (Date.now() - this.unaskedSince > UNASKED_WINDOW_MS) {
+      this.unasked = 0;
+      this.unaskedSince = Date.now();
+    }
     this.unasked += chunk.length;
     if (this.unasked > this.maxUnaskedBytes) {
       this.end(`the server wrote more than ${this.maxUnaskedBytes} bytes without being asked for more (an endless stream); it was ended`);
@@ -197,6 +206,7 @@ export class SandboxedStdioTransport implements Transport {
     const proc = this.proc;
     if (!proc || this.closed || this.fatal !== undefined || proc.stdin.destroyed) return Promise.reject(new Error(this.fatal ?? 'the server is not running'));
     this.unasked = 0;
+    this.unaskedSince = Date.now();
     return new Promise((resolvePromise, rejectPromise) => {
       if (proc.stdin.write(serializeMessage(message))) {
         resolvePromise();

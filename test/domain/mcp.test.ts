@@ -332,6 +332,27 @@ describe('MCP servers (real servers)', () => {
     }
   });
 
+  it('a tool list of 60 MB (stdio and HTTP) leaves the server out of the step with the reason', { skip: noSandbox, timeout: 60_000 }, async () => {
+    const hostile = hostileServers();
+    const web = await startHostileHttp(hostile.http, undefined, ['big-list']);
+    const own = createMcpTools({ db: database.db, dataDir, backoffMs: 300, connectTimeoutMs: 15_000, registrationsTtlMs: 0 });
+    try {
+      await register(stdioServer('list-stdio', [hostile.stdio, 'big-list'], { roBinds: [nodeDir, hostile.dir] }));
+      await register({ name: 'list-http', transport: 'http', url: web.url });
+      const cat = await own.catalogue(null);
+      const errors = Object.fromEntries(cat.unavailable.map((u) => [u.server, u.error]));
+      assert.match(errors['list-stdio'] ?? '', /a message longer than 8388608 bytes/, JSON.stringify(errors));
+      assert.match(errors['list-http'] ?? '', /answer is longer than 8388608 bytes/, JSON.stringify(errors));
+      assert.ok(![...cat.tools.keys()].some((k) => k.startsWith('list-')));
+    } finally {
+      await own.close();
+      await web.stop();
+      await deleteMcpServer(database.db, 'list-stdio');
+      await deleteMcpServer(database.db, 'list-http');
+      rmSync(hostile.dir, { recursive: true, force: true });
+    }
+  });
+
   it('a read-only call whose process dies while waiting is repeated once; a second death and it is reported as unknown, never called a third time', { skip: noSandbox, timeout: 120_000 }, async () => {
     const hostile = hostileServers();
     const spec = await register(stdioServer('dies', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], readOnlyTools: ['hang'], timeoutMs: 90_000 }));

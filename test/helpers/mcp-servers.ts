@@ -130,7 +130,8 @@ async function flood(out) {
  * over stdio (newline-delimited JSON-RPC) and over Streamable HTTP (JSON answers; `flood` as an
  * SSE stream). `big` answers 60 MB in one message, `endless` a message that never ends, `flood`
  * an endless stream of small notifications, `malformed` an answer that is not JSON-RPC, `crash`
- * half an answer and then the process exits, `hang` never answers.
+ * half an answer and then the process exits, `hang` never answers. Started with the argument
+ * `big-list`, a server answers its tool list with 60 MB.
  */
 export function hostileServers(): { dir: string; stdio: string; http: string } {
   const dir = mkdtempSync(path.join(tmpdir(), 'steward-mcp-hostile-'));
@@ -145,7 +146,7 @@ const rl = readline.createInterface({ input: process.stdin });
 rl.on('line', async (line) => {
   const m = JSON.parse(line);
   if (m.method === 'initialize') return out(answer(m.id, { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'hostile', version: '1.0.0' } }) + '\\n');
-  if (m.method === 'tools/list') return out(answer(m.id, { tools }) + '\\n');
+  if (m.method === 'tools/list') return process.argv[2] === 'big-list' ? big(out, m.id) : out(answer(m.id, { tools }) + '\\n');
   if (m.method !== 'tools/call') return m.id === undefined ? undefined : out(answer(m.id, {}) + '\\n');
   // each call is noted in the server's own writable directory (its working directory in the sandbox)
   try { appendFileSync('calls.log', m.params.name + '\\n'); } catch {}
@@ -176,6 +177,7 @@ const server = createServer((req, res) => {
     const json = (s) => res.writeHead(200, { 'content-type': 'application/json' }).end(s);
     if (m.id === undefined) { res.writeHead(202).end(); return; }
     if (m.method === 'initialize') return json(answer(m.id, { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'hostile', version: '1.0.0' } }));
+    if (m.method === 'tools/list' && process.argv[2] === 'big-list') { res.writeHead(200, { 'content-type': 'application/json' }); return big(out, m.id).catch(() => undefined); }
     if (m.method === 'tools/list') return json(answer(m.id, { tools }));
     if (m.method !== 'tools/call') return json(answer(m.id, {}));
     switch (m.params.name) {
@@ -196,9 +198,9 @@ server.listen(Number(process.env.PORT), '127.0.0.1', () => console.log('listenin
 }
 
 /** The hostile HTTP server (hostileServers().http) on `port` (a free one by default); stop() ends it. */
-export async function startHostileHttp(script: string, port?: number): Promise<{ url: string; port: number; child: ChildProcess; stop(): Promise<void> }> {
+export async function startHostileHttp(script: string, port?: number, args: string[] = []): Promise<{ url: string; port: number; child: ChildProcess; stop(): Promise<void> }> {
   const p = port ?? (await freePort());
-  const child = spawn(process.execPath, [script], { env: { PATH: process.env.PATH ?? '', PORT: String(p) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [script, ...args], { env: { PATH: process.env.PATH ?? '', PORT: String(p) }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
   child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
