@@ -199,6 +199,7 @@ export function createMcpManager(opts: McpManagerOptions) {
     let conn: Conn | undefined;
     // why the transport cut the server off: the reason of the call (or the connection) that waited
     let fatal: string | undefined;
+    let client: Client | undefined;
     const onfatal = (reason: string) => {
       if (fatal !== undefined) return;
       fatal = reason;
@@ -209,7 +210,7 @@ export function createMcpManager(opts: McpManagerOptions) {
     };
     const transport = await transportFor(spec, opts, env, onfatal);
     const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
-    const client: Client = new Client({ name: 'steward', version: '0.1.0' }, { capabilities: {} });
+    client = new Client({ name: 'steward', version: '0.1.0' }, { capabilities: {} });
     let stderr = () => '';
     if (isSandboxed(transport)) stderr = () => transport.stderrTail().trim().slice(-500);
     client.onclose = () => {
