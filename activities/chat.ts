@@ -559,6 +559,8 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
     );
   }
   const resultHash = await putBlob(c.db, JSON.stringify(toolResultMessage(call, outcome.text)), 'application/json');
+  // an MCP call's approval depends on the requester's role (the server's policy by role): kept for `policy what-if`
+  const requesterRole = mcpName && c.mcp ? (input.requestedBy ? (await personOf(c.db, input.requestedBy)).role : null) : undefined;
   await writeReceipt(c.db, {
     key: `${input.turnId}:tool:${input.toolCallId}`,
     kind: 'tool.call',
@@ -570,6 +572,7 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
       ok: outcome.ok,
       input: redact(call.input),
       ...(redact(outcome.detail) as Record<string, unknown>),
+      ...(requesterRole !== undefined ? { requesterRole } : {}),
     },
   });
   return { resultHash, ok: outcome.ok, ...(outcome.note ? { note: outcome.note } : {}), ...(outcome.attachment ? { attachment: outcome.attachment } : {}) };

@@ -45,6 +45,11 @@ const policyFields = {
   timeoutMs: z.number().int().min(1000).max(90_000).default(30_000),
   /** Result text the model gets at most; the whole result is kept as a blob beyond it. */
   maxResultBytes: z.number().int().min(256).max(1_000_000).default(16_384),
+  /**
+   * The longest message read from the server (a stdio line, an HTTP answer's body): longer is cut
+   * off before it is held and the connection reset, the call's result says so.
+   */
+  maxMessageBytes: z.number().int().min(65_536).max(64 * 1024 * 1024).default(8 * 1024 * 1024),
   enabled: z.boolean().default(true),
   description: z.string().max(500).optional(),
 };
@@ -121,6 +126,15 @@ export function mcpDisplayName(server: string, tool: string): string {
   return `${server}.${tool}`;
 }
 
+/** A `server.tool` name's server and tool (as receipts and approvals name MCP tools), or undefined for Steward's own tools. */
+export function parseMcpDisplayName(shown: string): { server: string; tool: string } | undefined {
+  const at = shown.indexOf('.');
+  if (at <= 0) return undefined;
+  const server = shown.slice(0, at);
+  const tool = shown.slice(at + 1);
+  return MCP_SERVER_NAME.test(server) && MCP_TOOL_NAME.test(tool) ? { server, tool } : undefined;
+}
+
 /** Whether a server offers this tool at all (its allow list). */
 export function mcpToolAllowed(spec: Pick<McpServerSpec, 'allowTools'>, tool: string): boolean {
   return spec.allowTools === undefined || spec.allowTools.includes(tool);
@@ -152,6 +166,28 @@ export function mcpNeedsApproval(
   if (policy === 'never') return false;
   if (policy === 'always') return true;
   return requesterRole === undefined ? false : !roleAtLeast(requesterRole, policy);
+}
+
+/**
+ * mcpNeedsApproval with its reason in words (for `steward policy what-if`). `requesterRole`:
+ * the role of the person whose message led to the call, null for none (an objective's run),
+ * undefined when it is not known (a role policy is then judged as waiting).
+ */
+export function mcpApprovalVerdict(
+  approvalTools: readonly string[],
+  spec: Pick<McpServerSpec, 'name' | 'approval' | 'readOnlyTools'>,
+  tool: string,
+  requesterRole: Role | null | undefined,
+): { approval: boolean; reason: string } {
+  const shown = mcpDisplayName(spec.name, tool);
+  const policy = mcpApprovalOf(spec, tool);
+  const approval = requesterRole === undefined && policy !== 'never' && policy !== 'always' ? true : mcpNeedsApproval(approvalTools, spec, tool, requesterRole ?? undefined);
+  if (approvalTools.includes('*')) return { approval, reason: 'every tool waits for approval ("*")' };
+  if (approvalTools.includes(shown) || approvalTools.includes(`${spec.name}.*`)) return { approval, reason: `${approvalTools.includes(shown) ? shown : `${spec.name}.*`} is in the approval list` };
+  const own = `${shown} is not in the approval list; the MCP server ${spec.name}'s policy for it is ${policy}`;
+  if (policy === 'never' || policy === 'always') return { approval, reason: `${own} (${policy === 'always' ? 'always waits' : 'never waits'})` };
+  const who = requesterRole === undefined ? "the requester's role was not recorded, so it is judged as waiting" : requesterRole === null ? 'no person asked (an objective run), so it runs' : `the requester was ${requesterRole}`;
+  return { approval, reason: `${own} (${policy} and above run it at once; ${who})` };
 }
 
 /** `/status` for admins: each server's state and tool count (undefined when none is registered). */

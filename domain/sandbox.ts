@@ -622,7 +622,10 @@ export async function spawnSandboxed(req: LongSandboxRequest): Promise<Sandboxed
   });
   const err = new Tail(req.maxStderrBytes ?? 8192);
   child.stderr?.on('data', (b: Buffer) => err.push(b));
-  child.stdin?.on('error', () => undefined); // the server may exit while we write (EPIPE)
+  // an error of a pipe (the server gone while we write: EPIPE) is seen through `exited`, never thrown
+  child.stdin?.on('error', () => undefined);
+  child.stdout?.on('error', () => undefined);
+  child.stderr?.on('error', () => undefined);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolvePromise) => {
     child.on('exit', (code, signal) => resolvePromise({ code, signal }));
     child.on('error', () => resolvePromise({ code: null, signal: null }));

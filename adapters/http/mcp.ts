@@ -26,7 +26,7 @@ export function registerMcpRoutes(app: OpenAPIHono, mcp: McpService): void {
     createRoute({
       method: 'post',
       path: '/api/v1/mcp/servers',
-      summary: 'Register an MCP server: {"name", "transport": "stdio", "command", "roBinds"?, "network"?, "env"?} or {"name", "transport": "http", "url", "tokenRef"?}, with "allowTools"?, "readOnlyTools"?, "approval"?, "workspaces"?, "timeoutMs"?, "maxResultBytes"?',
+      summary: 'Register an MCP server: {"name", "transport": "stdio", "command", "roBinds"?, "network"?, "env"?} or {"name", "transport": "http", "url", "tokenRef"?}, with "allowTools"?, "readOnlyTools"?, "approval"?, "workspaces"?, "timeoutMs"?, "maxResultBytes"?, "maxMessageBytes"?',
       security: sec,
       request: anyJson,
       responses: { 201: json(Loose, 'Registered'), ...errors },

@@ -6,7 +6,9 @@
  *   the repository's own layer as the gate read it; for changes recorded before that layer was
  *   kept, read from a local repository at the base, else left out and said so);
  * - the approval policy over past tool calls (their `tool.call` receipts): would the call have
- *   waited for an admin, or run without one.
+ *   waited for an admin, or run without one. A tool of an MCP server is judged by the live path's
+ *   own function (mcpNeedsApproval: the approval list, then the server's registered policy for
+ *   the tool, by the requester's role the receipt recorded), not by the approval list alone.
  * It writes nothing, calls no model and reaches no network: the evaluation is the gate's own
  * pure policy check (checkPatchPolicy), not its sandboxed commands, whose results are recorded
  * evidence and do not depend on the policy.
@@ -17,12 +19,15 @@ import { promisify } from 'node:util';
 import { z } from 'zod';
 import { changePolicy, checkPatchPolicy, parseRepoPolicyJson, parseUnifiedDiff, RepoPolicySchema, validateGlob, type EffectivePolicy, type RepoPolicyInput } from '../../common/repo-policy.js';
 import { TaskDraftSchema, type GateVerdict } from '../../common/repo-change.js';
+import { mcpApprovalVerdict, parseMcpDisplayName, type McpServerSpec } from '../../common/mcp.js';
+import { RoleSchema, type Role } from '../../common/roles.js';
 import { approvalRequired, isActionTool } from '../../common/tools.js';
 import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';
 import { listReceipts } from '../receipts.js';
 import { approvalsOfCalls } from '../store/approvals.js';
 import { changesWithPatches, loadRepo, type RepoRecord } from '../store/changes.js';
+import { listMcpServers } from '../store/mcp.js';
 import { heldSecrets, REPO_POLICY_FILE } from './gate.js';
 
 const run = promisify(execFile);
@@ -32,7 +37,7 @@ export const WhatIfPolicySchema = z
   .strictObject({
     repoPolicy: RepoPolicySchema.optional(),
     approvalTools: z
-      .array(z.string().regex(/^(\*|[a-z][a-z0-9_]{0,63})$/, 'a tool name such as post_to_chat, or "*" for every tool'))
+      .array(z.string().regex(/^(\*|[a-z][a-z0-9_]{0,63}|[a-z][a-z0-9-]{0,23}\.([A-Za-z0-9_-]{1,64}|\*))$/, 'a tool name such as post_to_chat, an MCP tool as server.tool or server.*, or "*" for every tool'))
       .max(100, 'at most 100 tools')
       .optional(),
   })
@@ -173,31 +178,52 @@ async function changesWhatIf(db: Db, input: WhatIfInput): Promise<WhatIfReport['
   return { evaluated: rows.length, flipped, unchanged };
 }
 
-function approvalReason(tools: readonly string[], name: string): { approval: boolean; reason: string } {
+interface PastCall {
+  turnId: string;
+  toolCallId: string;
+  tool: string;
+  at: string;
+  ok: boolean;
+  /** The requester's role as the receipt recorded it (MCP calls): null for none, undefined when not recorded. */
+  role: Role | null | undefined;
+}
+
+function approvalReason(tools: readonly string[], call: PastCall, servers: ReadonlyMap<string, McpServerSpec>): { approval: boolean; reason: string } {
+  const name = call.tool;
+  const mcp = parseMcpDisplayName(name);
+  if (mcp) {
+    const spec = servers.get(mcp.server);
+    if (spec) return mcpApprovalVerdict(tools, spec, mcp.tool, call.role);
+    const listed = tools.includes('*') || tools.includes(name) || tools.includes(`${mcp.server}.*`);
+    return { approval: listed, reason: `${name} is ${listed ? '' : 'not '}in the approval list (the MCP server ${mcp.server} is no longer registered: its own policy is not known)` };
+  }
   if (isActionTool(name)) return { approval: true, reason: 'a proposed action: always approved by an admin' };
   if (approvalRequired({ approvalTools: tools }, name)) return { approval: true, reason: tools.includes('*') ? 'every tool waits for approval ("*")' : `${name} is in the approval list` };
   return { approval: false, reason: `${name} is not in the approval list` };
 }
 
 async function actionsWhatIf(db: Db, input: WhatIfInput, tools: readonly string[]): Promise<NonNullable<WhatIfReport['actions']>> {
-  const calls: Array<{ turnId: string; toolCallId: string; tool: string; at: string; ok: boolean }> = [];
+  const calls: PastCall[] = [];
   let afterId: number | undefined;
   const limit = input.limit ?? 10_000;
   while (calls.length < limit) {
     const page = await listReceipts(db, { kind: 'tool.call', ...(input.since ? { since: input.since } : {}), ...(afterId ? { afterId } : {}), limit: 1000 });
     for (const r of page) {
-      const d = r.data as { turnId?: string; toolCallId?: string; tool?: string; ok?: boolean };
-      if (d.turnId && d.toolCallId && d.tool) calls.push({ turnId: d.turnId, toolCallId: d.toolCallId, tool: d.tool, at: r.at, ok: d.ok === true });
+      const d = r.data as { turnId?: string; toolCallId?: string; tool?: string; ok?: boolean; requesterRole?: unknown };
+      const role = d.requesterRole === null ? null : RoleSchema.safeParse(d.requesterRole).data;
+      if (d.turnId && d.toolCallId && d.tool) calls.push({ turnId: d.turnId, toolCallId: d.toolCallId, tool: d.tool, at: r.at, ok: d.ok === true, role });
     }
     if (page.length < 1000) break;
     afterId = page.at(-1)!.id;
   }
   const approvals = await approvalsOfCalls(db, calls);
+  // each MCP server's policy as registered now (the policy in force, on both sides)
+  const servers = new Map((await listMcpServers(db)).map((r) => [r.spec.name, r.spec]));
   const outcome = new Map(approvals.map((a) => [`${a.turnId}\u0000${a.toolCallId}`, a]));
   const flipped: ActionWhatIf[] = [];
   for (const c of calls.slice(0, limit)) {
-    const before = approvalReason(input.current.approvalTools, c.tool);
-    const after = approvalReason(tools, c.tool);
+    const before = approvalReason(input.current.approvalTools, c, servers);
+    const after = approvalReason(tools, c, servers);
     if (before.approval === after.approval) continue;
     const a = outcome.get(`${c.turnId}\u0000${c.toolCallId}`);
     flipped.push({ turnId: c.turnId, toolCallId: c.toolCallId, tool: c.tool, at: c.at, recorded: a ? `approval ${a.status}${a.decidedBy ? ` by ${a.decidedBy}` : ''}` : c.ok ? 'ran without approval' : 'did not run', old: before, new: after, flipped: true });

@@ -4,10 +4,13 @@
  * sandboxed child, Streamable HTTP servers by URL with a bearer token by reference).
  *
  * A server that fails (cannot start, crashes, hangs past a call's time limit, speaks malformed
- * JSON-RPC) is dropped and reconnected on a later use, after a back-off that doubles with each
- * failure in a row (1 s, 2 s, 4 s, ... up to 30 s); meanwhile a use fails at once with the
- * reason. Every change of a server's state is reported (`onState`) for the doctor and /status.
- * No Temporal imports.
+ * JSON-RPC, sends a message over its `maxMessageBytes` or an endless stream) is dropped and
+ * reconnected on a later use, after a back-off that doubles with each failure in a row (1 s,
+ * 2 s, 4 s, ... up to 30 s); meanwhile a use fails at once with the reason. Whatever a server
+ * does stays in its client: reads are bounded before they are buffered (transport.ts for stdio,
+ * http.ts for HTTP), and every failure is an error of the call that was waiting (with the reason
+ * the transport found), never an exception of the process. Every change of a server's state is
+ * reported (`onState`) for the doctor and /status. No Temporal imports.
  */
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -51,6 +54,11 @@ export class McpUnavailableError extends Error {
   override name = 'McpUnavailableError';
 }
 
+/** A call ended because the transport cut its server off (the reason is the message). */
+export class McpCallError extends Error {
+  override name = 'McpCallError';
+}
+
 export interface McpManagerOptions {
   /** Each stdio server gets `<dataDir>/mcp/<name>/` as its writable directory. */
   dataDir: string;
@@ -64,6 +72,8 @@ export interface McpManagerOptions {
   onState?: (status: McpServerStatus) => void;
   /** A root-run Steward may run stdio servers as this host user (see domain/sandbox.ts). */
   runAs?: { uid: number; gid: number };
+  /** The fetch under HTTP servers' bounded fetch (default: the global one). */
+  fetch?: typeof fetch;
   now?: () => number;
 }
 
@@ -72,6 +82,8 @@ interface Conn {
   client: Client;
   transport: Transport;
   tools: McpToolInfo[];
+  /** Why the transport ended the connection (a message too long, an endless stream, a body broken off). */
+  fatal?: string;
 }
 
 interface Entry {
@@ -81,6 +93,16 @@ interface Entry {
 }
 
 const MAX_BACKOFF_MS = 30_000;
+
+/** An error's text; a schema's refusal of what the server sent (the SDK throws zod's issues as JSON) in one line. */
+function errorText(err: unknown): string {
+  const issues = (err as { issues?: unknown }).issues;
+  if (Array.isArray(issues)) {
+    const shown = (issues as Array<{ path?: unknown[]; message?: string }>).slice(0, 3).map((i) => `${(i.path ?? []).join('.') || '(message)'}: ${i.message ?? 'invalid'}`);
+    return `the server's answer is not valid JSON-RPC (${shown.join('; ')})`;
+  }
+  return (err as Error).message;
+}
 
 /** The value of an `env:NAME` reference, or an error naming what is missing. */
 function resolveRef(env: NodeJS.ProcessEnv, ref: string): string {
@@ -108,6 +130,40 @@ function describeTools(spec: McpServerSpec, listed: Tool[]): McpToolInfo[] {
       return { ...base, wire, offered: false, why: `its input schema cannot be checked: ${(err as Error).message.slice(0, 200)}` };
     }
   });
+}
+
+/** A transport whose reads are bounded; `onfatal` is told why it cut a server off. */
+async function transportFor(spec: McpServerSpec, opts: McpManagerOptions, env: NodeJS.ProcessEnv, onfatal: (reason: string) => void): Promise<Transport> {
+  if (spec.transport === 'http') {
+    const token = spec.tokenRef ? resolveRef(env, spec.tokenRef) : undefined;
+    const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    const { boundedFetch } = await import('./http.js');
+    return new StreamableHTTPClientTransport(new URL(spec.url), {
+      fetch: boundedFetch({ maxMessageBytes: spec.maxMessageBytes, onfatal, ...(opts.fetch ? { fetch: opts.fetch } : {}) }),
+      // no reconnection of a stream that broke off: the connection is reset instead
+      reconnectionOptions: { initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1, maxRetries: 0 },
+      ...(token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {}),
+    });
+  }
+  const workTree = path.join(opts.dataDir, 'mcp', spec.name);
+  await mkdir(workTree, { recursive: true, mode: 0o700 });
+  const vars = Object.fromEntries(Object.entries(spec.env).map(([k, ref]) => [k, resolveRef(env, ref)]));
+  // the stdio framing comes with the SDK's message schemas: loaded with a first stdio server
+  const { SandboxedStdioTransport } = await import('./transport.js');
+  const t = new SandboxedStdioTransport(
+    {
+      argv: spec.command,
+      workTree,
+      allowlist: ['*'], // the operator named the program; the allowlist gates agents' commands
+      roBinds: spec.roBinds,
+      env: vars,
+      network: spec.network,
+      ...(opts.runAs ? { runAs: opts.runAs } : {}),
+    },
+    { maxMessageBytes: spec.maxMessageBytes },
+  );
+  t.onfatal = onfatal;
+  return t;
 }
 
 export function createMcpManager(opts: McpManagerOptions) {
@@ -138,38 +194,27 @@ export function createMcpManager(opts: McpManagerOptions) {
 
   const isSandboxed = (t: Transport): t is SandboxedStdioTransport => typeof (t as Partial<SandboxedStdioTransport>).stderrTail === 'function';
 
-  async function transportFor(spec: McpServerSpec): Promise<Transport> {
-    if (spec.transport === 'http') {
-      const token = spec.tokenRef ? resolveRef(env, spec.tokenRef) : undefined;
-      const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
-      return new StreamableHTTPClientTransport(new URL(spec.url), token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {});
-    }
-    const workTree = path.join(opts.dataDir, 'mcp', spec.name);
-    await mkdir(workTree, { recursive: true, mode: 0o700 });
-    const vars = Object.fromEntries(Object.entries(spec.env).map(([k, ref]) => [k, resolveRef(env, ref)]));
-    // the stdio framing comes with the SDK's message schemas: loaded with a first stdio server
-    const { SandboxedStdioTransport } = await import('./transport.js');
-    return new SandboxedStdioTransport({
-      argv: spec.command,
-      workTree,
-      allowlist: ['*'], // the operator named the program; the allowlist gates agents' commands
-      roBinds: spec.roBinds,
-      env: vars,
-      network: spec.network,
-      ...(opts.runAs ? { runAs: opts.runAs } : {}),
-    });
-  }
-
   async function open(spec: McpServerSpec, e: Entry, key: string): Promise<Conn> {
     e.status.state = 'connecting';
-    const transport = await transportFor(spec);
-    const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
-    const client = new Client({ name: 'steward', version: '0.1.0' }, { capabilities: {} });
     let conn: Conn | undefined;
+    // why the transport cut the server off: the reason of the call (or the connection) that waited
+    let fatal: string | undefined;
+    let client: Client | undefined;
+    const onfatal = (reason: string) => {
+      if (fatal !== undefined) return;
+      fatal = reason;
+      if (conn) {
+        conn.fatal = reason;
+        fail(e, conn, reason.slice(0, 500));
+      } else void client?.close().catch(() => undefined);
+    };
+    const transport = await transportFor(spec, opts, env, onfatal);
+    const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
+    client = new Client({ name: 'steward', version: '0.1.0' }, { capabilities: {} });
     let stderr = () => '';
     if (isSandboxed(transport)) stderr = () => transport.stderrTail().trim().slice(-500);
     client.onclose = () => {
-      if (conn) fail(e, conn, `the server ended${stderr() ? `: ${stderr()}` : ''}`);
+      if (conn) fail(e, conn, fatal ?? `the server ended${stderr() ? `: ${stderr()}` : ''}`);
     };
     client.onerror = (err) => {
       e.status.lastError = err.message.slice(0, 500);
@@ -184,11 +229,12 @@ export function createMcpManager(opts: McpManagerOptions) {
         cursor = r.nextCursor;
         if (!cursor) break;
       }
+      if (fatal !== undefined) throw new Error(fatal);
       conn = { key, client, transport, tools: describeTools(spec, listed) };
       return conn;
     } catch (err) {
       await client.close().catch(() => undefined);
-      const why = `${(err as Error).message}${stderr() ? ` (stderr: ${stderr()})` : ''}`;
+      const why = `${fatal ?? (err as Error).message}${stderr() ? ` (stderr: ${stderr()})` : ''}`;
       throw new McpUnavailableError(why.slice(0, 1000));
     }
   }
@@ -248,10 +294,12 @@ export function createMcpManager(opts: McpManagerOptions) {
         return (await conn.client.callTool({ name: tool, arguments: args }, undefined, { timeout: spec.timeoutMs, ...(signal ? { signal } : {}) })) as CallToolResult;
       } catch (err) {
         if (signal?.aborted) throw err;
-        const message = (err as Error).message;
+        // the transport's reason when it cut the server off (the client only says the connection closed)
+        if (conn.fatal !== undefined) throw new McpCallError(conn.fatal);
+        const message = errorText(err);
         // a tool's refusal of its input (invalid params) leaves the server healthy
         if (!/Invalid params|-32602/i.test(message)) fail(e, conn, message.slice(0, 500));
-        throw err;
+        throw message === (err as Error).message ? err : new McpCallError(message);
       }
     },
 

@@ -5,8 +5,9 @@
  * A call is claimed in the store (McpCall, keyed by turn and call) before the server is called
  * and recorded with what the model was told before the activity returns, so a retried activity
  * returns the record instead of calling again. A call found claimed but not recorded (the worker
- * died while waiting) is repeated only for a tool the operator marked read-only; otherwise the
- * model is told the outcome is unknown. Results are untrusted data: wrapped like workspace
+ * died while waiting) is repeated once, and only for a tool the operator marked read-only; a
+ * second death (the repeat claimed too), or any other tool, and the model is told the outcome is
+ * unknown: a call that takes its worker down cannot take it down in a loop. Results are untrusted data: wrapped like workspace
  * excerpts, cut to the registration's size (the whole text kept as a blob, claim-check). Every
  * failure (a server down, crashed, hung or misbehaving, a refused input) becomes an outcome the
  * model reads, never an error of the turn.
@@ -19,7 +20,7 @@ import { wrapUntrusted } from '../../common/untrusted.js';
 import { putBlob } from '../blobs.js';
 import type { Db } from '../db.js';
 import { ttlCache } from '../ttl-cache.js';
-import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState, type McpRegistration } from '../store/mcp.js';
+import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState, repeatMcpCall, type McpRegistration } from '../store/mcp.js';
 import type { LoadedToolCall, ToolOutcome } from '../tool-calls.js';
 import { createMcpManager, type McpManager, type McpManagerOptions, type McpToolInfo } from './manager.js';
 
@@ -181,9 +182,14 @@ export function createMcpTools(opts: McpToolsOptions) {
         return { text: error, ok: false, detail: { ...base, invalid: error } };
       }
       if (prior) {
-        // claimed by an attempt that died while waiting for the server
+        // claimed by an attempt that died while waiting for the server: a read-only call is repeated once
         if (!spec.readOnlyTools.includes(name.tool)) {
           return finish({ text: `The call of ${shown} was started, but its outcome is unknown (the worker stopped while waiting for the server); it is not repeated.`, ok: false, detail: { ...base, error: 'outcome unknown' } });
+        }
+        if (!(await repeatMcpCall(db, key))) {
+          const raced = await findMcpCall(db, key);
+          if (raced?.status === 'done') return { text: raced.result ?? '', ok: raced.ok === true, detail: { ...base, recorded: true } };
+          return finish({ text: `The call of ${shown} was started twice, and both times its outcome is unknown (the worker stopped while waiting for the server); it is not repeated again.`, ok: false, detail: { ...base, error: 'outcome unknown', attempts: 2 } });
         }
       } else if (!(await claimMcpCall(db, key, name.server, name.tool))) {
         const raced = await findMcpCall(db, key);

@@ -1,7 +1,8 @@
 /**
  * The store of MCP servers: McpServer (an operator's registration, and the state a worker last
  * found it in) and McpCall (one tool call of a turn, claimed before the server is called and
- * recorded with its result, so a retried activity never calls twice). Plain rows in and out;
+ * recorded with its result, so a retried activity never calls twice; status started, repeated
+ * (its one repeat taken) or done). Plain rows in and out;
  * the rules live in common/mcp.ts and the MCP service.
  */
 import { McpServerSchema, type McpServerSpec } from '../../common/mcp.js';
@@ -111,6 +112,15 @@ export async function claimMcpCall(db: Db, key: string, server: string, tool: st
     if (isUniqueViolation(err)) return false;
     throw err;
   }
+}
+
+/**
+ * Take the one repeat a claimed call may have (its first attempt died while waiting): true for
+ * the first attempt to ask, false once it has been repeated (status `repeated`) or recorded.
+ */
+export async function repeatMcpCall(db: Db, key: string): Promise<boolean> {
+  const r = await db.mcpCall.updateMany({ where: { key, status: 'started' }, data: { status: 'repeated' } });
+  return r.count === 1;
 }
 
 /** Record a call's outcome (the tool message blob the model gets, facts for the receipt). */

@@ -10,7 +10,7 @@
  *   cost a clear error and never throw; a crashed server is restarted after its back-off.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -22,9 +22,9 @@ import { createMcpTools, type McpTools } from '../../domain/mcp/tools.js';
 import { spawnSandboxed } from '../../domain/sandbox.js';
 import { claimMcpCall, deleteMcpServer, findMcpServer, insertMcpServer, mcpCallKey, syncConfigMcpServers } from '../../domain/store/mcp.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
-import { misbehavingServers, nodeDir, serverEntry, startEverythingHttp, stdioServer } from '../helpers/mcp-servers.js';
+import { HOSTILE_TOOLS, hostileServers, misbehavingServers, nodeDir, serverEntry, startEverythingHttp, startHostileHttp, stdioServer, type HostileTool } from '../helpers/mcp-servers.js';
 import { needs } from '../helpers/requirements.js';
-import { freePort } from '../helpers/process.js';
+import { freePort, repoRoot, spawnProcess, type Spawned } from '../helpers/process.js';
 
 const noSandbox = await needs('bubblewrap');
 const everything = serverEntry('@modelcontextprotocol/server-everything');
@@ -254,6 +254,144 @@ describe('MCP servers (real servers)', () => {
       await waitState('crashy', 'ready');
     } finally {
       rmSync(bad.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('hostile servers over stdio and HTTP (60 MB, a message without end, a flood, malformed, a crash mid-answer, a hang): each call ends with what happened, reads stay bounded, the server is started afresh', { skip: noSandbox, timeout: 240_000 }, async () => {
+    const hostile = hostileServers();
+    let web = await startHostileHttp(hostile.http);
+    const limit = 8 * 1024 * 1024; // the default maxMessageBytes
+    const policy = { readOnlyTools: [...HOSTILE_TOOLS], timeoutMs: 2000 };
+    try {
+      await register(stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }));
+      await register({ name: 'bad-http', transport: 'http', url: web.url, ...policy });
+      const expected: Record<'stdio' | 'http', Partial<Record<HostileTool, RegExp>>> = {
+        stdio: {
+          big: new RegExp(`a message longer than ${limit} bytes .* cut off and the server ended`),
+          endless: new RegExp(`a message longer than ${limit} bytes`),
+          flood: /more than \d+ bytes without being asked for more \(an endless stream\)/,
+          malformed: /not valid JSON-RPC \(malformed JSON-RPC from the server/,
+          crash: /Connection closed|the server ended/i,
+          hang: /timed out/i,
+        },
+        http: {
+          big: new RegExp(`answer is longer than ${limit} bytes .* cut off and the connection reset`),
+          endless: new RegExp(`answer is longer than ${limit} bytes`),
+          flood: new RegExp(`answer is longer than ${limit} bytes`),
+          malformed: /the server's answer is not valid JSON-RPC \(/,
+          crash: /answer broke off/,
+          hang: /timed out/i,
+        },
+      };
+      const fineAgain = async (server: string) => {
+        for (let i = 0; i < 60; i++) {
+          const r = await call(`${server}__fine`, {});
+          if (r.ok) return r;
+          await sleep(100);
+        }
+        assert.fail(`${server} never answered again`);
+      };
+      for (const transport of ['stdio', 'http'] as const) {
+        const server = `bad-${transport}`;
+        const first = await fineAgain(server);
+        assert.match(first.text, /fine \w+/);
+        for (const [tool, re] of Object.entries(expected[transport])) {
+          const peak = { arrayBuffers: 0, rss: 0 };
+          const base = process.memoryUsage();
+          const sample = setInterval(() => {
+            const m = process.memoryUsage();
+            peak.arrayBuffers = Math.max(peak.arrayBuffers, m.arrayBuffers - base.arrayBuffers);
+            peak.rss = Math.max(peak.rss, m.rss - base.rss);
+          }, 5);
+          const started = Date.now();
+          let r;
+          try {
+            r = await call(`${server}__${tool}`, {});
+          } finally {
+            clearInterval(sample);
+          }
+          assert.equal(r.ok, false, `${server}.${tool}: ${r.text}`);
+          assert.match(r.text, new RegExp(`^The MCP tool ${server}\\.${tool} failed: `), `${server}.${tool}`);
+          assert.match(r.text, re, `${server}.${tool}`);
+          assert.ok(Date.now() - started < 10_000, `${server}.${tool} took ${Date.now() - started} ms`);
+          // bounded before buffering: never near the 60 MB the server sends
+          assert.ok(peak.arrayBuffers < 40 * 1024 * 1024, `${server}.${tool}: ${Math.round(peak.arrayBuffers / 1e6)} MB of buffers held`);
+          const row = await database.db.mcpServer.findUniqueOrThrow({ where: { name: server } });
+          assert.equal(row.state, 'down', `${server}.${tool}: the connection is reset`);
+          if (transport === 'http' && tool === 'crash') web = await startHostileHttp(hostile.http, web.port);
+          // started afresh after its back-off
+          const again = await fineAgain(server);
+          if (transport === 'stdio' || tool === 'crash') assert.notEqual(again.text.match(/fine (\w+)/)?.[1], first.text.match(/fine (\w+)/)?.[1], `${server}.${tool}: a new start of the server answers`);
+        }
+      }
+    } finally {
+      await web.stop();
+      await deleteMcpServer(database.db, 'bad-stdio');
+      await deleteMcpServer(database.db, 'bad-http');
+      rmSync(hostile.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a tool list of 60 MB (stdio and HTTP) leaves the server out of the step with the reason', { skip: noSandbox, timeout: 60_000 }, async () => {
+    const hostile = hostileServers();
+    const web = await startHostileHttp(hostile.http, undefined, ['big-list']);
+    const own = createMcpTools({ db: database.db, dataDir, backoffMs: 300, connectTimeoutMs: 15_000, registrationsTtlMs: 0 });
+    try {
+      await register(stdioServer('list-stdio', [hostile.stdio, 'big-list'], { roBinds: [nodeDir, hostile.dir] }));
+      await register({ name: 'list-http', transport: 'http', url: web.url });
+      const cat = await own.catalogue(null);
+      const errors = Object.fromEntries(cat.unavailable.map((u) => [u.server, u.error]));
+      assert.match(errors['list-stdio'] ?? '', /a message longer than 8388608 bytes/, JSON.stringify(errors));
+      assert.match(errors['list-http'] ?? '', /answer is longer than 8388608 bytes/, JSON.stringify(errors));
+      assert.ok(![...cat.tools.keys()].some((k) => k.startsWith('list-')));
+    } finally {
+      await own.close();
+      await web.stop();
+      await deleteMcpServer(database.db, 'list-stdio');
+      await deleteMcpServer(database.db, 'list-http');
+      rmSync(hostile.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a read-only call whose process dies while waiting is repeated once; a second death and it is reported as unknown, never called a third time', { skip: noSandbox, timeout: 120_000 }, async () => {
+    const hostile = hostileServers();
+    const spec = await register(stdioServer('dies', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], readOnlyTools: ['hang'], timeoutMs: 90_000 }));
+    const calls = path.join(dataDir, 'mcp', spec.name, 'calls.log');
+    const key = mcpCallKey('turn-dies', 'c1');
+    const driver = (): Spawned => spawnProcess(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'test/helpers/mcp-call.ts'), JSON.stringify({ databaseUrl: database.url, dataDir, turnId: 'turn-dies', toolCallId: 'c1', toolName: 'dies__hang', input: {} })], { ...process.env });
+    const calledTimes = () => (existsSync(calls) ? readFileSync(calls, 'utf8').split('\n').filter((l) => l === 'hang').length : 0);
+    const dieWhileWaiting = async (status: string, times: number) => {
+      const p = driver();
+      try {
+        // the call is claimed and reached the server: then the process dies (SIGKILL, as a worker that runs out of memory)
+        for (let i = 0; i < 300 && !((await database.db.mcpCall.findUnique({ where: { key } }))?.status === status && calledTimes() === times); i++) await sleep(50);
+        assert.equal((await database.db.mcpCall.findUniqueOrThrow({ where: { key } })).status, status, p.output());
+        assert.equal(calledTimes(), times, p.output());
+      } finally {
+        p.kill('SIGKILL');
+        await p.exited;
+      }
+    };
+    try {
+      await dieWhileWaiting('started', 1);
+      await dieWhileWaiting('repeated', 2);
+      const last = driver();
+      const { code } = await last.exited;
+      assert.equal(code, 0, last.output());
+      const outcome = JSON.parse(last.output().trim().split('\n').at(-1)!) as { ok: boolean; text: string; detail: Record<string, unknown> };
+      assert.equal(outcome.ok, false);
+      assert.match(outcome.text, /The call of dies\.hang was started twice, and both times its outcome is unknown .* it is not repeated again/);
+      assert.equal(outcome.detail.error, 'outcome unknown');
+      assert.equal(calledTimes(), 2, 'never called a third time');
+      const row = await database.db.mcpCall.findUniqueOrThrow({ where: { key } });
+      assert.equal(row.status, 'done');
+      // the activity retried once more gets the record
+      const again = await call('dies__hang', {}, 'c1', 'turn-dies');
+      assert.equal(again.text, outcome.text);
+      assert.equal(again.detail.recorded, true);
+    } finally {
+      await deleteMcpServer(database.db, 'dies');
+      rmSync(hostile.dir, { recursive: true, force: true });
     }
   });
 

@@ -14,6 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { OPERATOR } from '../../domain/governance.js';
+import { policyWhatIf } from '../../domain/changes/what-if.js';
 import { createMcpTools, type McpTools } from '../../domain/mcp/tools.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { mcpCheck } from '../../platform/doctor.js';
@@ -126,6 +127,15 @@ for (const kind of testDatabases()) {
           await h.send('add one');
           await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'Fixed.', { timeoutMs: 60_000 });
           assert.match(JSON.stringify(stack.model.requests[j + 1]?.body), /Invalid input for every\.get-sum/);
+
+          // what-if over these turns' receipts judges each tool by the server's own policy, as the turns did:
+          // get-sum always waited (not read-only), so only the read-only echo would change under "*"
+          const echoReceipt = JSON.parse((await stack.db.receipt.findFirstOrThrow({ where: { kind: 'tool.call', key: { endsWith: ':tool:call_echo' } } })).data) as { requesterRole?: string };
+          assert.equal(echoReceipt.requesterRole, 'overlord', 'the receipt keeps the role the policy judged (the HTTP chat acts as the operator)');
+          const whatIf = await policyWhatIf(stack.db, { proposed: { approvalTools: ['*'] }, current: { repoPolicy: {}, approvalTools: [] } });
+          const mcpFlips = whatIf.actions!.flipped.filter((a) => a.tool.startsWith('every.'));
+          assert.deepEqual(mcpFlips.map((a) => [a.toolCallId, a.old.approval, a.new.approval]), [['call_echo', false, true]]);
+          assert.ok(whatIf.actions!.evaluated >= 4);
 
           // /status for admins (the HTTP chat acts as the operator)
           assert.match((await h.send('/status')).reply ?? '', /MCP servers: every ready \(2 tools\); ops-only (unknown|down)/);

@@ -14,7 +14,10 @@ import fc from 'fast-check';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { putBlob } from '../../domain/blobs.js';
-import { policyWhatIf, type WhatIfReport } from '../../domain/changes/what-if.js';
+import { formatWhatIf, policyWhatIf, WhatIfPolicySchema, type WhatIfReport } from '../../domain/changes/what-if.js';
+import { McpServerSchema, mcpNeedsApproval } from '../../common/mcp.js';
+import type { Role } from '../../common/roles.js';
+import { deleteMcpServer, insertMcpServer } from '../../domain/store/mcp.js';
 import { writeReceipt } from '../../domain/receipts.js';
 import { createChange, saveRepo } from '../../domain/store/changes.js';
 import { opsCommand } from '../../platform/ops-cli.js';
@@ -97,6 +100,48 @@ for (const kind of testDatabases()) {
       assert.ok(r.actions!.evaluated >= 3);
       const none = await policyWhatIf(database.db, { proposed: { approvalTools: ['*'] }, current, since: new Date(Date.now() + 3_600_000) });
       assert.equal(none.actions!.evaluated, 0, '--since in the future: nothing to judge');
+    });
+
+    it("an MCP server's tool is judged by the server's own policy, through the live path's function (mcpNeedsApproval)", async () => {
+      const db = database.db;
+      const ops = `ops-${kind.name}`;
+      const spec = McpServerSchema.parse({ name: ops, transport: 'http', url: 'http://127.0.0.1:9/mcp', readOnlyTools: ['status'], approval: { deploy: 'always', restart: 'admin' } });
+      assert.ok(await insertMcpServer(db, spec, 'api'));
+      // past calls as the tool activity receipts them (the requester's role recorded; the oldest without it)
+      const calls: Array<[string, string, Role | null | undefined]> = [
+        ['deploy', `${ops}.deploy`, 'member'],
+        ['status', `${ops}.status`, 'member'],
+        ['restart-member', `${ops}.restart`, 'member'],
+        ['restart-admin', `${ops}.restart`, 'admin'],
+        ['restart-objective', `${ops}.restart`, null],
+        ['restart-unrecorded', `${ops}.restart`, undefined],
+        ['gone', `gone-${kind.name}.wipe`, 'admin'],
+      ];
+      for (const [id, tool, role] of calls) {
+        await writeReceipt(db, { key: `mcp-${id}-${kind.name}:tool:c`, kind: 'tool.call', data: { turnId: `mcp-${id}-${kind.name}`, tool, toolCallId: 'c', ok: true, server: tool.split('.')[0], ...(role !== undefined ? { requesterRole: role } : {}) } });
+      }
+      const judged = async (approvalTools: string[]) => {
+        const r = await policyWhatIf(db, { proposed: WhatIfPolicySchema.parse({ approvalTools }), current: { repoPolicy: {}, approvalTools: [] } });
+        return Object.fromEntries(r.actions!.flipped.filter((a) => a.turnId.startsWith('mcp-')).map((a) => [a.turnId.replace(`-${kind.name}`, ''), a]));
+      };
+      const all = await judged(['*']);
+      // a tool that always waited is not reported as "no approval" -> approval; nor is one a member's role made wait
+      assert.deepEqual(Object.keys(all).sort(), ['mcp-gone', 'mcp-restart-admin', 'mcp-restart-objective', 'mcp-status']);
+      assert.match(all['mcp-status']!.old.reason, new RegExp(`${ops}\\.status is not in the approval list; the MCP server ${ops}'s policy for it is never`));
+      assert.match(all['mcp-restart-admin']!.old.reason, /admin and above run it at once; the requester was admin/);
+      assert.match(all['mcp-gone']!.old.reason, /no longer registered: its own policy is not known/);
+      // the verdicts are the live path's: mcpNeedsApproval on the registered spec and the recorded role
+      for (const [id, tool, role] of calls.slice(0, 5)) {
+        const t = tool.split('.')[1]!;
+        const flipped = all[`mcp-${id}`] !== undefined;
+        assert.equal(flipped, mcpNeedsApproval(['*'], spec, t, role ?? undefined) !== mcpNeedsApproval([], spec, t, role ?? undefined), id);
+      }
+      // an MCP tool in the approval list, as STEWARD_APPROVAL_TOOLS names it
+      const listed = await judged([`${ops}.*`]);
+      assert.deepEqual(Object.keys(listed).sort(), ['mcp-restart-admin', 'mcp-restart-objective', 'mcp-status']);
+      assert.match(formatWhatIf({ since: null, repo: null, changes: { evaluated: 0, flipped: [], unchanged: 0 }, actions: { evaluated: 3, flipped: Object.values(listed), unchanged: 0 } }), new RegExp(`${ops}\\.status .*: no approval -> approval\\n    current: ${ops}\\.status is not in the approval list; the MCP server ${ops}'s policy for it is never \\(never waits\\); proposed: ${ops}\\.\\* is in the approval list`));
+      assert.deepEqual(Object.keys(await judged([`${ops}.deploy`])), [], 'deploy always waited: nothing changes');
+      await deleteMcpServer(db, ops);
     });
 
     it('from the CLI and the API, writing nothing; a bad policy file is refused with the reason', async () => {

@@ -93,3 +93,130 @@ rl.on('line', (line) => {
   );
   return { dir, garbage, hang, crashOnCall };
 }
+
+/** What a hostile server's tools do; `fine` answers "fine <start id>", the others misbehave. */
+export const HOSTILE_TOOLS = ['fine', 'big', 'endless', 'flood', 'malformed', 'crash', 'hang'] as const;
+export type HostileTool = (typeof HOSTILE_TOOLS)[number];
+
+/** The bytes of the big answer (60 MB, as the probe sent). */
+export const HOSTILE_BIG_BYTES = 60 * 1024 * 1024;
+
+// The tools' behaviour, shared by the stdio and the HTTP server: `out` writes with back-pressure.
+const hostileCore = `
+const start = Math.random().toString(36).slice(2);
+const BIG = ${HOSTILE_BIG_BYTES};
+const MB = 'x'.repeat(1 << 20);
+const tools = ${JSON.stringify(HOSTILE_TOOLS)}.map((name) => ({ name, description: name, inputSchema: { type: 'object', properties: {} } }));
+const answer = (id, result) => JSON.stringify({ jsonrpc: '2.0', id, result });
+const text = (t) => ({ content: [{ type: 'text', text: t }] });
+async function big(out, id) {
+  const head = JSON.stringify({ jsonrpc: '2.0', id, result: { content: [{ type: 'text', text: '' }] } });
+  const cut = head.indexOf('"text":"') + 8;
+  await out(head.slice(0, cut));
+  for (let i = 0; i < BIG / MB.length; i++) await out(MB);
+  await out(head.slice(cut) + '\\n');
+}
+async function endless(out) {
+  for (;;) await out(MB);
+}
+async function flood(out) {
+  const line = JSON.stringify({ jsonrpc: '2.0', method: 'notifications/flood', params: { data: 'y'.repeat(1000) } }) + '\\n';
+  for (;;) await out(line);
+}
+`;
+
+/**
+ * Hostile MCP servers (small node scripts speaking MCP), each with the tools of HOSTILE_TOOLS:
+ * over stdio (newline-delimited JSON-RPC) and over Streamable HTTP (JSON answers; `flood` as an
+ * SSE stream). `big` answers 60 MB in one message, `endless` a message that never ends, `flood`
+ * an endless stream of small notifications, `malformed` an answer that is not JSON-RPC, `crash`
+ * half an answer and then the process exits, `hang` never answers. Started with the argument
+ * `big-list`, a server answers its tool list with 60 MB.
+ */
+export function hostileServers(): { dir: string; stdio: string; http: string } {
+  const dir = mkdtempSync(path.join(tmpdir(), 'steward-mcp-hostile-'));
+  const stdio = path.join(dir, 'hostile-stdio.mjs');
+  writeFileSync(
+    stdio,
+    `import readline from 'node:readline';
+import { appendFileSync } from 'node:fs';
+${hostileCore}
+const out = (s) => new Promise((r) => (process.stdout.write(s) ? r() : process.stdout.once('drain', r)));
+const rl = readline.createInterface({ input: process.stdin });
+rl.on('line', async (line) => {
+  const m = JSON.parse(line);
+  if (m.method === 'initialize') return out(answer(m.id, { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'hostile', version: '1.0.0' } }) + '\\n');
+  if (m.method === 'tools/list') return process.argv[2] === 'big-list' ? big(out, m.id) : out(answer(m.id, { tools }) + '\\n');
+  if (m.method !== 'tools/call') return m.id === undefined ? undefined : out(answer(m.id, {}) + '\\n');
+  // each call is noted in the server's own writable directory (its working directory in the sandbox)
+  try { appendFileSync('calls.log', m.params.name + '\\n'); } catch {}
+  switch (m.params.name) {
+    case 'fine': return out(answer(m.id, text('fine ' + start)) + '\\n');
+    case 'big': return big(out, m.id);
+    case 'endless': return endless(out);
+    case 'flood': return flood(out);
+    case 'malformed': return out('this is not json\\n' + JSON.stringify({ jsonrpc: '2.0', id: m.id, result: 'not an object' }) + '\\n');
+    case 'crash': return out(answer(m.id, text('half')).slice(0, 30)).then(() => process.exit(3));
+    case 'hang': return;
+  }
+});
+`,
+  );
+  const http = path.join(dir, 'hostile-http.mjs');
+  writeFileSync(
+    http,
+    `import { createServer } from 'node:http';
+${hostileCore}
+const server = createServer((req, res) => {
+  if (req.method !== 'POST') { res.writeHead(405).end(); return; }
+  let body = '';
+  req.on('data', (c) => (body += c));
+  req.on('end', async () => {
+    const m = JSON.parse(body);
+    const out = (s) => new Promise((r) => (res.write(s) ? r() : res.once('drain', r)));
+    const json = (s) => res.writeHead(200, { 'content-type': 'application/json' }).end(s);
+    if (m.id === undefined) { res.writeHead(202).end(); return; }
+    if (m.method === 'initialize') return json(answer(m.id, { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'hostile', version: '1.0.0' } }));
+    if (m.method === 'tools/list' && process.argv[2] === 'big-list') { res.writeHead(200, { 'content-type': 'application/json' }); return big(out, m.id).catch(() => undefined); }
+    if (m.method === 'tools/list') return json(answer(m.id, { tools }));
+    if (m.method !== 'tools/call') return json(answer(m.id, {}));
+    switch (m.params.name) {
+      case 'fine': return json(answer(m.id, text('fine ' + start)));
+      case 'big': res.writeHead(200, { 'content-type': 'application/json' }); return big(out, m.id).catch(() => undefined);
+      case 'endless': res.writeHead(200, { 'content-type': 'application/json' }); return endless(out).catch(() => undefined);
+      case 'flood': res.writeHead(200, { 'content-type': 'text/event-stream' }); return flood((s) => out('data: ' + s.trim() + '\\n\\n')).catch(() => undefined);
+      case 'malformed': return json(JSON.stringify({ jsonrpc: '2.0', id: m.id, result: 'not an object' }));
+      case 'crash': res.writeHead(200, { 'content-type': 'application/json' }); return out(answer(m.id, text('half')).slice(0, 30)).then(() => process.exit(3));
+      case 'hang': return;
+    }
+  });
+});
+server.listen(Number(process.env.PORT), '127.0.0.1', () => console.log('listening ' + server.address().port));
+`,
+  );
+  return { dir, stdio, http };
+}
+
+/** The hostile HTTP server (hostileServers().http) on `port` (a free one by default); stop() ends it. */
+export async function startHostileHttp(script: string, port?: number, args: string[] = []): Promise<{ url: string; port: number; child: ChildProcess; stop(): Promise<void> }> {
+  const p = port ?? (await freePort());
+  const child = spawn(process.execPath, [script, ...args], { env: { PATH: process.env.PATH ?? '', PORT: String(p) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout?.on('data', (b: Buffer) => (out += b.toString()));
+  child.stderr?.on('data', (b: Buffer) => (out += b.toString()));
+  const deadline = Date.now() + 20_000;
+  while (!out.includes('listening')) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`the hostile HTTP server did not start: ${out.slice(-2000)}`);
+    await sleep(50);
+  }
+  return {
+    url: `http://127.0.0.1:${p}/mcp`,
+    port: p,
+    child,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('exit', r));
+    },
+  };
+}

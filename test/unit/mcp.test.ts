@@ -10,8 +10,10 @@ import {
   mcpApprovalOf,
   mcpDisplayName,
   McpConfigFileSchema,
+  mcpApprovalVerdict,
   mcpNeedsApproval,
   mcpServerFor,
+  parseMcpDisplayName,
   McpServerSchema,
   mcpStatusLine,
   mcpWireName,
@@ -21,7 +23,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ConfigError, loadConfig } from '../../config/index.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { boundedFetch } from '../../domain/mcp/http.js';
 import { toolValidator } from '../../domain/mcp/manager.js';
+import { BoundedLineReader } from '../../domain/mcp/transport.js';
 import { TOOL_NAMES } from '../../common/tools.js';
 
 const stdio = { name: 'files', transport: 'stdio', command: ['/usr/bin/node', '/opt/fs/index.js', '/data'] };
@@ -31,7 +37,7 @@ describe('MCP registrations', () => {
   it('accepts stdio and http registrations with defaults', () => {
     const s = McpServerSchema.parse(stdio);
     assert.equal(s.transport, 'stdio');
-    assert.deepEqual([s.network, s.roBinds, s.env, s.readOnlyTools, s.approval, s.timeoutMs, s.maxResultBytes, s.enabled], [false, [], {}, [], {}, 30_000, 16_384, true]);
+    assert.deepEqual([s.network, s.roBinds, s.env, s.readOnlyTools, s.approval, s.timeoutMs, s.maxResultBytes, s.maxMessageBytes, s.enabled], [false, [], {}, [], {}, 30_000, 16_384, 8 * 1024 * 1024, true]);
     const h = McpServerSchema.parse(http);
     assert.equal(h.transport, 'http');
   });
@@ -49,6 +55,8 @@ describe('MCP registrations', () => {
       [{ ...http, tokenRef: 'sk-literal' }, /by reference/],
       [{ ...stdio, approval: { x: 'sometimes' } }, /never, always or a role/],
       [{ ...stdio, timeoutMs: 10 }, /too small|>=/],
+      [{ ...stdio, maxMessageBytes: 1024 }, /too small|>=/],
+      [{ ...http, maxMessageBytes: 1024 * 1024 * 1024 }, /too big|<=/],
       [{ ...stdio, transport: 'sse' }, /transport/],
       [{ ...stdio, extra: 1 }, /Unrecognized key/],
     ];
@@ -87,6 +95,85 @@ describe('MCP registrations', () => {
     assert.equal(mcpNeedsApproval(['*'], spec, 'read_file', 'overlord'), true);
     const all = McpServerSchema.parse({ ...stdio, approval: { '*': 'never' } });
     assert.equal(mcpNeedsApproval([], all, 'anything', 'viewer'), false);
+  });
+
+  it("says why a call waits, as what-if shows it, with mcpNeedsApproval's verdict", () => {
+    const spec = McpServerSchema.parse({ ...stdio, readOnlyTools: ['read_file'], approval: { write_file: 'admin', list: 'always' } });
+    assert.deepEqual(parseMcpDisplayName('files.read_file'), { server: 'files', tool: 'read_file' });
+    for (const n of [...TOOL_NAMES, 'Files.x', 'files.', '.x', 'files.a.b']) assert.equal(parseMcpDisplayName(n), undefined, n);
+    for (const role of ['member', 'admin', null] as const) {
+      for (const [tool, list] of [['read_file', []], ['list', []], ['write_file', []], ['write_file', ['files.*']], ['delete', ['*']]] as const) {
+        assert.equal(mcpApprovalVerdict(list, spec, tool, role).approval, mcpNeedsApproval(list, spec, tool, role ?? undefined), `${tool} ${role}`);
+      }
+    }
+    assert.match(mcpApprovalVerdict([], spec, 'list', 'admin').reason, /files\.list is not in the approval list; the MCP server files's policy for it is always \(always waits\)/);
+    assert.match(mcpApprovalVerdict([], spec, 'write_file', 'member').reason, /admin and above run it at once; the requester was member/);
+    assert.deepEqual(mcpApprovalVerdict([], spec, 'write_file', undefined), { approval: true, reason: "files.write_file is not in the approval list; the MCP server files's policy for it is admin (admin and above run it at once; the requester's role was not recorded, so it is judged as waiting)" });
+    assert.equal(mcpApprovalVerdict([], spec, 'read_file', undefined).approval, false, 'a read-only tool needs no role');
+    assert.equal(mcpApprovalVerdict(['files.write_file'], spec, 'write_file', 'admin').reason, 'files.write_file is in the approval list');
+  });
+
+  it('reads lines without holding more than the bound of one: split across chunks, cut off past it', () => {
+    const r = new BoundedLineReader(10);
+    assert.deepEqual(r.push(Buffer.from('abc')), { lines: [], overflow: false });
+    const a = r.push(Buffer.from('de\nfghij\n\nxy'));
+    assert.deepEqual(a.lines.map(String), ['abcde', 'fghij', '']);
+    assert.equal(a.overflow, false);
+    assert.deepEqual(r.push(Buffer.from('z'.repeat(8))).lines, [], 'exactly the bound is a line still');
+    assert.deepEqual(r.push(Buffer.from('\n')).lines.map(String), [`xy${'z'.repeat(8)}`]);
+    // past the bound: overflow at once, nothing held, and the rest of the stream is ignored
+    const big = r.push(Buffer.alloc(1024 * 1024, 0x61));
+    assert.deepEqual(big, { lines: [], overflow: true });
+    assert.deepEqual(r.push(Buffer.from('ok\n')), { lines: [], overflow: true });
+    // a line over the bound whose end is in the same chunk
+    const s2 = new BoundedLineReader(4);
+    assert.deepEqual(s2.push(Buffer.from('ab\nabcdef\nab\n')).lines.map(String), ['ab']);
+  });
+
+  it('reads HTTP answers through a bound: cut off past it (declared or streamed), broken off told, no standalone GET stream', async () => {
+    const size = 3 * 1024 * 1024;
+    const server = createServer((req, res) => {
+      if (req.url === '/declared') res.writeHead(200, { 'content-length': String(size) }).end(Buffer.alloc(size, 0x61));
+      else if (req.url === '/streamed') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        const chunk = Buffer.alloc(64 * 1024, 0x62);
+        let sent = 0;
+        const more = () => {
+          while (sent < size) {
+            sent += chunk.length;
+            if (!res.write(chunk)) return void res.once('drain', more);
+          }
+          res.end();
+        };
+        res.on('error', () => undefined);
+        more();
+      } else if (req.url === '/broken') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"partial":');
+        setTimeout(() => res.socket?.destroy(), 20);
+      } else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const fatal: string[] = [];
+    const f = boundedFetch({ maxMessageBytes: 1024 * 1024, onfatal: (why) => fatal.push(why) });
+    try {
+      assert.deepEqual(await (await f(`${base}/small`, { method: 'POST' })).json(), { ok: true });
+      assert.deepEqual(fatal, []);
+      await assert.rejects(f(`${base}/declared`, { method: 'POST' }), /longer than 1048576 bytes/);
+      assert.equal(fatal.length, 1);
+      const streamed = await f(`${base}/streamed`, { method: 'POST' });
+      await assert.rejects(streamed.text(), /longer than 1048576 bytes/);
+      assert.equal(fatal.length, 2);
+      const broken = await f(`${base}/broken`, { method: 'POST' });
+      await assert.rejects(broken.json(), /broke off/);
+      assert.match(fatal[2] ?? '', /the server's answer broke off/);
+      const get = await f(`${base}/small`, { method: 'GET' });
+      assert.equal(get.status, 405, 'the standalone stream is not opened');
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
   });
 
   it('offers a server to every chat, or to its workspaces only', () => {
