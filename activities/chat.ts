@@ -529,6 +529,21 @@ async function knowledgeReceipts(c: ChatContext, input: ModelStepInput, wf: Retu
 
 /** Run one tool call (or tell the model why it was not run). */
 async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResult> {
+  const ctx = Context.current();
+  // A heartbeat every second while the call runs (none for a call done within one): its
+  // response carries a /stop, which aborts the call through `ctx.cancellationSignal`.
+  const beat = setInterval(() => ctx.heartbeat({ tool: input.toolCallId }), TOOL_BEAT_MS);
+  try {
+    return await runToolBeating(c, input, ctx);
+  } finally {
+    clearInterval(beat);
+  }
+}
+
+/** How often a running tool call heartbeats (the workflow's heartbeat timeout is 8 s). */
+const TOOL_BEAT_MS = 1000;
+
+async function runToolBeating(c: ChatContext, input: RunToolInput, ctx: Context): Promise<RunToolResult> {
   const info = activityInfo();
   const wf = workflowRef(info, input.sessionId);
   const call = await loadToolCall(c.db, input.messageHash, input.toolCallId);
@@ -536,7 +551,7 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
   const v = validateToolCall(call.toolName, call.input);
   const mcpName = parseMcpWireName(call.toolName);
   if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
-  else if (mcpName && c.mcp) outcome = await c.mcp.run({ db: c.db, turnId: input.turnId, signal: Context.current().cancellationSignal }, call);
+  else if (mcpName && c.mcp) outcome = await c.mcp.run({ db: c.db, turnId: input.turnId, signal: ctx.cancellationSignal }, call);
   else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
   else {
     outcome = await runValidatedTool(

@@ -29,15 +29,18 @@ describe('hostile MCP servers against the started stack', { skip: noSandbox }, (
   let dataDir: string;
   let hostile: ReturnType<typeof hostileServers>;
   let web: Awaited<ReturnType<typeof startHostileHttp>>;
+  /** A second HTTP server, registered with a long time limit: a hung call there ends only by /stop. */
+  let slow: Awaited<ReturnType<typeof startHostileHttp>>;
 
   before(async () => {
     model = await startModelServer();
     hostile = hostileServers();
     web = await startHostileHttp(hostile.http);
+    slow = await startHostileHttp(hostile.http);
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-e2e-mcp-hostile-'));
     const policy = { readOnlyTools: ['fine', 'big', 'endless', 'flood', 'malformed', 'crash', 'hang'], timeoutMs: 3000 };
     const config = path.join(dataDir, 'mcp.json');
-    writeFileSync(config, JSON.stringify({ servers: [stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }), { name: 'bad-http', transport: 'http', url: web.url, ...policy }] }));
+    writeFileSync(config, JSON.stringify({ servers: [stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }), { name: 'bad-http', transport: 'http', url: web.url, ...policy }, { name: 'slow-http', transport: 'http', url: slow.url, readOnlyTools: ['hang'], timeoutMs: 90_000 }] }));
     const [httpPort, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
     steward = spawnProcess('./steward', ['start'], {
       ...process.env,
@@ -60,6 +63,7 @@ describe('hostile MCP servers against the started stack', { skip: noSandbox }, (
     steward?.kill('SIGINT');
     await steward?.exited;
     await web?.stop();
+    await slow?.stop();
     await model?.close();
     rmSync(dataDir, { recursive: true, force: true });
     if (hostile) rmSync(hostile.dir, { recursive: true, force: true });
@@ -144,5 +148,26 @@ describe('hostile MCP servers against the started stack', { skip: noSandbox }, (
     await model.waitForRequest(n + 1, 60_000);
     await healthy();
     assert.doesNotMatch(steward.output(), /ReadBuffer|uncaught|unhandled/i);
+  });
+
+  it('/stop reaches a tool call in flight: the hung MCP call is cancelled at the server within seconds, not at its 90-second limit', { timeout: 180_000 }, async () => {
+    const stopChat = 'mcp-hostile-stop';
+    const post = (text: string) => fetch(`${api}/api/v1/chats/${stopChat}/messages`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ text, user: 'alice' }) });
+    model.enqueue({ toolCalls: [{ id: 'call_stop', name: 'slow-http__hang', arguments: '{}' }] });
+    assert.equal((await post('please hang')).status, 202);
+    for (let i = 0; !slow.output().includes('called hang'); i++) {
+      assert.ok(i < 600, `the hung call never reached the server: ${steward.output().slice(-2000)}`);
+      await sleep(100);
+    }
+    // the activity heartbeats while the call runs; its heartbeat's answer carries the stop, which aborts the call
+    await sleep(1500);
+    const stoppedAt = Date.now();
+    assert.equal((await post('/stop')).status, 202);
+    for (;;) {
+      if (slow.output().includes('sent notifications/cancelled')) break;
+      assert.ok(Date.now() - stoppedAt < 8_000, `the call was not cancelled at the server 8 s after /stop (the heartbeat throttle is 6.4 s): ${slow.output().slice(-1000)}`);
+      await sleep(100);
+    }
+    assert.equal(steward.child.exitCode, null);
   });
 });

@@ -173,6 +173,8 @@ const server = createServer((req, res) => {
   req.on('data', (c) => (body += c));
   req.on('end', async () => {
     const m = JSON.parse(body);
+    // what it was sent, for tests that wait on it (a call, a cancellation)
+    console.log(m.method === 'tools/call' ? 'called ' + m.params.name : 'sent ' + m.method);
     const out = (s) => new Promise((r) => (res.write(s) ? r() : res.once('drain', r)));
     const json = (s) => res.writeHead(200, { 'content-type': 'application/json' }).end(s);
     if (m.id === undefined) { res.writeHead(202).end(); return; }
@@ -198,7 +200,7 @@ server.listen(Number(process.env.PORT), '127.0.0.1', () => console.log('listenin
 }
 
 /** The hostile HTTP server (hostileServers().http) on `port` (a free one by default); stop() ends it. */
-export async function startHostileHttp(script: string, port?: number, args: string[] = []): Promise<{ url: string; port: number; child: ChildProcess; stop(): Promise<void> }> {
+export async function startHostileHttp(script: string, port?: number, args: string[] = []): Promise<{ url: string; port: number; child: ChildProcess; output(): string; stop(): Promise<void> }> {
   const p = port ?? (await freePort());
   const child = spawn(process.execPath, [script, ...args], { env: { PATH: process.env.PATH ?? '', PORT: String(p) }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
@@ -213,6 +215,8 @@ export async function startHostileHttp(script: string, port?: number, args: stri
     url: `http://127.0.0.1:${p}/mcp`,
     port: p,
     child,
+    /** What the server printed: `called <tool>` for each call, `sent <method>` for every other message. */
+    output: () => out,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill('SIGKILL');

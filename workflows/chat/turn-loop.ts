@@ -78,17 +78,30 @@ function turnActivities(taskQueue: string | undefined, inline: boolean) {
     startToCloseTimeout: '2 minutes',
     retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
   });
+  /**
+   * A tool call heartbeats while it runs (activities/chat.ts runTool), so /stop reaches a call
+   * in flight within the heartbeat throttle (6.4 s: 80% of the timeout; an MCP call is aborted
+   * through the activity's cancellation signal) and a call whose worker died is retried within
+   * the heartbeat timeout instead of the 2-minute limit.
+   * (Activity options are not part of the replay check: no patch needed.)
+   */
+  const runToolActs = proxyActivities<Activities>({
+    ...q,
+    startToCloseTimeout: '2 minutes',
+    heartbeatTimeout: '8 seconds',
+    retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 10 },
+  });
 
   if (inline) {
     // local activities run on the workflow's own worker (inline turns are chat turns: no activityQueue)
     const outboxActs = proxyLocalActivities<Activities>({ startToCloseTimeout: '1 minute', retry: OUTBOX_RETRY });
     /** The progress panel is a courtesy: a few quick tries, and a failure never fails the turn. */
     const panelActs = proxyLocalActivities<Activities>({ startToCloseTimeout: '30 seconds', retry: PANEL_RETRY });
-    return { modelActs, outboxActs, toolActs, panelActs };
+    return { modelActs, outboxActs, toolActs, runToolActs, panelActs };
   }
   const outboxActs = proxyActivities<Activities>({ ...q, startToCloseTimeout: '1 minute', retry: OUTBOX_RETRY });
   const panelActs = proxyActivities<Activities>({ ...q, startToCloseTimeout: '30 seconds', retry: PANEL_RETRY });
-  return { modelActs, outboxActs, toolActs, panelActs };
+  return { modelActs, outboxActs, toolActs, runToolActs, panelActs };
 }
 
 /** The turn's activity proxies, as turnActivities makes them. */
@@ -221,7 +234,7 @@ export class TurnLoop {
     const { turnId } = input;
     const inline = this.opts.inline === true;
     const acts = turnActivities(input.activityQueue, inline);
-    const { modelActs, outboxActs, toolActs, panelActs } = acts;
+    const { modelActs, outboxActs, toolActs, runToolActs, panelActs } = acts;
     const named = (summary: string) => this.named(summary);
     const progress = (text: string, important = false) => this.progress(acts, text, important);
     const base = this.baseStepInput();
@@ -276,7 +289,7 @@ export class TurnLoop {
               ...(decision.run ? {} : { refused: decision.reason }),
               ...(this.requestedBy ? { requestedBy: this.requestedBy } : {}),
             };
-            const out = await toolActs.runTool.executeWithOptions(named(`tool ${call.name}${decision.run ? '' : ' (refused)'}`), [toolInput]);
+            const out = await runToolActs.runTool.executeWithOptions(named(`tool ${call.name}${decision.run ? '' : ' (refused)'}`), [toolInput]);
             scratch.push({ kind: 'tool', hash: out.resultHash });
             if (out.note) notes.push(out.note);
             if (out.attachment) attachments.push(out.attachment);
