@@ -234,7 +234,7 @@ export class TurnLoop {
     const { turnId } = input;
     const inline = this.opts.inline === true;
     const acts = turnActivities(input.activityQueue, inline);
-    const { modelActs, outboxActs, toolActs, runToolActs, panelActs } = acts;
+    const { modelActs, outboxActs, runToolActs, panelActs } = acts;
     const named = (summary: string) => this.named(summary);
     const progress = (text: string, important = false) => this.progress(acts, text, important);
     const base = this.baseStepInput();
