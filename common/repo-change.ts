@@ -10,6 +10,7 @@
 import { z } from 'zod';
 import { ModelRefSchema } from './schemas.js';
 import { RepoPolicySchema, type RepoPolicyInput } from './repo-policy.js';
+import { argvRefusal } from './argv.js';
 
 export const HARNESS_SCHEMA_VERSION = '0.3' as const;
 
@@ -41,7 +42,15 @@ export const CloneUrlSchema = z
 
 export const CheckSchema = z.object({
   name: z.string().trim().min(1).max(64),
-  argv: z.array(z.string().min(1).max(1000)).min(1, 'a check runs a command: argv has at least the program').max(64),
+  argv: z
+    .array(z.string().min(1).max(1000))
+    .min(1, 'a check runs a command: argv has at least the program')
+    .max(64)
+    // the sandbox's own rule: what it would refuse at every change is refused here, with its reason
+    .superRefine((argv, ctx) => {
+      const why = argvRefusal(argv);
+      if (why) ctx.addIssue({ code: 'custom', message: why });
+    }),
   timeoutSeconds: z.number().int().positive().max(3600).optional(),
 });
 export type Check = z.infer<typeof CheckSchema>;
@@ -54,7 +63,14 @@ export const AgentSpecSchema = z.union([
   }),
   z.strictObject({
     /** An external coding agent run in the sandbox (Codex, Claude Code non-interactive, a script). */
-    command: z.array(z.string().min(1).max(1000)).min(1).max(64),
+    command: z
+      .array(z.string().min(1).max(1000))
+      .min(1)
+      .max(64)
+      .superRefine((argv, ctx) => {
+        const why = argvRefusal(argv);
+        if (why) ctx.addIssue({ code: 'custom', message: why });
+      }),
     timeoutSeconds: z.number().int().positive().max(6 * 3600).optional(),
   }),
 ]);
