@@ -26,6 +26,7 @@ import { getBlobText, putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import { askAdminsToApprove } from '../domain/governance.js';
 import { buildPrompt } from '../domain/prompt.js';
+import { neutralise } from '../common/untrusted.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall } from '../domain/model.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
 import { writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
@@ -535,7 +536,8 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
   let outcome: { text: string; ok: boolean; note?: string; attachment?: AttachmentRef; detail: Record<string, unknown> };
   const v = validateToolCall(call.toolName, call.input);
   const mcpName = parseMcpWireName(call.toolName);
-  if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
+  // the reason may quote an admin's words or a proposal's values: neutralised like any untrusted text
+  if (input.refused !== undefined) outcome = { text: `The action was not run: ${neutralise(input.refused)}`, ok: false, detail: { refused: input.refused } };
   else if (mcpName && c.mcp) outcome = await c.mcp.run({ db: c.db, turnId: input.turnId, signal: Context.current().cancellationSignal }, call);
   else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
   else {
