@@ -45,7 +45,8 @@ import {
 } from '../common/tools.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
-import { heldSecretsIn, literalCredentials, requestHash, type HeldSecret } from './proposals.js';
+import { literalCredentials, requestHash } from './proposals.js';
+import { heldSecretRefusal, holdSecrets, type HeldSecret } from './secrets.js';
 import { writeReceipt } from './receipts.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
 import { redact, redactText } from './redaction.js';
@@ -128,6 +129,8 @@ export const DEFAULT_ACTION_SETTINGS: ActionSettings = {
 };
 
 export function resolveActionSettings(o: ActionOptions | undefined): ActionSettings {
+  // the secrets given here join the one registry, so every view masks them too
+  if (o?.heldSecrets) holdSecrets(o.heldSecrets);
   return {
     http: { ...DEFAULT_ACTION_SETTINGS.http, ...(o?.http ?? {}) },
     ...(o?.smtp ? { smtp: o.smtp } : {}),
@@ -740,8 +743,8 @@ export type StartRepoChange = (
  * it, so an admin is not asked to approve what would be refused anyway. Undefined: propose it.
  */
 export function proposalRefusal(tool: string, input: unknown, settings: ActionSettings, can: { startRepoChange: boolean }): string | undefined {
-  const held = heldSecretsIn(input, settings.heldSecrets);
-  if (held.length > 0) return `it carries a secret Steward holds (${held.join(', ')}); an agent never sends Steward's own secrets`;
+  const held = heldSecretRefusal(input, settings.heldSecrets);
+  if (held !== undefined) return held;
   if (settings.literalCredentials === 'refuse') {
     const found = literalCredentials(tool, input);
     if (found.length > 0) {
@@ -834,8 +837,8 @@ function checkApprovedRequest(ctx: ActionContext, call: LoadedToolCall, tool: To
   const hash = requestHash(tool, call.input, ctx.settings.smtp ? { smtpFrom: ctx.settings.smtp.from } : {});
   if (!approved) throw new ActionRefusedError('the approval records no hash of the request it approved (it predates request hashes), so what would be sent cannot be matched to it; propose the action again');
   if (hash !== approved) throw new ActionRefusedError(`what would be sent (sha256 ${hash.slice(0, 16)}…) is not what was approved (sha256 ${approved.slice(0, 16)}…)`);
-  const held = heldSecretsIn(call.input, ctx.settings.heldSecrets);
-  if (held.length > 0) throw new ActionRefusedError(`the request carries a secret Steward holds (${held.join(', ')})`);
+  const held = heldSecretRefusal(call.input, ctx.settings.heldSecrets);
+  if (held !== undefined) throw new ActionRefusedError(`the request ${held.slice('it '.length)}`);
 }
 
 async function perform(ctx: ActionContext, call: LoadedToolCall, tool: ToolName, approval: { requestedBy: string | null; decidedBy: string | null; requestHash: string | null }): Promise<ToolOutcome> {

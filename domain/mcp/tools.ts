@@ -17,6 +17,7 @@ import { mcpDisplayName, mcpNeedsApproval, mcpServerFor, parseMcpWireName, type 
 import type { Role } from '../../common/roles.js';
 import { neutralise, wrapUntrusted } from '../../common/untrusted.js';
 import { putBlob } from '../blobs.js';
+import { heldSecretRefusal } from '../secrets.js';
 import type { Db } from '../db.js';
 import { ttlCache } from '../ttl-cache.js';
 import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState, type McpRegistration } from '../store/mcp.js';
@@ -181,6 +182,9 @@ export function createMcpTools(opts: McpToolsOptions) {
         const error = `Invalid input for ${shown}: ${args.error.issues.map((i) => `${i.path.join('.') || '(input)'}: ${i.message}`).join('; ')}`;
         return { text: error, ok: false, detail: { ...base, invalid: error } };
       }
+      // never sent to the server: a secret Steward holds in the arguments (domain/secrets.ts)
+      const held = heldSecretRefusal(args.data);
+      if (held !== undefined) return { text: `${shown} was not called: ${held}.`, ok: false, detail: { ...base, refused: held } };
       if (prior) {
         // claimed by an attempt that died while waiting for the server
         if (!spec.readOnlyTools.includes(name.tool)) {
