@@ -3,7 +3,8 @@
  * agent command whose argv[0] the sandbox would refuse at every change (a path relative to the
  * work tree, such as ./check.sh) is refused when it is registered, through the HTTP API and the
  * CLI, with the sandbox's own reason (one function, common/argv.ts); nothing is recorded. What
- * registration accepts, the sandbox accepts: the same argv runs through runSandboxed.
+ * registration accepts, the sandbox accepts: the same argv runs through runSandboxed. A token
+ * reference to Steward's API token is refused the same way (finding 5).
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -53,6 +54,10 @@ describe('repository registration applies the sandbox rule', () => {
           // the reason the API gives is the sandbox's own
           const api0 = await api({ name: 'reg-bad', cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['./check.sh'] }] });
           assert.ok(api0.body.error?.includes(argvRefusal(['./check.sh'])!), api0.body.error);
+          // a repository's token by reference: never Steward's API token (the one rule of references, common/secret-refs.ts)
+          const token = await api({ name: 'reg-bad', cloneUrl: fx.bare, github: { owner: 'acme', repo: 'demo', tokenRef: 'env:STEWARD_API_TOKEN' } });
+          assert.equal(token.status, 400);
+          assert.match(token.body.error ?? '', /github\.tokenRef: env:STEWARD_API_TOKEN is Steward's own API token: no reference may name it/);
           assert.equal(await stack.db.repo.count(), before, 'nothing recorded');
 
           // the CLI, through the same API: refused with the reason, exit 2
