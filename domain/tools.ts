@@ -135,7 +135,7 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
       const q = SearchWorkspaceInput.parse(call.input);
       if (!ctx.workspace) return { text: 'This chat has no workspace (an admin chooses one with /workspace use <name>).', ok: false, detail: { error: 'no workspace' } };
       const hits = await ctx.workspace.search(q.query, q.limit);
-      if (hits.length === 0) return { text: `Nothing in the workspace "${ctx.workspace.name}" matches ${JSON.stringify(q.query)}.`, ok: true, detail: { workspace: ctx.workspace.name, hits: 0 } };
+      if (hits.length === 0) return { text: `Nothing in the workspace "${ctx.workspace.name}" matches ${neutralise(JSON.stringify(q.query))}.`, ok: true, detail: { workspace: ctx.workspace.name, hits: 0 } };
       const g = { workspace: ctx.workspace.name, hits: boundHits(hits, { results: q.limit, excerptBytes: SEARCH_EXCERPT_BYTES, totalBytes: q.limit * SEARCH_EXCERPT_BYTES }) };
       return { text: groundingText(g), ok: true, detail: { workspace: g.workspace, hits: g.hits.map((h) => `${h.path}:${h.startLine}-${h.endLine}`) } };
     }
