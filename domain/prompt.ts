@@ -123,7 +123,9 @@ export async function buildPrompt(db: Db, input: PromptInput): Promise<ModelMess
   let budget = HISTORY_CHAR_BUDGET;
   for (const turn of [...input.workingSet.recentTurns].reverse()) {
     const u = userText(pick(turn.inbound));
-    const a = turn.reply ? pick([turn.reply])[0]?.text : undefined;
+    // an earlier reply may quote untrusted text: no wrapper tag in it is taken for one
+    const reply = turn.reply ? pick([turn.reply])[0]?.text : undefined;
+    const a = reply === undefined ? undefined : neutralise(reply);
     const size = u.length + (a?.length ?? 0);
     if (size > budget) break;
     budget -= size;

@@ -297,10 +297,17 @@ describe('one wrapper: every untrusted source with every wrapper tag', () => {
     });
   }
 
-  it('steering has no block of its own: no form of any wrapper tag in it becomes a tag', async () => {
+  it('steering and earlier replies have no block of their own: no form of any wrapper tag in them becomes a tag', async () => {
     const key = await row('hi');
-    const baseline = realTags(textOf(await buildPrompt(db(), { systemPrompt: 'sys', workingSet: emptySet, inbound: [key], steers: ['harmless'] })));
-    const text = textOf(await buildPrompt(db(), { systemPrompt: 'sys', workingSet: emptySet, inbound: [key], steers: [attack(WRAPPER_TAGS, 'STEER')] }));
+    const prompt = async (v: string) => {
+      const asked = await row('earlier');
+      const reply = `out:${++n}`;
+      await db().message.create({ data: { key: reply, sessionId: 's', role: 'assistant', text: v } });
+      return textOf(await buildPrompt(db(), { systemPrompt: 'sys', workingSet: { notes: [], recentTurns: [{ inbound: [asked], reply }] }, inbound: [key], steers: [v] }), ['user', 'assistant']);
+    };
+    const baseline = realTags(await prompt('harmless'));
+    const text = await prompt(attack(WRAPPER_TAGS, 'STEER'));
+    assert.ok(text.split('STEER-start').length === 3, 'the value reached the prompt twice (the reply, the steering)');
     assert.deepEqual(realTags(text).map((t) => t.tag), baseline.map((t) => t.tag), text);
   });
 
