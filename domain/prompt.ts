@@ -60,9 +60,24 @@ export function wrapChatMessage(user: string | null, text: string): string {
   return wrapUntrusted('chat_message', { from: user ?? 'unknown' }, text);
 }
 
-/** A transcript row as a chat message block; an objective run's prompt was composed through the wrapper already. */
+/** The prompt, then the last line that opens an event block as openTag writes it (attribute values escaped by attr), the payload, the closing tag. */
+const OBJECTIVE_RUN_TEXT = /^([\s\S]*)\n(<event(?: [a-z]+="[^"<>\n]*")*>)\n([\s\S]*)\n<\/event>$/;
+
+/**
+ * An objective run's prompt (only Steward writes rows under its key): the admin's prompt, then
+ * the event's block. Everything in it is escaped again except that block's own two tags, so a
+ * row written before this wrapper (its prompt unescaped, its payload escaped for <event> only)
+ * cannot open or close a block either. A text without an event block is escaped whole.
+ */
+function objectiveRunText(text: string): string {
+  const m = OBJECTIVE_RUN_TEXT.exec(text);
+  if (!m) return neutralise(text);
+  return `${neutralise(m[1]!)}\n${m[2]!}\n${neutralise(m[3]!)}\n</event>`;
+}
+
+/** A transcript row as a chat message block; an objective run's event block stays a block inside it. */
 function rowBlock(r: TranscriptRow): string {
-  return isObjectiveRunMessageKey(r.key) ? wrapComposed('chat_message', { from: r.user ?? 'unknown' }, r.text) : wrapChatMessage(r.user, r.text);
+  return isObjectiveRunMessageKey(r.key) ? wrapComposed('chat_message', { from: r.user ?? 'unknown' }, objectiveRunText(r.text)) : wrapChatMessage(r.user, r.text);
 }
 
 /** The notes the agent saved for the task: untrusted data (a note is what a tool call wrote), one `<note>` block each. */
