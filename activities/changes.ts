@@ -42,6 +42,7 @@ import { deliverOnce, type Senders } from '../domain/outbox.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { SandboxRefusedError } from '../domain/sandbox.js';
 import { ensureApproval } from '../domain/store/approvals.js';
+import { heldSecrets as registryHeld, holdSecrets } from '../domain/secrets.js';
 import { loadChange, loadRepo, recordChange, recordChangeEnd, releaseLease, renewLease, setChangePhase, steersAfter, type ChangeRow, type RepoRecord } from '../domain/store/changes.js';
 
 export { loadRepo, type RepoRecord } from '../domain/store/changes.js';
@@ -258,7 +259,7 @@ async function changeWork(c: ChangeContext, input: { changeId: string }): Promis
 /** The gate on `baseSha` for this change's patch and scope. */
 function gate(c: ChangeContext, repo: RepoRecord, row: ChangeRow, baseSha: string, patchHash: string, beat: () => void): Promise<GateVerdict> {
   const signal = Context.current().cancellationSignal;
-  return validateOn({ db: c.db, settings: c.settings, repo, baseSha, patchHash, taskScope: draftScope(row), secretValues: heldSecrets(repo, c.secret), signal, beat });
+  return validateOn({ db: c.db, settings: c.settings, repo, baseSha, patchHash, taskScope: draftScope(row), secretValues: [...heldSecrets(repo, c.secret), ...registryHeld().map((s) => s.value)], signal, beat });
 }
 
 /** The validation gate: its verdict (with evidence) is a receipt and a search attribute. */
@@ -435,7 +436,14 @@ async function changeFinish(c: ChangeContext, input: FinishInput): Promise<void>
 
 /** The repo-change workflow's activities, bound to their dependencies. */
 export function createRepoChangeActivities(deps: RepoChangeDeps) {
-  const c: ChangeContext = { ...deps, secret: deps.settings.secret ?? ((name: string) => process.env[name]) };
+  const read = deps.settings.secret ?? ((name: string) => process.env[name]);
+  // a repository's token read by reference joins the one registry of held secrets (domain/secrets.ts)
+  const secret = (name: string): string | undefined => {
+    const v = read(name);
+    if (v) holdSecrets([{ name, value: v }]);
+    return v;
+  };
+  const c: ChangeContext = { ...deps, secret };
   return {
     changeIntake: (input: { changeId: string; answers: string[] }) => changeIntake(c, input),
     changeAsk: (input: { changeId: string; question: string; round: number }) => changeAsk(c, input),

@@ -26,6 +26,7 @@ import { getBlobText, putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import { askAdminsToApprove } from '../domain/governance.js';
 import { buildPrompt } from '../domain/prompt.js';
+import { neutralise } from '../common/untrusted.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall } from '../domain/model.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
 import { writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
@@ -33,7 +34,8 @@ import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadA
 import { findSession } from '../domain/store/sessions.js';
 import { recordTurn } from '../common/metrics.js';
 import type { RepoChangeSettings } from './changes.js';
-import { maskHeldSecretsDeep, viewProposal } from '../domain/proposals.js';
+import { viewProposal } from '../domain/proposals.js';
+import { heldSecretRefusal, heldSecrets, maskHeldSecretsDeep } from '../domain/secrets.js';
 import { redact } from '../domain/redaction.js';
 import { loadToolCall } from '../domain/tool-calls.js';
 import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall, type WorkspaceAccess } from '../domain/tools.js';
@@ -288,6 +290,9 @@ async function loadScratch(db: Db, refs: ScratchRef[] | undefined): Promise<Mode
  * refused here, not put to an admin.
  */
 function toolCallRef(c: ChatContext, call: ModelToolCall, mcp?: { catalogue: McpCatalogue; role: Role | undefined }): ToolCallRef {
+  // any tool, Steward's or an MCP server's: a call carrying a secret Steward holds is refused here, never put to an admin
+  const held = heldSecretRefusal(call.input, c.actions.heldSecrets);
+  if (held !== undefined) return { id: call.toolCallId, name: call.toolName, needsApproval: false, error: `The call of ${call.toolName} was refused: ${held}.` };
   if (c.mcp && mcp && parseMcpWireName(call.toolName)) {
     // a tool of an MCP server: its JSON Schema and its approval policy decide
     const m = c.mcp.verdict(mcp.catalogue, call.toolName, call.input, c.policy.approvalTools, mcp.role);
@@ -550,7 +555,11 @@ async function runToolBeating(c: ChatContext, input: RunToolInput, ctx: Context)
   let outcome: { text: string; ok: boolean; note?: string; attachment?: AttachmentRef; detail: Record<string, unknown> };
   const v = validateToolCall(call.toolName, call.input);
   const mcpName = parseMcpWireName(call.toolName);
-  if (input.refused !== undefined) outcome = { text: `The action was not run: ${input.refused}`, ok: false, detail: { refused: input.refused } };
+  // the reason may quote an admin's words or a proposal's values: neutralised like any untrusted text
+  const held = input.refused === undefined ? heldSecretRefusal(call.input, c.actions.heldSecrets) : undefined;
+  if (input.refused !== undefined) outcome = { text: `The action was not run: ${neutralise(input.refused)}`, ok: false, detail: { refused: input.refused } };
+  // the one gate for every tool's arguments (an approval from before a secret was held included): nothing runs with a held secret
+  else if (held !== undefined) outcome = { text: `The call was not run: ${held}.`, ok: false, detail: { refused: held } };
   else if (mcpName && c.mcp) outcome = await c.mcp.run({ db: c.db, turnId: input.turnId, signal: ctx.cancellationSignal }, call);
   else if (!v.ok) outcome = { text: v.error, ok: false, detail: { invalid: v.error } };
   else {
@@ -602,7 +611,9 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
   const wf = workflowRef(info, input.sessionId);
   const call = await loadToolCall(c.db, input.messageHash, input.toolCallId);
   const id = approvalIdFor(input.turnId, input.toolCallId);
-  const summary = describeToolCall(call.toolName, call.input);
+  // the summary goes to the chat's progress line, the approval row, receipts and history: Steward's secrets masked, secret-looking values redacted
+  const held = heldSecrets(c.actions.heldSecrets);
+  const summary = describeToolCall(call.toolName, call.input, (v) => redact(maskHeldSecretsDeep(v, held)));
   // exactly what will be sent, every value the model chose; only Steward's own secrets masked
   const view = viewProposal(call.toolName, call.input, { heldSecrets: c.actions.heldSecrets, ...(c.actions.smtp ? { smtpFrom: c.actions.smtp.from } : {}) });
   const forbidSelfApproval = c.policy.forbidSelfApproval !== false;
@@ -632,7 +643,7 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
   const where = `${input.conversation.platform} chat ${input.conversation.chatId}`;
   const link = c.runLink?.(row.workflowId);
   const text = [
-    `**Approval needed** (${id}): an agent in ${where} wants to ${describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, c.actions.heldSecrets))}.`,
+    `**Approval needed** (${id}): an agent in ${where} wants to ${describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, held))}.`,
     'Exactly what will be sent, every value as the agent wrote it:',
     view.block,
     ...(view.invisible ? ['Invisible or direction-changing characters in it are shown as \\u{…}.'] : []),

@@ -56,3 +56,16 @@ export function approvalIdFor(turnId: string, toolCallId: string): string {
   }
   return id;
 }
+
+/**
+ * The transcript key of an objective run's prompt. Only Steward writes it (inbound messages are
+ * keyed `in:...`), and the text under it is composed through the one wrapper (the admin's prompt
+ * neutralised, then the event's own block), so the prompt keeps that block real.
+ */
+export function objectiveRunMessageKey(runId: string): string {
+  return `objective:${runId}`;
+}
+
+export function isObjectiveRunMessageKey(key: string): boolean {
+  return key.startsWith('objective:');
+}

@@ -10,6 +10,7 @@
  */
 import { z } from 'zod';
 import { ROLES, roleAtLeast, type Role } from './roles.js';
+import { referenceRefusal } from './secret-refs.js';
 
 export const MCP_SERVER_NAME = /^[a-z][a-z0-9-]{0,23}$/;
 /** A tool name as a server gives it that Steward can offer (`server__tool` within 64 characters). */
@@ -21,7 +22,14 @@ const WORKSPACE_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 
 export const McpServerNameSchema = z.string().regex(MCP_SERVER_NAME, 'a server name is lowercase letters, digits and - (at most 24, starting with a letter)');
 const ToolNameSchema = z.string().regex(MCP_TOOL_NAME, 'a tool name uses letters, digits, _ and - (at most 64)');
-const EnvRefSchema = z.string().regex(ENV_REF, 'a secret is named by reference: env:STEWARD_MCP_<NAME>');
+// the one rule of references (common/secret-refs.ts): never Steward's own settings, never its API token
+const EnvRefSchema = z
+  .string()
+  .regex(ENV_REF, 'a secret is named by reference: env:STEWARD_MCP_<NAME>')
+  .superRefine((ref, ctx) => {
+    const why = referenceRefusal(ref, 'mcp');
+    if (why) ctx.addIssue({ code: 'custom', message: why });
+  });
 const AbsolutePath = z
   .string()
   .min(1)

@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { ModelRefSchema } from './schemas.js';
+import { referenceRefusal } from './secret-refs.js';
 
 export const OVERLAP_POLICIES = ['skip', 'buffer-one', 'buffer-all', 'cancel-other', 'terminate-other', 'allow-all'] as const;
 export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
@@ -115,7 +116,11 @@ export const WebhookSecretRefSchema = z
   .regex(
     new RegExp(`^env:${HOOK_SECRET_PREFIX}[A-Z0-9_]{1,100}$`),
     `expected env:${HOOK_SECRET_PREFIX}<NAME> (a webhook secret is read only from a variable whose name starts with ${HOOK_SECRET_PREFIX}, never from another one such as HOME or STEWARD_API_TOKEN)`,
-  );
+  )
+  .superRefine((ref, ctx) => {
+    const why = referenceRefusal(ref, 'hook');
+    if (why) ctx.addIssue({ code: 'custom', message: why });
+  });
 
 export const WebhookSchema = z.strictObject({ secretRef: WebhookSecretRefSchema });
 

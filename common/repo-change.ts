@@ -10,6 +10,8 @@
 import { z } from 'zod';
 import { ModelRefSchema } from './schemas.js';
 import { RepoPolicySchema, type RepoPolicyInput } from './repo-policy.js';
+import { argvRefusal } from './argv.js';
+import { referenceRefusal } from './secret-refs.js';
 
 export const HARNESS_SCHEMA_VERSION = '0.3' as const;
 
@@ -41,7 +43,15 @@ export const CloneUrlSchema = z
 
 export const CheckSchema = z.object({
   name: z.string().trim().min(1).max(64),
-  argv: z.array(z.string().min(1).max(1000)).min(1, 'a check runs a command: argv has at least the program').max(64),
+  argv: z
+    .array(z.string().min(1).max(1000))
+    .min(1, 'a check runs a command: argv has at least the program')
+    .max(64)
+    // the sandbox's own rule: what it would refuse at every change is refused here, with its reason
+    .superRefine((argv, ctx) => {
+      const why = argvRefusal(argv);
+      if (why) ctx.addIssue({ code: 'custom', message: why });
+    }),
   timeoutSeconds: z.number().int().positive().max(3600).optional(),
 });
 export type Check = z.infer<typeof CheckSchema>;
@@ -54,7 +64,14 @@ export const AgentSpecSchema = z.union([
   }),
   z.strictObject({
     /** An external coding agent run in the sandbox (Codex, Claude Code non-interactive, a script). */
-    command: z.array(z.string().min(1).max(1000)).min(1).max(64),
+    command: z
+      .array(z.string().min(1).max(1000))
+      .min(1)
+      .max(64)
+      .superRefine((argv, ctx) => {
+        const why = argvRefusal(argv);
+        if (why) ctx.addIssue({ code: 'custom', message: why });
+      }),
     timeoutSeconds: z.number().int().positive().max(6 * 3600).optional(),
   }),
 ]);
@@ -64,7 +81,14 @@ export const GitHubTargetSchema = z.strictObject({
   owner: z.string().trim().regex(/^[A-Za-z0-9-]{1,39}$/, 'not a GitHub owner name'),
   repo: z.string().trim().regex(/^[A-Za-z0-9._-]{1,100}$/, 'not a GitHub repository name'),
   /** Where the token is: `env:NAME` (read by the promotion gate only). */
-  tokenRef: z.string().regex(/^env:[A-Z_][A-Z0-9_]*$/, 'expected env:NAME (the variable that holds the token)'),
+  tokenRef: z
+    .string()
+    .regex(/^env:[A-Z_][A-Z0-9_]*$/, 'expected env:NAME (the variable that holds the token)')
+    // the one rule of references (common/secret-refs.ts): not STEWARD_API_TOKEN nor any other setting of Steward's, a name that reads as a credential
+    .superRefine((ref, ctx) => {
+      const why = referenceRefusal(ref, 'repo');
+      if (why) ctx.addIssue({ code: 'custom', message: why });
+    }),
   /** The GitHub API base URL (GitHub Enterprise, or a test double); default the global setting. */
   apiUrl: z.url().optional(),
 });

@@ -14,7 +14,7 @@ import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
 import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '../common/codec.js';
 import { DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from '../common/heap-growth.js';
-import { heldSecretsFrom, type HeldSecret } from '../domain/proposals.js';
+import { heldSecretsFrom, holdSecrets, type HeldSecret } from '../domain/secrets.js';
 import { McpConfigFileSchema, type McpServerSpec } from '../common/mcp.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
@@ -880,8 +880,14 @@ function actionsSection(e: ConfigEnv, env: NodeJS.ProcessEnv, fromFile: Record<s
     http: { allowPrivate: e.STEWARD_ACTION_HTTP_ALLOW_PRIVATE, allowHosts: e.STEWARD_ACTION_HTTP_ALLOW_HOSTS, maxResponseBytes: e.STEWARD_ACTION_MAX_RESPONSE_BYTES },
     commands: { allowlist: e.STEWARD_ACTION_COMMANDS },
     literalCredentials: e.STEWARD_ACTION_LITERAL_CREDENTIALS,
-    heldSecrets: heldSecretsFrom({ ...env, ...fromFile }),
+    heldSecrets: held(heldSecretsFrom({ ...env, ...fromFile })),
   };
+}
+
+/** The configuration's secrets join the one registry (domain/secrets.ts): every process role masks and refuses them, the config file's too. */
+function held(secrets: HeldSecret[]): HeldSecret[] {
+  holdSecrets(secrets);
+  return secrets;
 }
 
 /** The payload codec section: on or off, the keys, compression, the browser origins of its endpoint. */

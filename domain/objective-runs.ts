@@ -4,8 +4,8 @@
  * result; a failed run tells the admins with the run's link. Keyed by the run's workflow id:
  * done again (an activity's retry), it repeats nothing.
  */
-import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { wrapUntrusted } from '../common/untrusted.js';
+import { objectiveRunMessageKey, sessionWorkflowId, type ConversationKey } from '../common/ids.js';
+import { neutralise, wrapUntrusted } from '../common/untrusted.js';
 import type { TurnInput } from '../workflows/types.js';
 import { getBlobText } from './blobs.js';
 import type { Db } from './db.js';
@@ -49,7 +49,9 @@ async function runPromptText(db: Db, obj: ObjectiveRow, event: PrepareRunInput['
   // an event's payload comes with the prompt as data, bounded (the sender is not trusted)
   // (its attributes escaped, anything in it that could close or open an <event> block neutralised)
   const payload = event ? (await getBlobText(db, event.payloadHash)).slice(0, MAX_EVENT_CHARS) : undefined;
-  return event && payload !== undefined ? `${obj.prompt}\n\n${EVENT_NOTE}\n${wrapUntrusted('event', { source: event.source, id: event.id }, payload)}` : obj.prompt;
+  // composed through the one wrapper: the prompt holds no wrapper tag of its own, the event is its own block
+  const prompt = neutralise(obj.prompt);
+  return event && payload !== undefined ? `${prompt}\n\n${EVENT_NOTE}\n${wrapUntrusted('event', { source: event.source, id: event.id }, payload)}` : prompt;
 }
 
 /** Record the run; skip it when the objective is gone or its scheduled time was chosen to be skipped; else its prompt goes into the chat and the turn is described. */
@@ -75,7 +77,7 @@ export async function prepareObjectiveRun(
   const conversation = { platform: obj.platform, account: obj.account, chatId: obj.chatId } as ConversationKey;
   const sessionId = sessionWorkflowId(conversation);
   await ensureRunSession(db, sessionId, conversation);
-  const key = `objective:${input.runId}`;
+  const key = objectiveRunMessageKey(input.runId);
   const at = new Date().toISOString();
   try {
     await recordRunPrompt(db, { key, sessionId, text: await runPromptText(db, obj, input.event), user: `objective ${obj.name}`, turnId });

@@ -14,6 +14,7 @@ import type { AttachmentRef, Platform } from '../common/schemas.js';
 import { getBlob } from './blobs.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { maskHeldSecrets } from './secrets.js';
 import { directSql, sqlInt } from './sql.js';
 
 /** A button under a message (Telegram inline keyboard, Discord components). */
@@ -106,7 +107,9 @@ async function partIds(db: Db, key: string): Promise<string[]> {
   return parts.flatMap((p) => (p.externalId ? [p.externalId] : []));
 }
 
-export async function deliverOnce(db: Db, senders: Senders, msg: OutboundMessage): Promise<DeliveryOutcome> {
+export async function deliverOnce(db: Db, senders: Senders, input: OutboundMessage): Promise<DeliveryOutcome> {
+  // every chat view masks the secrets Steward holds (domain/secrets.ts): replies, notices, approval requests
+  const msg: OutboundMessage = { ...input, text: maskHeldSecrets(input.text), ...(input.recordAs !== undefined ? { recordAs: maskHeldSecrets(input.recordAs) } : {}) };
   const sender = senders[msg.conversation.platform];
   // A channel without a sender (the HTTP API reads the transcript) has its message delivered
   // once it is recorded: the delivery is written as sent.
@@ -210,7 +213,9 @@ export type PanelOutcome = 'posted' | 'edited' | 'unchanged' | 'throttled' | 'un
  * posts it, later ones edit it, at most once per the platform's edit interval (an update that
  * comes sooner is skipped, or for an important one, waited for).
  */
-export async function updatePanel(db: Db, senders: Senders, u: PanelUpdate, sleep: (ms: number) => Promise<void>): Promise<PanelOutcome> {
+export async function updatePanel(db: Db, senders: Senders, update: PanelUpdate, sleep: (ms: number) => Promise<void>): Promise<PanelOutcome> {
+  // the progress line ("Waiting for an admin to approve: ...") is a view too
+  const u: PanelUpdate = { ...update, text: maskHeldSecrets(update.text) };
   const sender = senders[u.conversation.platform];
   if (!sender) return 'unsupported';
   const row = await db.progressPanel.findUnique({ where: { turnId: u.turnId } });

@@ -18,89 +18,9 @@
  */
 import { createHash } from 'node:crypto';
 import { TOOLS, isToolName } from '../common/tools.js';
+import { heldSecrets, heldSecretsIn, maskHeldSecrets, type HeldSecret } from './secrets.js';
 
-// ---- Steward's own secrets ----
-
-export interface HeldSecret {
-  /** Where the value comes from (a variable name), for messages: never the value. */
-  name: string;
-  value: string;
-}
-
-/** Variable names whose values are credentials (STEWARD_HOOK_*: objectives' webhook secrets). */
-const SECRET_VARIABLE = /(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_KEY|_KEYS?$|CREDENTIALS?$|PRIVATE_KEY|^STEWARD_HOOK_)/i;
-/** Variables that hold URLs with credentials in their userinfo. */
-const URL_VARIABLE = /(_URL|_DSN)$/i;
-/** Shorter values are not treated as secrets (they would match ordinary text). */
-const MIN_HELD_SECRET = 8;
-
-/**
- * The secrets Steward holds, from its environment (and the config file's values): every
- * variable with a credential-like name, the parts of key lists (`id:key,id:key`), and the
- * passwords inside URL-valued variables (SMTP, database). Names only are ever shown.
- */
-export function heldSecretsFrom(vars: Readonly<Record<string, string | undefined>>): HeldSecret[] {
-  const out = new Map<string, HeldSecret>();
-  const add = (name: string, value: string) => {
-    const v = value.trim();
-    if (v.length >= MIN_HELD_SECRET && !out.has(v)) out.set(v, { name, value: v });
-  };
-  for (const [name, raw] of Object.entries(vars)) {
-    if (raw === undefined || raw === '') continue;
-    if (SECRET_VARIABLE.test(name)) {
-      add(name, raw);
-      // key lists: "id:key,id:key" or "key,key"
-      for (const part of raw.split(/[,\s]+/)) {
-        add(name, part);
-        const colon = part.lastIndexOf(':');
-        if (colon > 0) add(name, part.slice(colon + 1));
-      }
-    }
-    if (URL_VARIABLE.test(name) || /^[a-z][a-z0-9+.-]*:\/\/[^/\s]*@/i.test(raw)) {
-      try {
-        const u = new URL(raw);
-        if (u.password) add(name, decodeURIComponent(u.password));
-      } catch {
-        // not a URL
-      }
-    }
-  }
-  return [...out.values()];
-}
-
-/** The forms a value may take on its way out: as is, percent-encoded, base64 (alone and in Basic credentials). */
-function encodings(value: string): string[] {
-  const b64 = Buffer.from(value, 'utf8').toString('base64');
-  return [value, encodeURIComponent(value), b64, b64.replace(/=+$/, '')];
-}
-
-/** The names of the held secrets that occur in `value`'s strings (in any of the forms above). */
-export function heldSecretsIn(value: unknown, secrets: readonly HeldSecret[]): string[] {
-  const text = stringsOf(value).join('\n');
-  const names = new Set<string>();
-  for (const s of secrets) {
-    if (encodings(s.value).some((e) => e.length >= MIN_HELD_SECRET && text.includes(e))) names.add(s.name);
-  }
-  return [...names];
-}
-
-/** `text` with every held secret (in every form) replaced by a marker naming where it comes from. */
-export function maskHeldSecrets(text: string, secrets: readonly HeldSecret[]): string {
-  let out = text;
-  // longest first, so a secret that contains another is masked whole
-  for (const s of [...secrets].sort((a, b) => b.value.length - a.value.length)) {
-    for (const e of encodings(s.value)) if (e.length >= MIN_HELD_SECRET) out = out.split(e).join(`[Steward's secret ${s.name}]`);
-  }
-  return out;
-}
-
-/** `value` with every held secret masked in each of its strings. */
-export function maskHeldSecretsDeep(value: unknown, secrets: readonly HeldSecret[]): unknown {
-  if (typeof value === 'string') return maskHeldSecrets(value, secrets);
-  if (Array.isArray(value)) return value.map((v) => maskHeldSecretsDeep(v, secrets));
-  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, maskHeldSecretsDeep(v, secrets)]));
-  return value;
-}
+export { heldSecretsFrom, heldSecretsIn, maskHeldSecrets, maskHeldSecretsDeep, type HeldSecret } from './secrets.js';
 
 // ---- literal credentials the model wrote ----
 
@@ -289,7 +209,8 @@ export interface ProposalView {
 
 /** What the approver is shown for a proposal, and the hash of what will be sent. */
 export function viewProposal(tool: string, input: unknown, ctx: ExactRequestContext & { heldSecrets?: readonly HeldSecret[] } = {}): ProposalView {
-  const held = ctx.heldSecrets ?? [];
+  // the registry's secrets (and any given here): masked, named, never shown
+  const held = heldSecrets(ctx.heldSecrets ?? []);
   const raw = requestText(tool, input, ctx);
   const masked = maskHeldSecrets(raw, held);
   const shown = showInvisible(masked);

@@ -4,6 +4,7 @@
  */
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
+import { maskHeldSecrets, maskHeldSecretsDeep } from './secrets.js';
 import { directSql } from './sql.js';
 
 export type ReceiptKind =
@@ -79,7 +80,8 @@ const RECEIPT_ROW = '(?, ?, ?, ?, ?, ?, ?, ?)';
  */
 function insertReceipts(db: Db, rs: ReceiptInput[]): Promise<number> {
   const at = new Date();
-  const values = rs.flatMap((r) => [r.key ?? null, r.kind, r.workflowId ?? null, r.runId ?? null, r.sessionId ?? null, r.actor ?? null, JSON.stringify(r.data), at]);
+  // a view like any other: no secret Steward holds is written in clear (domain/secrets.ts)
+  const values = rs.flatMap((r) => [r.key ?? null, r.kind, r.workflowId ?? null, r.runId ?? null, r.sessionId ?? null, r.actor ?? null, JSON.stringify(maskHeldSecretsDeep(r.data)), at]);
   const rows = rs.length === 1 ? RECEIPT_ROW : Array.from(rs, () => RECEIPT_ROW).join(', ');
   return directSql(db).execute(`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt") VALUES ${rows}`, values);
 }
@@ -160,7 +162,8 @@ export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<Re
     runId: r.runId,
     sessionId: r.sessionId,
     actor: r.actor,
-    data: JSON.parse(r.data) as unknown,
+    // rows written before a secret was held are masked on the way out too
+    data: JSON.parse(maskHeldSecrets(r.data)) as unknown,
     at: r.createdAt.toISOString(),
   }));
 }
@@ -181,7 +184,7 @@ export async function receiptIdsByKeys(db: Db, keys: string[]): Promise<Map<stri
 export async function receiptsByKeys(db: Db, keys: string[]): Promise<Array<ReceiptRecord & { key: string }>> {
   if (keys.length === 0) return [];
   const rows = await db.receipt.findMany({ where: { key: { in: keys } }, orderBy: { id: 'asc' } });
-  return rows.map((r) => ({ id: r.id, key: r.key ?? '', kind: r.kind, workflowId: r.workflowId, runId: r.runId, sessionId: r.sessionId, actor: r.actor, data: JSON.parse(r.data) as unknown, at: r.createdAt.toISOString() }));
+  return rows.map((r) => ({ id: r.id, key: r.key ?? '', kind: r.kind, workflowId: r.workflowId, runId: r.runId, sessionId: r.sessionId, actor: r.actor, data: JSON.parse(maskHeldSecrets(r.data)) as unknown, at: r.createdAt.toISOString() }));
 }
 
 /** The id of the receipt written under `key`. */

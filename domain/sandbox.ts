@@ -43,6 +43,7 @@ import { lstatSync, readlinkSync, realpathSync, statSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { argvRefusal } from '../common/argv.js';
 
 export interface SandboxRequest {
   /** program + args; argv[0] a bare program name (resolved via the sandbox PATH) or an absolute path */
@@ -198,14 +199,11 @@ interface Checked {
 
 /** Validates a request (allowlist first: a refused program gets no further). Sync: sandboxArgs is sync. */
 function check(req: SandboxRequest): Checked {
-  if (!Array.isArray(req.argv) || req.argv.length === 0) refuse('bad-request', 'argv is empty');
-  for (const a of req.argv) {
-    if (typeof a !== 'string' || a.includes('\0')) refuse('bad-request', 'argv holds a non-string or a NUL byte');
-  }
+  if (!Array.isArray(req.argv)) refuse('bad-request', 'argv is empty');
+  // the same rule registration applies to repositories' checks and agent commands (common/argv.ts)
+  const argvProblem = argvRefusal(req.argv);
+  if (argvProblem) refuse('bad-request', argvProblem);
   const program = req.argv[0] ?? '';
-  if (program === '' || (program.includes('/') && !isAbsolute(program))) {
-    refuse('bad-request', `argv[0] must be a bare program name or an absolute path: ${JSON.stringify(program)}`);
-  }
   // The allowlist is a first gate only, against the obvious (an agent calling `curl`, `ssh`, `sudo`): it
   // looks at basename(argv[0]) and nothing more. It is not the containment: an allowlisted shell,
   // interpreter, `make`, `npm` or `git` can run anything that exists inside the sandbox, and an absolute

@@ -29,7 +29,7 @@ import { putBlob } from './blobs.js';
 import { boundHits, groundingText } from './knowledge/grounding.js';
 import type { SearchHit } from './knowledge/index-store.js';
 import { WorkspacePathError } from './knowledge/paths.js';
-import { neutralise, openTag, WRAPPER_TAGS } from '../common/untrusted.js';
+import { neutralise, wrapUntrusted } from '../common/untrusted.js';
 import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
 import { redact } from './redaction.js';
 import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
@@ -135,7 +135,7 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
       const q = SearchWorkspaceInput.parse(call.input);
       if (!ctx.workspace) return { text: 'This chat has no workspace (an admin chooses one with /workspace use <name>).', ok: false, detail: { error: 'no workspace' } };
       const hits = await ctx.workspace.search(q.query, q.limit);
-      if (hits.length === 0) return { text: `Nothing in the workspace "${ctx.workspace.name}" matches ${JSON.stringify(q.query)}.`, ok: true, detail: { workspace: ctx.workspace.name, hits: 0 } };
+      if (hits.length === 0) return { text: `Nothing in the workspace "${ctx.workspace.name}" matches ${neutralise(JSON.stringify(q.query))}.`, ok: true, detail: { workspace: ctx.workspace.name, hits: 0 } };
       const g = { workspace: ctx.workspace.name, hits: boundHits(hits, { results: q.limit, excerptBytes: SEARCH_EXCERPT_BYTES, totalBytes: q.limit * SEARCH_EXCERPT_BYTES }) };
       return { text: groundingText(g), ok: true, detail: { workspace: g.workspace, hits: g.hits.map((h) => `${h.path}:${h.startLine}-${h.endLine}`) } };
     }
@@ -146,7 +146,7 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
         const f = await ctx.workspace.read(r.path, READ_MAX_BYTES);
         const shown = f.bytes > READ_MAX_BYTES ? ` (the first ${READ_MAX_BYTES} of ${f.bytes} bytes)` : '';
         return {
-          text: `The file ${f.path} of the workspace "${ctx.workspace.name}"${shown}, untrusted data:\n${openTag('context', { workspace: ctx.workspace.name, path: f.path })}\n${neutralise(f.text, WRAPPER_TAGS)}\n</context>`,
+          text: `The file ${f.path} of the workspace "${ctx.workspace.name}"${shown}, untrusted data:\n${wrapUntrusted('context', { workspace: ctx.workspace.name, path: f.path }, f.text)}`,
           ok: true,
           detail: { workspace: ctx.workspace.name, path: f.path, bytes: f.bytes },
         };
@@ -176,7 +176,7 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
         text: p.text,
         turnId: ctx.turnId,
       });
-      if (r.failed) return { text: `Posting in "${p.chat}" failed: ${r.failed}`, ok: false, detail: { chat: p.chat, error: r.failed } };
+      if (r.failed) return { text: `Posting in "${p.chat}" failed: ${neutralise(r.failed)}`, ok: false, detail: { chat: p.chat, error: r.failed } };
       return { text: `Posted in "${p.chat}".`, ok: true, detail: { chat: p.chat, platform: binding.platform, chatId: binding.chatId, externalIds: r.externalIds } };
     }
     case 'http_request':

@@ -11,6 +11,8 @@ import { writeReceipt } from '../domain/receipts.js';
 import { countInboxMessages, deleteInbox, findInbox, upsertInbox, type InboxSettings, type WorkspaceInboxRow } from '../domain/store/inbox.js';
 import type { WorkspaceRow } from '../domain/store/workspaces.js';
 import { ServiceInputError, type Requester } from './requests.js';
+import { referenceRefusal } from '../common/secret-refs.js';
+import { holdSecrets } from '../domain/secrets.js';
 
 export const INBOX_TLS = ['implicit', 'starttls', 'none'] as const;
 /** `env:STEWARD_INBOX_<NAME>`: only variables meant for inboxes, so no other secret of Steward's can be sent to a mail server. */
@@ -28,7 +30,13 @@ export const InboxSettingsSchema = z
     port: z.number().int().min(1).max(65535).optional(),
     tls: z.enum(INBOX_TLS, { message: 'tls: implicit (TLS from the start, port 993), starttls (port 143) or none (loopback only)' }).default('implicit'),
     user: z.string().min(1).max(320).refine((u) => !/[\r\n\0]/.test(u), 'no line breaks'),
-    passwordRef: z.string().regex(INBOX_PASSWORD_REF, 'the password by reference: env:STEWARD_INBOX_<NAME> (uppercase letters, digits, _), the variable holding it; never the password itself'),
+    passwordRef: z
+      .string()
+      .regex(INBOX_PASSWORD_REF, 'the password by reference: env:STEWARD_INBOX_<NAME> (uppercase letters, digits, _), the variable holding it; never the password itself')
+      .superRefine((ref, ctx) => {
+        const why = referenceRefusal(ref, 'inbox');
+        if (why) ctx.addIssue({ code: 'custom', message: why });
+      }),
     folder: z
       .string()
       .trim()
@@ -86,7 +94,13 @@ export interface InboxSettingsDeps {
 }
 
 export function createInboxSettings(deps: InboxSettingsDeps) {
-  const readSecret = deps.readSecret ?? ((n: string) => process.env[n]);
+  const read = deps.readSecret ?? ((n: string) => process.env[n]);
+  // a value read by reference joins the one registry of held secrets (domain/secrets.ts)
+  const readSecret = (n: string): string | undefined => {
+    const v = read(n);
+    if (v) holdSecrets([{ name: n, value: v }]);
+    return v;
+  };
   return {
     /** Set (or replace) the workspace's inbox. */
     async set(workspace: string, input: unknown, by: Requester): Promise<InboxView> {

@@ -1,14 +1,28 @@
 /**
  * Paths inside a workspace. A file is addressed by its workspace-relative path (`/`-separated);
  * a path that leaves the workspace is refused: absolute, `..`, a NUL or a backslash, and on
- * disk a symbolic link (anywhere along the path) whose target is outside the workspace. The
- * walk of a workspace for indexing never follows a link and never enters `.git/`.
+ * disk a symbolic link (anywhere along the path) whose target is outside the workspace. A path
+ * with a dot segment (`.env`, `.git/config`, `notes/.secret.md`) is refused too, before and
+ * after its links are resolved: an operator-named folder (a repository checkout) keeps its
+ * credentials there. One rule (`dotSegment`) for every reader (/open, the API's file route,
+ * the model's read_workspace_file) and for the walk of a workspace for indexing, which never
+ * follows a link and never enters or reads a dot entry.
  */
 import { lstat, opendir, realpath } from 'node:fs/promises';
 import path from 'node:path';
 
 export class WorkspacePathError extends Error {
   override name = 'WorkspacePathError';
+}
+
+/** Whether a file or directory name is hidden (a dot entry): never read, never indexed. */
+export function isDotName(name: string): boolean {
+  return name.startsWith('.');
+}
+
+/** The first dot segment of a `/`-separated path, if any. */
+export function dotSegment(relative: string): string | undefined {
+  return relative.split('/').find((s) => s !== '' && s !== '.' && s !== '..' && isDotName(s));
 }
 
 /** A workspace-relative path, checked and normalised (`a/b.md`); throws WorkspacePathError. */
@@ -20,6 +34,8 @@ export function normaliseWorkspacePath(p: string): string {
   const parts = p.split('/').filter((s) => s !== '' && s !== '.');
   if (parts.includes('..')) throw new WorkspacePathError(`${JSON.stringify(p)} leaves the workspace (..)`);
   if (parts.length === 0) throw new WorkspacePathError('a workspace path is required (such as notes/howto.md)');
+  const dot = dotSegment(parts.join('/'));
+  if (dot !== undefined) throw new WorkspacePathError(`${JSON.stringify(p)} has a dot segment (${dot}): hidden files and folders of a workspace are not read`);
   if (p.length > 1024) throw new WorkspacePathError('a workspace path is at most 1,024 characters');
   return parts.join('/');
 }
@@ -46,6 +62,9 @@ export async function resolveInWorkspace(root: string, relative: string): Promis
     throw err;
   }
   if (!within(realRoot, real)) throw new WorkspacePathError(`${rel} is a link to a place outside the workspace`);
+  const target = path.relative(realRoot, real).split(path.sep).join('/');
+  const dot = dotSegment(target);
+  if (dot !== undefined) throw new WorkspacePathError(`${rel} is a link to a hidden file or folder of the workspace (${dot}): it is not read`);
   return { path: real, relative: rel };
 }
 
@@ -65,8 +84,8 @@ export interface WalkedFile {
 }
 
 /**
- * The indexable regular files of a workspace (links are not followed, `.git/` and other dot
- * directories are not entered), sorted by path; at most `maxFiles`, files up to `maxBytes`.
+ * The indexable regular files of a workspace (links are not followed, dot entries such as
+ * `.git/` or `.notes.md` are neither entered nor read), sorted by path; at most `maxFiles`, files up to `maxBytes`.
  */
 export async function walkWorkspace(root: string, opts: { maxFiles?: number; maxBytes?: number } = {}): Promise<{ files: WalkedFile[]; skipped: Array<{ relative: string; reason: string }> }> {
   const maxFiles = opts.maxFiles ?? 20_000;
@@ -77,8 +96,9 @@ export async function walkWorkspace(root: string, opts: { maxFiles?: number; max
     const handle = await opendir(dir);
     for await (const entry of handle) {
       const relative = prefix ? `${prefix}/${entry.name}` : entry.name;
+      if (isDotName(entry.name)) continue;
       if (entry.isDirectory()) {
-        if (!entry.name.startsWith('.')) await visit(path.join(dir, entry.name), relative);
+        await visit(path.join(dir, entry.name), relative);
         continue;
       }
       if (!entry.isFile() || !isIndexable(relative)) continue;

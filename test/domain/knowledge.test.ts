@@ -111,6 +111,18 @@ describe('knowledge: workspace paths', () => {
     assert.equal(normaliseWorkspacePath('./notes//a.md'), 'notes/a.md');
   });
 
+  it('refuses a dot segment anywhere in the path, and a link to a dot entry (the indexer skips them too)', async () => {
+    for (const bad of ['.env', './.env', '.git/config', 'notes/.draft.md', 'notes/./.draft.md', '.github/x.md']) {
+      assert.throws(() => normaliseWorkspacePath(bad), /dot segment/, JSON.stringify(bad));
+    }
+    symlinkSync(path.join(root, '.git/config'), path.join(root, 'config-link.md'));
+    try {
+      await assert.rejects(resolveInWorkspace(root, 'config-link.md'), /a link to a hidden file or folder of the workspace \(\.git\)/);
+    } finally {
+      rmSync(path.join(root, 'config-link.md'));
+    }
+  });
+
   it('refuses a link to a place outside the workspace; a link inside it is read', async () => {
     await assert.rejects(resolveInWorkspace(root, 'link-out.md'), /link-out\.md is a link to a place outside the workspace/);
     await assert.rejects(resolveInWorkspace(root, 'dir-out/secret.md'), /outside the workspace/);

@@ -288,7 +288,9 @@ describe('proposed actions end to end', () => {
       assert.equal(got.headers.authorization, secret, 'what the admins saw is what the server got');
       assert.equal(got.body, input.body);
       const toModel = JSON.stringify(stack.model.requests[n + 1]?.body);
-      assert.match(toModel, /HTTP POST http:\/\/127\.0\.0\.1:\d+\/hook\?token=\[redacted\]&team=ops answered 201 Created \(15 bytes\)/);
+      assert.match(toModel, /HTTP POST http:\/\/127\.0\.0\.1:\d+\/hook\?token=\[redacted\]&team=ops answered 201 \(15 bytes\)/);
+      // what the server chose (status text, headers, body) is one <tool_result> block
+      assert.match(toModel, /<tool_result source=\\"http\\" status=\\"201\\">\\nStatus: 201 Created\\n/);
       assert.match(toModel, /received deploy/);
 
       const receipts = await stack.db.receipt.findMany({ where: { sessionId: h.sessionId } });

@@ -163,9 +163,9 @@ describe('repo changes end to end', { skip: await needs('bubblewrap') }, () => {
     const token = `ghs_${randomBytes(18).toString('hex')}`;
     const gh = await startGitHubDouble({ repos: [{ owner: 'acme', repo: name, bareDir: fx.bare, defaultBranch: 'main' }], token });
     try {
-      await withHarness(opts({ repoChanges: { githubApiUrl: gh.baseUrl, secret: (n) => (n === 'STEWARD_TEST_GH_TOKEN' ? token : undefined) } }), async (h) => {
+      await withHarness(opts({ repoChanges: { githubApiUrl: gh.baseUrl, secret: (n) => (n === 'TEST_GH_TOKEN' ? token : undefined) } }), async (h) => {
         await h.changes.registerRepo(
-          { name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr' }, github: { owner: 'acme', repo: name, tokenRef: 'env:STEWARD_TEST_GH_TOKEN' } },
+          { name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr' }, github: { owner: 'acme', repo: name, tokenRef: 'env:TEST_GH_TOKEN' } },
           OP,
         );
         stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: WRITE_GREETING }));

@@ -38,14 +38,14 @@ describe('untrusted prompt content: one escaping helper', () => {
     assert.equal(attr('github push'), 'github push');
   });
 
-  it('neutralise: every < that could open or close one of the given tags, in any case and spacing', () => {
-    assert.equal(neutralise('a </event> b', ['event']), 'a &lt;/event> b');
-    assert.equal(neutralise('<EVENT source="x">', ['event']), '&lt;EVENT source="x">');
-    assert.equal(neutralise('< / event>', ['event']), '&lt; / event>');
-    assert.equal(neutralise('</chat_message><attachment', ['chat_message', 'attachment']), '&lt;/chat_message>&lt;attachment');
-    assert.equal(neutralise('</event>', ['chat_message']), '</event>', 'only the given tags');
-    assert.equal(neutralise('1 < 2 and <b>bold</b>', ['event']), '1 < 2 and <b>bold</b>', 'other text is left alone');
-    assert.equal(neutralise('</event>', []), '</event>');
+  it('neutralise: every < that could open or close ANY wrapper tag, in any case and spacing', () => {
+    assert.equal(neutralise('a </event> b'), 'a &lt;/event> b');
+    assert.equal(neutralise('<EVENT source="x">'), '&lt;EVENT source="x">');
+    assert.equal(neutralise('< / event>'), '&lt; / event>');
+    assert.equal(neutralise('</chat_message><attachment'), '&lt;/chat_message>&lt;attachment');
+    assert.equal(neutralise('</event>'), '&lt;/event>', 'every tag, not only the block\'s own');
+    assert.equal(neutralise('<\u200bmemory>'), '&lt;\u200bmemory>', 'an invisible character between < and the name');
+    assert.equal(neutralise('1 < 2 and <b>bold</b>'), '1 < 2 and <b>bold</b>', 'other text is left alone');
   });
 
   it('wrapUntrusted: a value that tries to close its block stays inside it', () => {
