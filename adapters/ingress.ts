@@ -41,7 +41,9 @@ import {
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
 import { receiptExists, writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { forgetMessage, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { messageByKey, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { faultPoint } from '../common/fault-points.js';
+import { handOverMessage, wasHandedOver } from '../services/handoff.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
@@ -58,11 +60,9 @@ import {
 } from '../common/schemas.js';
 import {
   approvalDecisionUpdate,
-  inboundSignal,
   statusQuery,
   turnStatusQuery,
 } from '../workflows/messages.js';
-import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
@@ -772,7 +772,8 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
   if (limit && who.kind === 'person') {
     const since = new Date(Date.now() - limit.windowMs);
     const used = await messagesSince(s.db, who.id, since);
-    if (used >= limit.count) {
+    // a redelivery of a message accepted before (counted in `used`) goes on to persist, which finds it
+    if (used >= limit.count && (await recordedSeq(s.db, a.key)) === undefined) {
       const oldest = await oldestMessageSince(s.db, who.id, since);
       const waitMin = oldest ? Math.max(1, Math.ceil((oldest.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
       return s.reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
@@ -782,17 +783,17 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
 }
 
 /**
- * Persist: record the admitted message once (a redelivered id is a duplicate and changes
- * nothing: the message's unique key finds it; files are looked at only once it is known to be
- * new), make sure of the session row, and receipt the ingress.
+ * Persist: record the admitted message once (its unique key finds a redelivery; files are looked
+ * at only once it is known to be new), make sure of the session row, and receipt the ingress.
+ * The record says the message was accepted, not that it was handed over: a redelivered id is a
+ * duplicate only once its handoff completed (see `redelivered`).
  */
 async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promise<Persisted | Stop> {
-  const { msg, conversation, workflowId, key, command, governed, dm, who } = a;
+  const { msg, conversation, workflowId, key, command, who } = a;
   const db = s.db;
-  const duplicate = (seq: number | undefined): Stop => ({ stop: { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) } });
   if (opts.attachments?.length) {
     const seen = await recordedSeq(db, key);
-    if (seen !== undefined) return duplicate(seen);
+    if (seen !== undefined) return redelivered(s, a, seen);
   }
   let attachments: AttachmentRef[] = msg.attachments;
   let refusedFiles: string[] = [];
@@ -815,12 +816,39 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
     command: command !== undefined,
     ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
   });
-  if ('duplicate' in recorded) return duplicate(await recordedSeq(db, key));
-  const seq = recorded.seq;
+  if ('duplicate' in recorded) return redelivered(s, a, await recordedSeq(db, key));
+  faultPoint('ingress.recorded');
   if (keptFiles.length && s.deps.workspaces) {
     // the chat's workspace keeps what was sent (not awaited: the message never waits on it)
     s.deps.workspaces.keepReceived(conversation, keptFiles, msg.user).catch((err: unknown) => s.deps.log?.warn({ err, chatId: msg.chatId }, 'keeping sent files in the workspace failed'));
   }
+  return recordedSteps(s, a, { seq: recorded.seq, attachments, refusedFiles });
+}
+
+/**
+ * A message id recorded before. Once its handoff completed (a message: signalled to its session
+ * and marked, services/handoff.ts; a command: handled and answered, its `command` receipt) it is
+ * a duplicate and changes nothing. Otherwise the process stopped between the record and the
+ * handoff: the way in goes on from the record (the session drops a key it already has, so a
+ * signal that did arrive is not answered twice). An id recorded with other text stays a
+ * duplicate: one key is never two messages.
+ */
+async function redelivered(s: IngressSteps, a: Admitted, seq: number | undefined): Promise<Persisted | Stop> {
+  const { workflowId, key, command } = a;
+  const duplicate: Stop = { stop: { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) } };
+  if (seq === undefined) return duplicate;
+  const done = command ? await receiptExists(s.db, `${key}:command`) : await wasHandedOver(s.db, key);
+  if (done) return duplicate;
+  const row = await messageByKey(s.db, key);
+  if (!row || row.text !== a.msg.text) return duplicate;
+  s.deps.log?.info({ workflowId, key }, 'a redelivered message whose handoff did not complete: handing it over now');
+  return recordedSteps(s, a, { seq, attachments: transcriptEntry(row).attachments ?? [], refusedFiles: [] });
+}
+
+/** What follows the record, for a new message and a resumed one alike (each step idempotent): the DM, the session row, the ingress receipt. */
+async function recordedSteps(s: IngressSteps, a: Admitted, p: Persisted): Promise<Persisted> {
+  const { msg, conversation, workflowId, key, command, governed, dm, who } = a;
+  const db = s.db;
   s.deps.onTranscript?.(workflowId, 'user');
   if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
   if (!s.knownSessions.has(workflowId)) {
@@ -828,6 +856,7 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
     if (s.knownSessions.size >= 10_000) s.knownSessions.clear();
     s.knownSessions.add(workflowId);
   }
+  faultPoint('ingress.session');
   await writeReceipt(db, {
     key: `${key}:ingress`,
     kind: 'ingress',
@@ -841,36 +870,36 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
       chars: msg.text.length,
       command: command !== undefined,
       ...(who.kind === 'person' ? { role: who.role } : {}),
-      ...(attachments.length ? { attachments: attachments.length } : {}),
+      ...(p.attachments.length ? { attachments: p.attachments.length } : {}),
     },
   });
-  return { seq, attachments, refusedFiles };
+  faultPoint('ingress.receipted');
+  return p;
 }
 
 /** Route: a message goes to its session (signal-with-start: a turn), a command to its handler; the command's answer is receipted and kept in the transcript. */
 async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<IngressResult> {
   const { msg, conversation, workflowId, key, command, who, binding } = a;
   if (!command) {
-    let handle;
-    try {
-      handle = await s.deps.client.workflow.signalWithStart(sessionWorkflow, {
-        ...s.startOptions(conversation, binding),
-        signal: inboundSignal,
-        signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
-      });
-    } catch (err) {
-      // Not queued: forget the message, so that the platform's (or the client's) retry of
-      // the same id is taken as new, not as a duplicate that never gets a turn.
-      await forgetMessage(s.db, key);
-      throw err;
-    }
-    s.deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
+    // handed over (signal-with-start keyed by the message's key), then marked; a failure leaves
+    // the record unmarked, so the platform's (or the client's) retry of the same id hands it over
+    const { runId } = await handOverMessage(s.deps.client, s.db, {
+      ref: { key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) },
+      start: s.startOptions(conversation, binding),
+      actor: who.kind === 'person' ? who.id : msg.user,
+    });
+    s.deps.log?.debug({ workflowId, runId }, 'message queued');
     const note = p.refusedFiles.length ? `Some files were not taken: ${p.refusedFiles.join('; ')}.` : undefined;
     if (note) await s.recordSystem(workflowId, `${key}:files`, note);
     return { workflowId, kind: 'message', duplicate: false, seq: p.seq, ...(note ? { reply: note } : {}) };
   }
 
+  // A command is done once handled and answered: its `command` receipt is written last, and a
+  // redelivery before it runs the command again (see README, "Intake exactly once").
   const reply = await s.runCommand(msg, command, conversation, who, binding);
+  faultPoint('ingress.command-run');
+  if (reply !== undefined) await s.recordSystem(workflowId, `${key}:reply`, reply);
+  faultPoint('ingress.command-answered');
   await writeReceipt(s.db, {
     key: `${key}:command`,
     kind: 'command',
@@ -879,6 +908,5 @@ async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<Ingres
     actor: who.kind === 'person' ? who.id : msg.user,
     data: { command: command.kind, ...(reply !== undefined ? { reply: reply.slice(0, 2000) } : {}) },
   });
-  if (reply !== undefined) await s.recordSystem(workflowId, `${key}:reply`, reply);
   return { workflowId, kind: 'command', duplicate: false, seq: p.seq, ...(reply !== undefined ? { reply } : {}) };
 }

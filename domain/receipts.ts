@@ -8,6 +8,7 @@ import { directSql } from './sql.js';
 
 export type ReceiptKind =
   | 'ingress'
+  | 'ingress.handed'
   | 'command'
   | 'turn.start'
   | 'turn.end'

@@ -33,9 +33,10 @@ import { findBinding, lookupBinding, type Actor, type BindingRecord } from '../d
 import { writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
 import { findTask, findTriageSetting, insertTask, listTasks, newTaskId, updateTaskIf, upsertTriageSetting, type TaskRow } from '../domain/store/tasks.js';
-import { forgetMessage, recordInbound } from '../domain/transcript.js';
-import { inboundSignal } from '../workflows/messages.js';
-import { sessionWorkflow } from '../workflows/chat/session.js';
+import { recordInbound } from '../domain/transcript.js';
+import { faultPoint } from '../common/fault-points.js';
+import type { sessionWorkflow } from '../workflows/chat/session.js';
+import { handOverMessage, wasHandedOver } from './handoff.js';
 import { taskChangedSignal } from '../workflows/tasks/messages.js';
 import { taskReminderWorkflow } from '../workflows/tasks/reminder.js';
 import { triageWorkflow } from '../workflows/tasks/triage.js';
@@ -272,36 +273,34 @@ export function createTaskService(deps: TaskServiceDeps) {
 
     /**
      * Hand an open task to the agent: a turn in the task's chat with the task's text as the
-     * message (recorded in that chat's transcript, its session signalled as the ingress does).
+     * message (recorded in that chat's transcript, handed to its session as the ingress does,
+     * services/handoff.ts), and only then the task is marked handed. A retry after a failure or
+     * a crash anywhere in between finishes the handoff once: the message's key is the task's.
      */
     async hand(id: unknown, by: Requester): Promise<TaskView> {
       const task = await get(id);
       refuseUnless(task, ['open'], 'handed to the agent');
-      const handed = await updateTaskIf(db, task.id, ['open'], { status: 'handed', assignee: 'agent' });
-      if (!handed) throw new TaskInputError(`task ${task.id} changed meanwhile; nothing was done`, 409);
       const conversation = { platform: task.platform, account: task.account, chatId: task.chatId } as ConversationKey;
       const sessionId = sessionWorkflowId(conversation);
       const key = `task:${task.id}:hand`;
       const text = `Task ${task.id} (${task.lane}, ${task.priority}) from ${task.sender}, handed to you by ${by.name}:\n${task.text}`;
-      const at = new Date().toISOString();
-      const recorded = await recordInbound(db, { key, sessionId, text, user: by.name, identityId: by.id === 'operator' ? null : by.id, command: false });
-      if (!('duplicate' in recorded)) {
-        try {
-          await ensureSession(db, sessionId, conversation);
-          const found = await lookupBinding(db, conversation.platform, conversation.account, conversation.chatId);
-          await client.workflow.signalWithStart(sessionWorkflow, {
-            ...deps.sessionStart(conversation, found.kind === 'bound' ? found.binding : undefined),
-            signal: inboundSignal,
-            signalArgs: [{ key, user: by.name, at, ...(by.id !== 'operator' ? { identityId: by.id } : {}) }],
-          });
-        } catch (err) {
-          // not queued: the task goes back to open, and the message is forgotten, so handing it again works
-          await forgetMessage(db, key);
-          await updateTaskIf(db, task.id, ['handed'], { status: 'open', assignee: task.assignee });
-          throw err;
-        }
+      // recorded once: a retry finds the first record (and its text)
+      await recordInbound(db, { key, sessionId, text, user: by.name, identityId: by.id === 'operator' ? null : by.id, command: false });
+      faultPoint('task.recorded');
+      if (!(await wasHandedOver(db, key))) {
+        await ensureSession(db, sessionId, conversation);
+        const found = await lookupBinding(db, conversation.platform, conversation.account, conversation.chatId);
+        await handOverMessage(client, db, {
+          ref: { key, user: by.name, at: new Date().toISOString(), ...(by.id !== 'operator' ? { identityId: by.id } : {}) },
+          start: deps.sessionStart(conversation, found.kind === 'bound' ? found.binding : undefined),
+          actor: by.id,
+        });
       }
-      await writeReceipt(db, { kind: 'task.hand', actor: by.id, sessionId, data: { taskId: task.id, by: by.name, sessionId, messageKey: key } });
+      const handed = await updateTaskIf(db, task.id, ['open'], { status: 'handed', assignee: 'agent' });
+      // changed meanwhile (handed by a concurrent call, or closed): the agent has the task either way
+      if (!handed) return taskView(await get(task.id));
+      faultPoint('task.handed');
+      await writeReceipt(db, { key: `${key}:task`, kind: 'task.hand', actor: by.id, sessionId, data: { taskId: task.id, by: by.name, sessionId, messageKey: key } });
       await tellReminder(handed, { ended: true });
       return taskView(handed);
     },

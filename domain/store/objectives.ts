@@ -136,7 +136,3 @@ export async function recordObjectiveEvent(db: Db, e: { objectiveId: string; eve
   await db.objectiveEvent.create({ data: e });
 }
 
-/** Forget an event (its run did not start), so that a redelivery runs it. */
-export async function forgetObjectiveEvent(db: Db, objectiveId: string, eventId: string): Promise<void> {
-  await db.objectiveEvent.delete({ where: { objectiveId_eventId: { objectiveId, eventId } } });
-}
