@@ -93,7 +93,11 @@ export interface IngressResult {
    * `reason`); ignored: not for Steward (a group message that does not address it).
    */
   kind: 'message' | 'command' | 'rejected' | 'ignored';
-  /** True when this message id was seen before: nothing was started or signalled again. */
+  /**
+   * True when this message id was recorded before: no second turn comes of it (a message whose
+   * first delivery stopped before its handoff is handed over now, once; a command is run again
+   * only when its first delivery did not finish, and then this is false).
+   */
   duplicate: boolean;
   /** Immediate answer for the sender (a command's result, why it was refused). */
   reply?: string;
@@ -230,6 +234,11 @@ export interface IngressDeps {
   heartbeat?: () => Promise<PartState[]>;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
+  /**
+   * A redelivered command whose first delivery did not finish (no `command` receipt) runs again
+   * once its record is this old (default 30 s); a younger one is taken as still running.
+   */
+  commandRetryAfterMs?: number;
   /** Triage and tasks: group messages that do not address Steward are sorted into work where a binding has triage on (/tasks, /task, /route, /triage). */
   tasks?: TaskService;
 }
@@ -374,6 +383,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     pairingTtlMs,
     rateLimits,
     knownSessions,
+    commandRetryAfterMs: deps.commandRetryAfterMs ?? 30_000,
     issuedCode,
     startOptions,
     recordSystem,
@@ -599,6 +609,7 @@ interface IngressSteps {
   rateLimits: RateLimits;
   /** Session rows this ingress has made sure of: one upsert per session and process. */
   knownSessions: Set<string>;
+  commandRetryAfterMs: number;
   issuedCode(code: string, result: IngressResult): IngressResult;
   startOptions(conversation: ConversationKey, binding?: BindingRecord): SessionStart;
   recordSystem(sessionId: string, key: string, text: string): Promise<void>;
@@ -630,6 +641,8 @@ interface Persisted {
   seq: number;
   attachments: AttachmentRef[];
   refusedFiles: string[];
+  /** Recorded by an earlier delivery whose handoff did not complete. */
+  redelivery?: boolean;
 }
 
 /** Accept: the message is well formed (else receipted, and answered only on the operator's own channels). */
@@ -829,8 +842,10 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
  * A message id recorded before. Once its handoff completed (a message: signalled to its session
  * and marked, services/handoff.ts; a command: handled and answered, its `command` receipt) it is
  * a duplicate and changes nothing. Otherwise the process stopped between the record and the
- * handoff: the way in goes on from the record (the session drops a key it already has, so a
- * signal that did arrive is not answered twice). An id recorded with other text stays a
+ * handoff (or the first delivery is still on its way): a message is handed over again, the
+ * same key (the session takes a key once, so a signal that did arrive is not answered twice) and
+ * is still answered as a duplicate; a command recorded more than `commandRetryAfterMs` ago is
+ * run again (a younger one is taken as still running). An id recorded with other text stays a
  * duplicate: one key is never two messages.
  */
 async function redelivered(s: IngressSteps, a: Admitted, seq: number | undefined): Promise<Persisted | Stop> {
@@ -841,8 +856,9 @@ async function redelivered(s: IngressSteps, a: Admitted, seq: number | undefined
   if (done) return duplicate;
   const row = await messageByKey(s.db, key);
   if (!row || row.text !== a.msg.text) return duplicate;
+  if (command && Date.now() - Date.parse(row.at) < s.commandRetryAfterMs) return duplicate;
   s.deps.log?.info({ workflowId, key }, 'a redelivered message whose handoff did not complete: handing it over now');
-  return recordedSteps(s, a, { seq, attachments: transcriptEntry(row).attachments ?? [], refusedFiles: [] });
+  return recordedSteps(s, a, { seq, attachments: transcriptEntry(row).attachments ?? [], refusedFiles: [], redelivery: true });
 }
 
 /** What follows the record, for a new message and a resumed one alike (each step idempotent): the DM, the session row, the ingress receipt. */
@@ -891,7 +907,7 @@ async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<Ingres
     s.deps.log?.debug({ workflowId, runId }, 'message queued');
     const note = p.refusedFiles.length ? `Some files were not taken: ${p.refusedFiles.join('; ')}.` : undefined;
     if (note) await s.recordSystem(workflowId, `${key}:files`, note);
-    return { workflowId, kind: 'message', duplicate: false, seq: p.seq, ...(note ? { reply: note } : {}) };
+    return { workflowId, kind: 'message', duplicate: p.redelivery === true, seq: p.seq, ...(note ? { reply: note } : {}) };
   }
 
   // A command is done once handled and answered: its `command` receipt is written last, and a
