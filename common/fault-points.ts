@@ -63,6 +63,11 @@ export function armFaultPoint(point: FaultPointName): () => void {
   };
 }
 
+/** Tests: the point armed and not passed yet (undefined once it fired). */
+export function faultPointArmed(): FaultPointName | undefined {
+  return armed?.point;
+}
+
 /** Tests: the points `fn` passes, in order. */
 export async function faultPointsPassed(fn: () => Promise<unknown>): Promise<FaultPointName[]> {
   const passed: FaultPointName[] = [];

@@ -86,6 +86,8 @@ export interface HarnessOptions {
   mcp?: McpTools;
   /** The heartbeat's states, for an admin's /status. */
   heartbeat?: () => Promise<import('../../domain/heartbeat.js').PartState[]>;
+  /** How old a redelivered command's unfinished record must be before it runs again (ingress). */
+  commandRetryAfterMs?: number;
 }
 
 export interface Harness {
@@ -221,6 +223,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
     ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),
     ...(opts.attachments ? { attachments: opts.attachments } : {}),
+    ...(opts.commandRetryAfterMs !== undefined ? { commandRetryAfterMs: opts.commandRetryAfterMs } : {}),
   });
   const chatId = `chat-${randomUUID().slice(0, 8)}`;
   const sessionIdOf = (c: string) => sessionWorkflowId({ platform: 'http', account, chatId: c });
