@@ -39,11 +39,11 @@ import {
   type PairingDecision,
 } from '../domain/governance.js';
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
-import { receiptExists, writeReceipt } from '../domain/receipts.js';
+import { receiptExists, receiptIdsByKeys, receiptsOfKindBetween, writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { messageByKey, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { messageByKey, messagesByKeys, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
 import { faultPoint } from '../common/fault-points.js';
-import { handOverMessage, wasHandedOver } from '../services/handoff.js';
+import { handedKey, handOverMessage, RESUME_MAX_PAGES, RESUME_PAGE, resumeWindow, wasHandedOver, type ResumeOptions } from '../services/handoff.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
@@ -66,6 +66,7 @@ import {
 import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
+import { z } from 'zod';
 import type { ObjectiveService } from '../services/objectives.js';
 import type { WorkspaceService } from '../services/workspaces.js';
 import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
@@ -192,6 +193,16 @@ export interface Ingress {
   decideApproval(id: string, decision: 'approve' | 'deny', by: Actor, reason?: string): Promise<ActionResult>;
 }
 
+/** What the runtime has of the ingress beyond what adapters use. */
+export interface IngressRuntime extends Ingress {
+  /**
+   * Hand over the chat messages accepted in the window whose handoff did not complete and that
+   * no redelivery finished (a crash or an error on a platform that does not redeliver): the same
+   * key, so the session takes each once. Commands are not run again here. How many.
+   */
+  resumeHandoffs(opts?: ResumeOptions): Promise<number>;
+}
+
 export interface AttachmentLimits {
   maxBytes: number;
   /** Allowed media types; `type/*` matches a whole family. */
@@ -276,7 +287,7 @@ function humanBytes(n: number): string {
 }
 
 /** The one way in from every chat platform and the API: `handle` runs the pipeline below; buttons, transcripts and status for the adapters. */
-export function createIngress(deps: IngressDeps): Ingress {
+export function createIngress(deps: IngressDeps): IngressRuntime {
   const { client, db } = deps;
   const senders = deps.senders ?? {};
   const pairingTtlMs = deps.pairingTtlMs ?? 15 * 60_000;
@@ -421,7 +432,50 @@ export function createIngress(deps: IngressDeps): Ingress {
     status,
     decidePairing: decidePairingImpl,
     decideApproval: decideApprovalImpl,
+    resumeHandoffs: (opts = {}) => resumeHandoffs(deps, startOptions, opts),
   };
+}
+
+/** What an ingress receipt written by this handoff says of its message (`acceptedSteps`). */
+const AcceptedReceiptSchema = z.object({ platform: PlatformSchema, account: z.string(), chatId: z.string(), command: z.literal(false), handoff: z.literal(true) });
+
+/** The sweep behind `Ingress.resumeHandoffs`: ingress receipts in the window without a handed-over mark, whose message was recorded. */
+async function resumeHandoffs(deps: IngressDeps, startOptions: (c: ConversationKey, b?: BindingRecord) => SessionStart, opts: ResumeOptions): Promise<number> {
+  const { db } = deps;
+  const { from, to } = resumeWindow(opts);
+  let afterId = 0;
+  let resumed = 0;
+  for (let page = 0; page < RESUME_MAX_PAGES; page++) {
+    const receipts = await receiptsOfKindBetween(db, 'ingress', from, to, '"handoff":true', afterId, RESUME_PAGE);
+    if (receipts.length === 0) break;
+    afterId = receipts.at(-1)!.id;
+    const accepted = new Map<string, z.infer<typeof AcceptedReceiptSchema>>();
+    for (const r of receipts) {
+      if (!r.key?.endsWith(':ingress')) continue;
+      const data = AcceptedReceiptSchema.safeParse(JSON.parse(r.data));
+      if (data.success) accepted.set(r.key.slice(0, -':ingress'.length), data.data);
+    }
+    const handed = await receiptIdsByKeys(db, [...accepted.keys()].map(handedKey));
+    const pending = [...accepted.keys()].filter((k) => !handed.has(handedKey(k)));
+    for (const m of await messagesByKeys(db, pending)) {
+      const a = accepted.get(m.key)!;
+      const conversation: ConversationKey = { platform: a.platform, account: a.account, chatId: a.chatId };
+      try {
+        const found = isGoverned(a.platform) ? await lookupBinding(db, a.platform, a.account, a.chatId) : undefined;
+        await handOverMessage(deps.client, db, {
+          ref: { key: m.key, user: m.user ?? '', at: m.at, ...(m.identityId ? { identityId: m.identityId } : {}) },
+          start: startOptions(conversation, found?.kind === 'bound' ? found.binding : undefined),
+          actor: m.identityId ?? m.user ?? '',
+        });
+        resumed++;
+        deps.log?.info({ key: m.key }, 'a message whose handoff did not complete was handed over');
+      } catch (err) {
+        deps.log?.warn({ err, key: m.key }, 'a message whose handoff did not complete could not be handed over');
+      }
+    }
+    if (receipts.length < RESUME_PAGE) break;
+  }
+  return resumed;
 }
 
 /** The session's status as /status and the API show it (with the running turn's, when that runs as a workflow of its own). */
@@ -820,6 +874,7 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
       return { stop: await s.reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`) };
     }
   }
+  await acceptedSteps(s, a, attachments.length);
   const recorded = await recordInbound(db, {
     key,
     sessionId: workflowId,
@@ -861,19 +916,22 @@ async function redelivered(s: IngressSteps, a: Admitted, seq: number | undefined
   return recordedSteps(s, a, { seq, attachments: transcriptEntry(row).attachments ?? [], refusedFiles: [], redelivery: true });
 }
 
-/** What follows the record, for a new message and a resumed one alike (each step idempotent): the DM, the session row, the ingress receipt. */
-async function recordedSteps(s: IngressSteps, a: Admitted, p: Persisted): Promise<Persisted> {
-  const { msg, conversation, workflowId, key, command, governed, dm, who } = a;
-  const db = s.db;
-  s.deps.onTranscript?.(workflowId, 'user');
-  if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
+/**
+ * Before the record: the session row and the ingress receipt (keyed, so a redelivery writes
+ * neither again). The receipt comes before the record, so that every recorded message has one:
+ * `resumeHandoffs` finds messages whose handoff did not complete through it (`handoff: true`
+ * tells them from messages recorded before this handoff existed), and it precedes every turn
+ * that takes the message (platform/trace.ts, the OpenHarness answer read by it).
+ */
+async function acceptedSteps(s: IngressSteps, a: Admitted, attachments: number): Promise<void> {
+  const { msg, conversation, workflowId, key, command, who } = a;
   if (!s.knownSessions.has(workflowId)) {
-    await ensureSession(db, workflowId, conversation);
+    await ensureSession(s.db, workflowId, conversation);
     if (s.knownSessions.size >= 10_000) s.knownSessions.clear();
     s.knownSessions.add(workflowId);
   }
   faultPoint('ingress.session');
-  await writeReceipt(db, {
+  await writeReceipt(s.db, {
     key: `${key}:ingress`,
     kind: 'ingress',
     workflowId,
@@ -881,15 +939,24 @@ async function recordedSteps(s: IngressSteps, a: Admitted, p: Persisted): Promis
     actor: who.kind === 'person' ? who.id : msg.user,
     data: {
       platform: msg.platform,
+      account: msg.account,
       chatId: msg.chatId,
       messageId: msg.id,
       chars: msg.text.length,
       command: command !== undefined,
       ...(who.kind === 'person' ? { role: who.role } : {}),
-      ...(p.attachments.length ? { attachments: p.attachments.length } : {}),
+      ...(attachments ? { attachments } : {}),
+      handoff: true,
     },
   });
   faultPoint('ingress.receipted');
+}
+
+/** What follows the record, for a new message and a resumed one alike (each step idempotent). */
+async function recordedSteps(s: IngressSteps, a: Admitted, p: Persisted): Promise<Persisted> {
+  const { msg, workflowId, governed, dm, who } = a;
+  s.deps.onTranscript?.(workflowId, 'user');
+  if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(s.db, msg.platform, msg.userId, msg.account, msg.chatId);
   return p;
 }
 

@@ -12,9 +12,9 @@
 /** Every checkpoint, in the order an input passes them. */
 export const FAULT_POINTS = [
   // chat messages and commands (adapters/ingress.ts)
-  'ingress.recorded',
   'ingress.session',
   'ingress.receipted',
+  'ingress.recorded',
   'ingress.command-run',
   'ingress.command-answered',
   // a task handed to the agent (services/tasks.ts)

@@ -166,6 +166,16 @@ export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<Re
   }));
 }
 
+/** Receipts of one kind written in [from, to) whose data holds `marker`, oldest first, after `afterId` (one page of `limit`). */
+export async function receiptsOfKindBetween(db: Db, kind: ReceiptKind, from: Date, to: Date, marker: string, afterId: number, limit: number): Promise<Array<{ id: number; key: string | null; data: string }>> {
+  return db.receipt.findMany({
+    where: { kind, id: { gt: afterId }, createdAt: { gte: from, lt: to }, data: { contains: marker } },
+    orderBy: { id: 'asc' },
+    take: limit,
+    select: { id: true, key: true, data: true },
+  });
+}
+
 /** Whether a receipt was written under `key`. */
 export async function receiptExists(db: Db, key: string): Promise<boolean> {
   return (await receiptIdByKey(db, key)) !== undefined;

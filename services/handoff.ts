@@ -27,6 +27,25 @@ import { inboundSignal } from '../workflows/messages.js';
 import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { InboundRef } from '../workflows/types.js';
 
+/**
+ * The window of a sweep of handoffs that did not complete (the process stopped between the
+ * record and the handoff, and no redelivery came: Discord does not redeliver, a Telegram update
+ * whose handler failed is confirmed, a webhook sender may not retry).
+ */
+export interface ResumeOptions {
+  /** Only inputs accepted at least this long ago (default 30 s: a handoff on its way is left to finish). */
+  olderThanMs?: number;
+  /** Only inputs accepted within this long (default 10 minutes). */
+  withinMs?: number;
+}
+
+export const RESUME_PAGE = 500;
+export const RESUME_MAX_PAGES = 200;
+
+export function resumeWindow(opts: ResumeOptions, now = Date.now()): { from: Date; to: Date } {
+  return { from: new Date(now - (opts.withinMs ?? 10 * 60_000)), to: new Date(now - (opts.olderThanMs ?? 30_000)) };
+}
+
 /** The key of the mark a handed-over message gets. */
 export const handedKey = (messageKey: string): string => `${messageKey}:handed`;
 
@@ -75,4 +94,36 @@ export async function startRunOnce<W extends Workflow>(client: Client, db: Db, w
   await writeReceipt(db, mark);
   faultPoint('event.marked');
   return { started };
+}
+
+/**
+ * Run the sweeps of handoffs that did not complete: once at start over the last day (the
+ * process may have been down a while), then every `everyMs` over the last 10 minutes. A sweep's
+ * failure is logged; the next one tries again. Returns the stop.
+ */
+export function startResumingHandoffs(
+  sweeps: Record<string, (opts: ResumeOptions) => Promise<number>>,
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void },
+  everyMs = 60_000,
+): () => Promise<void> {
+  let running: Promise<void> = Promise.resolve();
+  const sweep = (withinMs: number) => {
+    running = running.then(async () => {
+      for (const [what, run] of Object.entries(sweeps)) {
+        try {
+          const n = await run({ withinMs });
+          if (n > 0) log.info({ what, handedOver: n }, 'accepted inputs whose handoff did not complete were handed over');
+        } catch (err) {
+          log.warn({ err, what }, 'the sweep of handoffs that did not complete failed');
+        }
+      }
+    });
+  };
+  sweep(24 * 60 * 60_000);
+  const timer = setInterval(() => sweep(10 * 60_000), everyMs);
+  timer.unref();
+  return async () => {
+    clearInterval(timer);
+    await running;
+  };
 }

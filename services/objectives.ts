@@ -22,7 +22,7 @@ import type { Db } from '../domain/db.js';
 import { describeIssues } from '../common/schemas.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { lookupBinding } from '../domain/governance.js';
-import { receiptExists, writeReceipt } from '../domain/receipts.js';
+import { receiptExists, receiptIdsByKeys, writeReceipt } from '../domain/receipts.js';
 import { faultPoint } from '../common/fault-points.js';
 import {
   deleteObjective,
@@ -32,6 +32,7 @@ import {
   findObjectiveByIdOrName,
   findObjectiveByName,
   findObjectiveEvent,
+  objectiveEventsBetween,
   insertObjective,
   latestObjectiveRun,
   listObjectives,
@@ -69,7 +70,7 @@ import {
 } from '../common/objectives.js';
 import { objectiveRunWorkflow } from '../workflows/objectives/objective.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
-import { startRunOnce } from './handoff.js';
+import { RESUME_MAX_PAGES, RESUME_PAGE, resumeWindow, startRunOnce, type ResumeOptions } from './handoff.js';
 import { ServiceInputError, type Requester } from './requests.js';
 
 export interface ObjectiveServiceDeps {
@@ -569,6 +570,31 @@ async function startEventRun(ctx: ServiceContext, o: ObjectiveRow, e: { id: stri
   return { status: 202, runId, duplicate: false };
 }
 
+async function resumeEventRuns(ctx: ServiceContext, opts: ResumeOptions): Promise<number> {
+  const { from, to } = resumeWindow(opts);
+  let afterId = 0;
+  let resumed = 0;
+  for (let page = 0; page < RESUME_MAX_PAGES; page++) {
+    const events = await objectiveEventsBetween(ctx.db, from, to, afterId, RESUME_PAGE);
+    if (events.length === 0) break;
+    afterId = events.at(-1)!.id;
+    const marked = await receiptIdsByKeys(ctx.db, events.map((e) => eventRunKey(e.objectiveId, e.eventId)));
+    for (const e of events) {
+      if (marked.has(eventRunKey(e.objectiveId, e.eventId))) continue;
+      const o = await findObjective(ctx.db, e.objectiveId);
+      if (!o) continue; // deleted since
+      try {
+        await startRecordedEvent(ctx, o, { id: e.eventId, source: e.source, actor: `resume:${e.source}` }, e);
+        resumed++;
+      } catch (err) {
+        ctx.deps.log?.warn({ err, objectiveId: e.objectiveId, eventId: e.eventId }, 'an event whose run was not marked started could not be started');
+      }
+    }
+    if (events.length < RESUME_PAGE) break;
+  }
+  return resumed;
+}
+
 /** The mark of an event's run: written once its start succeeded (or found it started). */
 const eventRunKey = (objectiveId: string, eventId: string) => `objective-event:${objectiveId}:${eventId}`;
 
@@ -711,6 +737,14 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
      * event: deduplicated by the event id, the payload stored, one run started.
      */
     receiveInternalEvent: (objectiveId: string, event: InternalEvent): Promise<ObjectiveEventResult> => receiveInternalEvent(ctx, objectiveId, event),
+
+    /**
+     * Start the runs of events recorded in the last `withinMs` (and more than `olderThanMs` ago)
+     * whose start was never marked: the process stopped in between and no redelivery came (a
+     * webhook sender that does not retry, a file change reported once). A run that did start is
+     * found by its id, not doubled. How many were started or found.
+     */
+    resumeEventRuns: (opts: ResumeOptions = {}): Promise<number> => resumeEventRuns(ctx, opts),
 
     /** Follow changes to objectives (create, update, pause, resume, delete); returns the unsubscribe. */
     onChange(listener: () => void): () => void {

@@ -131,6 +131,11 @@ export function findGithubEventByBody(db: Db, objectiveId: string, payloadHash: 
   return db.objectiveEvent.findFirst({ where: { objectiveId, payloadHash, source: { startsWith: 'github' } } });
 }
 
+/** Events recorded in [from, to), oldest first, after `afterId` (one page of `limit`). */
+export function objectiveEventsBetween(db: Db, from: Date, to: Date, afterId: number, limit: number): Promise<ObjectiveEventRow[]> {
+  return db.objectiveEvent.findMany({ where: { id: { gt: afterId }, createdAt: { gte: from, lt: to } }, orderBy: { id: 'asc' }, take: limit });
+}
+
 /** Remember an event and the run it starts; one remembered already is a unique violation. */
 export async function recordObjectiveEvent(db: Db, e: { objectiveId: string; eventId: string; source: string; payloadHash: string; runId: string }): Promise<void> {
   await db.objectiveEvent.create({ data: e });

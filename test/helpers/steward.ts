@@ -23,7 +23,7 @@ import { createChangeService, type ChangeService } from '../../services/changes.
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
-import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../adapters/ingress.js';
 import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
@@ -96,7 +96,7 @@ export interface Harness {
   account: string;
   chatId: string;
   sessionId: string;
-  ingress: Ingress;
+  ingress: IngressRuntime;
   /** Repositories and changes (the service behind /change, the API and the CLI). */
   changes: ChangeService;
   /** Objectives on Temporal Schedules (the service behind /objective, the API and the CLI). */
