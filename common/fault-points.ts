@@ -25,8 +25,9 @@ export const FAULT_POINTS = [
   'handoff.marked',
   // objective events: webhooks, file changes, email (services/objectives.ts)
   'event.recorded',
-  'event.started',
-  'event.marked',
+  // a run started under an id derived from its input (services/handoff.ts): event runs, triage
+  'run.started',
+  'run.marked',
 ] as const;
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];

@@ -10,10 +10,11 @@
  *   with the same key; the session drops a key it has already queued or answered (a bounded set
  *   of recent keys carried across continue-as-new, workflows/chat/session-state.ts), so a
  *   signal that did arrive before the crash is not answered twice.
- * - An event run (webhook, file change, email) has a workflow id derived from the event id and
- *   starts with REJECT_DUPLICATE: a second start, while the run lives or after it closed, is
- *   refused by Temporal and means "already handed over"; the mark (its `objective.run`
- *   receipt, keyed) is written after the start (services/objectives.ts).
+ * - A run (an objective's event run: webhook, file change, email; a group message's triage) has a
+ *   workflow id derived from its input and starts with REJECT_DUPLICATE: a second start, while
+ *   the run lives or after it closed, is refused by Temporal and means "already handed over";
+ *   the mark (a keyed receipt) is written after the start (services/objectives.ts,
+ *   services/tasks.ts).
  *
  * The checkpoints of test/e2e/intake-faults.test.ts (common/fault-points.ts) sit between the
  * steps.
@@ -90,9 +91,9 @@ export async function startRunOnce<W extends Workflow>(client: Client, db: Db, w
     if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     started = false;
   }
-  faultPoint('event.started');
+  faultPoint('run.started');
   await writeReceipt(db, mark);
-  faultPoint('event.marked');
+  faultPoint('run.marked');
   return { started };
 }
 

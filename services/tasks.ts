@@ -8,7 +8,7 @@
  * nothing); every decision writes a `task.*` receipt. A task's reminder is a workflow sleeping
  * until it is due: re-routing moves its timer, handing or closing ends it.
  */
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client, type WorkflowStartOptions } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client, type WorkflowStartOptions } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { ConversationKey } from '../common/ids.js';
 import { sessionWorkflowId } from '../common/ids.js';
@@ -36,7 +36,7 @@ import { findTask, findTriageSetting, insertTask, listTasks, newTaskId, updateTa
 import { recordInbound } from '../domain/transcript.js';
 import { faultPoint } from '../common/fault-points.js';
 import type { sessionWorkflow } from '../workflows/chat/session.js';
-import { handOverMessage, wasHandedOver } from './handoff.js';
+import { handOverMessage, startRunOnce, wasHandedOver } from './handoff.js';
 import { taskChangedSignal } from '../workflows/tasks/messages.js';
 import { taskReminderWorkflow } from '../workflows/tasks/reminder.js';
 import { triageWorkflow } from '../workflows/tasks/triage.js';
@@ -175,12 +175,14 @@ export function createTaskService(deps: TaskServiceDeps) {
       const model = setting.model ?? binding.model ?? deps.defaultModel;
       const workflowId = triageWorkflowId(key);
       const textHash = await putBlob(db, msg.text);
-      let duplicate = false;
-      try {
-        await client.workflow.start(triageWorkflow, {
+      // started once under the message's id (a redelivery finds it), then receipted (services/handoff.ts)
+      const { started } = await startRunOnce(
+        client,
+        db,
+        triageWorkflow,
+        {
           workflowId,
           taskQueue: deps.taskQueue,
-          workflowIdReusePolicy: 'REJECT_DUPLICATE',
           args: [{ message: { sourceKey: key, conversation, ...(binding.name ? { chatName: binding.name } : {}), sender: msg.user, ...(who.kind === 'person' ? { senderId: who.id } : {}), textHash, model } }],
           typedSearchAttributes: [
             { key: PlatformAttr, value: msg.platform },
@@ -188,20 +190,16 @@ export function createTaskService(deps: TaskServiceDeps) {
             { key: KindAttr, value: 'triage' },
           ],
           staticSummary: `Triage of a message of ${msg.user} in ${msg.platform} chat ${binding.name ?? msg.chatId}`,
-        });
-      } catch (err) {
-        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-        duplicate = true;
-      }
-      if (!duplicate) {
-        await writeReceipt(db, {
+        },
+        {
           key: `${key}:triage`,
           kind: 'task.triage',
           workflowId,
           actor: who.kind === 'person' ? who.id : msg.user,
           data: { platform: msg.platform, chatId: msg.chatId, messageId: msg.id, bindingId: binding.id, model, chars: msg.text.length },
-        });
-      }
+        },
+      );
+      const duplicate = !started;
       return { workflowId, duplicate };
     },
 

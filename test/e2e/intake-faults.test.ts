@@ -29,7 +29,9 @@ import { inboundKey } from '../../adapters/ingress.js';
 import { armFaultPoint, faultPointArmed, faultPointsPassed, InjectedFault, type FaultPointName } from '../../common/fault-points.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import type { InboundMessage } from '../../common/schemas.js';
-import { createIdentity, OPERATOR } from '../../domain/governance.js';
+import { bindChat, createIdentity, OPERATOR } from '../../domain/governance.js';
+import { triageWorkflowId } from '../../common/tasks.js';
+import { recordingSender } from '../helpers/recording-sender.js';
 import { statusQuery } from '../../workflows/messages.js';
 import { testDatabases } from '../helpers/db.js';
 import { useStack, waitFor, withHarness, type Harness } from '../helpers/steward.js';
@@ -43,10 +45,11 @@ const COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted'
 /** Points before the record: the redelivery is the first delivery that was recorded. */
 const BEFORE_RECORD: ReadonlySet<FaultPointName> = new Set(['ingress.session', 'ingress.receipted']);
 const TASK_POINTS: FaultPointName[] = ['task.recorded', 'handoff.signalled', 'handoff.marked', 'task.handed'];
-const EVENT_POINTS: FaultPointName[] = ['event.recorded', 'event.started', 'event.marked'];
+const EVENT_POINTS: FaultPointName[] = ['event.recorded', 'run.started', 'run.marked'];
+const TRIAGE_POINTS: FaultPointName[] = ['run.started', 'run.marked'];
 
 /** Points after which the input already reached its workflow: the redelivery comes once that has answered, so the dedup of an answered key is what is tried. */
-const HANDED: ReadonlySet<FaultPointName> = new Set(['handoff.signalled', 'handoff.marked', 'event.started', 'event.marked', 'task.handed']);
+const HANDED: ReadonlySet<FaultPointName> = new Set(['handoff.signalled', 'handoff.marked', 'run.started', 'run.marked', 'task.handed']);
 
 /** One input and how it is delivered, redelivered and checked. */
 interface Case {
@@ -258,9 +261,13 @@ for (const kind of testDatabases()) {
       });
     });
 
-    it('a task handed to the agent: a crash at each point, then the retry: one turn', { timeout: 120_000 }, async () => {
-      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, maxTurnsPerRun: 1 }, async (h) => {
-        stack.model.setDefault((req) => ({ text: `echo: ${JSON.stringify(req.body).match(/probe-[0-9a-f]{8}/g)?.at(-1) ?? 'none'}` }));
+    it('tasks: a task handed to the agent, a group message triaged into a task: a crash at each point, then the retry or redelivery: one turn, one task', { timeout: 120_000 }, async () => {
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, maxTurnsPerRun: 1, senders: { telegram: recordingSender() } }, async (h) => {
+        stack.model.setDefault((req) => {
+          const body = JSON.stringify(req.body);
+          if (body.includes('Classify the message')) return { text: '{"class": "task", "priority": "p2", "reason": "work"}' };
+          return { text: `echo: ${body.match(/probe-[0-9a-f]{8}/g)?.at(-1) ?? 'none'}` };
+        });
         const newTask = async () => {
           const chatId = `task-${tag()}`;
           const probe = `probe-${tag()}`;
@@ -294,6 +301,48 @@ for (const kind of testDatabases()) {
               await exactlyOneTurn(h, t.sessionId, t.probe, `task hand at ${point}`);
               assert.equal((await h.tasks.show(t.task.id)).status, 'handed');
             },
+          });
+        }
+
+        // triage: a member's group message that does not address Steward, in a chat with triage on
+        const account = `bot-${tag()}`;
+        const group = `-100${Math.floor(Math.random() * 1e9)}`;
+        const member = String(600_000_000 + Math.floor(Math.random() * 1e8));
+        await createIdentity(stack.db, { name: 'Max', role: 'member', accounts: [{ platform: 'telegram', userId: member }], createdBy: 'test' });
+        const binding = await bindChat(stack.db, { platform: 'telegram', account, chatId: group, name: `team-${tag()}`, mode: 'mention', createdBy: 'test' });
+        await h.tasks.setTriage(binding.id, { enabled: true }, OP);
+        const groupMessage = () => {
+          const probe = `probe-${tag()}`;
+          const msg: InboundMessage = { id: randomUUID(), platform: 'telegram', account, chatId: group, chatType: 'group', addressed: false, user: 'Max', userId: member, text: `${probe}: the printer on floor 2 is jammed`, at: new Date().toISOString() };
+          return { probe, msg, workflowId: triageWorkflowId(inboundKey(msg)) };
+        };
+        /** The message was classified once and became one task. */
+        const oneTask = async (g: ReturnType<typeof groupMessage>, what: string) => {
+          await stack.env.client.workflow.getHandle(g.workflowId).result();
+          const tasks = (await h.tasks.list({ status: 'all', limit: 200 })).filter((t) => t.text.includes(g.probe));
+          assert.equal(tasks.length, 1, `${what}: one task`);
+          assert.equal(stack.model.requests.filter((r) => JSON.stringify(r.body).includes('Classify the message') && JSON.stringify(r.body).includes(g.probe)).length, 1, `${what}: classified once`);
+          assert.equal(await stack.db.receipt.count({ where: { key: `${inboundKey(g.msg)}:triage` } }), 1, `${what}: receipted once`);
+        };
+        const cleanTriage = groupMessage();
+        assert.deepEqual(await faultPointsPassed(() => h.ingress.handle(cleanTriage.msg)), TRIAGE_POINTS, 'a triaged message');
+        await oneTask(cleanTriage, 'a triaged message without a crash');
+        for (const point of TRIAGE_POINTS) {
+          const g = groupMessage();
+          cases.push({
+            name: `triage at ${point}`,
+            point,
+            // triage never fails the message (the ingress logs its error): the point passed is the crash
+            deliver: async () => {
+              const r = await h.ingress.handle(g.msg);
+              assert.equal(r.kind, 'ignored');
+              return faultPointArmed() === undefined ? 'crashed' : 'ok';
+            },
+            async redeliver() {
+              const r = await h.ingress.handle(g.msg);
+              assert.deepEqual([r.kind, r.triage?.workflowId, r.triage?.duplicate], ['ignored', g.workflowId, true], `triage at ${point}: found started`);
+            },
+            settle: () => oneTask(g, `triage at ${point}`),
           });
         }
         await runCases(cases);
@@ -426,7 +475,7 @@ for (const kind of testDatabases()) {
             messages.push({ probe, sessionId });
           }
           const markers: string[] = [];
-          for (const point of ['event.recorded', 'event.started'] as const) {
+          for (const point of ['event.recorded', 'run.started'] as const) {
             const marker = `file-${tag()}`;
             const event = { source: 'file' as const, eventId: `file:${randomBytes(20).toString('hex')}`, payload: { directory: dir, files: [{ path: `${marker}.txt`, change: 'changed' as const }], more: 0 } };
             await crashAt({ name: `file event at ${point}`, point, deliver: async () => (await h.objectives.receiveInternalEvent(o.id, event), 'ok'), redeliver: async () => undefined, settle: async () => undefined });
