@@ -44,6 +44,7 @@ const fromEnv = process.env.STEWARD_FAULT_POINT;
 let armed: { point: FaultPointName; kill: boolean } | undefined =
   fromEnv && (FAULT_POINTS as readonly string[]).includes(fromEnv) ? { point: fromEnv as FaultPointName, kill: true } : undefined;
 let seen: ((point: FaultPointName) => void) | undefined;
+if (armed) process.stderr.write(`STEWARD_FAULT_POINT=${armed.point} is set: this process kills itself (SIGKILL) when it first passes that point (a test hook)\n`);
 
 /** A checkpoint: nothing unless a test armed it (or watches the points passed). */
 export function faultPoint(point: FaultPointName): void {
