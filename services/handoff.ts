@@ -15,6 +15,12 @@
  *   the run lives or after it closed, is refused by Temporal and means "already handed over";
  *   the mark (a keyed receipt) is written after the start (services/objectives.ts,
  *   services/tasks.ts).
+ * - Where no redelivery comes, a sweep (`startResumingHandoffs`: at start, then every minute)
+ *   hands over chat messages accepted but not marked (the ingress's sweep) and starts event runs
+ *   recorded but not marked (the objective service's). A task's hand is finished by handing it
+ *   again (the task stays open until its message was handed over).
+ * - A command is not handed over but run in the request; it is done once its answer is recorded
+ *   (adapters/ingress.ts): a redelivery before that runs it again.
  *
  * The checkpoints of test/e2e/intake-faults.test.ts (common/fault-points.ts) sit between the
  * steps.
