@@ -39,9 +39,11 @@ import {
   type PairingDecision,
 } from '../domain/governance.js';
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
-import { receiptExists, writeReceipt } from '../domain/receipts.js';
+import { receiptExists, receiptIdsByKeys, receiptsOfKindBetween, writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { forgetMessage, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { messageByKey, messagesByKeys, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { faultPoint } from '../common/fault-points.js';
+import { handedKey, handOverMessage, RESUME_MAX_PAGES, RESUME_PAGE, resumeWindow, wasHandedOver, type ResumeOptions } from '../services/handoff.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
 import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
@@ -58,14 +60,13 @@ import {
 } from '../common/schemas.js';
 import {
   approvalDecisionUpdate,
-  inboundSignal,
   statusQuery,
   turnStatusQuery,
 } from '../workflows/messages.js';
-import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { SessionLimits, SessionStatus, TurnStatus } from '../workflows/types.js';
 import type { ChangeService } from '../services/changes.js';
 import { commandHandlers, sessionStartOptions, type SessionStart } from './ingress-commands.js';
+import { z } from 'zod';
 import type { ObjectiveService } from '../services/objectives.js';
 import type { WorkspaceService } from '../services/workspaces.js';
 import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
@@ -93,7 +94,11 @@ export interface IngressResult {
    * `reason`); ignored: not for Steward (a group message that does not address it).
    */
   kind: 'message' | 'command' | 'rejected' | 'ignored';
-  /** True when this message id was seen before: nothing was started or signalled again. */
+  /**
+   * True when this message id was recorded before: no second turn comes of it (a message whose
+   * first delivery stopped before its handoff is handed over now, once; a command is run again
+   * only when its first delivery did not finish, and then this is false).
+   */
   duplicate: boolean;
   /** Immediate answer for the sender (a command's result, why it was refused). */
   reply?: string;
@@ -188,6 +193,16 @@ export interface Ingress {
   decideApproval(id: string, decision: 'approve' | 'deny', by: Actor, reason?: string): Promise<ActionResult>;
 }
 
+/** What the runtime has of the ingress beyond what adapters use. */
+export interface IngressRuntime extends Ingress {
+  /**
+   * Hand over the chat messages accepted in the window whose handoff did not complete and that
+   * no redelivery finished (a crash or an error on a platform that does not redeliver): the same
+   * key, so the session takes each once. Commands are not run again here. How many.
+   */
+  resumeHandoffs(opts?: ResumeOptions): Promise<number>;
+}
+
 export interface AttachmentLimits {
   maxBytes: number;
   /** Allowed media types; `type/*` matches a whole family. */
@@ -230,6 +245,11 @@ export interface IngressDeps {
   heartbeat?: () => Promise<PartState[]>;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
+  /**
+   * A redelivered command whose first delivery did not finish (no `command` receipt) runs again
+   * once its record is this old (default 30 s); a younger one is taken as still running.
+   */
+  commandRetryAfterMs?: number;
   /** Triage and tasks: group messages that do not address Steward are sorted into work where a binding has triage on (/tasks, /task, /route, /triage). */
   tasks?: TaskService;
 }
@@ -267,7 +287,7 @@ function humanBytes(n: number): string {
 }
 
 /** The one way in from every chat platform and the API: `handle` runs the pipeline below; buttons, transcripts and status for the adapters. */
-export function createIngress(deps: IngressDeps): Ingress {
+export function createIngress(deps: IngressDeps): IngressRuntime {
   const { client, db } = deps;
   const senders = deps.senders ?? {};
   const pairingTtlMs = deps.pairingTtlMs ?? 15 * 60_000;
@@ -374,6 +394,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     pairingTtlMs,
     rateLimits,
     knownSessions,
+    commandRetryAfterMs: deps.commandRetryAfterMs ?? 30_000,
     issuedCode,
     startOptions,
     recordSystem,
@@ -411,7 +432,50 @@ export function createIngress(deps: IngressDeps): Ingress {
     status,
     decidePairing: decidePairingImpl,
     decideApproval: decideApprovalImpl,
+    resumeHandoffs: (opts = {}) => resumeHandoffs(deps, startOptions, opts),
   };
+}
+
+/** What an ingress receipt written by this handoff says of its message (`acceptedSteps`). */
+const AcceptedReceiptSchema = z.object({ platform: PlatformSchema, account: z.string(), chatId: z.string(), command: z.literal(false), handoff: z.literal(true) });
+
+/** The sweep behind `Ingress.resumeHandoffs`: ingress receipts in the window without a handed-over mark, whose message was recorded. */
+async function resumeHandoffs(deps: IngressDeps, startOptions: (c: ConversationKey, b?: BindingRecord) => SessionStart, opts: ResumeOptions): Promise<number> {
+  const { db } = deps;
+  const { from, to } = resumeWindow(opts);
+  let afterId = 0;
+  let resumed = 0;
+  for (let page = 0; page < RESUME_MAX_PAGES; page++) {
+    const receipts = await receiptsOfKindBetween(db, 'ingress', from, to, '"handoff":true', afterId, RESUME_PAGE);
+    if (receipts.length === 0) break;
+    afterId = receipts.at(-1)!.id;
+    const accepted = new Map<string, z.infer<typeof AcceptedReceiptSchema>>();
+    for (const r of receipts) {
+      if (!r.key?.endsWith(':ingress')) continue;
+      const data = AcceptedReceiptSchema.safeParse(JSON.parse(r.data));
+      if (data.success) accepted.set(r.key.slice(0, -':ingress'.length), data.data);
+    }
+    const handed = await receiptIdsByKeys(db, [...accepted.keys()].map(handedKey));
+    const pending = [...accepted.keys()].filter((k) => !handed.has(handedKey(k)));
+    for (const m of await messagesByKeys(db, pending)) {
+      const a = accepted.get(m.key)!;
+      const conversation: ConversationKey = { platform: a.platform, account: a.account, chatId: a.chatId };
+      try {
+        const found = isGoverned(a.platform) ? await lookupBinding(db, a.platform, a.account, a.chatId) : undefined;
+        await handOverMessage(deps.client, db, {
+          ref: { key: m.key, user: m.user ?? '', at: m.at, ...(m.identityId ? { identityId: m.identityId } : {}) },
+          start: startOptions(conversation, found?.kind === 'bound' ? found.binding : undefined),
+          actor: m.identityId ?? m.user ?? '',
+        });
+        resumed++;
+        deps.log?.info({ key: m.key }, 'a message whose handoff did not complete was handed over');
+      } catch (err) {
+        deps.log?.warn({ err, key: m.key }, 'a message whose handoff did not complete could not be handed over');
+      }
+    }
+    if (receipts.length < RESUME_PAGE) break;
+  }
+  return resumed;
 }
 
 /** The session's status as /status and the API show it (with the running turn's, when that runs as a workflow of its own). */
@@ -599,6 +663,7 @@ interface IngressSteps {
   rateLimits: RateLimits;
   /** Session rows this ingress has made sure of: one upsert per session and process. */
   knownSessions: Set<string>;
+  commandRetryAfterMs: number;
   issuedCode(code: string, result: IngressResult): IngressResult;
   startOptions(conversation: ConversationKey, binding?: BindingRecord): SessionStart;
   recordSystem(sessionId: string, key: string, text: string): Promise<void>;
@@ -630,6 +695,8 @@ interface Persisted {
   seq: number;
   attachments: AttachmentRef[];
   refusedFiles: string[];
+  /** Recorded by an earlier delivery whose handoff did not complete. */
+  redelivery?: boolean;
 }
 
 /** Accept: the message is well formed (else receipted, and answered only on the operator's own channels). */
@@ -772,7 +839,8 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
   if (limit && who.kind === 'person') {
     const since = new Date(Date.now() - limit.windowMs);
     const used = await messagesSince(s.db, who.id, since);
-    if (used >= limit.count) {
+    // a redelivery of a message accepted before (counted in `used`) goes on to persist, which finds it
+    if (used >= limit.count && (await recordedSeq(s.db, a.key)) === undefined) {
       const oldest = await oldestMessageSince(s.db, who.id, since);
       const waitMin = oldest ? Math.max(1, Math.ceil((oldest.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
       return s.reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
@@ -782,17 +850,17 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
 }
 
 /**
- * Persist: record the admitted message once (a redelivered id is a duplicate and changes
- * nothing: the message's unique key finds it; files are looked at only once it is known to be
- * new), make sure of the session row, and receipt the ingress.
+ * Persist: record the admitted message once (its unique key finds a redelivery; files are looked
+ * at only once it is known to be new), make sure of the session row, and receipt the ingress.
+ * The record says the message was accepted, not that it was handed over: a redelivered id is a
+ * duplicate only once its handoff completed (see `redelivered`).
  */
 async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promise<Persisted | Stop> {
-  const { msg, conversation, workflowId, key, command, governed, dm, who } = a;
+  const { msg, conversation, workflowId, key, command, who } = a;
   const db = s.db;
-  const duplicate = (seq: number | undefined): Stop => ({ stop: { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) } });
   if (opts.attachments?.length) {
     const seen = await recordedSeq(db, key);
-    if (seen !== undefined) return duplicate(seen);
+    if (seen !== undefined) return redelivered(s, a, seen);
   }
   let attachments: AttachmentRef[] = msg.attachments;
   let refusedFiles: string[] = [];
@@ -806,6 +874,7 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
       return { stop: await s.reject(msg, workflowId, 'invalid', `Not accepted: ${refusedFiles.join('; ')}.`) };
     }
   }
+  await acceptedSteps(s, a, attachments.length);
   const recorded = await recordInbound(db, {
     key,
     sessionId: workflowId,
@@ -815,20 +884,54 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
     command: command !== undefined,
     ...(attachments.length ? { attachments: JSON.stringify(attachments) } : {}),
   });
-  if ('duplicate' in recorded) return duplicate(await recordedSeq(db, key));
-  const seq = recorded.seq;
+  if ('duplicate' in recorded) return redelivered(s, a, await recordedSeq(db, key));
+  faultPoint('ingress.recorded');
   if (keptFiles.length && s.deps.workspaces) {
     // the chat's workspace keeps what was sent (not awaited: the message never waits on it)
     s.deps.workspaces.keepReceived(conversation, keptFiles, msg.user).catch((err: unknown) => s.deps.log?.warn({ err, chatId: msg.chatId }, 'keeping sent files in the workspace failed'));
   }
-  s.deps.onTranscript?.(workflowId, 'user');
-  if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(db, msg.platform, msg.userId, msg.account, msg.chatId);
+  return recordedSteps(s, a, { seq: recorded.seq, attachments, refusedFiles });
+}
+
+/**
+ * A message id recorded before. Once its handoff completed (a message: signalled to its session
+ * and marked, services/handoff.ts; a command: handled and answered, its `command` receipt) it is
+ * a duplicate and changes nothing. Otherwise the process stopped between the record and the
+ * handoff (or the first delivery is still on its way): a message is handed over again, the
+ * same key (the session takes a key once, so a signal that did arrive is not answered twice) and
+ * is still answered as a duplicate; a command recorded more than `commandRetryAfterMs` ago is
+ * run again (a younger one is taken as still running). An id recorded with other text stays a
+ * duplicate: one key is never two messages.
+ */
+async function redelivered(s: IngressSteps, a: Admitted, seq: number | undefined): Promise<Persisted | Stop> {
+  const { workflowId, key, command } = a;
+  const duplicate: Stop = { stop: { workflowId, kind: command ? 'command' : 'message', duplicate: true, ...(seq !== undefined ? { seq } : {}) } };
+  if (seq === undefined) return duplicate;
+  const done = command ? await receiptExists(s.db, `${key}:command`) : await wasHandedOver(s.db, key);
+  if (done) return duplicate;
+  const row = await messageByKey(s.db, key);
+  if (!row || row.text !== a.msg.text) return duplicate;
+  if (command && Date.now() - Date.parse(row.at) < s.commandRetryAfterMs) return duplicate;
+  s.deps.log?.info({ workflowId, key }, 'a redelivered message whose handoff did not complete: handing it over now');
+  return recordedSteps(s, a, { seq, attachments: transcriptEntry(row).attachments ?? [], refusedFiles: [], redelivery: true });
+}
+
+/**
+ * Before the record: the session row and the ingress receipt (keyed, so a redelivery writes
+ * neither again). The receipt comes before the record, so that every recorded message has one:
+ * `resumeHandoffs` finds messages whose handoff did not complete through it (`handoff: true`
+ * tells them from messages recorded before this handoff existed), and it precedes every turn
+ * that takes the message (platform/trace.ts, the OpenHarness answer read by it).
+ */
+async function acceptedSteps(s: IngressSteps, a: Admitted, attachments: number): Promise<void> {
+  const { msg, conversation, workflowId, key, command, who } = a;
   if (!s.knownSessions.has(workflowId)) {
-    await ensureSession(db, workflowId, conversation);
+    await ensureSession(s.db, workflowId, conversation);
     if (s.knownSessions.size >= 10_000) s.knownSessions.clear();
     s.knownSessions.add(workflowId);
   }
-  await writeReceipt(db, {
+  faultPoint('ingress.session');
+  await writeReceipt(s.db, {
     key: `${key}:ingress`,
     kind: 'ingress',
     workflowId,
@@ -836,41 +939,50 @@ async function persist(s: IngressSteps, a: Admitted, opts: HandleOptions): Promi
     actor: who.kind === 'person' ? who.id : msg.user,
     data: {
       platform: msg.platform,
+      account: msg.account,
       chatId: msg.chatId,
       messageId: msg.id,
       chars: msg.text.length,
       command: command !== undefined,
       ...(who.kind === 'person' ? { role: who.role } : {}),
-      ...(attachments.length ? { attachments: attachments.length } : {}),
+      ...(attachments ? { attachments } : {}),
+      handoff: true,
     },
   });
-  return { seq, attachments, refusedFiles };
+  faultPoint('ingress.receipted');
+}
+
+/** What follows the record, for a new message and a resumed one alike (each step idempotent). */
+async function recordedSteps(s: IngressSteps, a: Admitted, p: Persisted): Promise<Persisted> {
+  const { msg, workflowId, governed, dm, who } = a;
+  s.deps.onTranscript?.(workflowId, 'user');
+  if (governed && dm && msg.userId && who.kind === 'person') await rememberDm(s.db, msg.platform, msg.userId, msg.account, msg.chatId);
+  return p;
 }
 
 /** Route: a message goes to its session (signal-with-start: a turn), a command to its handler; the command's answer is receipted and kept in the transcript. */
 async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<IngressResult> {
   const { msg, conversation, workflowId, key, command, who, binding } = a;
   if (!command) {
-    let handle;
-    try {
-      handle = await s.deps.client.workflow.signalWithStart(sessionWorkflow, {
-        ...s.startOptions(conversation, binding),
-        signal: inboundSignal,
-        signalArgs: [{ key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) }],
-      });
-    } catch (err) {
-      // Not queued: forget the message, so that the platform's (or the client's) retry of
-      // the same id is taken as new, not as a duplicate that never gets a turn.
-      await forgetMessage(s.db, key);
-      throw err;
-    }
-    s.deps.log?.debug({ workflowId, runId: handle.signaledRunId }, 'message queued');
+    // handed over (signal-with-start keyed by the message's key), then marked; a failure leaves
+    // the record unmarked, so the platform's (or the client's) retry of the same id hands it over
+    const { runId } = await handOverMessage(s.deps.client, s.db, {
+      ref: { key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) },
+      start: s.startOptions(conversation, binding),
+      actor: who.kind === 'person' ? who.id : msg.user,
+    });
+    s.deps.log?.debug({ workflowId, runId }, 'message queued');
     const note = p.refusedFiles.length ? `Some files were not taken: ${p.refusedFiles.join('; ')}.` : undefined;
     if (note) await s.recordSystem(workflowId, `${key}:files`, note);
-    return { workflowId, kind: 'message', duplicate: false, seq: p.seq, ...(note ? { reply: note } : {}) };
+    return { workflowId, kind: 'message', duplicate: p.redelivery === true, seq: p.seq, ...(note ? { reply: note } : {}) };
   }
 
+  // A command is done once handled and answered: its `command` receipt is written last, and a
+  // redelivery before it runs the command again (see README, "Intake exactly once").
   const reply = await s.runCommand(msg, command, conversation, who, binding);
+  faultPoint('ingress.command-run');
+  if (reply !== undefined) await s.recordSystem(workflowId, `${key}:reply`, reply);
+  faultPoint('ingress.command-answered');
   await writeReceipt(s.db, {
     key: `${key}:command`,
     kind: 'command',
@@ -879,6 +991,5 @@ async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<Ingres
     actor: who.kind === 'person' ? who.id : msg.user,
     data: { command: command.kind, ...(reply !== undefined ? { reply: reply.slice(0, 2000) } : {}) },
   });
-  if (reply !== undefined) await s.recordSystem(workflowId, `${key}:reply`, reply);
   return { workflowId, kind: 'command', duplicate: false, seq: p.seq, ...(reply !== undefined ? { reply } : {}) };
 }

@@ -9,6 +9,7 @@ import { directSql } from './sql.js';
 
 export type ReceiptKind =
   | 'ingress'
+  | 'ingress.handed'
   | 'command'
   | 'turn.start'
   | 'turn.end'
@@ -166,6 +167,16 @@ export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<Re
     data: JSON.parse(maskHeldSecrets(r.data)) as unknown,
     at: r.createdAt.toISOString(),
   }));
+}
+
+/** Receipts of one kind written in [from, to) whose data holds `marker`, oldest first, after `afterId` (one page of `limit`). */
+export async function receiptsOfKindBetween(db: Db, kind: ReceiptKind, from: Date, to: Date, marker: string, afterId: number, limit: number): Promise<Array<{ id: number; key: string | null; data: string }>> {
+  return db.receipt.findMany({
+    where: { kind, id: { gt: afterId }, createdAt: { gte: from, lt: to }, data: { contains: marker } },
+    orderBy: { id: 'asc' },
+    take: limit,
+    select: { id: true, key: true, data: true },
+  });
 }
 
 /** Whether a receipt was written under `key`. */

@@ -100,11 +100,6 @@ export async function recordSystemMessage(db: Db, sessionId: string, key: string
   }
 }
 
-/** Forget a recorded message (an inbound one that could not be queued, so the platform's retry counts as new). */
-export async function forgetMessage(db: Db, key: string): Promise<void> {
-  await db.message.deleteMany({ where: { key } });
-}
-
 /** How many messages (not commands) a person sent since `since` (the rate limit). */
 export async function messagesSince(db: Db, identityId: string, since: Date): Promise<number> {
   return db.message.count({ where: { identityId, command: false, createdAt: { gt: since } } });

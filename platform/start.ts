@@ -37,6 +37,7 @@ import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, ty
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
 import { databaseKind } from '../domain/db.js';
 import { createTaskService, type TaskService } from '../services/tasks.js';
+import { startResumingHandoffs } from '../services/handoff.js';
 import { sessionStartOptions } from '../adapters/ingress-commands.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -638,6 +639,9 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       promptLayers: createPromptLayers({ db, systemPrompt: config.model.systemPrompt, ...(config.model.promptFile ? { operatorFile: config.model.promptFile } : {}) }),
       ...(runLink ? { runLink } : {}),
     });
+    // intake: what was accepted but not handed over (the process stopped in between, and no
+    // redelivery came) is handed over at start and every minute, once (services/handoff.ts)
+    cleanups.push(startResumingHandoffs({ messages: (o) => ingress.resumeHandoffs(o), events: (o) => objectives.resumeEventRuns(o) }, log));
     const health = healthCheck(config, role, workers, connection, db);
     const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });

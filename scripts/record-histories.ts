@@ -27,6 +27,11 @@
  *   that a skill shaped (injected, its ledger entry recorded), a turn whose model calls
  *   `remember`, and after continue-as-new a grounded turn with the skill already in the
  *   carried ledger; then /new.
+ * - intake (files `session-dd-NN.json`): a session that drops redelivered signals of a message
+ *   it answered (an ingress that stopped between its signal and its handed-over mark signals
+ *   again, services/handoff.ts; patch `steward-inbound-dedup`): in the run that answered it,
+ *   and in the next run, which carried the key across continue-as-new; then a new message's
+ *   turn, and /new.
  * - tasks (files `triage-tk-NN.json`, `reminder-tk-NN.json`): a Telegram group message triaged
  *   into a task (its classification, the task's record and its reminder started), the reminder
  *   whose timer fired and reminded the admins, and one ended by a signal (the task was closed).
@@ -50,6 +55,8 @@ import { createMcpTools } from '../domain/mcp/tools.js';
 import { insertMcpServer } from '../domain/store/mcp.js';
 import { serverEntry, stdioServer } from '../test/helpers/mcp-servers.js';
 import { sessionWorkflowId } from '../common/ids.js';
+import { inboundKey } from '../adapters/ingress.js';
+import { inboundSignal, statusQuery } from '../workflows/messages.js';
 import { testDatabases } from '../test/helpers/db.js';
 import { startModelServer, type ModelServer } from '../test/helpers/model-server.js';
 import { recordingSender } from '../test/helpers/recording-sender.js';
@@ -61,7 +68,7 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge', 'mcp', 'tasks'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, workspaces, knowledge, mcp or tasks`);
+if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge', 'mcp', 'tasks', 'intake'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, workspaces, knowledge, mcp, tasks or intake`);
 /**
  * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
  * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
@@ -70,7 +77,7 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge',
  * is stopped with a message queued, so its run continues as new carrying that message), beside
  * `session-inl-nt-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-' };
+const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -150,6 +157,30 @@ async function foundation(m: ModelServer): Promise<void> {
     await h.waitForMessage((x) => x.role === 'assistant' && x.text.includes('and a haiku'));
 
     await h.send('/think low');
+    await h.send('/new');
+    await h.waitForMessage((x) => x.text.startsWith('New task started'));
+    await exportRuns(env, h.sessionId);
+  });
+}
+
+async function intake(m: ModelServer): Promise<void> {
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, maxTurnsPerRun: 1 }, async (h) => {
+    const session = env.client.workflow.getHandle(h.sessionId);
+    const id = randomUUID();
+    const ref = { key: inboundKey({ platform: 'http', account: h.account, chatId: h.chatId, id }), user: 'tester', at: new Date().toISOString() };
+    m.enqueue({ text: 'Answered once.' });
+    await h.send('hello', { id });
+    await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'Answered once.');
+    // the ingress's signal again, as after a crash before its mark: dropped by the run that answered it
+    await session.signal(inboundSignal, ref);
+    await waitFor(async () => ((await session.query(statusQuery)).generation >= 1 ? true : undefined), 'the run to continue as new', 30_000);
+    // and by the next run, which carried the key
+    await session.signal(inboundSignal, ref);
+    m.enqueue({ text: 'The second message, answered.' });
+    await h.send('a second message');
+    await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'The second message, answered.');
+    const status = await session.query(statusQuery);
+    if (status.turnsStarted !== 2) throw new Error(`expected 2 turns, the session started ${status.turnsStarted}`);
     await h.send('/new');
     await h.waitForMessage((x) => x.text.startsWith('New task started'));
     await exportRuns(env, h.sessionId);
@@ -479,6 +510,7 @@ async function tasksScenario(m: ModelServer): Promise<void> {
 try {
   if (scenario === 'foundation') await foundation(model);
   else if (scenario === 'tasks') await tasksScenario(model);
+  else if (scenario === 'intake') await intake(model);
   else if (scenario === 'mcp') await mcpSession(model);
   else if (scenario === 'knowledge') await knowledgeSession(model);
   else if (scenario === 'workspaces') await workspaces(model);

@@ -15,14 +15,15 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { realpath, stat } from 'node:fs/promises';
-import { ScheduleNotFoundError, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
+import { ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type ScheduleOptions, type ScheduleOptionsStartWorkflowAction } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { putBlob, sha256Hex } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import { describeIssues } from '../common/schemas.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { lookupBinding } from '../domain/governance.js';
-import { writeReceipt } from '../domain/receipts.js';
+import { receiptExists, receiptIdsByKeys, writeReceipt } from '../domain/receipts.js';
+import { faultPoint } from '../common/fault-points.js';
 import {
   deleteObjective,
   findGithubEventByBody,
@@ -31,7 +32,7 @@ import {
   findObjectiveByIdOrName,
   findObjectiveByName,
   findObjectiveEvent,
-  forgetObjectiveEvent,
+  objectiveEventsBetween,
   insertObjective,
   latestObjectiveRun,
   listObjectives,
@@ -42,6 +43,7 @@ import {
   updateObjective,
   type NewObjectiveRow,
   type ObjectiveChanges,
+  type ObjectiveEventRow,
   type ObjectiveRow,
 } from '../domain/store/objectives.js';
 import {
@@ -68,6 +70,7 @@ import {
 } from '../common/objectives.js';
 import { objectiveRunWorkflow } from '../workflows/objectives/objective.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
+import { RESUME_MAX_PAGES, RESUME_PAGE, resumeWindow, startRunOnce, type ResumeOptions } from './handoff.js';
 import { ServiceInputError, type Requester } from './requests.js';
 
 export interface ObjectiveServiceDeps {
@@ -536,47 +539,85 @@ async function receiveInternalEvent(ctx: ServiceContext, objectiveId: string, ev
 }
 
 /**
- * A verified event: dedupe it (a redelivery is answered, never run again), store the payload
- * as a blob, record the event, start one run. An event remembered by its id, or, for GitHub
- * (`byBody`: the body is all GitHub signs, its delivery id is not), by its body's content hash.
+ * A verified event: store the payload as a blob, record the event, start its one run, mark it
+ * (services/handoff.ts). The run's workflow id is derived from the event (its id, or for GitHub,
+ * `byBody`: the body is all GitHub signs, its delivery id is not, its body's content hash) and
+ * starts with REJECT_DUPLICATE, so a start repeated after a crash finds the run instead of
+ * doubling it. A redelivery of a recorded event is a duplicate once it is marked; before that it
+ * is started (again), whatever the objective's state now: it was accepted.
  */
 async function startEventRun(ctx: ServiceContext, o: ObjectiveRow, e: { id: string; source: string; payload: unknown; actor: string; byBody?: boolean }): Promise<ObjectiveEventResult> {
-  const { db, deps } = ctx;
+  const { db } = ctx;
   const text = JSON.stringify(e.payload, null, 2);
   const payloadHash = sha256Hex(text); // what putBlob keys it by
   // `#` is in no sender's event id: a body key never meets an id
   const key = e.byBody ? `#body:${payloadHash}` : e.id;
   const runId = `${objectiveRunWorkflowId(o.id)}-event-${e.byBody ? `body-${payloadHash.slice(0, 40)}` : e.id}`;
   const seen = e.byBody ? await findGithubEventByBody(db, o.id, payloadHash) : await findObjectiveEvent(db, o.id, key);
-  if (seen) return { status: 200, runId: seen.runId, duplicate: true };
+  if (seen) return redeliveredEvent(ctx, o, e, seen);
   if (o.paused) return { status: 409, error: `objective ${o.name} is paused` };
   await putBlob(db, text, 'application/json');
   try {
     await recordObjectiveEvent(db, { objectiveId: o.id, eventId: key, source: e.source, payloadHash, runId });
   } catch (err) {
     if (!isUniqueViolation(err)) throw err;
-    // delivered twice at once
+    // delivered twice at once: the other delivery starts it
     const first = await findObjectiveEvent(db, o.id, key);
     return { status: 200, runId: first?.runId ?? runId, duplicate: true };
   }
-  const input: ObjectiveRunInput = { objectiveId: o.id, maxSteps: deps.maxSteps, event: { id: e.id, source: e.source, payloadHash }, ...activityQueueOf(deps) };
-  try {
-    await ctx.client.workflow.start(objectiveRunWorkflow, {
-      workflowId: runId,
-      taskQueue: deps.taskQueue,
-      args: [input],
-      typedSearchAttributes: runAttributes(o),
-      staticSummary: `Objective ${o.name} on ${e.source} event ${e.id}`,
-    });
-  } catch (err) {
-    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
-      // nothing started: forget the event, so that a redelivery (or the watcher's retry) runs it
-      await forgetObjectiveEvent(db, o.id, key).catch(() => undefined);
-      throw err;
-    }
-  }
-  await writeReceipt(db, { kind: 'objective.run', workflowId: runId, actor: e.actor, data: { objectiveId: o.id, name: o.name, event: e.id, source: e.source, payloadHash } });
+  faultPoint('event.recorded');
+  await startRecordedEvent(ctx, o, e, { eventId: key, runId, payloadHash });
   return { status: 202, runId, duplicate: false };
+}
+
+async function resumeEventRuns(ctx: ServiceContext, opts: ResumeOptions): Promise<number> {
+  const { from, to } = resumeWindow(opts);
+  let afterId = 0;
+  let resumed = 0;
+  for (let page = 0; page < RESUME_MAX_PAGES; page++) {
+    const events = await objectiveEventsBetween(ctx.db, from, to, afterId, RESUME_PAGE);
+    if (events.length === 0) break;
+    afterId = events.at(-1)!.id;
+    const marked = await receiptIdsByKeys(ctx.db, events.map((e) => eventRunKey(e.objectiveId, e.eventId)));
+    for (const e of events) {
+      if (marked.has(eventRunKey(e.objectiveId, e.eventId))) continue;
+      const o = await findObjective(ctx.db, e.objectiveId);
+      if (!o) continue; // deleted since
+      try {
+        await startRecordedEvent(ctx, o, { id: e.eventId, source: e.source, actor: `resume:${e.source}` }, e);
+        resumed++;
+      } catch (err) {
+        ctx.deps.log?.warn({ err, objectiveId: e.objectiveId, eventId: e.eventId }, 'an event whose run was not marked started could not be started');
+      }
+    }
+    if (events.length < RESUME_PAGE) break;
+  }
+  return resumed;
+}
+
+/** The mark of an event's run: written once its start succeeded (or found it started). */
+const eventRunKey = (objectiveId: string, eventId: string) => `objective-event:${objectiveId}:${eventId}`;
+
+/** An event recorded before: a duplicate once marked; else its handoff did not complete, and its run starts now (at most once). */
+async function redeliveredEvent(ctx: ServiceContext, o: ObjectiveRow, e: { id: string; source: string; actor: string }, seen: ObjectiveEventRow): Promise<ObjectiveEventResult> {
+  if (!(await receiptExists(ctx.db, eventRunKey(o.id, seen.eventId)))) {
+    ctx.deps.log?.info({ objectiveId: o.id, eventId: seen.eventId, runId: seen.runId }, 'a redelivered event whose run was not marked started: starting it');
+    await startRecordedEvent(ctx, o, e, seen);
+  }
+  return { status: 200, runId: seen.runId, duplicate: true };
+}
+
+/** Start a recorded event's run (REJECT_DUPLICATE: a run with its id that runs or ran counts) and mark it with its `objective.run` receipt. */
+async function startRecordedEvent(ctx: ServiceContext, o: ObjectiveRow, e: { id: string; source: string; actor: string }, rec: { eventId: string; runId: string; payloadHash: string }): Promise<void> {
+  const { deps } = ctx;
+  const input: ObjectiveRunInput = { objectiveId: o.id, maxSteps: deps.maxSteps, event: { id: e.id, source: e.source, payloadHash: rec.payloadHash }, ...activityQueueOf(deps) };
+  await startRunOnce(
+    ctx.client,
+    ctx.db,
+    objectiveRunWorkflow,
+    { workflowId: rec.runId, taskQueue: deps.taskQueue, args: [input], typedSearchAttributes: runAttributes(o), staticSummary: `Objective ${o.name} on ${e.source} event ${e.id}` },
+    { key: eventRunKey(o.id, rec.eventId), kind: 'objective.run', workflowId: rec.runId, actor: e.actor, data: { objectiveId: o.id, name: o.name, event: e.id, source: e.source, payloadHash: rec.payloadHash } },
+  );
 }
 
 // --- views and receipts
@@ -696,6 +737,14 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
      * event: deduplicated by the event id, the payload stored, one run started.
      */
     receiveInternalEvent: (objectiveId: string, event: InternalEvent): Promise<ObjectiveEventResult> => receiveInternalEvent(ctx, objectiveId, event),
+
+    /**
+     * Start the runs of events recorded in the last `withinMs` (and more than `olderThanMs` ago)
+     * whose start was never marked: the process stopped in between and no redelivery came (a
+     * webhook sender that does not retry, a file change reported once). A run that did start is
+     * found by its id, not doubled. How many were started or found.
+     */
+    resumeEventRuns: (opts: ResumeOptions = {}): Promise<number> => resumeEventRuns(ctx, opts),
 
     /** Follow changes to objectives (create, update, pause, resume, delete); returns the unsubscribe. */
     onChange(listener: () => void): () => void {

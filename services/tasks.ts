@@ -8,7 +8,7 @@
  * nothing); every decision writes a `task.*` receipt. A task's reminder is a workflow sleeping
  * until it is due: re-routing moves its timer, handing or closing ends it.
  */
-import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client, type WorkflowStartOptions } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client, type WorkflowStartOptions } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { ConversationKey } from '../common/ids.js';
 import { sessionWorkflowId } from '../common/ids.js';
@@ -33,9 +33,10 @@ import { findBinding, lookupBinding, type Actor, type BindingRecord } from '../d
 import { writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
 import { findTask, findTriageSetting, insertTask, listTasks, newTaskId, updateTaskIf, upsertTriageSetting, type TaskRow } from '../domain/store/tasks.js';
-import { forgetMessage, recordInbound } from '../domain/transcript.js';
-import { inboundSignal } from '../workflows/messages.js';
-import { sessionWorkflow } from '../workflows/chat/session.js';
+import { recordInbound } from '../domain/transcript.js';
+import { faultPoint } from '../common/fault-points.js';
+import type { sessionWorkflow } from '../workflows/chat/session.js';
+import { handOverMessage, startRunOnce, wasHandedOver } from './handoff.js';
 import { taskChangedSignal } from '../workflows/tasks/messages.js';
 import { taskReminderWorkflow } from '../workflows/tasks/reminder.js';
 import { triageWorkflow } from '../workflows/tasks/triage.js';
@@ -174,12 +175,14 @@ export function createTaskService(deps: TaskServiceDeps) {
       const model = setting.model ?? binding.model ?? deps.defaultModel;
       const workflowId = triageWorkflowId(key);
       const textHash = await putBlob(db, msg.text);
-      let duplicate = false;
-      try {
-        await client.workflow.start(triageWorkflow, {
+      // started once under the message's id (a redelivery finds it), then receipted (services/handoff.ts)
+      const { started } = await startRunOnce(
+        client,
+        db,
+        triageWorkflow,
+        {
           workflowId,
           taskQueue: deps.taskQueue,
-          workflowIdReusePolicy: 'REJECT_DUPLICATE',
           args: [{ message: { sourceKey: key, conversation, ...(binding.name ? { chatName: binding.name } : {}), sender: msg.user, ...(who.kind === 'person' ? { senderId: who.id } : {}), textHash, model } }],
           typedSearchAttributes: [
             { key: PlatformAttr, value: msg.platform },
@@ -187,20 +190,16 @@ export function createTaskService(deps: TaskServiceDeps) {
             { key: KindAttr, value: 'triage' },
           ],
           staticSummary: `Triage of a message of ${msg.user} in ${msg.platform} chat ${binding.name ?? msg.chatId}`,
-        });
-      } catch (err) {
-        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-        duplicate = true;
-      }
-      if (!duplicate) {
-        await writeReceipt(db, {
+        },
+        {
           key: `${key}:triage`,
           kind: 'task.triage',
           workflowId,
           actor: who.kind === 'person' ? who.id : msg.user,
           data: { platform: msg.platform, chatId: msg.chatId, messageId: msg.id, bindingId: binding.id, model, chars: msg.text.length },
-        });
-      }
+        },
+      );
+      const duplicate = !started;
       return { workflowId, duplicate };
     },
 
@@ -272,36 +271,34 @@ export function createTaskService(deps: TaskServiceDeps) {
 
     /**
      * Hand an open task to the agent: a turn in the task's chat with the task's text as the
-     * message (recorded in that chat's transcript, its session signalled as the ingress does).
+     * message (recorded in that chat's transcript, handed to its session as the ingress does,
+     * services/handoff.ts), and only then the task is marked handed. A retry after a failure or
+     * a crash anywhere in between finishes the handoff once: the message's key is the task's.
      */
     async hand(id: unknown, by: Requester): Promise<TaskView> {
       const task = await get(id);
       refuseUnless(task, ['open'], 'handed to the agent');
-      const handed = await updateTaskIf(db, task.id, ['open'], { status: 'handed', assignee: 'agent' });
-      if (!handed) throw new TaskInputError(`task ${task.id} changed meanwhile; nothing was done`, 409);
       const conversation = { platform: task.platform, account: task.account, chatId: task.chatId } as ConversationKey;
       const sessionId = sessionWorkflowId(conversation);
       const key = `task:${task.id}:hand`;
       const text = `Task ${task.id} (${task.lane}, ${task.priority}) from ${task.sender}, handed to you by ${by.name}:\n${task.text}`;
-      const at = new Date().toISOString();
-      const recorded = await recordInbound(db, { key, sessionId, text, user: by.name, identityId: by.id === 'operator' ? null : by.id, command: false });
-      if (!('duplicate' in recorded)) {
-        try {
-          await ensureSession(db, sessionId, conversation);
-          const found = await lookupBinding(db, conversation.platform, conversation.account, conversation.chatId);
-          await client.workflow.signalWithStart(sessionWorkflow, {
-            ...deps.sessionStart(conversation, found.kind === 'bound' ? found.binding : undefined),
-            signal: inboundSignal,
-            signalArgs: [{ key, user: by.name, at, ...(by.id !== 'operator' ? { identityId: by.id } : {}) }],
-          });
-        } catch (err) {
-          // not queued: the task goes back to open, and the message is forgotten, so handing it again works
-          await forgetMessage(db, key);
-          await updateTaskIf(db, task.id, ['handed'], { status: 'open', assignee: task.assignee });
-          throw err;
-        }
+      // recorded once: a retry finds the first record (and its text)
+      await recordInbound(db, { key, sessionId, text, user: by.name, identityId: by.id === 'operator' ? null : by.id, command: false });
+      faultPoint('task.recorded');
+      if (!(await wasHandedOver(db, key))) {
+        await ensureSession(db, sessionId, conversation);
+        const found = await lookupBinding(db, conversation.platform, conversation.account, conversation.chatId);
+        await handOverMessage(client, db, {
+          ref: { key, user: by.name, at: new Date().toISOString(), ...(by.id !== 'operator' ? { identityId: by.id } : {}) },
+          start: deps.sessionStart(conversation, found.kind === 'bound' ? found.binding : undefined),
+          actor: by.id,
+        });
       }
-      await writeReceipt(db, { kind: 'task.hand', actor: by.id, sessionId, data: { taskId: task.id, by: by.name, sessionId, messageKey: key } });
+      const handed = await updateTaskIf(db, task.id, ['open'], { status: 'handed', assignee: 'agent' });
+      // changed meanwhile (handed by a concurrent call, or closed): the agent has the task either way
+      if (!handed) return taskView(await get(task.id));
+      faultPoint('task.handed');
+      await writeReceipt(db, { key: `${key}:task`, kind: 'task.hand', actor: by.id, sessionId, data: { taskId: task.id, by: by.name, sessionId, messageKey: key } });
       await tellReminder(handed, { ended: true });
       return taskView(handed);
     },

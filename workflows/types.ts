@@ -73,6 +73,12 @@ export interface CarriedState {
   workingSet: WorkingSet;
   /** Runs so far in this session's continue-as-new chain (for observability). */
   generation: number;
+  /**
+   * Keys of the inbound messages taken in most recently (queued or answered), oldest first,
+   * bounded by MAX_TAKEN_KEYS: a redelivered signal of one of them is dropped (absent in runs
+   * started before INBOUND_DEDUP_PATCH).
+   */
+  taken?: string[];
 }
 
 export interface TurnInput {
@@ -187,6 +193,13 @@ export const MAX_NOTES = 20;
 /** Skills a session's ledger remembers at most (the oldest are forgotten, so injected again when asked for). */
 export const MAX_SKILL_LEDGER = 50;
 export const MAX_QUEUE = 200;
+/**
+ * Inbound keys a session remembers having taken in, across continue-as-new: an ingress that
+ * stopped between its signal and its mark signals again on the redelivery, and the session drops
+ * the key if it is among these (services/handoff.ts). A redelivery that comes after this many
+ * newer messages of the same conversation would be taken again.
+ */
+export const MAX_TAKEN_KEYS = 500;
 
 // ---- repository changes ----
 

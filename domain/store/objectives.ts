@@ -131,12 +131,13 @@ export function findGithubEventByBody(db: Db, objectiveId: string, payloadHash: 
   return db.objectiveEvent.findFirst({ where: { objectiveId, payloadHash, source: { startsWith: 'github' } } });
 }
 
+/** Events recorded in [from, to), oldest first, after `afterId` (one page of `limit`). */
+export function objectiveEventsBetween(db: Db, from: Date, to: Date, afterId: number, limit: number): Promise<ObjectiveEventRow[]> {
+  return db.objectiveEvent.findMany({ where: { id: { gt: afterId }, createdAt: { gte: from, lt: to } }, orderBy: { id: 'asc' }, take: limit });
+}
+
 /** Remember an event and the run it starts; one remembered already is a unique violation. */
 export async function recordObjectiveEvent(db: Db, e: { objectiveId: string; eventId: string; source: string; payloadHash: string; runId: string }): Promise<void> {
   await db.objectiveEvent.create({ data: e });
 }
 
-/** Forget an event (its run did not start), so that a redelivery runs it. */
-export async function forgetObjectiveEvent(db: Db, objectiveId: string, eventId: string): Promise<void> {
-  await db.objectiveEvent.delete({ where: { objectiveId_eventId: { objectiveId, eventId } } });
-}

@@ -23,7 +23,7 @@ import { createChangeService, type ChangeService } from '../../services/changes.
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
 import { createModelRegistry, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
-import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../adapters/ingress.js';
 import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
@@ -86,6 +86,8 @@ export interface HarnessOptions {
   mcp?: McpTools;
   /** The heartbeat's states, for an admin's /status. */
   heartbeat?: () => Promise<import('../../domain/heartbeat.js').PartState[]>;
+  /** How old a redelivered command's unfinished record must be before it runs again (ingress). */
+  commandRetryAfterMs?: number;
 }
 
 export interface Harness {
@@ -94,7 +96,7 @@ export interface Harness {
   account: string;
   chatId: string;
   sessionId: string;
-  ingress: Ingress;
+  ingress: IngressRuntime;
   /** Repositories and changes (the service behind /change, the API and the CLI). */
   changes: ChangeService;
   /** Objectives on Temporal Schedules (the service behind /objective, the API and the CLI). */
@@ -221,6 +223,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
     ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),
     ...(opts.attachments ? { attachments: opts.attachments } : {}),
+    ...(opts.commandRetryAfterMs !== undefined ? { commandRetryAfterMs: opts.commandRetryAfterMs } : {}),
   });
   const chatId = `chat-${randomUUID().slice(0, 8)}`;
   const sessionIdOf = (c: string) => sessionWorkflowId({ platform: 'http', account, chatId: c });

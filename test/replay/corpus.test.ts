@@ -17,7 +17,7 @@ import { describe, it } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { CONTINUE_ON_MESSAGE_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
+import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();
@@ -31,8 +31,8 @@ interface PayloadJson {
 interface Event {
   eventType: string;
   userMetadata?: { summary?: PayloadJson };
-  workflowExecutionStartedEventAttributes?: { workflowType?: { name?: string }; workflowId?: string };
-  workflowExecutionSignaledEventAttributes?: { signalName?: string };
+  workflowExecutionStartedEventAttributes?: { workflowType?: { name?: string }; workflowId?: string; input?: { payloads?: PayloadJson[] } };
+  workflowExecutionSignaledEventAttributes?: { signalName?: string; input?: { payloads?: PayloadJson[] } };
   activityTaskScheduledEventAttributes?: { activityType?: { name?: string }; input?: { payloads?: PayloadJson[] } };
   startChildWorkflowExecutionInitiatedEventAttributes?: { workflowType?: { name?: string } };
   markerRecordedEventAttributes?: { markerName?: string; details?: Record<string, { payloads?: PayloadJson[] }> };
@@ -165,6 +165,20 @@ describe('replay corpus', () => {
     const before = inlineSessions.filter((f) => !patchesOf(f).includes(CONTINUE_ON_MESSAGE_PATCH) && continued(f));
     assert.ok(onMessage.length > 0, `an inline session run with the ${CONTINUE_ON_MESSAGE_PATCH} marker that continued as new; record one with scripts/record-histories.ts foundation`);
     assert.ok(before.length > 0, `an inline session run from before ${CONTINUE_ON_MESSAGE_PATCH} that continued as new: keep those files`);
+  });
+
+  it('has session runs that dropped a redelivered signal of a message they had answered (steward-inbound-dedup), in the run that answered it and in the next one', () => {
+    const inboundKeys = (f: Fixture) =>
+      f.events.flatMap((e) => (e.workflowExecutionSignaledEventAttributes?.signalName === 'inbound' ? [(plain(e.workflowExecutionSignaledEventAttributes.input?.payloads?.[0]) as { key?: string } | undefined)?.key ?? ''] : []));
+    const dedup = sessions.filter((f) => patchesOf(f).includes(INBOUND_DEDUP_PATCH));
+    const repeated = dedup.filter((f) => new Set(inboundKeys(f)).size < inboundKeys(f).length);
+    assert.ok(repeated.length > 0, `a session run with the ${INBOUND_DEDUP_PATCH} marker that took a key twice; record one with scripts/record-histories.ts intake`);
+    const carriedAndRepeated = dedup.filter((f) => {
+      const input = plain(f.events[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]) as { carried?: { taken?: string[] } } | undefined;
+      const taken = new Set(input?.carried?.taken ?? []);
+      return inboundKeys(f).some((k) => taken.has(k));
+    });
+    assert.ok(carriedAndRepeated.length > 0, 'a session run that was signalled a key its previous run carried as taken');
   });
 
   it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { SessionState } from '../../workflows/chat/session-state.js';
-import { MAX_QUEUE, MAX_RECENT_TURNS, MAX_SKILL_LEDGER, type SessionInput } from '../../workflows/types.js';
+import { MAX_QUEUE, MAX_RECENT_TURNS, MAX_SKILL_LEDGER, MAX_TAKEN_KEYS, type SessionInput } from '../../workflows/types.js';
 
 const input = (): SessionInput => ({
   conversation: { platform: 'http', account: 'a', chatId: 'c' },
@@ -19,6 +19,38 @@ describe('session state', () => {
     for (let i = 0; i < MAX_QUEUE + 5; i++) s.enqueue(ref(`k${i}`));
     assert.equal(s.queue.length, MAX_QUEUE);
     assert.equal(s.dropped, 6);
+  });
+
+  it('with dedup on, drops a redelivered key that was answered, across continue-as-new and /new, within a bound', () => {
+    const s = new SessionState(input());
+    s.enqueue(ref('queued-before'));
+    s.dedupTaken();
+    assert.equal(s.enqueue(ref('queued-before')), false, 'a key queued before dedup was switched on');
+    assert.equal(s.enqueue(ref('a')), true);
+    s.takeBatch();
+    assert.equal(s.enqueue(ref('a')), false, 'an answered key is not queued again');
+    assert.equal(s.queue.length, 0);
+    const next = new SessionState({ ...input(), carried: s.carry() });
+    next.dedupTaken();
+    assert.equal(next.enqueue(ref('a')), false, 'carried across continue-as-new');
+    const fresh = new SessionState({ ...input(), carried: next.carryForNewTask() });
+    fresh.dedupTaken();
+    assert.equal(fresh.enqueue(ref('a')), false, 'and across /new');
+    for (let i = 0; i < MAX_TAKEN_KEYS; i++) {
+      fresh.enqueue(ref(`n${i}`));
+      fresh.takeBatch();
+    }
+    assert.ok((fresh.carry().taken ?? []).length <= MAX_TAKEN_KEYS, 'bounded');
+    assert.equal(fresh.enqueue(ref('a')), true, 'past the bound a key is forgotten');
+  });
+
+  it('with dedup off (runs before the patch), only a queued key is dropped and nothing is carried', () => {
+    const s = new SessionState(input());
+    assert.equal(s.enqueue(ref('a')), true);
+    assert.equal(s.enqueue(ref('a')), false);
+    s.takeBatch();
+    assert.equal(s.enqueue(ref('a')), true);
+    assert.equal(s.carry().taken, undefined);
   });
 
   it('takes a batch and remembers the goal of the task', () => {

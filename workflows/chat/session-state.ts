@@ -8,6 +8,7 @@ import {
   MAX_QUEUE,
   MAX_RECENT_TURNS,
   MAX_SKILL_LEDGER,
+  MAX_TAKEN_KEYS,
   type CarriedState,
   type InboundRef,
   type SessionInput,
@@ -36,6 +37,14 @@ export class SessionState {
   generation: number;
   /** Queue entries dropped because the queue was full (reported to the user). */
   dropped = 0;
+  /**
+   * The inbound keys taken in (queued or answered), oldest first, bounded by MAX_TAKEN_KEYS and
+   * carried across continue-as-new; undefined while dedup is off (a run started before
+   * INBOUND_DEDUP_PATCH: it drops only keys still in its queue).
+   */
+  private taken: string[] | undefined;
+  private takenSet = new Set<string>();
+  private readonly carriedTaken: string[];
 
   constructor(input: SessionInput) {
     const c = input.carried;
@@ -46,15 +55,38 @@ export class SessionState {
     this.tokens = c ? { ...c.tokens } : { input: 0, output: 0, total: 0 };
     this.workingSet = c ? structuredCloneWorkingSet(c.workingSet) : emptyWorkingSet();
     this.generation = c?.generation ?? 0;
+    this.carriedTaken = c?.taken ?? [];
   }
 
-  enqueue(ref: InboundRef): void {
-    if (this.queue.some((q) => q.key === ref.key)) return; // a redelivered signal
+  /** Drop a redelivered key that was answered, not only one still queued (INBOUND_DEDUP_PATCH): from the carried keys and the queue on. */
+  dedupTaken(): void {
+    if (this.taken) return;
+    this.taken = [];
+    for (const key of [...this.carriedTaken, ...this.queue.map((q) => q.key)]) this.remember(key);
+  }
+
+  /** Whether a message with this key was taken in (queued or answered, within the bound). */
+  hasTaken(key: string): boolean {
+    return this.takenSet.has(key) || this.queue.some((q) => q.key === key);
+  }
+
+  private remember(key: string): void {
+    if (!this.taken || this.takenSet.has(key)) return;
+    this.taken.push(key);
+    this.takenSet.add(key);
+    if (this.taken.length > MAX_TAKEN_KEYS) for (const old of this.taken.splice(0, this.taken.length - MAX_TAKEN_KEYS)) this.takenSet.delete(old);
+  }
+
+  /** Queue a message for the next turn; false when its key was taken in before (a redelivered signal). */
+  enqueue(ref: InboundRef): boolean {
+    if (this.hasTaken(ref.key)) return false; // a redelivered signal
+    this.remember(ref.key);
     if (this.queue.length >= MAX_QUEUE) {
       this.queue.shift();
       this.dropped++;
     }
     this.queue.push(ref);
+    return true;
   }
 
   /** Take every queued message for the next turn (they are answered together). */
@@ -137,7 +169,12 @@ export class SessionState {
       tokens: { ...this.tokens },
       workingSet: structuredCloneWorkingSet(this.workingSet),
       generation: this.generation + 1,
+      ...this.carryTaken(),
     };
+  }
+
+  private carryTaken(): Pick<CarriedState, 'taken'> {
+    return this.taken ? { taken: [...this.taken] } : {};
   }
 
   /** /new: a hard task boundary. Context, steering and the working set are dropped; the
@@ -150,6 +187,8 @@ export class SessionState {
       tokens: { ...this.tokens },
       workingSet: emptyWorkingSet(),
       generation: this.generation + 1,
+      // what was taken in stays taken: a redelivery after /new is still not answered twice
+      ...this.carryTaken(),
     };
   }
 }

@@ -64,6 +64,14 @@ export const CONTINUE_ON_MESSAGE_PATCH = 'steward-continue-on-message';
  */
 export const CONTINUE_GRACE = '2 seconds';
 
+/**
+ * A redelivered inbound signal is dropped when its key was queued or answered before (within
+ * MAX_TAKEN_KEYS, carried across continue-as-new), not only while it is still queued: the
+ * ingress signals again when it stopped between its signal and its mark (services/handoff.ts).
+ * Decided once per run, before the first signal is taken in.
+ */
+export const INBOUND_DEDUP_PATCH = 'steward-inbound-dedup';
+
 /** How many of a conversation's most recent users the session lists in `StewardUser`. */
 const MAX_LISTED_USERS = 20;
 
@@ -290,6 +298,8 @@ class SessionRun {
 export async function sessionWorkflow(input: SessionInput): Promise<void> {
   const session = new SessionRun(input);
   const { state, notify } = session;
+  // before the handlers: signals buffered for the first task are taken in as they are set
+  if (patched(INBOUND_DEDUP_PATCH)) state.dedupTaken();
   session.registerSignals();
   session.registerUpdates();
   session.registerStatusQuery();

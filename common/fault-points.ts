@@ -1,0 +1,83 @@
+/**
+ * Named checkpoints between accepting an input and handing it over (a message to its session,
+ * an event to its objective run, a task to the agent): the fault-injection harness of intake
+ * (test/e2e/intake-faults.test.ts) stops the process at each one, then redelivers.
+ *
+ * In production nothing is armed and `faultPoint` returns at once. A test arms one point, in
+ * this process (`armFaultPoint`: the next pass throws InjectedFault, as if the process had
+ * died there, and disarms) or in a child process through its environment
+ * (`STEWARD_FAULT_POINT=<point>`: the first pass kills that process with SIGKILL).
+ */
+
+/** Every checkpoint, in the order an input passes them. */
+export const FAULT_POINTS = [
+  // chat messages and commands (adapters/ingress.ts)
+  'ingress.session',
+  'ingress.receipted',
+  'ingress.recorded',
+  'ingress.command-run',
+  'ingress.command-answered',
+  // a task handed to the agent (services/tasks.ts)
+  'task.handed',
+  'task.recorded',
+  // the handoff of a recorded message to its session (services/handoff.ts)
+  'handoff.signalled',
+  'handoff.marked',
+  // objective events: webhooks, file changes, email (services/objectives.ts)
+  'event.recorded',
+  // a run started under an id derived from its input (services/handoff.ts): event runs, triage
+  'run.started',
+  'run.marked',
+] as const;
+
+export type FaultPointName = (typeof FAULT_POINTS)[number];
+
+/** The crash an armed point simulates in-process. */
+export class InjectedFault extends Error {
+  override readonly name = 'InjectedFault';
+  constructor(readonly point: FaultPointName) {
+    super(`injected fault at ${point}`);
+  }
+}
+
+const fromEnv = process.env.STEWARD_FAULT_POINT;
+let armed: { point: FaultPointName; kill: boolean } | undefined =
+  fromEnv && (FAULT_POINTS as readonly string[]).includes(fromEnv) ? { point: fromEnv as FaultPointName, kill: true } : undefined;
+let seen: ((point: FaultPointName) => void) | undefined;
+if (armed) process.stderr.write(`STEWARD_FAULT_POINT=${armed.point} is set: this process kills itself (SIGKILL) when it first passes that point (a test hook)\n`);
+
+/** A checkpoint: nothing unless a test armed it (or watches the points passed). */
+export function faultPoint(point: FaultPointName): void {
+  if (armed === undefined && seen === undefined) return;
+  seen?.(point);
+  if (armed?.point !== point) return;
+  const { kill } = armed;
+  armed = undefined;
+  if (kill) process.kill(process.pid, 'SIGKILL');
+  throw new InjectedFault(point);
+}
+
+/** Tests: the next pass of `point` in this process throws InjectedFault. Returns the disarm. */
+export function armFaultPoint(point: FaultPointName): () => void {
+  armed = { point, kill: false };
+  return () => {
+    if (armed?.point === point) armed = undefined;
+  };
+}
+
+/** Tests: the point armed and not passed yet (undefined once it fired). */
+export function faultPointArmed(): FaultPointName | undefined {
+  return armed?.point;
+}
+
+/** Tests: the points `fn` passes, in order. */
+export async function faultPointsPassed(fn: () => Promise<unknown>): Promise<FaultPointName[]> {
+  const passed: FaultPointName[] = [];
+  seen = (p) => passed.push(p);
+  try {
+    await fn();
+  } finally {
+    seen = undefined;
+  }
+  return passed;
+}

@@ -1,0 +1,136 @@
+/**
+ * The handoff of intake: how an accepted input reaches the workflow that acts on it, exactly
+ * once, whatever instant a process dies. Temporal is the ledger of what was handed over; a
+ * database row only says an input was accepted, never that it was handed over.
+ *
+ * - A message (chat, API, OpenHarness, a task handed to the agent) is recorded under its key,
+ *   then signalled to its session with that key (signal-with-start: the session's id is
+ *   deterministic), then marked handed over (an `ingress.handed` receipt, written only after
+ *   the signal succeeded). A redelivery of a recorded key that is not marked is signalled again
+ *   with the same key; the session drops a key it has already queued or answered (a bounded set
+ *   of recent keys carried across continue-as-new, workflows/chat/session-state.ts), so a
+ *   signal that did arrive before the crash is not answered twice.
+ * - A run (an objective's event run: webhook, file change, email; a group message's triage) has a
+ *   workflow id derived from its input and starts with REJECT_DUPLICATE: a second start, while
+ *   the run lives or after it closed, is refused by Temporal and means "already handed over";
+ *   the mark (a keyed receipt) is written after the start (services/objectives.ts,
+ *   services/tasks.ts).
+ * - Where no redelivery comes, a sweep (`startResumingHandoffs`: at start, then every minute)
+ *   hands over chat messages accepted but not marked (the ingress's sweep) and starts event runs
+ *   recorded but not marked (the objective service's). A task's hand is finished by handing it
+ *   again (the task stays open until its message was handed over).
+ * - A command is not handed over but run in the request; it is done once its answer is recorded
+ *   (adapters/ingress.ts): a redelivery before that runs it again.
+ *
+ * The checkpoints of test/e2e/intake-faults.test.ts (common/fault-points.ts) sit between the
+ * steps.
+ */
+import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowStartOptions } from '@temporalio/client';
+import type { Workflow } from '@temporalio/common';
+import { faultPoint } from '../common/fault-points.js';
+import type { Db } from '../domain/db.js';
+import { receiptExists, writeReceipt, type ReceiptInput } from '../domain/receipts.js';
+import { inboundSignal } from '../workflows/messages.js';
+import { sessionWorkflow } from '../workflows/chat/session.js';
+import type { InboundRef } from '../workflows/types.js';
+
+/**
+ * The window of a sweep of handoffs that did not complete (the process stopped between the
+ * record and the handoff, and no redelivery came: Discord does not redeliver, a Telegram update
+ * whose handler failed is confirmed, a webhook sender may not retry).
+ */
+export interface ResumeOptions {
+  /** Only inputs accepted at least this long ago (default 30 s: a handoff on its way is left to finish). */
+  olderThanMs?: number;
+  /** Only inputs accepted within this long (default 10 minutes). */
+  withinMs?: number;
+}
+
+export const RESUME_PAGE = 500;
+export const RESUME_MAX_PAGES = 200;
+
+export function resumeWindow(opts: ResumeOptions, now = Date.now()): { from: Date; to: Date } {
+  return { from: new Date(now - (opts.withinMs ?? 10 * 60_000)), to: new Date(now - (opts.olderThanMs ?? 30_000)) };
+}
+
+/** The key of the mark a handed-over message gets. */
+export const handedKey = (messageKey: string): string => `${messageKey}:handed`;
+
+/** Whether the message recorded under `messageKey` was handed over to its session. */
+export function wasHandedOver(db: Db, messageKey: string): Promise<boolean> {
+  return receiptExists(db, handedKey(messageKey));
+}
+
+/**
+ * Hand a recorded message to its session (signal-with-start, keyed by the message's key), then
+ * mark it handed over. Safe to repeat for the same key: the session takes a key once.
+ */
+export async function handOverMessage(
+  client: Client,
+  db: Db,
+  h: { ref: InboundRef; start: WorkflowStartOptions<typeof sessionWorkflow> & { workflowId: string }; actor?: string },
+): Promise<{ runId: string }> {
+  const handle = await client.workflow.signalWithStart(sessionWorkflow, { ...h.start, signal: inboundSignal, signalArgs: [h.ref] });
+  faultPoint('handoff.signalled');
+  await writeReceipt(db, {
+    key: handedKey(h.ref.key),
+    kind: 'ingress.handed',
+    workflowId: h.start.workflowId,
+    runId: handle.signaledRunId,
+    sessionId: h.start.workflowId,
+    ...(h.actor ? { actor: h.actor } : {}),
+    data: { messageKey: h.ref.key },
+  });
+  faultPoint('handoff.marked');
+  return { runId: handle.signaledRunId };
+}
+
+/**
+ * Start a run whose workflow id is derived from what it handles, at most once: a run with that
+ * id that runs or ran (REJECT_DUPLICATE) counts as started. Then the mark (a keyed receipt).
+ */
+export async function startRunOnce<W extends Workflow>(client: Client, db: Db, workflow: W, options: WorkflowStartOptions<W>, mark: ReceiptInput & { key: string }): Promise<{ started: boolean }> {
+  let started = true;
+  try {
+    await client.workflow.start(workflow, { ...options, workflowIdReusePolicy: 'REJECT_DUPLICATE' });
+  } catch (err) {
+    if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    started = false;
+  }
+  faultPoint('run.started');
+  await writeReceipt(db, mark);
+  faultPoint('run.marked');
+  return { started };
+}
+
+/**
+ * Run the sweeps of handoffs that did not complete: once at start over the last day (the
+ * process may have been down a while), then every `everyMs` over the last 10 minutes. A sweep's
+ * failure is logged; the next one tries again. Returns the stop.
+ */
+export function startResumingHandoffs(
+  sweeps: Record<string, (opts: ResumeOptions) => Promise<number>>,
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void },
+  everyMs = 60_000,
+): () => Promise<void> {
+  let running: Promise<void> = Promise.resolve();
+  const sweep = (withinMs: number) => {
+    running = running.then(async () => {
+      for (const [what, run] of Object.entries(sweeps)) {
+        try {
+          const n = await run({ withinMs });
+          if (n > 0) log.info({ what, handedOver: n }, 'accepted inputs whose handoff did not complete were handed over');
+        } catch (err) {
+          log.warn({ err, what }, 'the sweep of handoffs that did not complete failed');
+        }
+      }
+    });
+  };
+  sweep(24 * 60 * 60_000);
+  const timer = setInterval(() => sweep(10 * 60_000), everyMs);
+  timer.unref();
+  return async () => {
+    clearInterval(timer);
+    await running;
+  };
+}
