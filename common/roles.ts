@@ -17,6 +17,13 @@ export function roleAtLeast(role: Role, min: Role): boolean {
   return RANK[role] >= RANK[min];
 }
 
+/** The lowest of some roles (undefined for none): what a group of people may do together is what the least of them may. */
+export function lowestRole(roles: readonly Role[]): Role | undefined {
+  let low: Role | undefined;
+  for (const r of roles) if (low === undefined || RANK[r] < RANK[low]) low = r;
+  return low;
+}
+
 /** Admins and overlords: pairing, approvals, bindings; exempt from turn rate limits. */
 export function isAdmin(role: Role): boolean {
   return roleAtLeast(role, 'admin');

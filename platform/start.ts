@@ -580,7 +580,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     await startObjectiveTriggers(config, db, objectives, log, cleanups);
     const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeOf(config, log) });
     cleanups.push(() => closeKnowledgeIndexes());
-    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log), skillsDir: config.knowledge.skillsDir, workspaces });
+    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log), skillsDir: config.knowledge.skillsDir, workspaces, forbidSelfApproval: config.governance.forbidSelfApproval });
     const workspaceWatchers = await startWorkspaceWatchers({ workspaces, log });
     cleanups.push(() => workspaceWatchers.stop());
     // the index is derived: catch up on what changed while nothing watched (and rebuild a new layout)

@@ -195,7 +195,7 @@ async function removeRepo(deps: ChangeServiceDeps, name: string, by: Requester):
 type Origin = { conversation: ConversationKey; sessionId: string };
 
 /** Start a change: the record, then its workflow (the request travels by reference). */
-async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requester, origin?: Origin): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
+async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
   const parsed = ChangeRequestSchema.safeParse(input);
   if (!parsed.success) throw new ChangeInputError(`invalid change request: ${describeIssues(parsed.error)}`);
   const req = parsed.data;
@@ -203,11 +203,15 @@ async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requeste
   if (!repo) throw new ChangeInputError(`no repository is registered as ${req.repo} (register it with POST /api/v1/repos or steward repos add)`, 404);
   const id = newChangeId();
   const base = req.base ?? repo.defaultBranch;
-  await store.createChange(deps.db, { id, repo: repo.name, request: req.request, baseBranch: base, requestedBy: by, ...(origin ? { origin } : {}) });
+  const requestedBy = { id: by.id, name: by.name };
+  await store.createChange(deps.db, { id, repo: repo.name, request: req.request, baseBranch: base, requestedBy, ...(origin ? { origin } : {}) });
+  // everyone who shaped the request (a turn's senders and steerers): none may approve the promotion
+  const shapedBy = [...new Set([by.id, ...(by.shapedBy ?? [])])];
   const wfInput: RepoChangeInput = {
     changeId: id,
     repo: repo.name,
-    requestedBy: by,
+    requestedBy,
+    ...(shapedBy.length > 1 ? { requesters: shapedBy } : {}),
     ...(origin ? { origin } : {}),
     clarifyTimeoutMs: deps.clarifyTimeoutMs ?? 60 * 60_000,
     maxQuestions: deps.maxQuestions ?? 3,
@@ -307,7 +311,7 @@ async function steerInChat(deps: ChangeServiceDeps, conversation: ConversationKe
   if (!r) return undefined;
   await store.addSteer(deps.db, r.id, text, by.name);
   try {
-    await deps.client.workflow.getHandle(r.workflowId).signal(changeSteerSignal, { text: text.slice(0, 200), by: by.name });
+    await deps.client.workflow.getHandle(r.workflowId).signal(changeSteerSignal, { text: text.slice(0, 200), by: by.name, byId: by.id });
   } catch (err) {
     if (!(err instanceof WorkflowNotFoundError)) throw err;
   }
@@ -326,7 +330,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
       return r ? repoView(r) : undefined;
     },
     removeRepo: (name: string, by: Requester) => removeRepo(deps, name, by),
-    startChange: (input: unknown, by: Requester, origin?: Origin) => startChange(deps, input, by, origin),
+    startChange: (input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin) => startChange(deps, input, by, origin),
     getChange: (id: string) => getChange(deps, id),
     listChanges: (opts?: { repo?: string; limit?: number }) => listChanges(deps, opts),
     /** The patch artifact (git apply-able), by the change's content hash. */
