@@ -21,6 +21,7 @@ import type { AttachmentRef } from '../common/schemas.js';
 import { approvalRequired, DEFAULT_APPROVAL_TOOLS, isActionTool, TOOLS } from '../common/tools.js';
 import { lowestRole, type Role } from '../common/roles.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
+import type { LimitSettings } from '../domain/limits.js';
 import { proposalRefusal, resolveActionSettings, type ActionOptions, type StartRepoChange } from '../domain/actions.js';
 import { getBlobText, putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
@@ -121,6 +122,8 @@ export interface ActivityDeps {
   memoryRecall?: number;
   /** Tools from the registered MCP servers; absent: none are offered. */
   mcp?: McpTools;
+  /** The limits of the paths that cause model calls (domain/limits.ts; objective runs here); DEFAULT_LIMITS when absent. */
+  limits?: LimitSettings;
 }
 
 export interface ModelStepInput {

@@ -41,10 +41,11 @@ import {
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
 import { receiptExists, writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { forgetMessage, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { forgetMessage, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
+import { isAdmin, type RateLimits, type Role } from '../common/roles.js';
+import { createLimiter, DEFAULT_LIMITS, type Limiter } from '../domain/limits.js';
 import {
   AttachmentRefSchema,
   InboundMessageBaseSchema,
@@ -102,8 +103,8 @@ export interface IngressResult {
   reason?: RejectReason;
   /** Transcript seq of the recorded inbound message. */
   seq?: number;
-  /** An ignored group message that triage took: its triage workflow. */
-  triage?: { workflowId: string; duplicate: boolean };
+  /** An ignored group message that triage took: its triage workflow (`refused`: over a triage limit, not classified). */
+  triage?: { workflowId: string; duplicate: boolean; refused?: string };
 }
 
 export interface TranscriptEntry {
@@ -213,7 +214,9 @@ export interface IngressDeps {
   senders?: Senders;
   /** How long a pairing code lives. */
   pairingTtlMs?: number;
-  /** Per-role limits on turn-starting messages (admins are exempt). */
+  /** The limits of every path that causes a model call (domain/limits.ts): turns, triage. Absent: one made from `rateLimits`. */
+  limiter?: Limiter;
+  /** Per-role limits on turn-starting messages (admins are exempt), when no `limiter` is given. */
   rateLimits?: RateLimits;
   attachments?: AttachmentLimits;
   /** Governed repository changes (/change, /answer; /stop and /steer reach a running change). */
@@ -271,7 +274,7 @@ export function createIngress(deps: IngressDeps): Ingress {
   const { client, db } = deps;
   const senders = deps.senders ?? {};
   const pairingTtlMs = deps.pairingTtlMs ?? 15 * 60_000;
-  const rateLimits = deps.rateLimits ?? {};
+  const limiter = deps.limiter ?? createLimiter({ db, settings: { ...DEFAULT_LIMITS, turns: deps.rateLimits ?? {} }, senders });
   const attachmentLimits = deps.attachments ?? DEFAULT_ATTACHMENT_LIMITS;
   /** The pairing code an answer carries, so that an answer nobody received can withdraw it. */
   const pairingCodes = new WeakMap<IngressResult, string>();
@@ -372,7 +375,7 @@ export function createIngress(deps: IngressDeps): Ingress {
     db,
     senders,
     pairingTtlMs,
-    rateLimits,
+    limiter,
     knownSessions,
     issuedCode,
     startOptions,
@@ -596,7 +599,7 @@ interface IngressSteps {
   db: Db;
   senders: Senders;
   pairingTtlMs: number;
-  rateLimits: RateLimits;
+  limiter: Limiter;
   /** Session rows this ingress has made sure of: one upsert per session and process. */
   knownSessions: Set<string>;
   issuedCode(code: string, result: IngressResult): IngressResult;
@@ -768,16 +771,9 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
   }
   if (!governed) return undefined;
   if (who.role === 'viewer') return s.reject(msg, workflowId, 'forbidden', 'Viewers can use /status and /help, but not talk to the agent.');
-  const limit = isAdmin(who.role) ? undefined : s.rateLimits[who.role];
-  if (limit && who.kind === 'person') {
-    const since = new Date(Date.now() - limit.windowMs);
-    const used = await messagesSince(s.db, who.id, since);
-    if (used >= limit.count) {
-      const oldest = await oldestMessageSince(s.db, who.id, since);
-      const waitMin = oldest ? Math.max(1, Math.ceil((oldest.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
-      return s.reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
-    }
-  }
+  // the one limiter every path that causes a model call asks (domain/limits.ts)
+  const limited = await s.limiter.turn(who, 'message');
+  if (limited) return s.reject(msg, workflowId, 'rate-limited', limited.message, { used: limited.data.used, limit: limited.data.limit });
   return undefined;
 }
 

@@ -68,6 +68,29 @@ export function parseRateLimits(spec: string): RateLimits {
   return out;
 }
 
+/** Parse one `count/period` such as `30/h` or `30/2h` (s, m, h or d). Throws with a readable message. */
+export function parseRate(spec: string): RateLimit {
+  const m = /^(\d+)\/(\d*)([smhd])$/.exec(spec.trim());
+  if (!m) throw new Error(`"${spec}": expected count/period, e.g. 30/h`);
+  const per = m[2] ? Number(m[2]) : 1;
+  if (per < 1) throw new Error(`"${spec}": the period must be at least 1`);
+  if (Number(m[1]) < 1) throw new Error(`"${spec}": the count must be at least 1`);
+  return { count: Number(m[1]), windowMs: per * (UNITS[m[3] ?? 'h'] ?? UNITS.h!) };
+}
+
+/** Parse `group:30/h,sender:10/h` (either may be left out: its default stays). Throws with a readable message. */
+export function parseTriageLimits(spec: string, defaults: { perGroup: RateLimit; perSender: RateLimit }): { perGroup: RateLimit; perSender: RateLimit } {
+  const out = { ...defaults };
+  for (const raw of spec.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^(group|sender):(.+)$/.exec(raw);
+    if (!m) throw new Error(`"${raw}": expected group:count/period or sender:count/period`);
+    const rate = parseRate(m[2]!);
+    if (m[1] === 'group') out.perGroup = rate;
+    else out.perSender = rate;
+  }
+  return out;
+}
+
 export function describeWindow(ms: number): string {
   if (ms % UNITS.d! === 0) return ms === UNITS.d ? 'day' : `${ms / UNITS.d!} days`;
   if (ms % UNITS.h! === 0) return ms === UNITS.h ? 'hour' : `${ms / UNITS.h!} hours`;

@@ -37,6 +37,7 @@ import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, ty
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
 import { databaseKind } from '../domain/db.js';
 import { createTaskService, type TaskService } from '../services/tasks.js';
+import { createLimiter, type LimitSettings } from '../domain/limits.js';
 import { sessionStartOptions } from '../adapters/ingress-commands.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -151,11 +152,17 @@ function knowledgeOf(config: StewardConfig, log?: Logger) {
   return knowledgeIndexOpener(config.databaseUrl, config.dataDir, { ...(embedder ? { embedder } : {}), ...(log ? { warn: (detail: Record<string, unknown>, message: string) => log.warn(detail, message) } : {}) });
 }
 
+/** The limits of every path that causes a model call (domain/limits.ts), from the one config section that holds them. */
+export function limitSettings(config: StewardConfig): LimitSettings {
+  return { turns: config.governance.rateLimits, triage: config.governance.triageLimits, objectiveRuns: config.governance.objectiveRunLimit };
+}
+
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel'> {
+function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel' | 'limits'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
+    limits: limitSettings(config),
     toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs, forbidSelfApproval: config.governance.forbidSelfApproval },
     ...(runLink ? { runLink } : {}),
     repoChanges: {
@@ -596,9 +603,12 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
 
     // Triage and tasks: their workflows on the background queue; a task handed to the agent is a turn in its chat
     const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun };
+    // one limiter for every path that causes a model call (messages, tasks, triage; objective runs in the workers)
+    const limiter = createLimiter({ db, settings: limitSettings(config), senders });
     const tasks = createTaskService({
       client,
       db,
+      limiter,
       taskQueue: config.temporal.backgroundTaskQueue,
       defaultModel: config.model.default,
       sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue: config.temporal.taskQueue, defaultModel: config.model.default, limits: sessionLimits }, conversation, binding),
@@ -628,7 +638,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       onTranscript,
       senders,
       pairingTtlMs: config.governance.pairingTtlMs,
-      rateLimits: config.governance.rateLimits,
+      limiter,
       attachments: config.governance.attachments,
       changes,
       objectives,
