@@ -112,8 +112,13 @@ export function createLimiter(deps: LimiterDeps) {
     return r;
   }
 
-  async function tellAdmins(scope: string, resetsAt: Date, text: string): Promise<void> {
-    // keyed by the scope and its window: told once per window, however many are refused
+  /**
+   * Tell the admins that a budget ran out: once per window, however many are refused at once
+   * (the one refusal that claims the single slot of `<scope>:told` in the window tells them).
+   */
+  async function tellAdmins(scope: string, limit: RateLimit, refusedKey: string, resetsAt: Date, text: string): Promise<void> {
+    const first = await claimUse(db, `${scope}:told`, { count: 1, windowMs: limit.windowMs }, refusedKey);
+    if (!first.ok) return;
     await notifyAdmins(db, deps.senders ?? {}, { key: `limit:${scope}:${resetsAt.getTime()}`, text }).catch(() => undefined);
   }
 
@@ -162,7 +167,7 @@ export function createLimiter(deps: LimiterDeps) {
       const senderScope = `triage:sender:${m.senderId}`;
       const sender = await claimUse(db, senderScope, perSender, m.key);
       if (!sender.ok) {
-        await tellAdmins(senderScope, sender.resetsAt, `**Triage limit**: ${m.sender} sent ${sender.used} messages to classify in this ${describeWindow(perSender.windowMs)} (the limit per sender, STEWARD_TRIAGE_LIMITS); their messages until ${hhmm(sender.resetsAt)} are not sorted into tasks. Make a task by hand with /task <text>.`);
+        await tellAdmins(senderScope, perSender, m.key, sender.resetsAt, `**Triage limit**: ${m.sender} sent ${sender.used} messages to classify in this ${describeWindow(perSender.windowMs)} (the limit per sender, STEWARD_TRIAGE_LIMITS); their messages until ${hhmm(sender.resetsAt)} are not sorted into tasks. Make a task by hand with /task <text>.`);
         return refused('triage-sender', m.senderId, m.key, {
           message: `Not classified: ${m.sender} is over the triage limit of ${perSender.count} messages per ${describeWindow(perSender.windowMs)}, until ${hhmm(sender.resetsAt)}.`,
           data: { scope: senderScope, used: sender.used, limit: perSender.count, windowMs: perSender.windowMs, resetsAt: sender.resetsAt.toISOString(), messageKey: m.key },
@@ -172,7 +177,7 @@ export function createLimiter(deps: LimiterDeps) {
       if (!group.ok) {
         // the sender's use was not spent
         await releaseUse(db, senderScope, m.key);
-        await tellAdmins(groupScope, group.resetsAt, `**Triage limit**: ${group.used} messages of ${chatName(m.conversation, m.chatName)} were classified in this ${describeWindow(perGroup.windowMs)} (the limit per group, STEWARD_TRIAGE_LIMITS); messages there until ${hhmm(group.resetsAt)} are not sorted into tasks. Make a task by hand with /task <text>.`);
+        await tellAdmins(groupScope, perGroup, m.key, group.resetsAt, `**Triage limit**: ${group.used} messages of ${chatName(m.conversation, m.chatName)} were classified in this ${describeWindow(perGroup.windowMs)} (the limit per group, STEWARD_TRIAGE_LIMITS); messages there until ${hhmm(group.resetsAt)} are not sorted into tasks. Make a task by hand with /task <text>.`);
         return refused('triage-group', m.senderId, m.key, {
           message: `Not classified: ${chatName(m.conversation, m.chatName)} is over its triage limit of ${perGroup.count} messages per ${describeWindow(perGroup.windowMs)}, until ${hhmm(group.resetsAt)}.`,
           data: { scope: groupScope, used: group.used, limit: perGroup.count, windowMs: perGroup.windowMs, resetsAt: group.resetsAt.toISOString(), messageKey: m.key },
@@ -187,7 +192,7 @@ export function createLimiter(deps: LimiterDeps) {
       const scope = `objective:${o.id}`;
       const c = await claimUse(db, scope, limit, runId);
       if (c.ok) return undefined;
-      await tellAdmins(scope, c.resetsAt, `**Objective limit**: objective ${o.name} ran ${c.used} times in this ${describeWindow(limit.windowMs)} (the limit, STEWARD_OBJECTIVE_RUN_LIMIT); its runs until ${hhmm(c.resetsAt)} are skipped.`);
+      await tellAdmins(scope, limit, runId, c.resetsAt, `**Objective limit**: objective ${o.name} ran ${c.used} times in this ${describeWindow(limit.windowMs)} (the limit, STEWARD_OBJECTIVE_RUN_LIMIT); its runs until ${hhmm(c.resetsAt)} are skipped.`);
       return refused('objective-runs', `objective:${o.name}`, `objective-run:${runId}`, {
         message: `objective ${o.name} is over its limit of ${limit.count} runs per ${describeWindow(limit.windowMs)}, until ${hhmm(c.resetsAt)}`,
         data: { scope, used: c.used, limit: limit.count, windowMs: limit.windowMs, resetsAt: c.resetsAt.toISOString(), runId },

@@ -132,7 +132,8 @@ export function createTaskService(deps: TaskServiceDeps) {
   /** A person over their turn limit makes no task and hands none to the agent (the operator and admins are exempt). */
   async function refuseOverLimit(by: Requester, path: 'task' | 'hand'): Promise<void> {
     const limited = await limiter.turn(by, path);
-    if (limited) throw new TaskInputError(limited.message, 409);
+    // the command's answer ends the sentence ("Not done: ...")
+    if (limited) throw new TaskInputError(limited.message.replace(/\.$/, ''), 409);
   }
 
   /** Tell the task's reminder: a new due time (started again when it ended), or the task ended. */

@@ -8,6 +8,7 @@ import { createPromptLayers } from '../../domain/knowledge/prompt-layers.js';
 import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
 import { createKnowledgeService, type KnowledgeService } from '../../services/knowledge.js';
 import { createTaskService, type TaskService } from '../../services/tasks.js';
+import { createLimiter, DEFAULT_LIMITS, type LimitSettings } from '../../domain/limits.js';
 import { sessionStartOptions } from '../../adapters/ingress-commands.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
@@ -73,6 +74,8 @@ export interface HarnessOptions {
   /** Proposed actions: SMTP, the HTTP policy, the command allowlist. */
   actions?: ActionOptions;
   rateLimits?: RateLimits;
+  /** The limits of the paths that cause model calls (triage, objective runs); DEFAULT_LIMITS for the rest, `rateLimits` for turns. */
+  limits?: Partial<LimitSettings>;
   pairingTtlMs?: number;
   attachments?: AttachmentLimits;
   /** Repository changes: activity settings and the change service's clarify deadline. */
@@ -119,6 +122,9 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const taskQueue = `test-${randomUUID()}`;
   const account = `acct-${randomUUID().slice(0, 8)}`;
   const models = createModelRegistry(opts.providers);
+  // one limiter for every path that causes a model call, as in the started platform
+  const limits: LimitSettings = { ...DEFAULT_LIMITS, turns: opts.rateLimits ?? {}, ...opts.limits };
+  const limiter = createLimiter({ db: opts.db, settings: limits, ...(opts.senders ? { senders: opts.senders } : {}) });
   const worker = await createStewardWorker({
     connection: opts.env.nativeConnection,
     namespace: opts.env.namespace ?? 'default',
@@ -129,6 +135,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       models,
       systemPrompt: DEFAULT_SYSTEM_PROMPT,
       heartbeatEveryMs: 100,
+      limits,
       ...(opts.senders ? { senders: opts.senders } : {}),
       ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
       ...(opts.actions ? { actions: opts.actions } : {}),
@@ -160,6 +167,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         models,
         systemPrompt: DEFAULT_SYSTEM_PROMPT,
         heartbeatEveryMs: 100,
+        limits,
         defaultModel: opts.model ?? 'openai-compatible:test-model',
         ...(opts.senders ? { senders: opts.senders } : {}),
         ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
@@ -195,7 +203,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const workspaces = opts.workspaces
     ? createWorkspaceService({ client: opts.env.client, db: opts.db, taskQueue: backgroundQueue, dataDir: opts.workspaces.dataDir, knowledge: opts.workspaces.knowledge })
     : undefined;
-  const knowledge = workspaces ? createKnowledgeService({ db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
+  const knowledge = workspaces ? createKnowledgeService({ ...(opts.toolPolicy?.forbidSelfApproval === false ? { forbidSelfApproval: false } : {}), db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
   const sessionLimits = { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 };
   const tasks = createTaskService({
     client: opts.env.client,
@@ -203,6 +211,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     taskQueue: backgroundQueue,
     defaultModel: opts.model ?? 'openai-compatible:test-model',
     sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue, defaultModel: opts.model ?? 'openai-compatible:test-model', limits: sessionLimits }, conversation, binding),
+    limiter,
   });
   const ingress = createIngress({
     changes,
@@ -218,7 +227,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     configuredProviders: () => models.configuredProviders(),
     limits: { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 },
     ...(opts.senders ? { senders: opts.senders } : {}),
-    ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
+    limiter,
     ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),
     ...(opts.attachments ? { attachments: opts.attachments } : {}),
   });
