@@ -370,14 +370,18 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         assert.deepEqual(calls.find((c) => c.name === 'settleApproval')!.input, { approvalId, decision: 'denied', by: 'id-ada', byName: 'Ada', reason: 'not now' });
       });
     });
-    it('the requester set of a change: whoever shaped the turn that proposed it, and whoever steers it, may not approve its promotion', async () => {
-      await withWorker(common(verdict({ promotion: 'draft-pr-after-approval' })), async ({ taskQueue, calls }) => {
+    it('the requester set of a change: whoever shaped the turn that proposed it, answered its question or steers it may not approve its promotion', async () => {
+      let round = 0;
+      const intake: Stubs['changeIntake'] = async () => (++round === 1 ? { status: 'needs_clarification', question: 'Which file?', plannable: false } : { status: 'planned', plannable: true });
+      await withWorker(common(verdict({ promotion: 'draft-pr-after-approval' }), intake), async ({ taskQueue, calls }) => {
         const input = changeInput({ requesters: ['id-pat', 'id-ada'] });
         const h = await env.client.workflow.start(repoChangeWorkflow, { taskQueue, workflowId: input.changeId, args: [input] });
+        await until('the question', async () => (await h.query(changeStatusQuery)).question === 'Which file?');
+        await h.executeUpdate(changeAnswerUpdate, { args: [{ text: 'README.md', by: 'id-eve', byName: 'Eve' }] });
         await until('the approval', async () => (await h.query(changeStatusQuery)).approvalId !== undefined);
         const approvalId = (await h.query(changeStatusQuery)).approvalId!;
         await h.signal(changeSteerSignal, { text: 'smaller diff', by: 'Dee', byId: 'id-dee' });
-        for (const by of ['id-pat', 'id-ada', 'id-dee']) {
+        for (const by of ['id-pat', 'id-ada', 'id-eve', 'id-dee']) {
           await assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by, byName: by }] }), (err: Error) =>
             /nor may anyone who shaped it/.test(String((err as WorkflowUpdateFailedError).cause?.message)),
           );

@@ -111,11 +111,12 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   const status: ChangeStatusView = { changeId, phase: 'intake', steers: 0 };
   let answer: { text: string; by: string; byName: string } | undefined;
   // everyone who shaped the change: its requester (for a change a turn proposed, every sender
-  // and steerer of that turn) and whoever steers its coding agent; none may approve its promotion
+  // and steerer of that turn), whoever answers its questions and whoever steers its coding
+  // agent; none may approve its promotion
   const approvals = new ApprovalBook({
     what: 'change',
     requesters: [...new Set([input.requestedBy.id, ...(input.requesters ?? [])])],
-    selfApprovalRefusal: 'the requester may not approve their own change, nor may anyone who shaped it (the turn that proposed it, or steering) (policy forbidSelfApproval)',
+    selfApprovalRefusal: 'the requester may not approve their own change, nor may anyone who shaped it (the turn that proposed it, an answer, steering) (policy forbidSelfApproval)',
   });
 
   setHandler(changeStatusQuery, () => ({ ...status }));
@@ -128,6 +129,8 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
     changeAnswerUpdate,
     (a) => {
       answer = a;
+      // whoever answers a clarifying question shapes the change too
+      approvals.addRequester(a.by);
       delete status.question;
       return { message: 'Thanks: the change continues with your answer.' };
     },
