@@ -377,7 +377,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     ...(tk
       ? {
           skills: async (query: string, identityId: string | null) => {
-            skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger);
+            skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger, input.requesters);
             return tk.skillsText(skillUse, ledger);
           },
           recall: async (query: string) => {

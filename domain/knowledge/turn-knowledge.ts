@@ -6,7 +6,7 @@
  * once per `ttlMs` per chat.
  */
 import type { ConversationKey } from '../../common/ids.js';
-import { RoleSchema, type Role } from '../../common/roles.js';
+import { lowestRole, RoleSchema, type Role } from '../../common/roles.js';
 import type { RememberInput } from '../../common/tools.js';
 import type { z } from 'zod';
 import type { Db } from '../db.js';
@@ -70,12 +70,15 @@ export function createTurnKnowledge(opts: TurnKnowledgeOptions) {
      * The skills a step's message asks for, split by the session's ledger: the ones to inject
      * now (not in it, or at another version) and the ones already given.
      */
-    async skillsFor(chat: ConversationKey, query: string, identityId: string | null, ledger: Record<string, string>): Promise<SkillUse> {
+    async skillsFor(chat: ConversationKey, query: string, identityId: string | null, ledger: Record<string, string>, requesters?: readonly string[]): Promise<SkillUse> {
       if (!opts.skills) return { injected: [], applied: [] };
       const ws = await opts.retriever.workspaceOf(chat);
       // no skills (the usual case): no lookup of the sender
       if ((await opts.skills.catalogue(ws)).skills.length === 0) return { injected: [], applied: [] };
-      const { role } = await personOf(opts.db, identityId);
+      // a turn several people shaped gets the skills the least of them may use
+      const role = requesters?.length
+        ? (lowestRole(await Promise.all(requesters.map(async (who) => (await personOf(opts.db, who)).role))) ?? 'viewer')
+        : (await personOf(opts.db, identityId)).role;
       const matched = await opts.skills.match(ws, query, role);
       return { injected: matched.filter((s) => ledger[s.name] !== s.version), applied: matched.filter((s) => ledger[s.name] === s.version) };
     },
