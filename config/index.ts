@@ -363,6 +363,19 @@ export const ConfigEnvSchema = z.object({
         return z.NEVER;
       }
     }),
+  STEWARD_TOKEN_BUDGET: z
+    .string()
+    .trim()
+    .default('off')
+    .transform((v, ctx) => {
+      if (v === 'off' || v === '') return undefined;
+      try {
+        return parseRate(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: `expected off, or tokens/period such as 2000000/d (${(err as Error).message})` });
+        return z.NEVER;
+      }
+    }),
   STEWARD_ATTACHMENT_MAX_BYTES: positiveInt(10 * 1024 * 1024, 'the largest accepted attachment in bytes'),
   STEWARD_ATTACHMENT_TYPES: z
     .string()
@@ -594,6 +607,8 @@ export interface StewardConfig {
     triageLimits: { perGroup: RateLimit; perSender: RateLimit };
     /** Runs of one objective per window (STEWARD_OBJECTIVE_RUN_LIMIT). */
     objectiveRunLimit: RateLimit;
+    /** Model spend: tokens per window, reserved before every model call (STEWARD_TOKEN_BUDGET); absent: no cap. */
+    tokenBudget?: RateLimit;
     attachments: { maxBytes: number; types: string[] };
   };
   openharness: { waitMs: number };
@@ -886,6 +901,7 @@ function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
     rateLimits: e.STEWARD_TURN_RATE_LIMITS,
     triageLimits: e.STEWARD_TRIAGE_LIMITS,
     objectiveRunLimit: e.STEWARD_OBJECTIVE_RUN_LIMIT,
+    ...(e.STEWARD_TOKEN_BUDGET ? { tokenBudget: e.STEWARD_TOKEN_BUDGET } : {}),
     attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
   };
 }

@@ -14,7 +14,8 @@ import type { Logger } from 'pino';
 import { createDb, migrateDatabase, tuneDb, type Db } from '../domain/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
-import { createModelRegistry } from '../domain/model.js';
+import { createModelRegistry, withSpend, type ModelRegistry } from '../domain/model.js';
+import type { Senders } from '../domain/outbox.js';
 import { countSessions } from '../domain/store/sessions.js';
 import { createHttpApp, startHttpServer, type HttpDeps } from '../adapters/http/app.js';
 import { AuthBackoff } from '../adapters/http/backoff.js';
@@ -37,7 +38,7 @@ import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, ty
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
 import { databaseKind } from '../domain/db.js';
 import { createTaskService, type TaskService } from '../services/tasks.js';
-import { createLimiter, type LimitSettings } from '../domain/limits.js';
+import { createLimiter, createSpend, type LimitSettings } from '../domain/limits.js';
 import { sessionStartOptions } from '../adapters/ingress-commands.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -154,7 +155,19 @@ function knowledgeOf(config: StewardConfig, log?: Logger) {
 
 /** The limits of every path that causes a model call (domain/limits.ts), from the one config section that holds them. */
 export function limitSettings(config: StewardConfig): LimitSettings {
-  return { turns: config.governance.rateLimits, triage: config.governance.triageLimits, objectiveRuns: config.governance.objectiveRunLimit };
+  return {
+    turns: config.governance.rateLimits,
+    triage: config.governance.triageLimits,
+    objectiveRuns: config.governance.objectiveRunLimit,
+    ...(config.governance.tokenBudget ? { tokens: config.governance.tokenBudget } : {}),
+  };
+}
+
+/** The workers' model registry: every model call reserves from the spend budget when one is set (STEWARD_TOKEN_BUDGET). */
+function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders): ModelRegistry {
+  const models = createModelRegistry(config.model.providers);
+  const budget = limitSettings(config).tokens;
+  return budget ? withSpend(models, createSpend({ db, budget, senders })) : models;
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
@@ -559,8 +572,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     const mcp = await startMcp(config, db, log, cleanups, true);
 
     // Worker
-    const models = createModelRegistry(config.model.providers);
     const senders = await createSenders(config, log);
+    const models = modelsWithBudget(config, db, senders);
     const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
     const workers = await startLocalWorkers(config, role, temporal, {
@@ -715,12 +728,12 @@ export async function startWorkerOnly(
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
-  const models = createModelRegistry(config.model.providers);
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
   const client = clientFor(config, connection, dataConverter, tracing);
   const changes = changeServiceFor(config, client, db, runLink, log);
   const senders = await createSenders(config, log);
+  const models = modelsWithBudget(config, db, senders);
   const mcpCleanups: Cleanups = [];
   const mcp = await startMcp(config, db, log, mcpCleanups, false);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)

@@ -271,6 +271,51 @@ for (const kind of testDatabases()) {
         assert.match((await send(ada, `/task hand ${open.id}`, { addressed: true })).reply ?? '', new RegExp(`Task ${open.id} handed to the agent`));
       });
     });
+
+    it('the model budget: every model call reserves before it is made and settles after; a turn that does not fit is refused before its call, a classification that fits runs', { timeout: 120_000 }, async () => {
+      const sender = recordingSender();
+      stack.model.setDefault((req) => {
+        const body = JSON.stringify(req.body);
+        const last = lastUserText(req.body);
+        return { text: body.includes('Classify the message') ? classification(last) : `spent: ${last.slice(0, 40)}`, usage: { prompt_tokens: 100, completion_tokens: 50 } };
+      });
+      const window = await stack.db.spendWindow.findMany();
+      assert.equal(window.length, 0, 'no model call reserved anything without a budget');
+      const HOUR = 3_600_000;
+      // a roomy budget: the turn reserves its estimate (prompt and answer cap) and settles to its usage (150)
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, limits: { tokens: { count: 1_000_000, windowMs: HOUR } } }, async (h) => {
+        await h.send('first question');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('spent: ') && m.text.includes('first quest'), { timeoutMs: 30_000 });
+      });
+      const spent = async () => (await stack.db.spendWindow.findFirstOrThrow({ where: { scope: 'tokens' } })).spent;
+      assert.equal(await spent(), 150);
+      // a tight one: a turn's estimate (at least 4096 for its answer) no longer fits; a classification's (300 for its answer) does
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender }, limits: { tokens: { count: 4100, windowMs: HOUR } } }, async (h) => {
+        const account = `bot${randomUUID().slice(0, 6)}`;
+        const group = `-700${Date.now() % 1e9}`;
+        const admins = `-800${Date.now() % 1e9}`;
+        const userId = `93${Date.now() % 1e6}`;
+        await createIdentity(stack.db, { name: 'Ivy', role: 'member', accounts: [{ platform: 'telegram', userId }], createdBy: 'test' });
+        const b = await bindChat(stack.db, { platform: 'telegram', account, chatId: group, createdBy: 'test' });
+        await bindChat(stack.db, { platform: 'telegram', account, chatId: admins, adminChannel: true, createdBy: 'test' });
+        await h.tasks.setTriage(b.id, { enabled: true }, { id: 'operator', name: 'the operator' });
+        const calls = stack.model.requests.length;
+        await h.send('second question');
+        const notice = await h.waitForMessage((m) => m.role === 'system' && /model budget/.test(m.text), { timeoutMs: 30_000 });
+        assert.match(notice.text, /The model call failed: Not called: the model budget of 4100 tokens per hour \(STEWARD_TOKEN_BUDGET\) has 3950 left, and a call to openai-compatible:test-model may need \d+: no model is called until/);
+        assert.equal(stack.model.requests.length, calls, 'the refused turn called no model');
+        assert.equal(await spent(), 150, 'a refused call spends nothing');
+        const refused = (await stack.db.receipt.findMany({ where: { kind: 'limit.refused' } })).map((r) => JSON.parse(r.data) as { limit: string }).filter((d) => d.limit === 'tokens');
+        assert.equal(refused.length, 1);
+        await sender.waitForPost((p) => p.chatId === admins && p.text.includes('**Model budget**'));
+        // a classification fits: it runs and settles to its usage
+        const r = await h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: group, chatType: 'group', addressed: false, user: 'Ivy', userId, text: 'the build is broken again', at: new Date().toISOString() });
+        assert.ok(r.triage && !r.triage.refused, JSON.stringify(r));
+        await stack.env.client.workflow.getHandle(r.triage.workflowId).result();
+        assert.equal(stack.model.requests.length, calls + 1);
+        assert.equal(await spent(), 300);
+      });
+    });
   });
 }
 

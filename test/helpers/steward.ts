@@ -8,7 +8,7 @@ import { createPromptLayers } from '../../domain/knowledge/prompt-layers.js';
 import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
 import { createKnowledgeService, type KnowledgeService } from '../../services/knowledge.js';
 import { createTaskService, type TaskService } from '../../services/tasks.js';
-import { createLimiter, DEFAULT_LIMITS, type LimitSettings } from '../../domain/limits.js';
+import { createLimiter, createSpend, DEFAULT_LIMITS, type LimitSettings } from '../../domain/limits.js';
 import { sessionStartOptions } from '../../adapters/ingress-commands.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
@@ -22,7 +22,7 @@ import type { ActionOptions } from '../../domain/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/changes.js';
 import { createChangeService, type ChangeService } from '../../services/changes.js';
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
-import { createModelRegistry, type ModelProvidersConfig } from '../../domain/model.js';
+import { createModelRegistry, withSpend, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
 import { createIngress, type AttachmentLimits, type Ingress, type IngressResult } from '../../adapters/ingress.js';
 import type { RateLimits } from '../../common/roles.js';
@@ -121,10 +121,11 @@ export interface Harness {
 export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => Promise<T>): Promise<T> {
   const taskQueue = `test-${randomUUID()}`;
   const account = `acct-${randomUUID().slice(0, 8)}`;
-  const models = createModelRegistry(opts.providers);
-  // one limiter for every path that causes a model call, as in the started platform
+  // one limiter for every path that causes a model call, as in the started platform; every model call reserves from the spend budget when one is set
   const limits: LimitSettings = { ...DEFAULT_LIMITS, turns: opts.rateLimits ?? {}, ...opts.limits };
   const limiter = createLimiter({ db: opts.db, settings: limits, ...(opts.senders ? { senders: opts.senders } : {}) });
+  const registry = createModelRegistry(opts.providers);
+  const models = limits.tokens ? withSpend(registry, createSpend({ db: opts.db, budget: limits.tokens, ...(opts.senders ? { senders: opts.senders } : {}) })) : registry;
   const worker = await createStewardWorker({
     connection: opts.env.nativeConnection,
     namespace: opts.env.namespace ?? 'default',

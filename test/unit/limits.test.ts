@@ -26,14 +26,16 @@ describe('limit settings', () => {
     assert.throws(() => parseTriageLimits('chat:5/h', d), /expected group:count\/period or sender:count\/period/);
   });
 
-  it('reads every limit from one config section, with defaults; a bad one is refused', () => {
+  it('reads every limit from one config section, with defaults (no token budget unless set); a bad one is refused', () => {
     const c = loadConfig({}, dir());
     assert.deepEqual(limitSettings(c), {
       turns: { member: { count: 30, windowMs: HOUR }, operator: { count: 120, windowMs: HOUR } },
       triage: { perGroup: { count: 30, windowMs: HOUR }, perSender: { count: 10, windowMs: HOUR } },
       objectiveRuns: { count: 60, windowMs: HOUR },
     });
-    const set = loadConfig({ STEWARD_TRIAGE_LIMITS: 'group:4/h,sender:2/h', STEWARD_OBJECTIVE_RUN_LIMIT: '3/d' }, dir());
+    const set = loadConfig({ STEWARD_TRIAGE_LIMITS: 'group:4/h,sender:2/h', STEWARD_OBJECTIVE_RUN_LIMIT: '3/d', STEWARD_TOKEN_BUDGET: '2000000/d' }, dir());
+    assert.deepEqual(limitSettings(set).tokens, { count: 2_000_000, windowMs: 86_400_000 });
+    assert.throws(() => loadConfig({ STEWARD_TOKEN_BUDGET: 'lots' }, dir()), (err: unknown) => err instanceof ConfigError && /STEWARD_TOKEN_BUDGET/.test(err.message));
     assert.deepEqual(limitSettings(set).triage, { perGroup: { count: 4, windowMs: HOUR }, perSender: { count: 2, windowMs: HOUR } });
     assert.deepEqual(limitSettings(set).objectiveRuns, { count: 3, windowMs: 86_400_000 });
     assert.throws(() => loadConfig({ STEWARD_TRIAGE_LIMITS: 'group:lots' }, dir()), (err: unknown) => err instanceof ConfigError && /STEWARD_TRIAGE_LIMITS/.test(err.message));

@@ -12,5 +12,14 @@ CREATE TABLE "LimitUse" (
     CONSTRAINT "LimitUse_pkey" PRIMARY KEY ("scope","windowStart","slot")
 );
 
+-- CreateTable
+CREATE TABLE "SpendWindow" (
+    "scope" TEXT NOT NULL,
+    "windowStart" TIMESTAMP(3) NOT NULL,
+    "spent" INTEGER NOT NULL DEFAULT 0,
+
+    CONSTRAINT "SpendWindow_pkey" PRIMARY KEY ("scope","windowStart")
+);
+
 -- CreateIndex
 CREATE UNIQUE INDEX "LimitUse_scope_key_key" ON "LimitUse"("scope", "key");

@@ -14,3 +14,12 @@ CREATE TABLE "LimitUse" (
 
 -- CreateIndex
 CREATE UNIQUE INDEX "LimitUse_scope_key_key" ON "LimitUse"("scope", "key");
+
+-- CreateTable
+CREATE TABLE "SpendWindow" (
+    "scope" TEXT NOT NULL,
+    "windowStart" DATETIME NOT NULL,
+    "spent" INTEGER NOT NULL DEFAULT 0,
+
+    PRIMARY KEY ("scope", "windowStart")
+);
