@@ -3,9 +3,10 @@
  * config section (STEWARD_TURN_RATE_LIMITS, STEWARD_TRIAGE_LIMITS, STEWARD_OBJECTIVE_RUN_LIMIT)
  * and every path asks this limiter before it hands work to a model:
  *
- * - turns: a chat message, `/task <text>` and a task handed to the agent (`/task hand`, the API)
- *   count against the person's per-role limit (admins exempt), over a sliding window of the
- *   turn-starting messages they sent (a handed task is recorded as such a message);
+ * - turns: a chat message, `/task <text>`, a task handed to the agent (`/task hand`, the API) and
+ *   a repository change asked for (`/change`) count against the person's per-role limit (admins
+ *   exempt), over a sliding window of the turn-starting messages they sent (a handed task is
+ *   recorded as such a message);
  * - triage: each classification of a group message claims one use of the group's budget and one
  *   of its sender's, per fixed window; over either, the message is not classified (no model
  *   call, no task, no routing post) and the admins are told once per window;
@@ -54,8 +55,8 @@ export interface LimitRefusal {
   data: Record<string, unknown>;
 }
 
-/** The path that asks for a turn: a chat message, `/task <text>`, a task handed to the agent. */
-export type TurnPath = 'message' | 'task' | 'hand';
+/** The path that asks for a turn: a chat message, `/task <text>`, a task handed to the agent, a repository change. */
+export type TurnPath = 'message' | 'task' | 'hand' | 'change';
 
 type Claim = { ok: true } | { ok: false; used: number; resetsAt: Date };
 
@@ -145,7 +146,7 @@ export function createLimiter(deps: LimiterDeps) {
      * yes. Refused: why, with when to try again (receipted under `receiptKey` when given).
      */
     async turn(who: { id: string; role?: Role; kind?: 'person' | 'operator' }, path: TurnPath, receiptKey?: string): Promise<LimitRefusal | undefined> {
-      if (who.kind === 'operator') return undefined;
+      if (who.kind === 'operator' || Object.keys(settings.turns).length === 0) return undefined;
       const role = await roleOf(who);
       if (role === undefined || isAdmin(role)) return undefined;
       const limit = settings.turns[role];

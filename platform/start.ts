@@ -316,6 +316,7 @@ function changeServiceFor(config: StewardConfig, client: Client, db: Db, runLink
   return createChangeService({
     client,
     db,
+    limiter: createLimiter({ db, settings: limitSettings(config) }),
     taskQueue: config.temporal.taskQueue,
     activityQueue: config.repoChanges.taskQueue,
     clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,

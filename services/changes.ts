@@ -30,6 +30,7 @@ import { repoChangeWorkflow } from '../workflows/changes/repo-change.js';
 import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';
 import type { RepoChangeInput } from '../workflows/types.js';
 import { ServiceInputError, type Requester } from './requests.js';
+import type { Limiter } from '../domain/limits.js';
 
 export interface ChangeServiceDeps {
   client: Client;
@@ -44,6 +45,8 @@ export interface ChangeServiceDeps {
   clarifyTimeoutMs?: number;
   maxQuestions?: number;
   runLink?: (workflowId: string) => string | undefined;
+  /** The limits of every path that causes a model call (domain/limits.ts): a change asked for counts as a turn of the person. */
+  limiter?: Pick<Limiter, 'turn'>;
   log?: Logger;
 }
 
@@ -199,6 +202,9 @@ async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requeste
   const parsed = ChangeRequestSchema.safeParse(input);
   if (!parsed.success) throw new ChangeInputError(`invalid change request: ${describeIssues(parsed.error)}`);
   const req = parsed.data;
+  // a change's intake, plan and coding agent call models: it counts against the asker's turn limit
+  const limited = await deps.limiter?.turn(by, 'change');
+  if (limited) throw new ChangeInputError(limited.message.replace(/\.$/, ''), 409);
   const repo = await store.findRepo(deps.db, req.repo);
   if (!repo) throw new ChangeInputError(`no repository is registered as ${req.repo} (register it with POST /api/v1/repos or steward repos add)`, 404);
   const id = newChangeId();

@@ -195,6 +195,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const changes = createChangeService({
     client: opts.env.client,
     db: opts.db,
+    limiter,
     taskQueue,
     activityQueue: repoQueue,
     ...(opts.repoChanges?.clarifyTimeoutMs !== undefined ? { clarifyTimeoutMs: opts.repoChanges.clarifyTimeoutMs } : {}),

@@ -459,6 +459,20 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('limits: a repository change asked for counts as a turn: a person over their limit starts none', async () => {
+      await withHarness(harness({ rateLimits: { operator: { count: 1, windowMs: 3_600_000 } } }), async (h) => {
+        const tg = telegram(h.ingress);
+        const op = await person(stack.db, 'operator', 'Opal');
+        const before = await stack.db.repoChange.count();
+        assert.equal((await tg.send(op, 'one question')).kind, 'message');
+        const change = await tg.send(op, '/change demo Make the greeting friendlier');
+        assert.match(change.reply ?? '', /^Not started: You have sent 1 messages in the last hour; the limit for the operator role is 1\. Try again in \d+ minutes?\.$/);
+        assert.equal(await stack.db.repoChange.count(), before, 'nothing started');
+        const refused = await receipts(stack.db, 'limit.refused', (d) => d.path === 'change');
+        assert.equal(refused.length, 1);
+      });
+    });
+
     it('the requester set: an admin whose message was batched with a member\'s, or who steered a member\'s turn, may not approve what it proposes; a third admin may', { timeout: 120_000 }, async () => {
       await withHarness(harness({ toolPolicy: { approvalTools: ['post_to_chat'], approvalTimeoutMs: 10 * 60_000 } }), async (h) => {
         const tg = telegram(h.ingress);
