@@ -19,8 +19,9 @@ import type { Logger } from 'pino';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
 import type { AttachmentRef } from '../common/schemas.js';
 import { approvalRequired, DEFAULT_APPROVAL_TOOLS, isActionTool, TOOLS } from '../common/tools.js';
-import type { Role } from '../common/roles.js';
+import { lowestRole, type Role } from '../common/roles.js';
 import type { ScratchRef, SessionSettings, TokenUsage, ToolCallRef, WorkingSet } from '../workflows/types.js';
+import type { LimitSettings } from '../domain/limits.js';
 import { proposalRefusal, resolveActionSettings, type ActionOptions, type StartRepoChange } from '../domain/actions.js';
 import { getBlobText, putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
@@ -123,6 +124,8 @@ export interface ActivityDeps {
   memoryRecall?: number;
   /** Tools from the registered MCP servers; absent: none are offered. */
   mcp?: McpTools;
+  /** The limits of the paths that cause model calls (domain/limits.ts; objective runs here); DEFAULT_LIMITS when absent. */
+  limits?: LimitSettings;
 }
 
 export interface ModelStepInput {
@@ -137,6 +140,8 @@ export interface ModelStepInput {
   draftHash?: string;
   /** The turn's tool exchange so far. */
   scratch?: ScratchRef[];
+  /** Everyone who shaped the turn (its senders and steerers); absent in turns from before the set: the last sender. */
+  requesters?: string[];
 }
 
 export type ModelStepResult =
@@ -167,6 +172,8 @@ export interface RunToolInput extends ToolCallInput {
   refused?: string;
   /** The identity (or user name) whose message led to the call: a memory's proposer. */
   requestedBy?: string;
+  /** Everyone who shaped the turn (identity ids, or user names): a memory waits unless each may approve it; a change it starts carries them. Absent: `requestedBy` alone. */
+  requesters?: string[];
 }
 
 export interface RunToolResult {
@@ -177,7 +184,15 @@ export interface RunToolResult {
 }
 
 export interface RequestApprovalInput extends ToolCallInput {
+  /** The sender of the batch's last message. */
   requestedBy?: string;
+  /** Everyone who shaped the turn: none of them may approve (absent: `requestedBy` alone). */
+  requesters?: string[];
+}
+
+/** The requester set an activity was given: the set, else the one requester of a turn from before it. */
+function requesterSet(input: { requestedBy?: string; requesters?: string[] }): string[] {
+  return input.requesters ?? (input.requestedBy ? [input.requestedBy] : []);
 }
 
 export interface SettleApprovalInput {
@@ -327,6 +342,11 @@ async function mcpCatalogue(c: ChatContext, input: ModelStepInput): Promise<{ ca
   const catalogue = await c.mcp!.catalogue(ws?.name ?? null);
   // no MCP tools for this chat (the usual case): no lookup of the sender
   if (catalogue.tools.size === 0) return { catalogue, role: undefined };
+  if (input.requesters) {
+    // everyone who shaped the turn: a tool waits unless the least of them may call it unasked
+    const roles = await Promise.all(input.requesters.map(async (who) => (await personOf(c.db, who)).role));
+    return { catalogue, role: lowestRole(roles) };
+  }
   const sender = (await messagesByKeys(c.db, input.inbound)).at(-1);
   const role = sender ? (await personOf(c.db, sender.identityId)).role : undefined;
   return { catalogue, role };
@@ -362,7 +382,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     ...(tk
       ? {
           skills: async (query: string, identityId: string | null) => {
-            skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger);
+            skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger, input.requesters);
             return tk.skillsText(skillUse, ledger);
           },
           recall: async (query: string) => {
@@ -573,9 +593,16 @@ async function runToolBeating(c: ChatContext, input: RunToolInput, ctx: Context)
         actions: c.actions,
         ...(c.startRepoChange ? { startRepoChange: c.startRepoChange } : {}),
         workflow: { ...(wf.workflowId ? { workflowId: wf.workflowId } : {}), ...(wf.runId ? { runId: wf.runId } : {}) },
+        ...(input.requesters ? { requesters: input.requesters } : {}),
         ...(await workspaceAccess(c, input.conversation).then((workspace) => (workspace ? { workspace } : {}))),
         ...(c.turnKnowledge
-          ? { remember: (m) => c.turnKnowledge!.remember({ conversation: input.conversation, sessionId: input.sessionId, turnId: input.turnId, toolCallId: input.toolCallId, ...(input.requestedBy ? { requestedBy: input.requestedBy } : {}) }, m) }
+          ? {
+              remember: (m) =>
+                c.turnKnowledge!.remember(
+                  { conversation: input.conversation, sessionId: input.sessionId, turnId: input.turnId, toolCallId: input.toolCallId, ...(input.requestedBy ? { requestedBy: input.requestedBy } : {}), ...(input.requesters ? { requesters: input.requesters } : {}) },
+                  m,
+                ),
+            }
           : {}),
       },
       call,
@@ -617,6 +644,7 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
   // exactly what will be sent, every value the model chose; only Steward's own secrets masked
   const view = viewProposal(call.toolName, call.input, { heldSecrets: c.actions.heldSecrets, ...(c.actions.smtp ? { smtpFrom: c.actions.smtp.from } : {}) });
   const forbidSelfApproval = c.policy.forbidSelfApproval !== false;
+  const shapedBy = requesterSet(input);
   const spec = Object.values(TOOLS).find((t) => t.name === call.toolName);
   const existing = await findApprovalRow(c.db, id);
   if (existing && (existing.turnId !== input.turnId || existing.toolCallId !== input.toolCallId)) {
@@ -649,7 +677,7 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
     ...(view.invisible ? ['Invisible or direction-changing characters in it are shown as \\u{…}.'] : []),
     ...(view.credentials.length ? [`⚠ It carries credentials the agent wrote itself: ${view.credentials.join(', ')}. Approve only if you know where they came from.`] : []),
     `Request sha256: ${view.hash} (the action runs only if what it sends is exactly this).`,
-    ...(forbidSelfApproval && input.requestedBy ? ['The person whose message led to this proposal may not approve it.'] : []),
+    ...(forbidSelfApproval && shapedBy.length > 0 ? [await mayNotApproveLine(c.db, shapedBy)] : []),
     `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
     `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
   ].join('\n');
@@ -671,9 +699,16 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
     kind: 'approval.requested',
     ...wf,
     actor: input.requestedBy,
-    data: { approvalId: id, turnId: input.turnId, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length },
+    data: { approvalId: id, turnId: input.turnId, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length, ...(input.requesters ? { requesters: input.requesters } : {}) },
   });
   return { approvalId: id, timeoutMs, summary, forbidSelfApproval };
+}
+
+/** Who may not approve a proposal, by name: everyone whose message or steering shaped the turn. */
+async function mayNotApproveLine(db: Db, shapedBy: string[]): Promise<string> {
+  if (shapedBy.length === 1) return 'The person whose message led to this proposal may not approve it.';
+  const names = await Promise.all(shapedBy.map(async (who) => (await personOf(db, who)).name));
+  return `Those whose messages or steering shaped this proposal may not approve it: ${[...new Set(names)].join(', ')}.`;
 }
 
 /** Record the decision (or the deadline), show it on the admins' posts and tell the proposer. */

@@ -8,6 +8,7 @@ import { createRepoChangeActivities, DEFAULT_REPO_CHANGE_SETTINGS } from './chan
 import { createKnowledgeActivities } from './knowledge.js';
 import { createObjectiveActivities } from './objectives.js';
 import { createTaskActivities } from './tasks.js';
+import { createLimiter, DEFAULT_LIMITS } from '../domain/limits.js';
 
 export * from './chat.js';
 
@@ -23,6 +24,7 @@ export function createActivities(deps: ActivityDeps) {
       db: deps.db,
       senders,
       defaultModel: deps.defaultModel ?? deps.repoChanges?.defaultModel ?? DEFAULT_REPO_CHANGE_SETTINGS.defaultModel,
+      limiter: createLimiter({ db: deps.db, settings: deps.limits ?? DEFAULT_LIMITS, senders }),
       ...common,
     }),
     ...createRepoChangeActivities({ db: deps.db, models: deps.models, senders, settings: deps.repoChanges ?? DEFAULT_REPO_CHANGE_SETTINGS, ...common }),

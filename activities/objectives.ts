@@ -9,6 +9,7 @@ import { activityInfo } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Logger } from 'pino';
 import type { Db } from '../domain/db.js';
+import type { Limiter } from '../domain/limits.js';
 import { finishObjectiveRun, prepareObjectiveRun, type FinishRunInput, type PrepareRunInput, type PrepareRunResult, type RunExecution } from '../domain/objective-runs.js';
 import type { Senders } from '../domain/outbox.js';
 
@@ -18,6 +19,8 @@ export interface ObjectiveDeps {
   db: Db;
   senders: Senders;
   defaultModel: string;
+  /** The limits of the paths that cause model calls: a run claims one use of its objective's budget. */
+  limiter?: Limiter;
   log?: Logger;
   runLink?: (workflowId: string) => string | undefined;
   onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void;
@@ -34,7 +37,7 @@ export function createObjectiveActivities(deps: ObjectiveDeps) {
   return {
     /** Record the run; skip it when the objective is gone or its scheduled time was chosen to be skipped. */
     async objectivePrepareRun(input: PrepareRunInput): Promise<PrepareRunResult> {
-      return prepareObjectiveRun(db, input, { execution, defaultModel: deps.defaultModel, onTranscript: deps.onTranscript });
+      return prepareObjectiveRun(db, input, { execution, defaultModel: deps.defaultModel, onTranscript: deps.onTranscript, ...(deps.limiter ? { limiter: deps.limiter } : {}) });
     },
 
     /** Record the result; a failed run tells the admins (admin channel, else their DMs) with its link. */

@@ -149,7 +149,9 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
         }
       }
       try {
-        const r = await env.client.workflow.executeUpdateWithStart(steerUpdate, { args: [{ text: cmd.text, by: call.by }], startWorkflowOperation: withStart(call) });
+        // the steerer's identity goes with the note: they join the requester set of the turn it shapes
+        const note = { text: cmd.text, by: call.by, ...(call.actor.kind === 'person' ? { byId: call.actor.id } : {}) };
+        const r = await env.client.workflow.executeUpdateWithStart(steerUpdate, { args: [note], startWorkflowOperation: withStart(call) });
         return r.message;
       } catch (err) {
         if (err instanceof WorkflowUpdateFailedError) return `Steering not accepted: ${err.cause?.message ?? err.message}`;

@@ -41,12 +41,13 @@ import {
 import { deliverOnce, type Button, type Senders } from '../domain/outbox.js';
 import { receiptExists, receiptIdsByKeys, receiptsOfKindBetween, writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { messageByKey, messagesByKeys, messagesSince, oldestMessageSince, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
+import { messageByKey, messagesByKeys, readTranscript, recordedSeq, recordInbound, recordSystemMessage, type TranscriptRow } from '../domain/transcript.js';
 import { faultPoint } from '../common/fault-points.js';
 import { handedKey, handOverMessage, RESUME_MAX_PAGES, RESUME_PAGE, resumeWindow, wasHandedOver, type ResumeOptions } from '../services/handoff.js';
 import { commandAddressee, isAdminCommand, mayUse, parseText, specOf, type ParsedCommand } from '../common/commands.js';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { describeWindow, isAdmin, type RateLimits, type Role } from '../common/roles.js';
+import { isAdmin, type RateLimits, type Role } from '../common/roles.js';
+import { createLimiter, DEFAULT_LIMITS, type Limiter } from '../domain/limits.js';
 import {
   AttachmentRefSchema,
   InboundMessageBaseSchema,
@@ -107,8 +108,8 @@ export interface IngressResult {
   reason?: RejectReason;
   /** Transcript seq of the recorded inbound message. */
   seq?: number;
-  /** An ignored group message that triage took: its triage workflow. */
-  triage?: { workflowId: string; duplicate: boolean };
+  /** An ignored group message that triage took: its triage workflow (`refused`: over a triage limit, not classified). */
+  triage?: { workflowId: string; duplicate: boolean; refused?: string };
 }
 
 export interface TranscriptEntry {
@@ -228,7 +229,9 @@ export interface IngressDeps {
   senders?: Senders;
   /** How long a pairing code lives. */
   pairingTtlMs?: number;
-  /** Per-role limits on turn-starting messages (admins are exempt). */
+  /** The limits of every path that causes a model call (domain/limits.ts): turns, triage. Absent: one made from `rateLimits`. */
+  limiter?: Limiter;
+  /** Per-role limits on turn-starting messages (admins are exempt), when no `limiter` is given. */
   rateLimits?: RateLimits;
   attachments?: AttachmentLimits;
   /** Governed repository changes (/change, /answer; /stop and /steer reach a running change). */
@@ -291,7 +294,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
   const { client, db } = deps;
   const senders = deps.senders ?? {};
   const pairingTtlMs = deps.pairingTtlMs ?? 15 * 60_000;
-  const rateLimits = deps.rateLimits ?? {};
+  const limiter = deps.limiter ?? createLimiter({ db, settings: { ...DEFAULT_LIMITS, turns: deps.rateLimits ?? {} }, senders });
   const attachmentLimits = deps.attachments ?? DEFAULT_ATTACHMENT_LIMITS;
   /** The pairing code an answer carries, so that an answer nobody received can withdraw it. */
   const pairingCodes = new WeakMap<IngressResult, string>();
@@ -392,7 +395,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
     db,
     senders,
     pairingTtlMs,
-    rateLimits,
+    limiter,
     knownSessions,
     commandRetryAfterMs: deps.commandRetryAfterMs ?? 30_000,
     issuedCode,
@@ -660,7 +663,7 @@ interface IngressSteps {
   db: Db;
   senders: Senders;
   pairingTtlMs: number;
-  rateLimits: RateLimits;
+  limiter: Limiter;
   /** Session rows this ingress has made sure of: one upsert per session and process. */
   knownSessions: Set<string>;
   commandRetryAfterMs: number;
@@ -835,17 +838,10 @@ async function authorise(s: IngressSteps, a: Admitted): Promise<IngressResult | 
   }
   if (!governed) return undefined;
   if (who.role === 'viewer') return s.reject(msg, workflowId, 'forbidden', 'Viewers can use /status and /help, but not talk to the agent.');
-  const limit = isAdmin(who.role) ? undefined : s.rateLimits[who.role];
-  if (limit && who.kind === 'person') {
-    const since = new Date(Date.now() - limit.windowMs);
-    const used = await messagesSince(s.db, who.id, since);
-    // a redelivery of a message accepted before (counted in `used`) goes on to persist, which finds it
-    if (used >= limit.count && (await recordedSeq(s.db, a.key)) === undefined) {
-      const oldest = await oldestMessageSince(s.db, who.id, since);
-      const waitMin = oldest ? Math.max(1, Math.ceil((oldest.getTime() + limit.windowMs - Date.now()) / 60_000)) : 1;
-      return s.reject(msg, workflowId, 'rate-limited', `You have sent ${used} messages in the last ${describeWindow(limit.windowMs)}; the limit for the ${who.role} role is ${limit.count}. Try again in ${waitMin} minute${waitMin === 1 ? '' : 's'}.`, { used, limit: limit.count });
-    }
-  }
+  // the one limiter every path that causes a model call asks (domain/limits.ts); a redelivery of a
+  // message accepted before (counted already) goes on to persist, which finds it
+  const limited = await s.limiter.turn(who, 'message');
+  if (limited && (await recordedSeq(s.db, a.key)) === undefined) return s.reject(msg, workflowId, 'rate-limited', limited.message, { used: limited.data.used, limit: limited.data.limit });
   return undefined;
 }
 

@@ -17,6 +17,13 @@ export function roleAtLeast(role: Role, min: Role): boolean {
   return RANK[role] >= RANK[min];
 }
 
+/** The lowest of some roles (undefined for none): what a group of people may do together is what the least of them may. */
+export function lowestRole(roles: readonly Role[]): Role | undefined {
+  let low: Role | undefined;
+  for (const r of roles) if (low === undefined || RANK[r] < RANK[low]) low = r;
+  return low;
+}
+
 /** Admins and overlords: pairing, approvals, bindings; exempt from turn rate limits. */
 export function isAdmin(role: Role): boolean {
   return roleAtLeast(role, 'admin');
@@ -57,6 +64,29 @@ export function parseRateLimits(spec: string): RateLimits {
     const per = m[3] ? Number(m[3]) : 1;
     if (per < 1) throw new Error(`"${raw}": the period must be at least 1`);
     out[role.data] = { count: Number(m[2]), windowMs: per * (UNITS[m[4] ?? 'h'] ?? UNITS.h!) };
+  }
+  return out;
+}
+
+/** Parse one `count/period` such as `30/h` or `30/2h` (s, m, h or d). Throws with a readable message. */
+export function parseRate(spec: string): RateLimit {
+  const m = /^(\d+)\/(\d*)([smhd])$/.exec(spec.trim());
+  if (!m) throw new Error(`"${spec}": expected count/period, e.g. 30/h`);
+  const per = m[2] ? Number(m[2]) : 1;
+  if (per < 1) throw new Error(`"${spec}": the period must be at least 1`);
+  if (Number(m[1]) < 1) throw new Error(`"${spec}": the count must be at least 1`);
+  return { count: Number(m[1]), windowMs: per * (UNITS[m[3] ?? 'h'] ?? UNITS.h!) };
+}
+
+/** Parse `group:30/h,sender:10/h` (either may be left out: its default stays). Throws with a readable message. */
+export function parseTriageLimits(spec: string, defaults: { perGroup: RateLimit; perSender: RateLimit }): { perGroup: RateLimit; perSender: RateLimit } {
+  const out = { ...defaults };
+  for (const raw of spec.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^(group|sender):(.+)$/.exec(raw);
+    if (!m) throw new Error(`"${raw}": expected group:count/period or sender:count/period`);
+    const rate = parseRate(m[2]!);
+    if (m[1] === 'group') out.perGroup = rate;
+    else out.perSender = rate;
   }
   return out;
 }

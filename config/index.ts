@@ -8,7 +8,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import { z } from 'zod';
-import { parseRateLimits, type RateLimits } from '../common/roles.js';
+import { parseRate, parseRateLimits, parseTriageLimits, type RateLimit, type RateLimits } from '../common/roles.js';
 import { ModelRefSchema, type Provider } from '../common/schemas.js';
 import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
 import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
@@ -339,6 +339,43 @@ export const ConfigEnvSchema = z.object({
         return z.NEVER;
       }
     }),
+  STEWARD_TRIAGE_LIMITS: z
+    .string()
+    .trim()
+    .default('group:30/h,sender:10/h')
+    .transform((v, ctx) => {
+      try {
+        return parseTriageLimits(v, { perGroup: { count: 30, windowMs: 3_600_000 }, perSender: { count: 10, windowMs: 3_600_000 } });
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: `expected group:count/period,sender:count/period such as group:30/h,sender:10/h (${(err as Error).message})` });
+        return z.NEVER;
+      }
+    }),
+  STEWARD_OBJECTIVE_RUN_LIMIT: z
+    .string()
+    .trim()
+    .default('60/h')
+    .transform((v, ctx) => {
+      try {
+        return parseRate(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: `expected count/period such as 60/h (${(err as Error).message})` });
+        return z.NEVER;
+      }
+    }),
+  STEWARD_TOKEN_BUDGET: z
+    .string()
+    .trim()
+    .default('off')
+    .transform((v, ctx) => {
+      if (v === 'off' || v === '') return undefined;
+      try {
+        return parseRate(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: `expected off, or tokens/period such as 2000000/d (${(err as Error).message})` });
+        return z.NEVER;
+      }
+    }),
   STEWARD_ATTACHMENT_MAX_BYTES: positiveInt(10 * 1024 * 1024, 'the largest accepted attachment in bytes'),
   STEWARD_ATTACHMENT_TYPES: z
     .string()
@@ -566,6 +603,12 @@ export interface StewardConfig {
     /** The person whose message led to a proposal may not approve it. */
     forbidSelfApproval: boolean;
     rateLimits: RateLimits;
+    /** Classifications of group messages per group (binding) and per sender (STEWARD_TRIAGE_LIMITS). */
+    triageLimits: { perGroup: RateLimit; perSender: RateLimit };
+    /** Runs of one objective per window (STEWARD_OBJECTIVE_RUN_LIMIT). */
+    objectiveRunLimit: RateLimit;
+    /** Model spend: tokens per window, reserved before every model call (STEWARD_TOKEN_BUDGET); absent: no cap. */
+    tokenBudget?: RateLimit;
     attachments: { maxBytes: number; types: string[] };
   };
   openharness: { waitMs: number };
@@ -856,6 +899,9 @@ function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
     approvalTools: e.STEWARD_APPROVAL_TOOLS,
     forbidSelfApproval: e.STEWARD_FORBID_SELF_APPROVAL,
     rateLimits: e.STEWARD_TURN_RATE_LIMITS,
+    triageLimits: e.STEWARD_TRIAGE_LIMITS,
+    objectiveRunLimit: e.STEWARD_OBJECTIVE_RUN_LIMIT,
+    ...(e.STEWARD_TOKEN_BUDGET ? { tokenBudget: e.STEWARD_TOKEN_BUDGET } : {}),
     attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
   };
 }

@@ -727,6 +727,11 @@ export async function runCommandAction(input: CommandActionInput, policy: Comman
 export interface ChangeRequester {
   id: string;
   name: string;
+  /**
+   * Everyone else who shaped the request (a turn's other senders and steerers): with `id`, none
+   * of them may approve the change's promotion.
+   */
+  shapedBy?: readonly string[];
 }
 
 /** Starts a governed repository change (the platform passes the ChangeService's startChange). */
@@ -778,6 +783,8 @@ export interface ActionContext {
   startRepoChange?: StartRepoChange;
   /** For receipts. */
   workflow?: { workflowId?: string; runId?: string };
+  /** Everyone who shaped the turn that proposed the action (a change it starts carries them). */
+  requesters?: readonly string[];
   signal?: AbortSignal;
   /** Tests: a resolver standing in for DNS. */
   resolve?: HostResolver;
@@ -880,6 +887,7 @@ async function perform(ctx: ActionContext, call: LoadedToolCall, tool: ToolName,
       const requester: ChangeRequester = {
         id: approval.requestedBy ?? 'agent',
         name: `${who?.name ?? approval.requestedBy ?? 'the chat'} (proposed by the agent, approved by ${approval.decidedBy ?? 'an admin'})`,
+        ...(ctx.requesters ? { shapedBy: ctx.requesters } : {}),
       };
       let started: { id: string; runUrl?: string | null };
       try {

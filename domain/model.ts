@@ -50,6 +50,35 @@ export interface ModelProvidersConfig {
 /** A prompt message: the AI SDK's model message (system messages become the instructions). */
 export type ChatMessage = ModelMessage;
 
+/** The spend budget (STEWARD_TOKEN_BUDGET) has not what a call may cost left in this window: the call is not made. */
+export class ModelBudgetExceededError extends Error {
+  override readonly name = 'ModelBudgetExceededError';
+}
+
+/** A reservation of spend for one model call, settled once the call ends. */
+export interface SpendTicket {
+  windowStart: number;
+  reserved: number;
+}
+
+/**
+ * The spend budget every model call goes through (domain/limits.ts): `reserve` before the call
+ * (throws ModelBudgetExceededError when the estimate does not fit), `settle` after it with what
+ * it used.
+ */
+export interface ModelSpend {
+  reserve(model: string, estimate: number): Promise<SpendTicket>;
+  settle(ticket: SpendTicket, used: number): Promise<void>;
+}
+
+/** What a call's answer is reckoned at before it is made, when the request sets no cap. */
+export const DEFAULT_OUTPUT_ESTIMATE = 4096;
+
+/** The model registry with a spend budget: every model step through it reserves before and settles after. */
+export function withSpend(registry: ModelRegistry, spend: ModelSpend): ModelRegistry {
+  return { ...registry, spend };
+}
+
 /** The model reference names a provider that has no credentials / endpoint configured. */
 export class ModelNotConfiguredError extends Error {
   override readonly name = 'ModelNotConfiguredError';
@@ -114,6 +143,8 @@ export interface ModelRegistry {
   languageModel(ref: string): LanguageModel;
   /** The AI SDK embedding model for `ref` (openai or openai-compatible; Anthropic has none); throws as `languageModel` does. */
   embeddingModel(ref: string): EmbeddingModel;
+  /** The spend budget model steps reserve from and settle to (absent: no budget). */
+  spend?: ModelSpend;
 }
 
 export function createModelRegistry(cfg: ModelProvidersConfig): ModelRegistry {
@@ -366,6 +397,23 @@ async function streamedStep(call: CallSettings, opts: ModelStepOptions): Promise
  * AbortError-like error when `opts.signal` aborts (the HTTP request is aborted too).
  */
 export async function runModelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions = {}): Promise<ModelStepOutput> {
+  if (!registry.spend) return modelStep(registry, req, opts);
+  // the budget: reserved before the call (the prompt by its length, the answer at its cap), settled after
+  if (opts.signal?.aborted) throw abortError(opts.signal);
+  const promptTokens = Math.ceil(req.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : JSON.stringify(m.content).length), 0) / 4);
+  const ticket = await registry.spend.reserve(req.model, promptTokens + (req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE));
+  let used = promptTokens;
+  try {
+    const out = await modelStep(registry, req, opts);
+    used = out.usage.totalTokens || used;
+    return out;
+  } finally {
+    // a settle that fails leaves the whole reservation spent: over-counted, never under
+    await registry.spend.settle(ticket, used).catch(() => undefined);
+  }
+}
+
+async function modelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions): Promise<ModelStepOutput> {
   if (opts.signal?.aborted) throw abortError(opts.signal);
   const languageModel = registry.languageModel(req.model);
   const { provider, model: modelId } = parseRef(req.model);
@@ -516,6 +564,7 @@ export function classifyModelError(err: unknown): ClassifiedModelError {
   }
 
   if (e instanceof ModelNotConfiguredError) return { retryable: false, type: 'ModelNotConfigured', message: e.message };
+  if (e instanceof ModelBudgetExceededError) return { retryable: false, type: 'ModelBudgetExceeded', message: e.message };
   if (e instanceof InvalidModelRefError) return { retryable: false, type: 'InvalidModelRef', message: redactSecrets(e.message) };
   if (e instanceof Error && e.name === 'TimeoutError') {
     return { retryable: true, type: 'ModelTimeout', message: `The model call${ref ? ` to ${ref}` : ''} timed out.` };

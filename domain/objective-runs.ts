@@ -9,6 +9,7 @@ import { neutralise, wrapUntrusted } from '../common/untrusted.js';
 import type { TurnInput } from '../workflows/types.js';
 import { getBlobText } from './blobs.js';
 import type { Db } from './db.js';
+import type { Limiter } from './limits.js';
 import { notifyAdmins } from './governance.js';
 import type { Senders } from './outbox.js';
 import { isUniqueViolation } from './prisma-errors.js';
@@ -58,7 +59,7 @@ async function runPromptText(db: Db, obj: ObjectiveRow, event: PrepareRunInput['
 export async function prepareObjectiveRun(
   db: Db,
   input: PrepareRunInput,
-  opts: { execution: () => RunExecution; defaultModel: string; onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void },
+  opts: { execution: () => RunExecution; defaultModel: string; onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void; limiter?: Pick<Limiter, 'objectiveRun'> },
 ): Promise<PrepareRunResult> {
   const obj = await findObjective(db, input.objectiveId);
   const scheduledAt = input.scheduledAt ? new Date(input.scheduledAt) : null;
@@ -66,11 +67,14 @@ export async function prepareObjectiveRun(
     await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...opts.execution(), data: { objectiveId: input.objectiveId, skipped: 'the objective was deleted' } });
     return { kind: 'skip', reason: 'the objective was deleted' };
   }
-  const skip = obj.skipBefore && scheduledAt && scheduledAt < obj.skipBefore;
+  const missed = obj.skipBefore && scheduledAt && scheduledAt < obj.skipBefore;
+  // a run claims one use of its objective's budget (keyed by the run: a retry claims nothing more)
+  const limited = missed ? undefined : await opts.limiter?.objectiveRun(obj, input.runId);
+  const skip = missed || limited !== undefined;
   const turnId = `${input.runId}:turn`;
   await recordRunStarted(db, skip ? { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'skipped' } : { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'running', turnId });
   if (skip) {
-    const reason = `missed runs before ${obj.skipBefore!.toISOString()} are skipped`;
+    const reason = limited ? limited.message : `missed runs before ${obj.skipBefore!.toISOString()} are skipped`;
     await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...opts.execution(), data: { objectiveId: obj.id, name: obj.name, scheduledAt, skipped: reason } });
     return { kind: 'skip', reason };
   }

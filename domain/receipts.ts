@@ -60,7 +60,8 @@ export type ReceiptKind =
   | 'task.hand'
   | 'task.close'
   | 'task.remind'
-  | 'mcp.change';
+  | 'mcp.change'
+  | 'limit.refused';
 
 export interface ReceiptInput {
   key?: string;

@@ -98,6 +98,8 @@ export interface ToolRunContext {
   actions: ActionSettings;
   startRepoChange?: StartRepoChange;
   workflow?: { workflowId?: string; runId?: string };
+  /** Everyone who shaped the turn (identity ids, or user names): a change it starts carries them. */
+  requesters?: readonly string[];
   /** Tests: a resolver standing in for DNS. */
   resolve?: HostResolver;
   /** The chat's workspace (search_workspace, read_workspace_file); absent: the chat has none. */
@@ -193,6 +195,7 @@ export async function runValidatedTool(ctx: ToolRunContext, call: LoadedToolCall
           settings: ctx.actions,
           ...(ctx.startRepoChange ? { startRepoChange: ctx.startRepoChange } : {}),
           ...(ctx.workflow ? { workflow: ctx.workflow } : {}),
+          ...(ctx.requesters ? { requesters: ctx.requesters } : {}),
           ...(ctx.resolve ? { resolve: ctx.resolve } : {}),
         },
         call,

@@ -14,7 +14,8 @@ import type { Logger } from 'pino';
 import { createDb, migrateDatabase, tuneDb, type Db } from '../domain/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
-import { createModelRegistry } from '../domain/model.js';
+import { createModelRegistry, withSpend, type ModelRegistry } from '../domain/model.js';
+import type { Senders } from '../domain/outbox.js';
 import { countSessions } from '../domain/store/sessions.js';
 import { createHttpApp, startHttpServer, type HttpDeps } from '../adapters/http/app.js';
 import { AuthBackoff } from '../adapters/http/backoff.js';
@@ -38,6 +39,7 @@ import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartb
 import { databaseKind } from '../domain/db.js';
 import { createTaskService, type TaskService } from '../services/tasks.js';
 import { startResumingHandoffs } from '../services/handoff.js';
+import { createLimiter, createSpend, type LimitSettings } from '../domain/limits.js';
 import { sessionStartOptions } from '../adapters/ingress-commands.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -152,11 +154,29 @@ function knowledgeOf(config: StewardConfig, log?: Logger) {
   return knowledgeIndexOpener(config.databaseUrl, config.dataDir, { ...(embedder ? { embedder } : {}), ...(log ? { warn: (detail: Record<string, unknown>, message: string) => log.warn(detail, message) } : {}) });
 }
 
+/** The limits of every path that causes a model call (domain/limits.ts), from the one config section that holds them. */
+export function limitSettings(config: StewardConfig): LimitSettings {
+  return {
+    turns: config.governance.rateLimits,
+    triage: config.governance.triageLimits,
+    objectiveRuns: config.governance.objectiveRunLimit,
+    ...(config.governance.tokenBudget ? { tokens: config.governance.tokenBudget } : {}),
+  };
+}
+
+/** The workers' model registry: every model call reserves from the spend budget when one is set (STEWARD_TOKEN_BUDGET). */
+function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders): ModelRegistry {
+  const models = createModelRegistry(config.model.providers);
+  const budget = limitSettings(config).tokens;
+  return budget ? withSpend(models, createSpend({ db, budget, senders })) : models;
+}
+
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel'> {
+function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel' | 'limits'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
+    limits: limitSettings(config),
     toolPolicy: { approvalTools: config.governance.approvalTools, approvalTimeoutMs: config.governance.approvalTimeoutMs, forbidSelfApproval: config.governance.forbidSelfApproval },
     ...(runLink ? { runLink } : {}),
     repoChanges: {
@@ -297,6 +317,7 @@ function changeServiceFor(config: StewardConfig, client: Client, db: Db, runLink
   return createChangeService({
     client,
     db,
+    limiter: createLimiter({ db, settings: limitSettings(config) }),
     taskQueue: config.temporal.taskQueue,
     activityQueue: config.repoChanges.taskQueue,
     clarifyTimeoutMs: config.repoChanges.clarifyTimeoutMs,
@@ -553,8 +574,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     const mcp = await startMcp(config, db, log, cleanups, true);
 
     // Worker
-    const models = createModelRegistry(config.model.providers);
     const senders = await createSenders(config, log);
+    const models = modelsWithBudget(config, db, senders);
     const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
     const workers = await startLocalWorkers(config, role, temporal, {
@@ -581,7 +602,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     await startObjectiveTriggers(config, db, objectives, log, cleanups);
     const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeOf(config, log) });
     cleanups.push(() => closeKnowledgeIndexes());
-    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log), skillsDir: config.knowledge.skillsDir, workspaces });
+    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log), skillsDir: config.knowledge.skillsDir, workspaces, forbidSelfApproval: config.governance.forbidSelfApproval });
     const workspaceWatchers = await startWorkspaceWatchers({ workspaces, log });
     cleanups.push(() => workspaceWatchers.stop());
     // the index is derived: catch up on what changed while nothing watched (and rebuild a new layout)
@@ -597,9 +618,12 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
 
     // Triage and tasks: their workflows on the background queue; a task handed to the agent is a turn in its chat
     const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun };
+    // one limiter for every path that causes a model call (messages, tasks, triage; objective runs in the workers)
+    const limiter = createLimiter({ db, settings: limitSettings(config), senders });
     const tasks = createTaskService({
       client,
       db,
+      limiter,
       taskQueue: config.temporal.backgroundTaskQueue,
       defaultModel: config.model.default,
       sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue: config.temporal.taskQueue, defaultModel: config.model.default, limits: sessionLimits }, conversation, binding),
@@ -629,7 +653,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       onTranscript,
       senders,
       pairingTtlMs: config.governance.pairingTtlMs,
-      rateLimits: config.governance.rateLimits,
+      limiter,
       attachments: config.governance.attachments,
       changes,
       objectives,
@@ -709,12 +733,12 @@ export async function startWorkerOnly(
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
-  const models = createModelRegistry(config.model.providers);
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
   const client = clientFor(config, connection, dataConverter, tracing);
   const changes = changeServiceFor(config, client, db, runLink, log);
   const senders = await createSenders(config, log);
+  const models = modelsWithBudget(config, db, senders);
   const mcpCleanups: Cleanups = [];
   const mcp = await startMcp(config, db, log, mcpCleanups, false);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)

@@ -75,9 +75,11 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge',
  * leave the patch `steward-otel-tracing` off), beside `session-inl-NN`, recorded traced; `cm`
  * the foundation scenario recorded with the patch `steward-continue-on-message` (its third turn
  * is stopped with a message queued, so its run continues as new carrying that message), beside
- * `session-inl-nt-NN`, recorded before it.
+ * `session-inl-nt-NN`, recorded before it; `rs` the channels scenario recorded with the patch
+ * `steward-requester-set` (the requester set goes to the approval request and the tool run),
+ * beside `session-ch-inl-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-inl-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
+const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-rs-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);

@@ -30,6 +30,7 @@ import { repoChangeWorkflow } from '../workflows/changes/repo-change.js';
 import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';
 import type { RepoChangeInput } from '../workflows/types.js';
 import { ServiceInputError, type Requester } from './requests.js';
+import type { Limiter } from '../domain/limits.js';
 
 export interface ChangeServiceDeps {
   client: Client;
@@ -44,6 +45,8 @@ export interface ChangeServiceDeps {
   clarifyTimeoutMs?: number;
   maxQuestions?: number;
   runLink?: (workflowId: string) => string | undefined;
+  /** The limits of every path that causes a model call (domain/limits.ts): a change asked for counts as a turn of the person. */
+  limiter?: Pick<Limiter, 'turn'>;
   log?: Logger;
 }
 
@@ -195,19 +198,26 @@ async function removeRepo(deps: ChangeServiceDeps, name: string, by: Requester):
 type Origin = { conversation: ConversationKey; sessionId: string };
 
 /** Start a change: the record, then its workflow (the request travels by reference). */
-async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requester, origin?: Origin): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
+async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
   const parsed = ChangeRequestSchema.safeParse(input);
   if (!parsed.success) throw new ChangeInputError(`invalid change request: ${describeIssues(parsed.error)}`);
   const req = parsed.data;
+  // a change's intake, plan and coding agent call models: it counts against the asker's turn limit
+  const limited = await deps.limiter?.turn(by, 'change');
+  if (limited) throw new ChangeInputError(limited.message.replace(/\.$/, ''), 409);
   const repo = await store.findRepo(deps.db, req.repo);
   if (!repo) throw new ChangeInputError(`no repository is registered as ${req.repo} (register it with POST /api/v1/repos or steward repos add)`, 404);
   const id = newChangeId();
   const base = req.base ?? repo.defaultBranch;
-  await store.createChange(deps.db, { id, repo: repo.name, request: req.request, baseBranch: base, requestedBy: by, ...(origin ? { origin } : {}) });
+  const requestedBy = { id: by.id, name: by.name };
+  await store.createChange(deps.db, { id, repo: repo.name, request: req.request, baseBranch: base, requestedBy, ...(origin ? { origin } : {}) });
+  // everyone who shaped the request (a turn's senders and steerers): none may approve the promotion
+  const shapedBy = [...new Set([by.id, ...(by.shapedBy ?? [])])];
   const wfInput: RepoChangeInput = {
     changeId: id,
     repo: repo.name,
-    requestedBy: by,
+    requestedBy,
+    ...(shapedBy.length > 1 ? { requesters: shapedBy } : {}),
     ...(origin ? { origin } : {}),
     clarifyTimeoutMs: deps.clarifyTimeoutMs ?? 60 * 60_000,
     maxQuestions: deps.maxQuestions ?? 3,
@@ -307,7 +317,7 @@ async function steerInChat(deps: ChangeServiceDeps, conversation: ConversationKe
   if (!r) return undefined;
   await store.addSteer(deps.db, r.id, text, by.name);
   try {
-    await deps.client.workflow.getHandle(r.workflowId).signal(changeSteerSignal, { text: text.slice(0, 200), by: by.name });
+    await deps.client.workflow.getHandle(r.workflowId).signal(changeSteerSignal, { text: text.slice(0, 200), by: by.name, byId: by.id });
   } catch (err) {
     if (!(err instanceof WorkflowNotFoundError)) throw err;
   }
@@ -326,7 +336,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
       return r ? repoView(r) : undefined;
     },
     removeRepo: (name: string, by: Requester) => removeRepo(deps, name, by),
-    startChange: (input: unknown, by: Requester, origin?: Origin) => startChange(deps, input, by, origin),
+    startChange: (input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin) => startChange(deps, input, by, origin),
     getChange: (id: string) => getChange(deps, id),
     listChanges: (opts?: { repo?: string; limit?: number }) => listChanges(deps, opts),
     /** The patch artifact (git apply-able), by the change's content hash. */

@@ -10,7 +10,7 @@ import { isAdmin } from '../common/roles.js';
 import type { Db } from '../domain/db.js';
 import type { Actor } from '../domain/governance.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
-import { decideMemory, exportMemories, findMemory, forgetMemory, listMemories, MemoryIdSchema, reindexMemories, type MemoryRow } from '../domain/knowledge/memory.js';
+import { contributorsOf, decideMemory, exportMemories, findMemory, forgetMemory, listMemories, MemoryIdSchema, reindexMemories, type MemoryRow } from '../domain/knowledge/memory.js';
 import { loadSkillCatalogue, type SkillCatalogue } from '../domain/knowledge/skills.js';
 import { receiptsByKeys, writeReceipt } from '../domain/receipts.js';
 import { WorkspaceNameSchema, type WorkspaceService } from './workspaces.js';
@@ -26,6 +26,8 @@ export interface KnowledgeServiceOptions {
   /** The operator's skills folder (STEWARD_SKILLS_DIR). */
   skillsDir?: string;
   workspaces: Pick<WorkspaceService, 'forChat' | 'show'>;
+  /** Nobody who shaped the turn that proposed a memory approves it (STEWARD_FORBID_SELF_APPROVAL; default true). */
+  forbidSelfApproval?: boolean;
 }
 
 const sameChat = (m: MemoryRow, chat: ConversationKey) => m.platform === chat.platform && m.account === chat.account && m.chatId === chat.chatId;
@@ -73,6 +75,10 @@ export function createKnowledgeService(opts: KnowledgeServiceOptions) {
     async decide(raw: string, decision: 'approve' | 'reject', by: Actor, chat?: ConversationKey): Promise<MemoryRow> {
       if (!isAdmin(by.role)) throw new KnowledgeInputError('deciding memories needs the admin role', 400);
       const m = await visible(raw, chat);
+      if (decision === 'approve' && opts.forbidSelfApproval !== false && m.status === 'pending' && contributorsOf(m).includes(by.id)) {
+        await writeReceipt(opts.db, { kind: 'approval.refused', actor: by.id, sessionId: m.sessionId, data: { memoryId: m.id, decision, by: by.name, why: 'shaped the proposing turn' } });
+        throw new KnowledgeInputError(`you shaped the turn that proposed memory ${m.id} (a message in its batch, or steering), so you may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides`, 409);
+      }
       const r = await decideMemory(opts.db, await opts.knowledge(), m.id, decision, by.name);
       if (typeof r === 'string') throw new KnowledgeInputError(r, 409);
       await writeReceipt(opts.db, { key: `memory:${m.id}:decision`, kind: 'memory.decision', sessionId: m.sessionId, actor: by.id, data: { id: m.id, decision, by: by.name } });

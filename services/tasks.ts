@@ -30,10 +30,11 @@ import {
 import { putBlob } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import { findBinding, lookupBinding, type Actor, type BindingRecord } from '../domain/governance.js';
+import { createLimiter, DEFAULT_LIMITS, type Limiter } from '../domain/limits.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
 import { findTask, findTriageSetting, insertTask, listTasks, newTaskId, updateTaskIf, upsertTriageSetting, type TaskRow } from '../domain/store/tasks.js';
-import { recordInbound } from '../domain/transcript.js';
+import { recordedSeq, recordInbound } from '../domain/transcript.js';
 import { faultPoint } from '../common/fault-points.js';
 import type { sessionWorkflow } from '../workflows/chat/session.js';
 import { handOverMessage, startRunOnce, wasHandedOver } from './handoff.js';
@@ -56,6 +57,12 @@ export interface TaskServiceDeps {
   defaultModel: string;
   /** How the chat's session workflow is started (the ingress's options), for handing a task to the agent. */
   sessionStart: (conversation: ConversationKey, binding?: BindingRecord) => WorkflowStartOptions<typeof sessionWorkflow>;
+  /**
+   * The limits of every path that causes a model call (domain/limits.ts): a classification claims
+   * its group's and its sender's budget; making a task by hand and handing one to the agent count
+   * as turns of the person. Absent: the defaults (DEFAULT_LIMITS).
+   */
+  limiter?: Limiter;
   log?: Logger;
 }
 
@@ -121,6 +128,14 @@ export type TaskService = ReturnType<typeof createTaskService>;
 // eslint-disable-next-line max-lines-per-function -- one service object: its methods share the helpers above them
 export function createTaskService(deps: TaskServiceDeps) {
   const { client, db } = deps;
+  const limiter = deps.limiter ?? createLimiter({ db, settings: DEFAULT_LIMITS });
+
+  /** A person over their turn limit makes no task and hands none to the agent (the operator and admins are exempt). */
+  async function refuseOverLimit(by: Requester, path: 'task' | 'hand'): Promise<void> {
+    const limited = await limiter.turn(by, path);
+    // the command's answer ends the sentence ("Not done: ...")
+    if (limited) throw new TaskInputError(limited.message.replace(/\.$/, ''), 409);
+  }
 
   /** Tell the task's reminder: a new due time (started again when it ended), or the task ended. */
   async function tellReminder(task: TaskRow, change: { dueAt?: string; ended?: boolean }): Promise<void> {
@@ -168,12 +183,15 @@ export function createTaskService(deps: TaskServiceDeps) {
      * triage workflow is started (once per message: a redelivery starts nothing). Undefined
      * when triage is off for the binding.
      */
-    async triageInbound(msg: NormalizedInbound, who: Actor, binding: BindingRecord, key: string): Promise<{ workflowId: string; duplicate: boolean } | undefined> {
+    async triageInbound(msg: NormalizedInbound, who: Actor, binding: BindingRecord, key: string): Promise<{ workflowId: string; duplicate: boolean; refused?: string } | undefined> {
       const setting = await findTriageSetting(db, binding.id);
       if (!setting?.enabled || !msg.text.trim()) return undefined;
       const conversation: ConversationKey = { platform: msg.platform, account: msg.account, chatId: msg.chatId };
       const model = setting.model ?? binding.model ?? deps.defaultModel;
       const workflowId = triageWorkflowId(key);
+      // each classification is a model call: one use of the group's budget and one of the sender's
+      const limited = await limiter.triage({ key, conversation, chatName: binding.name, bindingId: binding.id, senderId: who.id, sender: msg.user });
+      if (limited) return { workflowId, duplicate: false, refused: limited.message };
       const textHash = await putBlob(db, msg.text);
       // started once under the message's id (a redelivery finds it), then receipted (services/handoff.ts)
       const { started } = await startRunOnce(
@@ -206,6 +224,7 @@ export function createTaskService(deps: TaskServiceDeps) {
     /** A task by hand: its text and chat; lane, priority, due and assignee optional. Its reminder starts. */
     async create(input: unknown, by: Requester): Promise<TaskView> {
       const t = parse(NewTaskSchema, input, 'the task');
+      await refuseOverLimit(by, 'task');
       const now = Date.now();
       const dueAt = t.due !== undefined ? resolveDue(t.due, now)! : new Date(now + DEFAULT_DUE_MS[t.priority]);
       if (dueAt.getTime() <= now) throw new TaskInputError('the task: the due time is in the past');
@@ -281,6 +300,8 @@ export function createTaskService(deps: TaskServiceDeps) {
       const conversation = { platform: task.platform, account: task.account, chatId: task.chatId } as ConversationKey;
       const sessionId = sessionWorkflowId(conversation);
       const key = `task:${task.id}:hand`;
+      // the turn is the hander's: it counts against their limit (a retry of a hand-off recorded before is not counted again)
+      if ((await recordedSeq(db, key)) === undefined) await refuseOverLimit(by, 'hand');
       const text = `Task ${task.id} (${task.lane}, ${task.priority}) from ${task.sender}, handed to you by ${by.name}:\n${task.text}`;
       // recorded once: a retry finds the first record (and its text)
       await recordInbound(db, { key, sessionId, text, user: by.name, identityId: by.id === 'operator' ? null : by.id, command: false });

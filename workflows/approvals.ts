@@ -33,10 +33,24 @@ interface OpenApproval {
 export interface ApprovalBookOptions {
   /** What waits, for the refusals: "turn", "change". */
   what: string;
-  /** Who asked for the work (identity id or user): the one a forbidden self-approval names. */
-  requestedBy?: string;
+  /**
+   * The requester set: everyone who shaped the work (identity ids, or the user name of a sender
+   * without an identity). None of them may approve what it proposes where the policy forbids
+   * self-approval. More join with `addRequester` (a steerer, while the work runs).
+   */
+  requesters?: readonly string[];
   /** The refusal of a self-approval the policy forbids. */
   selfApprovalRefusal: string;
+}
+
+/** Who a message's sender is in a requester set: their identity id, else the name they came with (the operator's own channels). */
+export function requesterOf(m: { identityId?: string; user: string }): string {
+  return m.identityId ?? m.user;
+}
+
+/** Who a steering note's author is in a requester set: their identity id, else their name. */
+export function steererOf(note: { by: string; byId?: string }): string {
+  return note.byId ?? note.by;
 }
 
 /** The past tense of an outcome, for refusals and replies. */
@@ -58,8 +72,21 @@ export function settlement(approvalId: string, o: ApprovalOutcome): ApprovalSett
 /** The approvals one workflow has opened, and their outcomes. */
 export class ApprovalBook {
   private readonly open = new Map<string, OpenApproval>();
+  private readonly requesters: Set<string>;
 
-  constructor(private readonly opts: ApprovalBookOptions) {}
+  constructor(private readonly opts: ApprovalBookOptions) {
+    this.requesters = new Set(opts.requesters ?? []);
+  }
+
+  /** One more person shaped the work (a steerer): they may not approve it either. */
+  addRequester(who: string): void {
+    this.requesters.add(who);
+  }
+
+  /** The requester set, in the order its members joined. */
+  requesterSet(): string[] {
+    return [...this.requesters];
+  }
 
   /**
    * Open an approval before the admins are asked, so the quickest click already counts.
@@ -76,7 +103,7 @@ export class ApprovalBook {
     if (entry) entry.forbidSelfApproval ??= forbidSelfApproval;
   }
 
-  /** An update validator: accepted once; a decision on an approval not open here, a second decision, or a forbidden self-approval is refused. */
+  /** An update validator: accepted once; a decision on an approval not open here, a second decision, or an approval by a requester the policy forbids is refused. */
   validate(d: ApprovalDecision): void {
     const entry = this.open.get(d.approvalId);
     if (!entry) throw new Error(`approval ${d.approvalId} is not waiting in this ${this.opts.what}`);
@@ -85,7 +112,7 @@ export class ApprovalBook {
       const who = done.decision === 'expired' || done.decision === 'cancelled' ? '' : ` by ${'byName' in done ? done.byName : done.by}`;
       throw new Error(`approval ${d.approvalId} was already ${outcomeWord(done)}${who}`);
     }
-    if (d.decision === 'approve' && this.opts.requestedBy !== undefined && d.by === this.opts.requestedBy) {
+    if (d.decision === 'approve' && this.requesters.has(d.by)) {
       if (entry.forbidSelfApproval === undefined) throw new Error('the approval request is still being recorded; try again in a moment');
       if (entry.forbidSelfApproval) throw new Error(this.opts.selfApprovalRefusal);
     }

@@ -25,7 +25,10 @@ export interface TokenUsage {
 
 export interface SteerNote {
   text: string;
+  /** Who steered, by name (the operator: the user name they gave). */
   by: string;
+  /** The steerer's identity id (absent for the operator, and in notes from before it was carried). */
+  byId?: string;
 }
 
 /** A finished turn, as the working set remembers it: transcript keys only. */
@@ -226,6 +229,12 @@ export interface RepoChangeInput {
   changeId: string;
   repo: string;
   requestedBy: { id: string; name: string };
+  /**
+   * Everyone who shaped the change and so may not approve its promotion: the requester, and for
+   * a change an agent proposed, every sender and steerer of the turn that proposed it (absent in
+   * changes started before the set was carried: the requester alone).
+   */
+  requesters?: string[];
   /** The chat that asked (questions, the plan and the result go there). */
   origin?: { conversation: ConversationKey; sessionId: string };
   /** How long a clarifying question waits for its answer. */

@@ -5,7 +5,9 @@
  *
  * - A proposal is one Memory row, keyed by turn and tool call (a retried activity proposes
  *   once). A member's proposal waits for an admin (`/memory approve <id>`) unless the policy
- *   says otherwise (STEWARD_MEMORY_APPROVAL: `members`, the default; `all`; `none`).
+ *   says otherwise (STEWARD_MEMORY_APPROVAL: `members`, the default; `all`; `none`). A turn that
+ *   several people shaped (a batch of their messages, steering) proposes a memory that waits
+ *   unless every one of them may approve it, and none of them may approve it (the requester set).
  * - An active memory is indexed in the knowledge index (`memory:chat:<chat>` or
  *   `memory:workspace:<name>`) and recalled by the words of a turn: the best few go into the
  *   prompt as untrusted `<memory>` blocks with their provenance. Forgetting takes it out of the
@@ -42,6 +44,8 @@ export interface MemoryRow {
   status: MemoryStatus;
   proposedBy: string;
   identityId: string | null;
+  /** JSON array of everyone who shaped the proposing turn (see `contributorsOf`). */
+  contributors: string | null;
   sessionId: string;
   turnId: string;
   toolCallId: string;
@@ -73,12 +77,38 @@ async function indexMemory(knowledge: KnowledgeIndex, m: MemoryRow): Promise<voi
   });
 }
 
+/** Someone who shaped a proposal: who they are in a requester set (identity id, or user name), their name and role. */
+export interface Contributor {
+  id: string;
+  name: string;
+  role: Role;
+}
+
+/** Everyone who shaped a memory's proposing turn, none of whom may approve it: as recorded, else (older rows) its proposer. */
+export function contributorsOf(m: Pick<MemoryRow, 'contributors' | 'identityId'>): string[] {
+  if (m.contributors) {
+    try {
+      const parsed: unknown = JSON.parse(m.contributors);
+      if (Array.isArray(parsed)) return parsed.filter((x): x is string => typeof x === 'string');
+    } catch {
+      // unreadable: the proposer alone, below
+    }
+  }
+  return m.identityId ? [m.identityId] : [];
+}
+
 export interface Proposal {
   conversation: ConversationKey;
   /** The chat's workspace (required for the workspace scope). */
   workspace: string | null;
   input: z.infer<typeof RememberInput>;
   proposer: { name: string; identityId: string | null; role: Role };
+  /**
+   * Everyone who shaped the turn (its senders and steerers, the proposer among them): the
+   * memory is active at once only when none of them would wait under the policy. Absent: the
+   * proposer alone.
+   */
+  contributors?: Contributor[];
   sessionId: string;
   turnId: string;
   toolCallId: string;
@@ -88,7 +118,9 @@ export interface Proposal {
 export async function proposeMemory(db: Db, knowledge: KnowledgeIndex, p: Proposal, policy: MemoryApproval): Promise<{ memory: MemoryRow; created: boolean }> {
   const found = await db.memory.findUnique({ where: { turnId_toolCallId: { turnId: p.turnId, toolCallId: p.toolCallId } } });
   if (found) return { memory: toRow(found), created: false };
-  const status: MemoryStatus = memoryNeedsApproval(policy, p.proposer.role) ? 'pending' : 'active';
+  // a batch (or steering) of several people: it waits unless every one of them may approve it
+  const roles = p.contributors?.length ? p.contributors.map((c) => c.role) : [p.proposer.role];
+  const status: MemoryStatus = roles.some((r) => memoryNeedsApproval(policy, r)) ? 'pending' : 'active';
   const row = toRow(
     await db.memory.create({
       data: {
@@ -103,6 +135,7 @@ export async function proposeMemory(db: Db, knowledge: KnowledgeIndex, p: Propos
         status,
         proposedBy: p.proposer.name,
         identityId: p.proposer.identityId,
+        ...(p.contributors?.length ? { contributors: JSON.stringify([...new Set(p.contributors.map((c) => c.id))]) } : {}),
         sessionId: p.sessionId,
         turnId: p.turnId,
         toolCallId: p.toolCallId,

@@ -6,7 +6,7 @@
  * once per `ttlMs` per chat.
  */
 import type { ConversationKey } from '../../common/ids.js';
-import { RoleSchema, type Role } from '../../common/roles.js';
+import { lowestRole, RoleSchema, type Role } from '../../common/roles.js';
 import type { RememberInput } from '../../common/tools.js';
 import type { z } from 'zod';
 import type { Db } from '../db.js';
@@ -16,7 +16,7 @@ import { writeReceipt } from '../receipts.js';
 import type { ToolOutcome } from '../tool-calls.js';
 import type { Retriever } from './grounding.js';
 import type { KnowledgeIndex } from './index-store.js';
-import { memoriesText, proposeMemory, recallMemories, type MemoryApproval, type MemoryRow } from './memory.js';
+import { memoriesText, proposeMemory, recallMemories, type Contributor, type MemoryApproval, type MemoryRow } from './memory.js';
 import { skillsPromptText, type Skill, type SkillMatcher } from './skills.js';
 import { ttlCache } from '../ttl-cache.js';
 
@@ -70,12 +70,15 @@ export function createTurnKnowledge(opts: TurnKnowledgeOptions) {
      * The skills a step's message asks for, split by the session's ledger: the ones to inject
      * now (not in it, or at another version) and the ones already given.
      */
-    async skillsFor(chat: ConversationKey, query: string, identityId: string | null, ledger: Record<string, string>): Promise<SkillUse> {
+    async skillsFor(chat: ConversationKey, query: string, identityId: string | null, ledger: Record<string, string>, requesters?: readonly string[]): Promise<SkillUse> {
       if (!opts.skills) return { injected: [], applied: [] };
       const ws = await opts.retriever.workspaceOf(chat);
       // no skills (the usual case): no lookup of the sender
       if ((await opts.skills.catalogue(ws)).skills.length === 0) return { injected: [], applied: [] };
-      const { role } = await personOf(opts.db, identityId);
+      // a turn several people shaped gets the skills the least of them may use
+      const role = requesters?.length
+        ? (lowestRole(await Promise.all(requesters.map(async (who) => (await personOf(opts.db, who)).role))) ?? 'viewer')
+        : (await personOf(opts.db, identityId)).role;
       const matched = await opts.skills.match(ws, query, role);
       return { injected: matched.filter((s) => ledger[s.name] !== s.version), applied: matched.filter((s) => ledger[s.name] === s.version) };
     },
@@ -98,7 +101,7 @@ export function createTurnKnowledge(opts: TurnKnowledgeOptions) {
     recallText: memoriesText,
     /** The remember tool: a proposal recorded once per call, receipted, and put to the admins when it waits. */
     async remember(
-      ctx: { conversation: ConversationKey; sessionId: string; turnId: string; toolCallId: string; requestedBy?: string },
+      ctx: { conversation: ConversationKey; sessionId: string; turnId: string; toolCallId: string; requestedBy?: string; requesters?: readonly string[] },
       input: z.infer<typeof RememberInput>,
     ): Promise<ToolOutcome> {
       const ws = await opts.retriever.workspaceOf(ctx.conversation);
@@ -106,10 +109,20 @@ export function createTurnKnowledge(opts: TurnKnowledgeOptions) {
         return { text: 'Not remembered: this chat has no workspace; use the scope "chat".', ok: false, detail: { error: 'no workspace' } };
       }
       const proposer = await personOf(opts.db, ctx.requestedBy);
+      // everyone who shaped the turn (its batch's senders, its steerers): each must be one whose
+      // proposal would not wait, else it waits; none of them may approve it
+      const contributors: Contributor[] | undefined = ctx.requesters
+        ? await Promise.all(
+            [...new Set(ctx.requesters)].map(async (who) => {
+              const p = await personOf(opts.db, who);
+              return { id: p.identityId ?? who, name: p.name, role: p.role };
+            }),
+          )
+        : undefined;
       const { memory, created } = await proposeMemory(
         opts.db,
         await opts.knowledge(),
-        { conversation: ctx.conversation, workspace: ws?.name ?? null, input, proposer, sessionId: ctx.sessionId, turnId: ctx.turnId, toolCallId: ctx.toolCallId },
+        { conversation: ctx.conversation, workspace: ws?.name ?? null, input, proposer, ...(contributors ? { contributors } : {}), sessionId: ctx.sessionId, turnId: ctx.turnId, toolCallId: ctx.toolCallId },
         opts.memoryApproval ?? 'members',
       );
       if (created) {
@@ -118,14 +131,14 @@ export function createTurnKnowledge(opts: TurnKnowledgeOptions) {
           kind: 'memory.propose',
           sessionId: ctx.sessionId,
           actor: proposer.identityId ?? proposer.name,
-          data: { id: memory.id, scope: memory.scope, workspace: memory.workspace, kind: memory.kind, status: memory.status, turnId: ctx.turnId, chars: memory.text.length },
+          data: { id: memory.id, scope: memory.scope, workspace: memory.workspace, kind: memory.kind, status: memory.status, turnId: ctx.turnId, chars: memory.text.length, ...(contributors && contributors.length > 1 ? { contributors: contributors.map((c) => c.id) } : {}) },
         });
         hasMemories.clear();
         if (memory.status === 'pending') {
           const where = memory.scope === 'workspace' ? `the workspace ${memory.workspace}` : `the chat ${ctx.conversation.platform}:${ctx.conversation.chatId}`;
           await notifyAdmins(opts.db, opts.senders ?? {}, {
             key: `memory:${memory.id}:ask`,
-            text: `**Memory to approve** (${memory.id}, a ${memory.kind} for ${where}), proposed by the agent for ${proposer.name}:\n"${memory.text}"\nKeep it with /memory approve ${memory.id}, or drop it with /memory reject ${memory.id}.`,
+            text: `**Memory to approve** (${memory.id}, a ${memory.kind} for ${where}), proposed by the agent for ${proposer.name}:\n"${memory.text}"\nKeep it with /memory approve ${memory.id}, or drop it with /memory reject ${memory.id}.${contributors && contributors.length > 1 ? ` It came from a turn that ${[...new Set(contributors.map((c) => c.name))].join(', ')} shaped: none of them may approve it.` : ''}`,
           });
         }
       }

@@ -145,4 +145,34 @@ describe('the remember tool with real identities (SQLite)', () => {
       await database.cleanup();
     }
   });
+
+  it('a turn several people shaped gets the skills the least of them may use, and its memory waits unless all of them may approve it', async () => {
+    const kind = testDatabases().find((d) => d.name === 'sqlite')!;
+    const database = await kind.create();
+    const index = openSqliteKnowledgeIndex(path.join(tmp(), 'k.db'));
+    try {
+      const db = database.db;
+      const member = await createIdentity(db, { name: 'Mo', role: 'member', accounts: [{ platform: 'telegram', userId: '2001' }], createdBy: 'test' });
+      const admin = await createIdentity(db, { name: 'Al', role: 'admin', accounts: [{ platform: 'telegram', userId: '2002' }], createdBy: 'test' });
+      const admin2 = await createIdentity(db, { name: 'Bea', role: 'admin', accounts: [{ platform: 'telegram', userId: '2003' }], createdBy: 'test' });
+      const op = tmp();
+      put(op, 'deploy-rollback', SKILL);
+      const chat = { platform: 'telegram' as const, account: 'bot', chatId: '-200' };
+      const tk = createTurnKnowledge({ db, knowledge: async () => index, retriever: { workspaceOf: async () => null, ground: async () => undefined }, skills: createSkillMatcher({ operatorDir: op, knowledge: async () => index, ttlMs: 0 }), ttlMs: 0 });
+      const names = async (requesters?: string[]) => (await tk.skillsFor(chat, 'the deployment failed, roll back', admin.id, {}, requesters)).injected.map((x) => x.name);
+      assert.deepEqual(await names(), ['deploy-rollback'], 'the last sender alone (an admin): the admin-only skill');
+      assert.deepEqual(await names([admin.id, admin2.id]), ['deploy-rollback']);
+      assert.deepEqual(await names([member.id, admin.id]), [], "a member's message in the batch: not the admin-only skill");
+      const ctx = (toolCallId: string, requesters: string[]) => ({ conversation: chat, sessionId: 's', turnId: 't2', toolCallId, requestedBy: requesters.at(-1)!, requesters });
+      const admins = await tk.remember(ctx('c1', [admin.id, admin2.id]), { text: 'Releases are cut on Mondays.', kind: 'fact', scope: 'chat' });
+      assert.match(admins.text, /Remembered as m-/, 'every contributor may approve it: active');
+      const mixed = await tk.remember(ctx('c2', [member.id, admin.id]), { text: 'The on-call phone is 555-0100.', kind: 'fact', scope: 'chat' });
+      assert.match(mixed.text, /waits for an admin's approval/, 'the admin was last, yet a member shaped it: it waits');
+      const row = await db.memory.findUniqueOrThrow({ where: { id: String(mixed.detail.id) } });
+      assert.deepEqual([row.proposedBy, JSON.parse(row.contributors ?? '[]')], ['Al', [member.id, admin.id]]);
+    } finally {
+      await index.close();
+      await database.cleanup();
+    }
+  });
 });

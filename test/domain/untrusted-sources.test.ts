@@ -222,7 +222,7 @@ describe('one wrapper: every untrusted source with every wrapper tag', () => {
       tag: 'memory',
       prompt: async (v) =>
         memoriesText([
-          { id: 'mem-1', scope: 'chat', workspace: null, platform: 'http', account: 'wrap', chatId: 'wrap-chat', kind: 'fact', text: v, status: 'active', proposedBy: 'Mallory', identityId: null, sessionId: 's', turnId: 't', toolCallId: 'c', decidedBy: null, decidedAt: null, createdAt: new Date() },
+          { id: 'mem-1', scope: 'chat', workspace: null, platform: 'http', account: 'wrap', chatId: 'wrap-chat', kind: 'fact', text: v, status: 'active', proposedBy: 'Mallory', identityId: null, contributors: null, sessionId: 's', turnId: 't', toolCallId: 'c', decidedBy: null, decidedAt: null, createdAt: new Date() },
         ]) ?? '',
     },
     {

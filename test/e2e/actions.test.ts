@@ -394,6 +394,33 @@ describe('proposed actions end to end', () => {
     }
   });
 
+  it('an approved start_repo_change carries the turn\'s requester set to the change it starts', async () => {
+    const started: Array<{ id: string; name: string; shapedBy?: readonly string[] }> = [];
+    const acts = createActivities({
+      db: stack.db,
+      models: createModelRegistry({}),
+      systemPrompt: 'test',
+      startRepoChange: async (_req, by) => {
+        started.push(by);
+        return { id: 'chg-000000000001' };
+      },
+    });
+    const turnId = `turn-set-${uid()}`;
+    const sessionId = `session-set-${uid()}`;
+    const conversation = { platform: 'http' as const, account: 'set', chatId: 'set' };
+    const input = { repo: 'demo', request: 'Add a CHANGELOG file' };
+    const messageHash = await putBlob(stack.db, JSON.stringify({ role: 'assistant', content: [{ type: 'tool-call', toolCallId: 'call_set', toolName: 'start_repo_change', input }] }), 'application/json');
+    await stack.db.approval.create({
+      data: { id: approvalIdFor(turnId, 'call_set'), workflowId: 'wf-set', sessionId, turnId, toolCallId: 'call_set', tool: 'start_repo_change', summary: 'start a change', payload: '{}', requestHash: requestHash('start_repo_change', input, {}), risk: 'dangerous', status: 'approved', requestedBy: 'id-pat', decidedBy: 'Cy', deadline: new Date(Date.now() + 60_000) },
+    });
+    const env = new MockActivityEnvironment({ startToCloseTimeout: '1 minute' } as never);
+    const r = (await env.run(acts.runTool, { sessionId, turnId, conversation, messageHash, toolCallId: 'call_set', requestedBy: 'id-pat', requesters: ['id-ada', 'id-pat', 'id-dee'] })) as RunToolResult;
+    assert.equal(r.ok, true);
+    assert.equal(started.length, 1);
+    assert.equal(started[0]!.id, 'id-pat');
+    assert.deepEqual(started[0]!.shapedBy, ['id-ada', 'id-pat', 'id-dee'], 'none of them may approve the change\'s promotion');
+  });
+
   it('a retried activity does not act twice; a claim without an outcome is not repeated; an unapproved call never runs', async () => {
     const acts = createActivities({
       db: stack.db,

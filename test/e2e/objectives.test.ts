@@ -163,6 +163,35 @@ describe('objectives on Temporal Schedules', () => {
     });
   });
 
+  it('limits: runs over the objective\'s budget are skipped, never reach the model, are receipted, and the admins are told once', async () => {
+    const sender = recordingSender();
+    await withHarness(opts({ senders: { telegram: sender }, limits: { objectiveRuns: { count: 2, windowMs: 3_600_000 } } }), async (h) => {
+      const adminId = String(randomInt(1e8, 1e9));
+      const account = String(randomInt(1e8, 1e9));
+      await createIdentity(stack.db, { name: 'Ada', role: 'admin', accounts: [{ platform: 'telegram', userId: adminId, dmChatId: adminId, dmAccount: account }], createdBy: 'test' });
+      const name = `capped-${tag()}`;
+      stack.model.setDefault(reply(name, `report of ${name}`));
+      const requests = stack.model.requests.length;
+      const o = await h.objectives.create({ name, prompt: `Report (${name})`, chatId: h.chatId, account: h.account, schedule: { every: '1h' }, paused: true, overlap: 'allow-all' }, OP);
+      for (let i = 0; i < 4; i++) {
+        await h.objectives.trigger(o.id, OP);
+        // a run's id carries its nominal time to the second
+        await sleep(1100);
+      }
+      const runs = await settled(o.id, 4);
+      assert.deepEqual(runs.map((r) => r.status).sort(), ['done', 'done', 'skipped', 'skipped'], JSON.stringify(runs));
+      assert.equal(stack.model.requests.slice(requests).filter((r) => lastUserText(r.body).includes(name)).length, 2, 'a skipped run calls no model');
+      const refused = (await stack.db.receipt.findMany({ where: { kind: 'limit.refused' } })).map((r) => JSON.parse(r.data) as { limit: string; scope?: string }).filter((d) => d.scope === `objective:${o.id}`);
+      assert.equal(refused.length, 2);
+      const skips = (await stack.db.receipt.findMany({ where: { kind: 'objective.run', key: { endsWith: ':skip' } } })).map((r) => JSON.parse(r.data) as { objectiveId: string; skipped: string }).filter((d) => d.objectiveId === o.id);
+      assert.ok(skips.length === 2 && skips.every((d) => /over its limit of 2 runs per hour/.test(d.skipped)), JSON.stringify(skips));
+      await sender.waitForPost((p) => p.chatId === adminId && p.text.includes(`objective ${name} ran 2 times`));
+      await sleep(300);
+      assert.equal(sender.posts.filter((p) => p.chatId === adminId && p.text.includes('Objective limit') && p.text.includes(name)).length, 1, 'told once');
+      await h.objectives.remove(o.id, OP);
+    });
+  });
+
   it('managed from chat, the HTTP API and the CLI', async () => {
     await withHarness(opts(), async (h) => {
       const TOKEN = 'objectives-test-token-0123456789';

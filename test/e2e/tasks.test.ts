@@ -195,6 +195,127 @@ for (const kind of testDatabases()) {
         assert.equal(failed.length, 1);
       });
     });
+
+    it('limits: 40 group messages at once cost at most the group budget of classifications, tasks and notices; a member over the turn limit makes and hands no task', { timeout: 180_000 }, async () => {
+      const sender = recordingSender();
+      stack.model.setDefault((req) => {
+        const body = JSON.stringify(req.body);
+        const last = lastUserText(req.body);
+        return { text: body.includes('Classify the message') ? classification(last) : `echo: ${last.slice(0, 60)}` };
+      });
+      const limits = { triage: { perGroup: { count: 6, windowMs: 3_600_000 }, perSender: { count: 4, windowMs: 3_600_000 } } };
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender }, limits, rateLimits: { member: { count: 2, windowMs: 3_600_000 } } }, async (h) => {
+        const account = `bot${randomUUID().slice(0, 6)}`;
+        const group = `-500${Date.now() % 1e9}`;
+        const admins = `-600${Date.now() % 1e9}`;
+        const stamp = String(Date.now() % 1e6);
+        const members = await Promise.all(
+          Array.from({ length: 8 }, async (_, i) => {
+            const m = { id: `81${stamp}${i}`, name: `Member${i}` };
+            await createIdentity(stack.db, { name: m.name, role: 'member', accounts: [{ platform: 'telegram', userId: m.id }], createdBy: 'test' });
+            return m;
+          }),
+        );
+        const ada = { id: `82${stamp}`, name: 'Ada' };
+        await createIdentity(stack.db, { name: ada.name, role: 'admin', accounts: [{ platform: 'telegram', userId: ada.id }], createdBy: 'test' });
+        const b = await bindChat(stack.db, { platform: 'telegram', account, chatId: group, name: 'busy', createdBy: 'test' });
+        await bindChat(stack.db, { platform: 'telegram', account, chatId: admins, adminChannel: true, createdBy: 'test' });
+        await h.tasks.setTriage(b.id, { enabled: true }, { id: 'operator', name: 'the operator' });
+        const send = (who: { id: string; name: string }, text: string, o: { addressed?: boolean } = {}) =>
+          h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: group, chatType: 'group', addressed: o.addressed ?? false, user: who.name, userId: who.id, text, at: new Date().toISOString() });
+        const classifications = () => stack.model.requests.filter((r) => JSON.stringify(r.body).includes('Classify the message') && JSON.stringify(r.body).includes('flood')).length;
+        const tasksBefore = await stack.db.task.count({ where: { chatId: group } });
+
+        // 40 messages at once: 8 members, 5 each (a sender may have 4 classified, the group 6)
+        const sent = await Promise.all(Array.from({ length: 40 }, (_, i) => send(members[i % 8]!, `flood ${i}: please look at the build`)));
+        const taken = sent.filter((r) => r.triage && !r.triage.refused);
+        const refused = sent.filter((r) => r.triage?.refused);
+        assert.equal(taken.length, 6, `the group's budget: ${JSON.stringify(sent.map((r) => r.triage))}`);
+        assert.equal(refused.length, 34);
+        for (const r of taken) await stack.env.client.workflow.getHandle(r.triage!.workflowId).result();
+        assert.equal(classifications(), 6, 'one model call per classified message, none for the rest');
+        assert.equal((await stack.db.task.count({ where: { chatId: group } })) - tasksBefore, 6);
+        assert.match(refused[0]!.triage!.refused!, /over (its|the) triage limit/);
+        // the admins: one routing post per task, and each budget's limit told once in its window
+        await sleep(500);
+        const posts = sender.posts.filter((p) => p.chatId === admins);
+        assert.equal(posts.filter((p) => p.text.includes('**Triage**:')).length, 6);
+        const groupLimit = posts.filter((p) => p.text.includes('Triage limit') && p.text.includes('"busy"'));
+        assert.equal(groupLimit.length, 1, 'the group limit is told once');
+        assert.ok(posts.filter((p) => p.text.includes('Triage limit')).length <= 1 + members.length, 'at most one notice per budget');
+        const limitReceipts = (await stack.db.receipt.findMany({ where: { kind: 'limit.refused' } })).map((r) => JSON.parse(r.data) as { limit: string; messageKey?: string });
+        assert.equal(limitReceipts.filter((d) => d.messageKey?.includes(`:${group}:`)).length, 34);
+        // a redelivered refused message is refused again, and classifies nothing
+        assert.equal(classifications(), 6);
+
+        // the turn limit (member: 2 an hour) holds on every path to a turn
+        const kit = members[0]!;
+        assert.equal((await send(kit, 'first question', { addressed: true })).kind, 'message');
+        assert.equal((await send(kit, 'second question', { addressed: true })).kind, 'message');
+        const third = await send(kit, 'third question', { addressed: true });
+        assert.deepEqual([third.kind, third.reason], ['rejected', 'rate-limited']);
+        const limitText = /You have sent 2 messages in the last hour; the limit for the member role is 2\. Try again in \d+ minutes?\./;
+        assert.match(third.reply ?? '', limitText);
+        const byHand = await send(kit, '/task fix the flaky build', { addressed: true });
+        assert.match(byHand.reply ?? '', /^Not done: You have sent 2 messages in the last hour; the limit for the member role is 2/);
+        const open = (await h.tasks.list({}, { platform: 'telegram', account, chatId: group })).find((t) => t.text.includes('flood'));
+        assert.ok(open);
+        const turnsBefore = await stack.db.message.count({ where: { key: `task:${open.id}:hand` } });
+        const hand = await send(kit, `/task hand ${open.id}`, { addressed: true });
+        assert.match(hand.reply ?? '', /^Not done: You have sent 2 messages in the last hour; the limit for the member role is 2/);
+        assert.equal(await stack.db.message.count({ where: { key: `task:${open.id}:hand` } }), turnsBefore, 'no turn was handed');
+        assert.equal((await h.tasks.show(open.id)).status, 'open');
+        const refusedTurns = (await stack.db.receipt.findMany({ where: { kind: 'limit.refused', actor: (await stack.db.platformAccount.findUniqueOrThrow({ where: { platform_userId: { platform: 'telegram', userId: kit.id } } })).identityId } })).map((r) => (JSON.parse(r.data) as { path?: string }).path);
+        assert.deepEqual(refusedTurns.filter(Boolean).sort(), ['hand', 'task']);
+        // an admin is exempt: the task is handed
+        assert.match((await send(ada, `/task hand ${open.id}`, { addressed: true })).reply ?? '', new RegExp(`Task ${open.id} handed to the agent`));
+      });
+    });
+
+    it('the model budget: every model call reserves before it is made and settles after; a turn that does not fit is refused before its call, a classification that fits runs', { timeout: 120_000 }, async () => {
+      const sender = recordingSender();
+      stack.model.setDefault((req) => {
+        const body = JSON.stringify(req.body);
+        const last = lastUserText(req.body);
+        return { text: body.includes('Classify the message') ? classification(last) : `spent: ${last.slice(0, 40)}`, usage: { prompt_tokens: 100, completion_tokens: 50 } };
+      });
+      const window = await stack.db.spendWindow.findMany();
+      assert.equal(window.length, 0, 'no model call reserved anything without a budget');
+      const HOUR = 3_600_000;
+      // a roomy budget: the turn reserves its estimate (prompt and answer cap) and settles to its usage (150)
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, limits: { tokens: { count: 1_000_000, windowMs: HOUR } } }, async (h) => {
+        await h.send('first question');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('spent: ') && m.text.includes('first quest'), { timeoutMs: 30_000 });
+      });
+      const spent = async () => (await stack.db.spendWindow.findFirstOrThrow({ where: { scope: 'tokens' } })).spent;
+      assert.equal(await spent(), 150);
+      // a tight one: a turn's estimate (at least 4096 for its answer) no longer fits; a classification's (300 for its answer) does
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender }, limits: { tokens: { count: 4100, windowMs: HOUR } } }, async (h) => {
+        const account = `bot${randomUUID().slice(0, 6)}`;
+        const group = `-700${Date.now() % 1e9}`;
+        const admins = `-800${Date.now() % 1e9}`;
+        const userId = `93${Date.now() % 1e6}`;
+        await createIdentity(stack.db, { name: 'Ivy', role: 'member', accounts: [{ platform: 'telegram', userId }], createdBy: 'test' });
+        const b = await bindChat(stack.db, { platform: 'telegram', account, chatId: group, createdBy: 'test' });
+        await bindChat(stack.db, { platform: 'telegram', account, chatId: admins, adminChannel: true, createdBy: 'test' });
+        await h.tasks.setTriage(b.id, { enabled: true }, { id: 'operator', name: 'the operator' });
+        const calls = stack.model.requests.length;
+        await h.send('second question');
+        const notice = await h.waitForMessage((m) => m.role === 'system' && /model budget/.test(m.text), { timeoutMs: 30_000 });
+        assert.match(notice.text, /The model call failed: Not called: the model budget of 4100 tokens per hour \(STEWARD_TOKEN_BUDGET\) has 3950 left, and a call to openai-compatible:test-model may need \d+: no model is called until/);
+        assert.equal(stack.model.requests.length, calls, 'the refused turn called no model');
+        assert.equal(await spent(), 150, 'a refused call spends nothing');
+        const refused = (await stack.db.receipt.findMany({ where: { kind: 'limit.refused' } })).map((r) => JSON.parse(r.data) as { limit: string }).filter((d) => d.limit === 'tokens');
+        assert.equal(refused.length, 1);
+        await sender.waitForPost((p) => p.chatId === admins && p.text.includes('**Model budget**'));
+        // a classification fits: it runs and settles to its usage
+        const r = await h.ingress.handle({ id: randomUUID(), platform: 'telegram', account, chatId: group, chatType: 'group', addressed: false, user: 'Ivy', userId, text: 'the build is broken again', at: new Date().toISOString() });
+        assert.ok(r.triage && !r.triage.refused, JSON.stringify(r));
+        await stack.env.client.workflow.getHandle(r.triage.workflowId).result();
+        assert.equal(stack.model.requests.length, calls + 1);
+        assert.equal(await spent(), 300);
+      });
+    });
   });
 }
 

@@ -8,6 +8,7 @@ import { createPromptLayers } from '../../domain/knowledge/prompt-layers.js';
 import { createWorkspaceService, type WorkspaceService } from '../../services/workspaces.js';
 import { createKnowledgeService, type KnowledgeService } from '../../services/knowledge.js';
 import { createTaskService, type TaskService } from '../../services/tasks.js';
+import { createLimiter, createSpend, DEFAULT_LIMITS, type LimitSettings } from '../../domain/limits.js';
 import { sessionStartOptions } from '../../adapters/ingress-commands.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
@@ -21,7 +22,7 @@ import type { ActionOptions } from '../../domain/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/changes.js';
 import { createChangeService, type ChangeService } from '../../services/changes.js';
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
-import { createModelRegistry, type ModelProvidersConfig } from '../../domain/model.js';
+import { createModelRegistry, withSpend, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
 import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../adapters/ingress.js';
 import type { RateLimits } from '../../common/roles.js';
@@ -73,6 +74,8 @@ export interface HarnessOptions {
   /** Proposed actions: SMTP, the HTTP policy, the command allowlist. */
   actions?: ActionOptions;
   rateLimits?: RateLimits;
+  /** The limits of the paths that cause model calls (triage, objective runs); DEFAULT_LIMITS for the rest, `rateLimits` for turns. */
+  limits?: Partial<LimitSettings>;
   pairingTtlMs?: number;
   attachments?: AttachmentLimits;
   /** Repository changes: activity settings and the change service's clarify deadline. */
@@ -120,7 +123,11 @@ export interface Harness {
 export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => Promise<T>): Promise<T> {
   const taskQueue = `test-${randomUUID()}`;
   const account = `acct-${randomUUID().slice(0, 8)}`;
-  const models = createModelRegistry(opts.providers);
+  // one limiter for every path that causes a model call, as in the started platform; every model call reserves from the spend budget when one is set
+  const limits: LimitSettings = { ...DEFAULT_LIMITS, turns: opts.rateLimits ?? {}, ...opts.limits };
+  const limiter = createLimiter({ db: opts.db, settings: limits, ...(opts.senders ? { senders: opts.senders } : {}) });
+  const registry = createModelRegistry(opts.providers);
+  const models = limits.tokens ? withSpend(registry, createSpend({ db: opts.db, budget: limits.tokens, ...(opts.senders ? { senders: opts.senders } : {}) })) : registry;
   const worker = await createStewardWorker({
     connection: opts.env.nativeConnection,
     namespace: opts.env.namespace ?? 'default',
@@ -131,6 +138,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
       models,
       systemPrompt: DEFAULT_SYSTEM_PROMPT,
       heartbeatEveryMs: 100,
+      limits,
       ...(opts.senders ? { senders: opts.senders } : {}),
       ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
       ...(opts.actions ? { actions: opts.actions } : {}),
@@ -162,6 +170,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
         models,
         systemPrompt: DEFAULT_SYSTEM_PROMPT,
         heartbeatEveryMs: 100,
+        limits,
         defaultModel: opts.model ?? 'openai-compatible:test-model',
         ...(opts.senders ? { senders: opts.senders } : {}),
         ...(opts.toolPolicy ? { toolPolicy: opts.toolPolicy } : {}),
@@ -188,6 +197,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const changes = createChangeService({
     client: opts.env.client,
     db: opts.db,
+    limiter,
     taskQueue,
     activityQueue: repoQueue,
     ...(opts.repoChanges?.clarifyTimeoutMs !== undefined ? { clarifyTimeoutMs: opts.repoChanges.clarifyTimeoutMs } : {}),
@@ -197,7 +207,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const workspaces = opts.workspaces
     ? createWorkspaceService({ client: opts.env.client, db: opts.db, taskQueue: backgroundQueue, dataDir: opts.workspaces.dataDir, knowledge: opts.workspaces.knowledge })
     : undefined;
-  const knowledge = workspaces ? createKnowledgeService({ db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
+  const knowledge = workspaces ? createKnowledgeService({ ...(opts.toolPolicy?.forbidSelfApproval === false ? { forbidSelfApproval: false } : {}), db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
   const sessionLimits = { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 };
   const tasks = createTaskService({
     client: opts.env.client,
@@ -205,6 +215,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     taskQueue: backgroundQueue,
     defaultModel: opts.model ?? 'openai-compatible:test-model',
     sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue, defaultModel: opts.model ?? 'openai-compatible:test-model', limits: sessionLimits }, conversation, binding),
+    limiter,
   });
   const ingress = createIngress({
     changes,
@@ -220,7 +231,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     configuredProviders: () => models.configuredProviders(),
     limits: { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 },
     ...(opts.senders ? { senders: opts.senders } : {}),
-    ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
+    limiter,
     ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),
     ...(opts.attachments ? { attachments: opts.attachments } : {}),
     ...(opts.commandRetryAfterMs !== undefined ? { commandRetryAfterMs: opts.commandRetryAfterMs } : {}),

@@ -18,6 +18,7 @@ import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
+import { REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();
@@ -179,6 +180,17 @@ describe('replay corpus', () => {
       return inboundKeys(f).some((k) => taken.has(k));
     });
     assert.ok(carriedAndRepeated.length > 0, 'a session run that was signalled a key its previous run carried as taken');
+  });
+
+  it('has inline sessions whose approvals carry the requester set (steward-requester-set) and ones from before it', () => {
+    const asked = (f: Fixture) => activitiesOf(f).filter((a) => a.type === 'requestApproval');
+    const withSet = inlineSessions.filter((f) => patchesOf(f).includes(REQUESTER_SET_PATCH) && asked(f).length > 0);
+    assert.ok(withSet.length > 0, `an inline session with the ${REQUESTER_SET_PATCH} marker and an approval; record one with scripts/record-histories.ts channels`);
+    for (const f of withSet) for (const a of asked(f)) assert.ok(Array.isArray(a.input.requesters) && a.input.requesters.length > 0, `${f.file}: the approval request carries the requester set`);
+    assert.ok(
+      inlineSessions.some((f) => !patchesOf(f).includes(REQUESTER_SET_PATCH) && asked(f).length > 0),
+      `an inline session with an approval from before ${REQUESTER_SET_PATCH} (its single requester): keep those files`,
+    );
   });
 
   it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {

@@ -14,7 +14,7 @@ import type { ApprovalSettlement } from '../../workflows/approvals.js';
 import { approvalDecisionUpdate } from '../../workflows/messages.js';
 import type { ApprovalDecision } from '../../workflows/types.js';
 import { createTimeSkippingEnvironment } from '../helpers/temporal.js';
-import { approvalProbe, finishSignal, type ProbeActivities, type ProbeInput } from './fixtures/approval-probe.js';
+import { approvalProbe, finishSignal, shapedBySignal, type ProbeActivities, type ProbeInput } from './fixtures/approval-probe.js';
 
 const require = createRequire(import.meta.url);
 const HOUR = 3_600_000;
@@ -108,6 +108,21 @@ describe('the approval wait (time-skipping server, stubbed activities)', () => {
       await h.signal(finishSignal);
       await h.result();
       assert.deepEqual(settled, [{ approvalId, decision: 'approved', by: 'id-pat', byName: 'Pat' }]);
+    });
+  });
+
+  it('refuses every member of the requester set, one who joins while it waits included, and takes a third admin’s approval', async () => {
+    await probe({ requestedBy: 'id-pat', requesters: ['id-ada'], timeoutMs: HOUR, forbidSelfApproval: true }, { timeoutMs: HOUR }, async (h, { approvalId, settled }) => {
+      // Ada's message was in the batch, though Pat's came last
+      await refusal(h, decision(approvalId), /the requester may not approve this/);
+      await refusal(h, decision(approvalId, { by: 'id-pat', byName: 'Pat' }), /the requester may not approve this/);
+      // Bo steers while it waits: Bo shaped it too
+      await h.signal(shapedBySignal, 'id-bo');
+      await refusal(h, decision(approvalId, { by: 'id-bo', byName: 'Bo' }), /the requester may not approve this/);
+      await h.executeUpdate(approvalDecisionUpdate, { args: [decision(approvalId, { by: 'id-cy', byName: 'Cy' })] });
+      await h.signal(finishSignal);
+      await h.result();
+      assert.deepEqual(settled, [{ approvalId, decision: 'approved', by: 'id-cy', byName: 'Cy' }]);
     });
   });
 

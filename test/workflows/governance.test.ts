@@ -7,6 +7,9 @@
  */
 import assert from 'node:assert/strict';
 import { randomInt, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -15,6 +18,7 @@ import { bindChat, createIdentity, OPERATOR } from '../../domain/governance.js';
 import { DeliveryError } from '../../domain/outbox.js';
 import { createModelRegistry } from '../../domain/model.js';
 import { createIngress, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { replyKey, sessionWorkflowId } from '../../common/ids.js';
 import type { Role } from '../../common/roles.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
@@ -429,7 +433,7 @@ for (const database of testDatabases()) {
         assert.match(notice.text, /The person whose message led to this proposal may not approve it/);
         const id = /\(([a-z0-9]{8})\)/.exec(notice.text)![1]!;
         const byAsker = await tg.send(asker, `/approve-action ${id}`);
-        assert.match(byAsker.reply ?? '', /Not applied: .*the person whose message led to this proposal may not approve it \(policy STEWARD_FORBID_SELF_APPROVAL\)/);
+        assert.match(byAsker.reply ?? '', /Not applied: .*you shaped the turn that proposed this \(a message in its batch, or steering\), so you may not approve it \(policy STEWARD_FORBID_SELF_APPROVAL\)/);
         assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id } })).status, 'pending', 'nothing changed');
         // a denial by the asker is fine: it only stops their own proposal
         const byOther = await tg.send(other, `/approve-action ${id}`);
@@ -453,6 +457,117 @@ for (const database of testDatabases()) {
         assert.match(r.reply ?? '', /Approved/);
         await sender.waitForPost((p) => p.chatId === asker.id && p.text === 'Posted alone.');
       });
+    });
+
+    it('limits: a repository change asked for counts as a turn: a person over their limit starts none', async () => {
+      await withHarness(harness({ rateLimits: { operator: { count: 1, windowMs: 3_600_000 } } }), async (h) => {
+        const tg = telegram(h.ingress);
+        const op = await person(stack.db, 'operator', 'Opal');
+        const before = await stack.db.repoChange.count();
+        assert.equal((await tg.send(op, 'one question')).kind, 'message');
+        const change = await tg.send(op, '/change demo Make the greeting friendlier');
+        assert.match(change.reply ?? '', /^Not started: You have sent 1 messages in the last hour; the limit for the operator role is 1\. Try again in \d+ minutes?\.$/);
+        assert.equal(await stack.db.repoChange.count(), before, 'nothing started');
+        const refused = await receipts(stack.db, 'limit.refused', (d) => d.path === 'change');
+        assert.equal(refused.length, 1);
+      });
+    });
+
+    it('the requester set: an admin whose message was batched with a member\'s, or who steered a member\'s turn, may not approve what it proposes; a third admin may', { timeout: 120_000 }, async () => {
+      await withHarness(harness({ toolPolicy: { approvalTools: ['post_to_chat'], approvalTimeoutMs: 10 * 60_000 } }), async (h) => {
+        const tg = telegram(h.ingress);
+        const ann = await person(stack.db, 'admin', 'Ann');
+        const max = await person(stack.db, 'member', 'Max');
+        const cal = await person(stack.db, 'admin', 'Cal');
+        const dee = await person(stack.db, 'admin', 'Dee');
+        const group = `-100${uid()}`;
+        const target = `notes${uid()}`;
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: group, createdBy: 'test' });
+        await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: `-100${uid()}`, name: target, createdBy: 'test' });
+        const inGroup = (who: { id: string; name: string }, text: string) => tg.send(who, text, { chatId: group, group: true });
+        const sessionId = sessionWorkflowId({ platform: 'telegram', account: tg.account, chatId: group });
+        const approvalOf = (call: string) => waitFor(async () => (await stack.db.approval.findFirst({ where: { sessionId, toolCallId: call } })) ?? undefined, `the approval of ${call}`);
+
+        // 1. a batch: Ann's request and Max's "thanks" arrive while turn 1 runs, so turn 2 answers both (Max's last)
+        stack.model.enqueue({ text: 'Hello there.', firstTokenDelayMs: 1500 });
+        stack.model.enqueue({ toolCalls: [{ id: 'call_batch', name: 'post_to_chat', arguments: JSON.stringify({ chat: target, text: 'release notes' }) }] });
+        stack.model.enqueue({ text: 'Posted the release notes.' });
+        const n = stack.model.requests.length;
+        await inGroup(max, 'hello');
+        await stack.model.waitForRequest(n + 1);
+        await inGroup(ann, 'post the release notes to the notes chat');
+        await inGroup(max, 'thanks');
+        const batch = await approvalOf('call_batch');
+        assert.equal(batch.requestedBy, max.identityId, 'the last sender is still named first');
+        const asked = await waitFor(async () => (await receipts(stack.db, 'approval.requested', (d) => d.approvalId === batch.id))[0], 'the request receipt');
+        assert.deepEqual([...(asked.data.requesters as string[])].sort(), [ann.identityId, max.identityId].sort(), 'both senders of the batch are its requesters');
+        const byAnn = await tg.send(ann, `/approve-action ${batch.id}`);
+        assert.match(byAnn.reply ?? '', /Not applied: you shaped the turn that proposed this \(a message in its batch, or steering\), so you may not approve it/);
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id: batch.id } })).status, 'pending', 'nothing changed');
+        assert.match((await tg.send(cal, `/approve-action ${batch.id}`)).reply ?? '', /Approved/);
+        await sender.waitForPost((p) => p.chatId === group && p.text === 'Posted the release notes.');
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id: batch.id } })).decidedBy, 'Cal');
+
+        // 2. steering: Max asks alone, Dee steers the running turn while it waits for approval
+        stack.model.enqueue({ toolCalls: [{ id: 'call_steer', name: 'post_to_chat', arguments: JSON.stringify({ chat: target, text: 'changelog' }) }] });
+        stack.model.enqueue({ text: 'Posted the changelog, briefly.' });
+        await inGroup(max, 'post the changelog to the notes chat');
+        const steered = await approvalOf('call_steer');
+        assert.match((await inGroup(dee, '/steer keep it short')).reply ?? '', /Steering received/);
+        const byDee = await tg.send(dee, `/approve-action ${steered.id}`);
+        assert.match(byDee.reply ?? '', /Not applied: you shaped the turn that proposed this/);
+        // Ann shaped only the earlier turn: she may decide this one
+        assert.match((await tg.send(ann, `/approve-action ${steered.id}`)).reply ?? '', /Approved/);
+        await sender.waitForPost((p) => p.chatId === group && p.text === 'Posted the changelog, briefly.');
+        assert.equal((await receipts(stack.db, 'approval.refused', (d) => d.approvalId === batch.id || d.approvalId === steered.id)).length, 2);
+      });
+    });
+
+    it('the requester set: a memory proposed in a batch waits unless every contributor may approve it, and none of them may', { timeout: 120_000 }, async () => {
+      const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-requester-memory-'));
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+      try {
+        await withHarness(harness({ workspaces: { dataDir, knowledge } }), async (h) => {
+          const tg = telegram(h.ingress);
+          const ann = await person(stack.db, 'admin', 'Ann');
+          const max = await person(stack.db, 'member', 'Max');
+          const cal = await person(stack.db, 'admin', 'Cal');
+          const group = `-100${uid()}`;
+          await bindChat(stack.db, { platform: 'telegram', account: tg.account, chatId: group, createdBy: 'test' });
+          const inGroup = (who: { id: string; name: string }, text: string) => tg.send(who, text, { chatId: group, group: true });
+          const sessionId = sessionWorkflowId({ platform: 'telegram', account: tg.account, chatId: group });
+
+          // an admin alone: active at once (the policy: members wait)
+          stack.model.enqueue({ toolCalls: [{ id: 'call_solo', name: 'remember', arguments: JSON.stringify({ text: 'Deploys happen on Tuesdays.', kind: 'fact' }) }] });
+          stack.model.enqueue({ text: 'Noted alone.' });
+          await inGroup(ann, 'remember that deploys happen on Tuesdays');
+          await sender.waitForPost((p) => p.chatId === group && p.text === 'Noted alone.');
+          assert.equal((await stack.db.memory.findFirstOrThrow({ where: { sessionId, toolCallId: 'call_solo' } })).status, 'active');
+
+          // a batch: Max's message, then Ann's (Ann's last): the memory waits
+          stack.model.enqueue({ text: 'One moment.', firstTokenDelayMs: 1500 });
+          stack.model.enqueue({ toolCalls: [{ id: 'call_batch_mem', name: 'remember', arguments: JSON.stringify({ text: 'The admin password is hunter2.', kind: 'fact' }) }] });
+          stack.model.enqueue({ text: 'Noted for the batch.' });
+          const n = stack.model.requests.length;
+          await inGroup(max, 'hi');
+          await stack.model.waitForRequest(n + 1);
+          await inGroup(max, 'remember that the admin password is hunter2');
+          await inGroup(ann, 'ok');
+          await sender.waitForPost((p) => p.chatId === group && p.text === 'Noted for the batch.');
+          const m = await stack.db.memory.findFirstOrThrow({ where: { sessionId, toolCallId: 'call_batch_mem' } });
+          assert.equal(m.status, 'pending', 'a member shaped the turn: it waits');
+          assert.deepEqual((JSON.parse(m.contributors ?? '[]') as string[]).sort(), [ann.identityId, max.identityId].sort());
+          const byAnn = await inGroup(ann, `/memory approve ${m.id}`);
+          assert.match(byAnn.reply ?? '', /Not done: you shaped the turn that proposed memory .* so you may not approve it/);
+          assert.equal((await stack.db.memory.findUniqueOrThrow({ where: { id: m.id } })).status, 'pending');
+          assert.equal((await receipts(stack.db, 'approval.refused', (d) => d.memoryId === m.id)).length, 1);
+          assert.match((await inGroup(cal, `/memory approve ${m.id}`)).reply ?? '', /approved: it is recalled from now on/);
+          assert.equal((await stack.db.memory.findUniqueOrThrow({ where: { id: m.id } })).decidedBy, 'Cal');
+        });
+      } finally {
+        await closeKnowledgeIndexes();
+        rmSync(dataDir, { recursive: true, force: true });
+      }
     });
 
     it('an admin channel takes admin notifications and admin commands; other groups refuse admin commands', async () => {

@@ -18,7 +18,7 @@ import type { createActivities, ModelStepResult } from '../../activities/index.j
 import type { GateVerdict } from '../../common/repo-change.js';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, turnSteerSignal, turnStatusQuery } from '../../workflows/messages.js';
+import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal, turnSteerSignal, turnStatusQuery } from '../../workflows/messages.js';
 import { objectiveRunWorkflow } from '../../workflows/objectives/objective.js';
 import { repoChangeWorkflow } from '../../workflows/changes/repo-change.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
@@ -167,6 +167,47 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
             { kind: 'tool', hash: 'h-result-b' },
           ]);
           assert.equal(calls.find((c) => c.name === 'settleApproval')!.input.decision, 'approved');
+        },
+      );
+    });
+
+    it('the requester set: every sender of the batch and every steerer is refused as approver, and goes to the activities; a third admin approves', async () => {
+      let step = 0;
+      await withWorker(
+        {
+          modelStep: async () => (++step === 1 ? toolStep([{ id: 'a', name: 'post_to_chat', needsApproval: true }]) : reply('h-final')),
+          requestApproval: async (i) => ({ approvalId: `ap-${i.toolCallId}`, timeoutMs: 3_600_000, summary: 'post to a chat', forbidSelfApproval: true }),
+          settleApproval: async (i) => ({ reason: `${i.decision} by ${i.byName}` }),
+          runTool: async (i) => ({ resultHash: `h-result-${i.toolCallId}`, ok: i.refused === undefined }),
+          deliver: async () => delivered,
+        },
+        async ({ taskQueue, calls }) => {
+          // Ada (an admin) asked; Pat's "thanks" came last in the same batch
+          const input = turnInput({
+            inbound: [
+              { key: 'in-1', user: 'ada', identityId: 'id-ada', at: '2026-11-25T10:00:00.000Z' },
+              { key: 'in-2', user: 'pat', identityId: 'id-pat', at: '2026-11-25T10:00:01.000Z' },
+            ],
+            steers: [{ text: 'use the ops chat', by: 'Bo', byId: 'id-bo' }],
+          });
+          const h = await env.client.workflow.start(turnWorkflow, { taskQueue, workflowId: input.turnId, args: [input] });
+          await until('the approval wait', async () => (await h.query(turnStatusQuery)).phase === 'approval');
+          const approvalId = (await h.query(turnStatusQuery)).approvalId!;
+          // Dee steers while it waits: Dee shaped it too
+          await h.signal(turnSteerSignal, { text: 'and be brief', by: 'Dee', byId: 'id-dee' });
+          const refused = (by: string) =>
+            assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by, byName: by }] }), (err: Error) =>
+              /you shaped the turn that proposed this \(a message in its batch, or steering\), so you may not approve it/.test(String((err as WorkflowUpdateFailedError).cause?.message)),
+            );
+          for (const by of ['id-ada', 'id-pat', 'id-bo', 'id-dee']) await refused(by);
+          await h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-cy', byName: 'Cy' }] });
+          assert.equal((await h.result()).outcome, 'replied');
+          const input1 = calls.find((c) => c.name === 'modelStep')!.input;
+          assert.deepEqual(input1.requesters, ['id-ada', 'id-pat', 'id-bo'], 'the model step knows who shaped the turn (MCP approval by role)');
+          const ask = calls.find((c) => c.name === 'requestApproval')!.input;
+          assert.deepEqual([ask.requestedBy, ask.requesters], ['id-pat', ['id-ada', 'id-pat', 'id-bo']]);
+          const run = calls.find((c) => c.name === 'runTool')!.input;
+          assert.deepEqual(run.requesters, ['id-ada', 'id-pat', 'id-bo', 'id-dee'], 'a memory or a change it starts carries the steerer too');
         },
       );
     });
@@ -327,6 +368,27 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         assert.deepEqual(r, { status: 'refused', phase: 'approval', reason: 'promotion denied by Ada', patchHash: 'h-patch' });
         assert.ok(!names(calls).includes('changePromote'), 'a denied change is never promoted');
         assert.deepEqual(calls.find((c) => c.name === 'settleApproval')!.input, { approvalId, decision: 'denied', by: 'id-ada', byName: 'Ada', reason: 'not now' });
+      });
+    });
+    it('the requester set of a change: whoever shaped the turn that proposed it, answered its question or steers it may not approve its promotion', async () => {
+      let round = 0;
+      const intake: Stubs['changeIntake'] = async () => (++round === 1 ? { status: 'needs_clarification', question: 'Which file?', plannable: false } : { status: 'planned', plannable: true });
+      await withWorker(common(verdict({ promotion: 'draft-pr-after-approval' }), intake), async ({ taskQueue, calls }) => {
+        const input = changeInput({ requesters: ['id-pat', 'id-ada'] });
+        const h = await env.client.workflow.start(repoChangeWorkflow, { taskQueue, workflowId: input.changeId, args: [input] });
+        await until('the question', async () => (await h.query(changeStatusQuery)).question === 'Which file?');
+        await h.executeUpdate(changeAnswerUpdate, { args: [{ text: 'README.md', by: 'id-eve', byName: 'Eve' }] });
+        await until('the approval', async () => (await h.query(changeStatusQuery)).approvalId !== undefined);
+        const approvalId = (await h.query(changeStatusQuery)).approvalId!;
+        await h.signal(changeSteerSignal, { text: 'smaller diff', by: 'Dee', byId: 'id-dee' });
+        for (const by of ['id-pat', 'id-ada', 'id-eve', 'id-dee']) {
+          await assert.rejects(h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by, byName: by }] }), (err: Error) =>
+            /nor may anyone who shaped it/.test(String((err as WorkflowUpdateFailedError).cause?.message)),
+          );
+        }
+        await h.executeUpdate(approvalDecisionUpdate, { args: [{ approvalId, decision: 'approve', by: 'id-cy', byName: 'Cy' }] });
+        assert.equal((await h.result()).status, 'done');
+        assert.ok(names(calls).includes('changePromote'));
       });
     });
   });

@@ -28,7 +28,7 @@ import {
 } from '@temporalio/workflow';
 import type { createActivities } from '../../activities/index.js';
 import { approvalIdFor } from '../../common/ids.js';
-import { ApprovalBook, settlement } from '../approvals.js';
+import { ApprovalBook, settlement, steererOf } from '../approvals.js';
 import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal } from '../messages.js';
 import { GateAttr } from '../search-attributes.js';
 import type { ChangeStatusView, RepoChangeInput, RepoChangeOutcome } from '../types.js';
@@ -110,20 +110,27 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   const { modelActs, noteActs, workActs, gateActs, promoteActs } = changeActivities(input.activityQueue);
   const status: ChangeStatusView = { changeId, phase: 'intake', steers: 0 };
   let answer: { text: string; by: string; byName: string } | undefined;
+  // everyone who shaped the change: its requester (for a change a turn proposed, every sender
+  // and steerer of that turn), whoever answers its questions and whoever steers its coding
+  // agent; none may approve its promotion
   const approvals = new ApprovalBook({
     what: 'change',
-    requestedBy: input.requestedBy.id,
-    selfApprovalRefusal: 'the requester may not approve their own change (policy forbidSelfApproval)',
+    requesters: [...new Set([input.requestedBy.id, ...(input.requesters ?? [])])],
+    selfApprovalRefusal: 'the requester may not approve their own change, nor may anyone who shaped it (the turn that proposed it, an answer, steering) (policy forbidSelfApproval)',
   });
 
   setHandler(changeStatusQuery, () => ({ ...status }));
-  setHandler(changeSteerSignal, () => {
+  setHandler(changeSteerSignal, (note) => {
     status.steers++;
+    // read only by the approval's validator (validators do not run on replay): no patch needed
+    approvals.addRequester(steererOf(note));
   });
   setHandler(
     changeAnswerUpdate,
     (a) => {
       answer = a;
+      // whoever answers a clarifying question shapes the change too
+      approvals.addRequester(a.by);
       delete status.question;
       return { message: 'Thanks: the change continues with your answer.' };
     },

@@ -197,7 +197,8 @@ class SessionRun {
     setHandler(
       steerUpdate,
       async (note) => {
-        const clean = { text: note.text.trim(), by: note.by };
+        // who steered goes with the note: they join the requester set of the turn it shapes
+        const clean: SteerNote = { text: note.text.trim(), by: note.by, ...(note.byId !== undefined ? { byId: note.byId } : {}) };
         const running = this.running;
         if (running) {
           if (running.loop) running.loop.steer(clean);

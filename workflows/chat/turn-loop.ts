@@ -19,11 +19,12 @@ import {
   ApplicationFailure,
   CancellationScope,
   isCancellation,
+  patched,
   proxyActivities,
   proxyLocalActivities,
 } from '@temporalio/workflow';
 import type { createActivities } from '../../activities/index.js';
-import { ApprovalBook, settlement } from '../approvals.js';
+import { ApprovalBook, requesterOf, settlement, steererOf } from '../approvals.js';
 import { approvalIdFor, replyKey } from '../../common/ids.js';
 import type { AttachmentRef } from '../../common/schemas.js';
 import type {
@@ -39,6 +40,16 @@ import type {
 } from '../types.js';
 
 type Activities = ReturnType<typeof createActivities>;
+
+/**
+ * The requester of a turn is everyone who shaped it: every sender of its batch and every
+ * steerer (the turn's pending steering and what arrives while it runs), and none of them may
+ * approve what it proposes; the set goes with the model step (an MCP tool's approval by role
+ * takes the lowest role in it), the approval request and the tool run (a memory's proposal, a
+ * repository change). Decided per turn: a turn recorded before this patch keeps its single
+ * requester, the sender of the batch's last message.
+ */
+export const REQUESTER_SET_PATCH = 'steward-requester-set';
 
 /** Error types the model activity raises that retrying cannot fix. */
 export const NON_RETRYABLE_MODEL_ERRORS = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured'];
@@ -135,7 +146,10 @@ export class TurnLoop {
   private readonly applied: SteerNote[] = [];
   /** Approvals this turn waits for, with the decision once one is accepted. */
   private readonly approvals: ApprovalBook;
+  /** The sender of the batch's last message: the requester a turn recorded before REQUESTER_SET_PATCH had, and the name approvals show first. */
   private readonly requestedBy: string | undefined;
+  /** REQUESTER_SET_PATCH: the requester set grows with every steerer and goes to the activities. */
+  private readonly requesterSet: boolean;
 
   constructor(
     private readonly input: TurnInput,
@@ -143,17 +157,35 @@ export class TurnLoop {
   ) {
     this.status = { turnId: input.turnId, step: 0, phase: 'starting', startedAt: opts.startedAt, usage: { input: 0, output: 0, total: 0 } };
     this.incoming = [...input.steers];
-    this.requestedBy = input.inbound.at(-1)?.identityId ?? input.inbound.at(-1)?.user;
+    const last = input.inbound.at(-1);
+    this.requestedBy = last ? requesterOf(last) : undefined;
+    this.requesterSet = patched(REQUESTER_SET_PATCH);
+    const requesters = this.requesterSet
+      ? [...input.inbound.map(requesterOf), ...input.steers.map(steererOf)]
+      : this.requestedBy !== undefined
+        ? [this.requestedBy]
+        : [];
     this.approvals = new ApprovalBook({
       what: 'turn',
-      ...(this.requestedBy !== undefined ? { requestedBy: this.requestedBy } : {}),
-      selfApprovalRefusal: 'the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides',
+      requesters,
+      selfApprovalRefusal: this.requesterSet
+        ? 'you shaped the turn that proposed this (a message in its batch, or steering), so you may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides'
+        : 'the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides',
     });
   }
 
-  /** Steering for this turn: taken in before its next model step. */
+  /** Steering for this turn: taken in before its next model step; the steerer joins the requester set. */
   steer(note: SteerNote): void {
     this.incoming.push(note);
+    if (this.requesterSet) this.approvals.addRequester(steererOf(note));
+  }
+
+  /** Who the activities are told shaped the turn: the set (REQUESTER_SET_PATCH), with the last sender as before. */
+  private requesterFields(): { requestedBy?: string; requesters?: string[] } {
+    return {
+      ...(this.requestedBy ? { requestedBy: this.requestedBy } : {}),
+      ...(this.requesterSet ? { requesters: this.approvals.requesterSet() } : {}),
+    };
   }
 
   /** Accepted once: a second click, a click after the deadline, or a self-approval the policy forbids is refused (the policy comes with the call; in histories from before that, with the request). */
@@ -202,7 +234,7 @@ export class TurnLoop {
 
   /** Wait for an admin's decision on a proposed call; the deadline denies. */
   private async awaitApproval(acts: TurnActivities, messageHash: string, call: ToolCallRef): Promise<{ run: boolean; reason: string }> {
-    const { input, status, approvals, requestedBy } = this;
+    const { input, status, approvals } = this;
     const { turnId } = input;
     const { toolActs } = acts;
     status.phase = 'approval';
@@ -216,7 +248,7 @@ export class TurnLoop {
       conversation: input.conversation,
       messageHash,
       toolCallId: call.id,
-      ...(requestedBy ? { requestedBy } : {}),
+      ...this.requesterFields(),
     };
     const req = await toolActs.requestApproval.executeWithOptions(this.named(`approval for ${call.name}`), [requestInput]);
     approvals.knowPolicy(id, req.forbidSelfApproval === true);
@@ -259,6 +291,7 @@ export class TurnLoop {
           ...base,
           step,
           steers: applied.map((s) => s.text),
+          ...(this.requesterSet ? { requesters: this.approvals.requesterSet() } : {}),
           ...(draftHash ? { draftHash } : {}),
           ...(scratch.length > 0 ? { scratch: [...scratch] } : {}),
         };
@@ -287,7 +320,7 @@ export class TurnLoop {
               messageHash: result.messageHash,
               toolCallId: call.id,
               ...(decision.run ? {} : { refused: decision.reason }),
-              ...(this.requestedBy ? { requestedBy: this.requestedBy } : {}),
+              ...this.requesterFields(),
             };
             const out = await runToolActs.runTool.executeWithOptions(named(`tool ${call.name}${decision.run ? '' : ' (refused)'}`), [toolInput]);
             scratch.push({ kind: 'tool', hash: out.resultHash });
