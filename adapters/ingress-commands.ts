@@ -71,6 +71,8 @@ export type SessionStart = ReturnType<typeof sessionStartOptions>;
 /** One command as it arrived: who, where, and the chat's session. */
 export interface CommandCall {
   msg: NormalizedInbound;
+  /** The key of the message that asked for the command (its transcript and idempotency key): effects are keyed by it, so a command run again by a redelivery does not repeat them. */
+  key: string;
   conversation: ConversationKey;
   actor: Actor;
   binding: BindingRecord | undefined;
@@ -130,13 +132,13 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
   };
   return {
     async stop(_cmd, call) {
-      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: stopSignal, signalArgs: [{ by: call.by }] });
+      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: stopSignal, signalArgs: [{ by: call.by, key: call.key }] });
       const stopped = env.changes ? await env.changes.stopInChat(call.conversation, person(call)) : [];
       // the session answers for the turn through the outbox; stopped changes are named here
       return stopped.length ? `Stopping change${stopped.length > 1 ? 's' : ''} ${stopped.join(', ')}: the coding agent is stopped and its work tree removed.` : undefined;
     },
     async new(_cmd, call) {
-      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: newTaskSignal, signalArgs: [{ by: call.by }] });
+      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: newTaskSignal, signalArgs: [{ by: call.by, key: call.key }] });
       return undefined;
     },
     async steer(cmd, call) {
@@ -150,8 +152,9 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
       }
       try {
         // the steerer's identity goes with the note: they join the requester set of the turn it shapes
-        const note = { text: cmd.text, by: call.by, ...(call.actor.kind === 'person' ? { byId: call.actor.id } : {}) };
-        const r = await env.client.workflow.executeUpdateWithStart(steerUpdate, { args: [note], startWorkflowOperation: withStart(call) });
+        const note = { text: cmd.text, by: call.by, ...(call.actor.kind === 'person' ? { byId: call.actor.id } : {}), key: call.key };
+        // the update id is the message's key too: within a run the server answers a repeat with the first outcome
+        const r = await env.client.workflow.executeUpdateWithStart(steerUpdate, { args: [note], updateId: call.key, startWorkflowOperation: withStart(call) });
         return r.message;
       } catch (err) {
         if (err instanceof WorkflowUpdateFailedError) return `Steering not accepted: ${err.cause?.message ?? err.message}`;

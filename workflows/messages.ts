@@ -20,12 +20,22 @@ import type {
 
 /** A chat message for the session's queue (signal-with-start). */
 export const inboundSignal = defineSignal<[InboundRef]>('inbound');
+/**
+ * What a chat command sends its session: who, and the key of the message that asked for it. The
+ * session takes a key once (with the inbound messages' keys, carried across continue-as-new), so
+ * a command that a redelivery runs again does not stop, reset or steer twice. Absent in
+ * histories from before the key was sent (and from callers without a message).
+ */
+export interface CommandRef {
+  by: string;
+  key?: string;
+}
 /** /stop: cancel the running turn at once; the queue stays. */
-export const stopSignal = defineSignal<[{ by: string }]>('stop');
+export const stopSignal = defineSignal<[CommandRef]>('stop');
 /** /new: a hard task boundary. */
-export const newTaskSignal = defineSignal<[{ by: string }]>('newTask');
+export const newTaskSignal = defineSignal<[CommandRef]>('newTask');
 /** /steer: validated at once; taken in before the running turn's next model step. */
-export const steerUpdate = defineUpdate<SteerResult, [SteerNote]>('steer');
+export const steerUpdate = defineUpdate<SteerResult, [SteerNote & { key?: string }]>('steer');
 /** /model and /think. */
 export const settingsUpdate = defineUpdate<SettingsResult, [SettingsChange]>('settings');
 /** /status. */

@@ -176,7 +176,7 @@ export interface SessionStatus {
 }
 
 export interface SteerResult {
-  appliedTo: 'running-turn' | 'next-turn';
+  appliedTo: 'running-turn' | 'next-turn' | 'duplicate';
   message: string;
 }
 

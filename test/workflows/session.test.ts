@@ -98,6 +98,53 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('a command run again by a redelivery (its answer was never recorded) does not stop, reset or steer twice: the session takes its key once', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers(), commandRetryAfterMs: 0 }, async (h) => {
+        /** The process died after the command's effect, before its answer was recorded: the redelivery runs it again. */
+        const unanswered = async (id: string) => {
+          const row = await dbh.db.message.findFirstOrThrow({ where: { sessionId: h.sessionId, key: { endsWith: `:${id}` } } });
+          await dbh.db.receipt.deleteMany({ where: { key: `${row.key}:command` } });
+        };
+        // /stop stops the first turn
+        let before = model.requests.length;
+        model.enqueue({ text: 'too late', firstTokenDelayMs: 30_000 });
+        await h.send('think slowly');
+        await model.waitForRequest(before + 1, 15_000);
+        await h.send('/stop', { id: 'stop-1' });
+        await h.waitForMessage((m) => m.role === 'system' && m.text.startsWith('Stopped the running turn'));
+        // the same /stop, run again while the next turn runs, stops nothing
+        await unanswered('stop-1');
+        before = model.requests.length;
+        model.enqueue({ text: 'the second turn answered', firstTokenDelayMs: 1500 });
+        await h.send('a second question');
+        await model.waitForRequest(before + 1, 15_000);
+        const again = await h.send('/stop', { id: 'stop-1' });
+        assert.deepEqual([again.kind, again.duplicate], ['command', false], 'the command ran again');
+        const reply = await h.waitForMessage((m) => m.role === 'assistant');
+        assert.equal(reply.text, 'the second turn answered');
+        assert.equal((await h.ingress.transcript(h.sessionId, { limit: 100 })).filter((m) => m.text.startsWith('Stopped the running turn')).length, 1, 'one stop');
+
+        // /steer: the same steering run again is received once
+        const steer = await h.send('/steer be brief', { id: 'steer-1' });
+        assert.match(steer.reply ?? '', /next turn/);
+        await unanswered('steer-1');
+        const steerAgain = await h.send('/steer be brief', { id: 'steer-1' });
+        // within a run the server answers the repeated update id with the first outcome; across runs the session drops the key
+        assert.match(steerAgain.reply ?? '', /received before|next turn/);
+        assert.equal((await env.client.workflow.getHandle(h.sessionId).query(statusQuery)).pendingSteers, 1, 'one steering note waits');
+
+        // /new: the same reset run again does not reset the new task
+        const handle = env.client.workflow.getHandle(h.sessionId);
+        await h.send('/new', { id: 'new-1' });
+        await waitFor(async () => ((await handle.query(statusQuery)).generation >= 1 ? true : undefined), 'the new task');
+        const generation = (await handle.query(statusQuery)).generation;
+        await unanswered('new-1');
+        await h.send('/new', { id: 'new-1' });
+        await new Promise((r) => setTimeout(r, 1500));
+        assert.equal((await handle.query(statusQuery)).generation, generation, '/new run again starts no second task');
+      });
+    });
+
     it('/steer during a turn changes the next model request', async () => {
       await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
         const before = model.requests.length;

@@ -77,6 +77,18 @@ export class SessionState {
     if (this.taken.length > MAX_TAKEN_KEYS) for (const old of this.taken.splice(0, this.taken.length - MAX_TAKEN_KEYS)) this.takenSet.delete(old);
   }
 
+  /**
+   * A command's key (/stop, /new, /steer): true the first time, false when it was taken in before
+   * (a command that a redelivery ran again). Without dedup (a run from before INBOUND_DEDUP_PATCH)
+   * always true.
+   */
+  takeCommand(key: string): boolean {
+    if (!this.taken) return true;
+    if (this.takenSet.has(key)) return false;
+    this.remember(key);
+    return true;
+  }
+
   /** Queue a message for the next turn; false when its key was taken in before (a redelivered signal). */
   enqueue(ref: InboundRef): boolean {
     if (this.hasTaken(ref.key)) return false; // a redelivered signal

@@ -173,7 +173,9 @@ class SessionRun {
     // any task re-checks `timeToContinue`, which includes a changed current version
     setHandler(upgradeCheckSignal, () => undefined);
 
-    setHandler(stopSignal, async ({ by }) => {
+    setHandler(stopSignal, async ({ by, key }) => {
+      // a command that a redelivery ran again: this session took it before
+      if (key !== undefined && !state.takeCommand(key)) return;
       if (this.running) {
         this.running.stoppedBy = by;
         this.running.scope.cancel();
@@ -182,7 +184,8 @@ class SessionRun {
       await this.notify(`Nothing is running to stop. ${plural(state.queue.length, 'message')} queued.`);
     });
 
-    setHandler(newTaskSignal, ({ by }) => {
+    setHandler(newTaskSignal, ({ by, key }) => {
+      if (key !== undefined && !state.takeCommand(key)) return;
       this.newTaskBy = by;
       if (this.running) {
         this.running.stoppedBy = by;
@@ -197,6 +200,9 @@ class SessionRun {
     setHandler(
       steerUpdate,
       async (note) => {
+        if (note.key !== undefined && !state.takeCommand(note.key)) {
+          return { appliedTo: 'duplicate' as const, message: 'This steering was received before.' };
+        }
         // who steered goes with the note: they join the requester set of the turn it shapes
         const clean: SteerNote = { text: note.text.trim(), by: note.by, ...(note.byId !== undefined ? { byId: note.byId } : {}) };
         const running = this.running;
