@@ -165,11 +165,13 @@ export async function deliverOnce(db: Db, senders: Senders, input: OutboundMessa
       continue;
     }
     const last = index === parts.length - 1;
-    await db.deliveryPart.upsert({
-      where: { key_part: { key: msg.key, part: index } },
-      create: { key: msg.key, part: index, status: 'sending' },
-      update: { status: 'sending' },
-    });
+    // claimed by this attempt alone: a concurrent attempt of the same key (a retry that started
+    // while the first still ran, two notices under one key) waits for it instead of sending again
+    const claim = await claimPart(db, msg.key, index);
+    if (claim.sent) {
+      if (claim.externalId) externalIds.push(claim.externalId);
+      continue;
+    }
     let externalId: string;
     try {
       externalId = await sender.send(msg.conversation, {
@@ -181,6 +183,8 @@ export async function deliverOnce(db: Db, senders: Senders, input: OutboundMessa
         idempotencyKey: `${msg.key}#${index}`,
       });
     } catch (err) {
+      // the request failed: the part is free for the next attempt at once (no lease to wait out)
+      await db.deliveryPart.update({ where: { key_part: { key: msg.key, part: index } }, data: { status: 'unsent' } });
       await db.delivery.update({ where: { key: msg.key }, data: { attempts: { increment: 1 } } });
       if (err instanceof DeliveryError && err.permanent) {
         await db.delivery.update({ where: { key: msg.key }, data: { status: 'failed' } });
@@ -196,6 +200,40 @@ export async function deliverOnce(db: Db, senders: Senders, input: OutboundMessa
     data: { status: 'sent', attempts: { increment: 1 }, sentAt: new Date(), externalId: externalIds[0] ?? null },
   });
   return { sent: true, messageSeq, externalIds };
+}
+
+/**
+ * How long a part marked `sending` counts as in flight in another attempt. Past it the attempt
+ * is taken as dead (its worker crashed after the request may have gone out) and the part is
+ * sent again, with the same idempotency key: at least once to the platform, never twice from
+ * two live attempts.
+ */
+export const SENDING_LEASE_MS = 15_000;
+const CLAIM_POLL_MS = 100;
+
+/**
+ * Claim one part of a delivery for this attempt: the first attempt creates its row as
+ * `sending` (one statement); a later one takes a part whose send failed (`unsent`) or whose
+ * `sending` lease ran out, waits while another attempt holds it, and skips it once it is sent.
+ */
+async function claimPart(db: Db, key: string, part: number): Promise<{ sent: false } | { sent: true; externalId: string | null }> {
+  for (;;) {
+    try {
+      await db.deliveryPart.create({ data: { key, part, status: 'sending' } });
+      return { sent: false };
+    } catch (err) {
+      if (!isUniqueViolation(err)) throw err;
+    }
+    const stale = new Date(Date.now() - SENDING_LEASE_MS);
+    const taken = await db.deliveryPart.updateMany({
+      where: { key, part, OR: [{ status: { notIn: ['sent', 'sending'] } }, { status: 'sending', updatedAt: { lt: stale } }] },
+      data: { status: 'sending' },
+    });
+    if (taken.count === 1) return { sent: false };
+    const row = await db.deliveryPart.findUnique({ where: { key_part: { key, part } } });
+    if (row?.status === 'sent') return { sent: true, externalId: row.externalId };
+    await new Promise((resolve) => setTimeout(resolve, CLAIM_POLL_MS));
+  }
 }
 
 export interface PanelUpdate {

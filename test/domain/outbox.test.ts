@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { getBlobText, putBlob, sha256Hex } from '../../domain/blobs.js';
-import { clearPanel, deliverOnce, DeliveryError, updatePanel, type ChannelSender, type OutboundMessage, type OutboundPart } from '../../domain/outbox.js';
+import { clearPanel, deliverOnce, DeliveryError, SENDING_LEASE_MS, updatePanel, type ChannelSender, type OutboundMessage, type OutboundPart } from '../../domain/outbox.js';
 import { listReceipts, writeReceipt, writeReceipts } from '../../domain/receipts.js';
 import { testDatabases } from '../helpers/db.js';
 
@@ -75,6 +75,36 @@ for (const database of testDatabases()) {
       assert.equal(row.status, 'sent');
       assert.equal(row.externalId, 'ext-1');
       assert.equal(await dbh.db.message.count({ where: { key: 'k1' } }), 1);
+    });
+
+    it('two attempts of one key at the same moment (a retry that started while the first still sent) send each part once', async () => {
+      const rec = recordingSender({ limit: 10 });
+      const slow: ChannelSender = { ...rec.sender, send: async (conv, part) => { await new Promise((r) => setTimeout(r, 300)); return rec.sender.send(conv, part); } };
+      const long: OutboundMessage = { ...msg('k-race'), text: 'first part\n\nsecond part\n\nthird part' };
+      const both = await Promise.all([deliverOnce(dbh.db, { telegram: slow }, long), deliverOnce(dbh.db, { telegram: slow }, long)]);
+      assert.deepEqual(rec.sent.map((s) => s.key), ['k-race#0', 'k-race#1', 'k-race#2'], 'each part sent once');
+      for (const b of both) assert.deepEqual(b.externalIds, ['ext-1', 'ext-2', 'ext-3']);
+      assert.equal((await dbh.db.delivery.findUniqueOrThrow({ where: { key: 'k-race' } })).status, 'sent');
+    });
+
+    it('a part left sending by an attempt that died is sent again once its lease has passed, not before', async () => {
+      const rec = recordingSender();
+      const senders = { telegram: rec.sender };
+      // the first attempt dies once its request may have gone out (its send never returns): the row says sending
+      const dead: ChannelSender = { ...rec.sender, send: () => new Promise<string>(() => undefined) };
+      void deliverOnce(dbh.db, { telegram: dead }, msg('k-dead'));
+      for (let i = 0; (await dbh.db.deliveryPart.findUnique({ where: { key_part: { key: 'k-dead', part: 0 } } }))?.status !== 'sending'; i++) {
+        assert.ok(i < 100, 'the first attempt claimed the part');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // within the lease another attempt waits for it; past the lease it takes the part over
+      const waiting = deliverOnce(dbh.db, senders, msg('k-dead'));
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(rec.sent.length, 0, 'not sent while the first attempt holds the part');
+      await dbh.db.deliveryPart.update({ where: { key_part: { key: 'k-dead', part: 0 } }, data: { updatedAt: new Date(Date.now() - SENDING_LEASE_MS - 1000) } });
+      const r = await waiting;
+      assert.equal(r.sent, true);
+      assert.deepEqual(rec.sent.map((s) => s.key), ['k-dead#0']);
     });
 
     it('retries a send that failed, without a second transcript entry', async () => {
