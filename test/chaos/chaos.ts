@@ -295,7 +295,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosResult> {
     m.setDefault((req: RecordedRequest): ScriptedReply => {
       const delay = between(modelDelay);
       if (offeredTools(req).some((t) => CHANGE_TOOLS.includes(t))) return { ...agent(req), firstTokenDelayMs: delay };
-      const marker = MARKER.exec(lastUserText(req.body))?.[1];
+      // the turn's own message comes last in the user content (the task's first request, when it has left the recent turns, is quoted before it)
+      const marker = [...lastUserText(req.body).matchAll(new RegExp(MARKER.source, 'g'))].at(-1)?.[1];
       return marker ? { chunks: ['ack ', `[chaos:${marker}]`], firstTokenDelayMs: delay, chunkDelayMs: 50 } : { text: 'tick', firstTokenDelayMs: delay };
     });
     dbh = await kind.create();
