@@ -374,7 +374,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
     binding: BindingRecord | undefined,
   ): Promise<string | undefined> {
     const by = actor.kind === 'operator' ? msg.user : actor.name;
-    return commands.run(cmd, { msg, conversation, actor, binding, by, session: startOptions(conversation, binding) });
+    return commands.run(cmd, { msg, key: inboundKey(msg), conversation, actor, binding, by, session: startOptions(conversation, binding) });
   }
 
   async function reject(msg: NormalizedInbound, workflowId: string, reason: RejectReason, reply: string | undefined, data: Record<string, unknown> = {}): Promise<IngressResult> {
