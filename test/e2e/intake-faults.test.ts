@@ -9,7 +9,9 @@
  *
  * Over all points: nothing lost (every accepted message got its turn, every event its run, every
  * handed task its turn) and nothing doubled (one turn per session as Temporal counts them, one
- * reply, one run execution per event id, one model call per event). Checked through the real
+ * reply, one run execution per event id, one model call per event; a command that makes
+ * something, /task and /change, run again after a crash before its answer: one task and one
+ * reminder, one change and one workflow, the same id answered). Checked through the real
  * workflows on the Temporal dev server and the real database. Each ingress also passes exactly
  * the points listed here, so a new step between accepting and handing over gets a point and a
  * case. The process-kill form of the same (SIGKILL of a child Steward at a point, restart,
