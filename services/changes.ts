@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { getBlobText } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import * as store from '../domain/store/changes.js';
+import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { describeIssues } from '../common/schemas.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { faultPoint } from '../common/fault-points.js';
@@ -225,7 +226,7 @@ async function startChange(
   const id = opts.key !== undefined ? changeIdFor(opts.key) : newChangeId();
   const existing = opts.key !== undefined ? await store.findChange(deps.db, id) : null;
   const answer = { id, workflowId: id, runUrl: deps.runLink?.(id) ?? null };
-  // recorded by a first call whose workflow could not start: its record says so
+  // recorded by a first call and no longer running (it ended, or its start failed and the record says so): nothing to start
   if (existing && existing.status !== 'running') return answer;
   if (!existing) {
     // a change's intake, plan and coding agent call models: it counts against the asker's turn limit
@@ -238,7 +239,12 @@ async function startChange(
   const requestedBy = existing ? { id: existing.requestedBy, name: existing.requestedByName } : { id: by.id, name: by.name };
   const request = existing?.request ?? req.request;
   if (!existing) {
-    await store.createChange(deps.db, { id, repo: repo.name, request, baseBranch: base, requestedBy, ...(origin ? { origin } : {}) });
+    try {
+      await store.createChange(deps.db, { id, repo: repo.name, request, baseBranch: base, requestedBy, ...(origin ? { origin } : {}) });
+    } catch (err) {
+      // the same key at the same moment: the other call recorded it (the same input), its start is made once below
+      if (!(opts.key !== undefined && isUniqueViolation(err))) throw err;
+    }
     faultPoint('change.created');
   }
   // everyone who shaped the request (a turn's senders and steerers): none may approve the promotion
