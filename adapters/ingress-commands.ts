@@ -71,7 +71,12 @@ export type SessionStart = ReturnType<typeof sessionStartOptions>;
 /** One command as it arrived: who, where, and the chat's session. */
 export interface CommandCall {
   msg: NormalizedInbound;
-  /** The key of the message that asked for the command (its transcript and idempotency key): effects are keyed by it, so a command run again by a redelivery does not repeat them. */
+  /**
+   * The message's key (adapters/ingress.ts `inboundKey`): a command run again after a crash
+   * before its answer (the ingress reruns it) has the same key, so its effect is keyed by it:
+   * /stop, /new and /steer send it to the session, which takes it once; a command that makes
+   * something (/change, /task) derives the thing's id from it and finds the first run's.
+   */
   key: string;
   conversation: ConversationKey;
   actor: Actor;
@@ -265,7 +270,8 @@ function changeCommands(env: CommandEnv): Handlers<'change' | 'answer'> {
     async change(cmd, call) {
       if (!env.changes) return 'Repository changes are not enabled on this Steward.';
       try {
-        const r = await env.changes.startChange({ repo: cmd.repo, request: cmd.request }, person(call), { conversation: call.conversation, sessionId: call.session.workflowId });
+        // keyed by the message: a rerun of the command finds the change the first run started
+        const r = await env.changes.startChange({ repo: cmd.repo, request: cmd.request }, person(call), { conversation: call.conversation, sessionId: call.session.workflowId }, { key: call.key });
         return `Change ${r.id} started on ${cmd.repo}: intake first, then a plan, a sandboxed coding agent, the validation gate and the promotion gate. /stop stops it.${r.runUrl ? ` Run: ${r.runUrl}` : ''}`;
       } catch (err) {
         if (err instanceof ChangeInputError) return `Not started: ${err.message}.`;
@@ -499,7 +505,8 @@ function taskCommands(env: CommandEnv): Handlers<'tasks' | 'task' | 'route' | 't
         const who = person(call);
         if (cmd.action === 'add') {
           const { conversation } = call;
-          const made = await t.create({ text: cmd.text, chatId: conversation.chatId, platform: conversation.platform, account: conversation.account }, who);
+          // keyed by the message: a rerun of the command finds the task the first run made
+          const made = await t.create({ text: cmd.text, chatId: conversation.chatId, platform: conversation.platform, account: conversation.account }, who, { key: call.key });
           return `Task ${made.id} made (${made.lane}, ${made.priority}, due ${made.dueAt ?? '-'}). /task hand ${made.id} hands it to the agent; /task close ${made.id} closes it.`;
         }
         const task = await t.show(cmd.id);

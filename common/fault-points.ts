@@ -20,6 +20,9 @@ export const FAULT_POINTS = [
   // a task handed to the agent (services/tasks.ts)
   'task.handed',
   'task.recorded',
+  // a task made, a change recorded by a chat command, before its reminder or workflow starts (services/tasks.ts, services/changes.ts)
+  'task.created',
+  'change.created',
   // the handoff of a recorded message to its session (services/handoff.ts)
   'handoff.signalled',
   'handoff.marked',

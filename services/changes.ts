@@ -4,14 +4,17 @@
  * and records, download its patch, answer its clarifying question, steer or stop it. Every
  * input is validated with zod before anything changes; every change writes a receipt.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { WorkflowNotFoundError, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { getBlobText } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
 import * as store from '../domain/store/changes.js';
+import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { describeIssues } from '../common/schemas.js';
 import { writeReceipt } from '../domain/receipts.js';
+import { faultPoint } from '../common/fault-points.js';
+import { startRunOnce } from './handoff.js';
 import type { ConversationKey } from '../common/ids.js';
 import {
   ChangeAnswerSchema,
@@ -110,11 +113,6 @@ export interface ChangePatch {
 
 const parseJson = <T>(s: string | null): T | null => (s ? (JSON.parse(s) as T) : null);
 
-/** A fresh change id: lowercase, so it is also a valid agent-harness task id. */
-export function newChangeId(): string {
-  return `chg-${randomBytes(6).toString('hex')}`;
-}
-
 /** A registration's row as the API shows it. */
 function repoView(r: store.RepoRow): RepoView {
   return {
@@ -197,22 +195,60 @@ async function removeRepo(deps: ChangeServiceDeps, name: string, by: Requester):
 
 type Origin = { conversation: ConversationKey; sessionId: string };
 
-/** Start a change: the record, then its workflow (the request travels by reference). */
-async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
+/** A fresh change id: lowercase, so it is also a valid agent-harness task id. */
+export function newChangeId(): string {
+  return `chg-${randomBytes(6).toString('hex')}`;
+}
+
+/** The change id of a keyed start (a chat command's message, an API Idempotency-Key): the same for the same key, in newChangeId's format. */
+export function changeIdFor(key: string): string {
+  return `chg-${createHash('sha256').update(`change:${key}`).digest('hex').slice(0, 12)}`;
+}
+
+/**
+ * Start a change: the record, then its workflow (the request travels by reference), started at
+ * most once under the change's id (services/handoff.ts `startRunOnce`), then its `change.start`
+ * receipt. With `key` the id is derived from it: a repeat (a chat command run again after a
+ * crash before its answer, an API retry with the same Idempotency-Key) finds the record the
+ * first call made, starts its workflow if that call did not get so far, and answers with the
+ * same id; the turn limit is asked only before a change is recorded.
+ */
+async function startChange(
+  deps: ChangeServiceDeps,
+  input: unknown,
+  by: Requester & { shapedBy?: readonly string[] },
+  origin?: Origin,
+  opts: { key?: string } = {},
+): Promise<{ id: string; workflowId: string; runUrl: string | null }> {
   const parsed = ChangeRequestSchema.safeParse(input);
   if (!parsed.success) throw new ChangeInputError(`invalid change request: ${describeIssues(parsed.error)}`);
   const req = parsed.data;
-  // a change's intake, plan and coding agent call models: it counts against the asker's turn limit
-  const limited = await deps.limiter?.turn(by, 'change');
-  if (limited) throw new ChangeInputError(limited.message.replace(/\.$/, ''), 409);
-  const repo = await store.findRepo(deps.db, req.repo);
+  const id = opts.key !== undefined ? changeIdFor(opts.key) : newChangeId();
+  const existing = opts.key !== undefined ? await store.findChange(deps.db, id) : null;
+  const answer = { id, workflowId: id, runUrl: deps.runLink?.(id) ?? null };
+  // recorded by a first call and no longer running (it ended, or its start failed and the record says so): nothing to start
+  if (existing && existing.status !== 'running') return answer;
+  if (!existing) {
+    // a change's intake, plan and coding agent call models: it counts against the asker's turn limit
+    const limited = await deps.limiter?.turn(by, 'change');
+    if (limited) throw new ChangeInputError(limited.message.replace(/\.$/, ''), 409);
+  }
+  const repo = await store.findRepo(deps.db, existing?.repo ?? req.repo);
   if (!repo) throw new ChangeInputError(`no repository is registered as ${req.repo} (register it with POST /api/v1/repos or steward repos add)`, 404);
-  const id = newChangeId();
-  const base = req.base ?? repo.defaultBranch;
-  const requestedBy = { id: by.id, name: by.name };
-  await store.createChange(deps.db, { id, repo: repo.name, request: req.request, baseBranch: base, requestedBy, ...(origin ? { origin } : {}) });
+  const base = existing?.baseBranch ?? req.base ?? repo.defaultBranch;
+  const requestedBy = existing ? { id: existing.requestedBy, name: existing.requestedByName } : { id: by.id, name: by.name };
+  const request = existing?.request ?? req.request;
+  if (!existing) {
+    try {
+      await store.createChange(deps.db, { id, repo: repo.name, request, baseBranch: base, requestedBy, ...(origin ? { origin } : {}) });
+    } catch (err) {
+      // the same key at the same moment: the other call recorded it (the same input), its start is made once below
+      if (!(opts.key !== undefined && isUniqueViolation(err))) throw err;
+    }
+    faultPoint('change.created');
+  }
   // everyone who shaped the request (a turn's senders and steerers): none may approve the promotion
-  const shapedBy = [...new Set([by.id, ...(by.shapedBy ?? [])])];
+  const shapedBy = [...new Set([requestedBy.id, ...(by.shapedBy ?? [])])];
   const wfInput: RepoChangeInput = {
     changeId: id,
     repo: repo.name,
@@ -224,30 +260,45 @@ async function startChange(deps: ChangeServiceDeps, input: unknown, by: Requeste
     ...(deps.activityQueue && deps.activityQueue !== deps.taskQueue ? { activityQueue: deps.activityQueue } : {}),
   };
   try {
-    await deps.client.workflow.start(repoChangeWorkflow, {
-      workflowId: id,
-      taskQueue: deps.taskQueue,
-      args: [wfInput],
-      typedSearchAttributes: [
-        { key: KindAttr, value: 'repo-change' },
-        { key: RepoAttr, value: repo.name },
-        ...(origin ? [{ key: PlatformAttr, value: origin.conversation.platform }, { key: ChatAttr, value: origin.conversation.chatId }] : []),
-      ],
-      staticSummary: `Repo change on ${repo.name}: ${req.request.slice(0, 150)}`,
-      staticDetails: `Requested by ${by.name}. Base ${base}.\n\n${req.request.slice(0, 2000)}`,
-    });
+    await startRunOnce(
+      deps.client,
+      deps.db,
+      repoChangeWorkflow,
+      {
+        workflowId: id,
+        taskQueue: deps.taskQueue,
+        args: [wfInput],
+        typedSearchAttributes: [
+          { key: KindAttr, value: 'repo-change' },
+          { key: RepoAttr, value: repo.name },
+          ...(origin ? [{ key: PlatformAttr, value: origin.conversation.platform }, { key: ChatAttr, value: origin.conversation.chatId }] : []),
+        ],
+        staticSummary: `Repo change on ${repo.name}: ${request.slice(0, 150)}`,
+        staticDetails: `Requested by ${requestedBy.name}. Base ${base}.\n\n${request.slice(0, 2000)}`,
+      },
+      {
+        key: `change:${id}:start`,
+        kind: 'change.start',
+        workflowId: id,
+        actor: requestedBy.id,
+        ...(origin ? { sessionId: origin.sessionId } : {}),
+        data: { changeId: id, repo: repo.name, base, chars: request.length, from: origin ? `${origin.conversation.platform}:${origin.conversation.chatId}` : 'api' },
+      },
+    );
   } catch (err) {
+    // the record says the start failed only when no workflow runs under its id (the mark after a start may be what failed)
+    const runs = await deps.client.workflow
+      .getHandle(id)
+      .describe()
+      .then(
+        () => true,
+        () => false,
+      );
+    if (runs) throw err;
     await store.markChangeStartFailed(deps.db, id, `could not start: ${(err as Error).message}`);
     throw err;
   }
-  await writeReceipt(deps.db, {
-    kind: 'change.start',
-    workflowId: id,
-    actor: by.id,
-    ...(origin ? { sessionId: origin.sessionId } : {}),
-    data: { changeId: id, repo: repo.name, base, chars: req.request.length, from: origin ? `${origin.conversation.platform}:${origin.conversation.chatId}` : 'api' },
-  });
-  return { id, workflowId: id, runUrl: deps.runLink?.(id) ?? null };
+  return answer;
 }
 
 async function listChanges(deps: ChangeServiceDeps, opts: { repo?: string; limit?: number } = {}): Promise<ChangeView[]> {
@@ -336,7 +387,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
       return r ? repoView(r) : undefined;
     },
     removeRepo: (name: string, by: Requester) => removeRepo(deps, name, by),
-    startChange: (input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin) => startChange(deps, input, by, origin),
+    startChange: (input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin, opts?: { key?: string }) => startChange(deps, input, by, origin, opts),
     getChange: (id: string) => getChange(deps, id),
     listChanges: (opts?: { repo?: string; limit?: number }) => listChanges(deps, opts),
     /** The patch artifact (git apply-able), by the change's content hash. */

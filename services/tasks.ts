@@ -21,6 +21,7 @@ import {
   RouteSchema,
   TaskIdSchema,
   TaskListQuerySchema,
+  taskIdFor,
   taskReminderWorkflowId,
   TriageSettingSchema,
   triageWorkflowId,
@@ -165,6 +166,33 @@ export function createTaskService(deps: TaskServiceDeps) {
     }
   }
 
+  /** A new task's reminder, started at most once (REJECT_DUPLICATE), then the task's `task.create` receipt (keyed by the task). */
+  async function startReminderOnce(task: TaskRow, by: Requester): Promise<void> {
+    const dueAt = task.dueAt!.toISOString();
+    await startRunOnce(
+      client,
+      db,
+      taskReminderWorkflow,
+      {
+        workflowId: taskReminderWorkflowId(task.id),
+        taskQueue: deps.taskQueue,
+        args: [{ taskId: task.id, dueAt }],
+        typedSearchAttributes: [
+          { key: PlatformAttr, value: task.platform },
+          { key: ChatAttr, value: task.chatId },
+          { key: KindAttr, value: 'task-reminder' },
+        ],
+        staticSummary: `Reminder of task ${task.id}`,
+      },
+      {
+        key: `task:${task.id}:create`,
+        kind: 'task.create',
+        actor: by.id,
+        data: { taskId: task.id, by: by.name, chat: { platform: task.platform, account: task.account, chatId: task.chatId }, lane: task.lane, priority: task.priority, dueAt },
+      },
+    );
+  }
+
   async function get(rawId: unknown): Promise<TaskRow> {
     const id = parse(TaskIdSchema, rawId, 'the task');
     const task = await findTask(db, id);
@@ -221,30 +249,41 @@ export function createTaskService(deps: TaskServiceDeps) {
       return { workflowId, duplicate };
     },
 
-    /** A task by hand: its text and chat; lane, priority, due and assignee optional. Its reminder starts. */
-    async create(input: unknown, by: Requester): Promise<TaskView> {
+    /**
+     * A task by hand: its text and chat; lane, priority, due and assignee optional. Its reminder
+     * starts. With `key` (a chat command's message key) the task's id is derived from it: a
+     * repeat (the command run again after a crash before its answer) finds the task the first
+     * run made, starts its reminder once (services/handoff.ts `startRunOnce`) and answers with it;
+     * the limit is asked only before a task is made.
+     */
+    async create(input: unknown, by: Requester, opts: { key?: string } = {}): Promise<TaskView> {
       const t = parse(NewTaskSchema, input, 'the task');
-      await refuseOverLimit(by, 'task');
-      const now = Date.now();
-      const dueAt = t.due !== undefined ? resolveDue(t.due, now)! : new Date(now + DEFAULT_DUE_MS[t.priority]);
-      if (dueAt.getTime() <= now) throw new TaskInputError('the task: the due time is in the past');
-      const { task } = await insertTask(db, {
-        id: newTaskId(),
-        platform: t.platform,
-        account: t.account,
-        chatId: t.chatId,
-        sender: by.name,
-        senderId: by.id,
-        text: t.text,
-        lane: t.lane,
-        priority: t.priority,
-        dueAt,
-        assignee: t.assignee ?? null,
-        origin: 'manual',
-        createdBy: by.id,
-      });
-      await writeReceipt(db, { kind: 'task.create', actor: by.id, data: { taskId: task.id, by: by.name, chat: { platform: t.platform, account: t.account, chatId: t.chatId }, lane: task.lane, priority: task.priority, dueAt: dueAt.toISOString() } });
-      await tellReminder(task, { dueAt: dueAt.toISOString() });
+      const id = opts.key !== undefined ? taskIdFor(`task:${opts.key}`) : newTaskId();
+      let task = opts.key !== undefined ? await findTask(db, id) : null;
+      if (!task) {
+        await refuseOverLimit(by, 'task');
+        const now = Date.now();
+        const dueAt = t.due !== undefined ? resolveDue(t.due, now)! : new Date(now + DEFAULT_DUE_MS[t.priority]);
+        if (dueAt.getTime() <= now) throw new TaskInputError('the task: the due time is in the past');
+        ({ task } = await insertTask(db, {
+          id,
+          platform: t.platform,
+          account: t.account,
+          chatId: t.chatId,
+          sender: by.name,
+          senderId: by.id,
+          text: t.text,
+          lane: t.lane,
+          priority: t.priority,
+          dueAt,
+          assignee: t.assignee ?? null,
+          origin: 'manual',
+          createdBy: by.id,
+        }));
+        faultPoint('task.created');
+      }
+      // the reminder starts once under the task's id, then the receipt (its mark); a task handed or closed meanwhile needs none
+      if (task.status === 'open' && task.dueAt) await startReminderOnce(task, by);
       return taskView(task);
     },
 

@@ -1,7 +1,7 @@
 /**
  * Repositories and governed changes over HTTP (bearer token = the operator):
  *   POST /api/v1/repos, GET /api/v1/repos, GET/DELETE /api/v1/repos/{name}
- *   POST /api/v1/changes (202 with its id), GET /api/v1/changes, GET /api/v1/changes/{id},
+ *   POST /api/v1/changes (202 with its id; Idempotency-Key: a retry finds the first call's change), GET /api/v1/changes, GET /api/v1/changes/{id},
  *   GET /api/v1/changes/{id}/patch (text/x-diff, git apply-able; a patch that was not promoted
  *   only with ?include=refused, and always with the change's status and verdict in headers),
  *   POST /api/v1/changes/{id}/answer
@@ -74,16 +74,17 @@ export function registerChangeRoutes(app: OpenAPIHono, changes: ChangeService): 
     createRoute({
       method: 'post',
       path: '/api/v1/changes',
-      summary: 'Start a governed change: {"repo", "request", "base"?}; 202 with its id',
+      summary: 'Start a governed change: {"repo", "request", "base"?}; 202 with its id. A retry with the same Idempotency-Key answers with the change the first call started (and starts nothing new)',
       security: sec,
-      request: anyJson,
+      request: { ...anyJson, headers: z.object({ 'idempotency-key': z.string().min(1).max(200).optional() }) },
       responses: { 202: json(z.object({ id: z.string(), workflowId: z.string(), runUrl: z.string().nullable() }), 'Started'), ...errors },
     }),
     async (c) => {
       const b = await body(c);
       if (!b.ok) return c.json({ error: 'malformed JSON in the request body' }, 400);
       try {
-        return c.json(await changes.startChange(b.value, by), 202);
+        const idem = c.req.valid('header')['idempotency-key'];
+        return c.json(await changes.startChange(b.value, by, undefined, idem !== undefined ? { key: `api:${by.id}:${idem}` } : {}), 202);
       } catch (err) {
         const f = fail(err);
         return c.json({ error: f.error }, f.status);

@@ -66,10 +66,17 @@ describe('repositories and changes over HTTP and the CLI', { skip: await needs('
           assert.equal((await api('POST', '/api/v1/changes', { repo: 'api-demo', request: 'x', base: 'bad..branch' })).status, 400);
           assert.equal(await stack.db.repoChange.count(), changes0);
 
-          const started = await api('POST', '/api/v1/changes', { repo: 'api-demo', request: 'Make the greeting greet Steward' });
+          const idem = { 'idempotency-key': `start-${Date.now()}` };
+          const started = await api('POST', '/api/v1/changes', { repo: 'api-demo', request: 'Make the greeting greet Steward' }, idem);
           assert.equal(started.status, 202);
           const { id } = (await started.json()) as { id: string };
           assert.match(id, /^chg-[a-f0-9]{12}$/);
+          // a retry with the same Idempotency-Key answers with the same change and starts nothing new
+          const retried = await api('POST', '/api/v1/changes', { repo: 'api-demo', request: 'Make the greeting greet Steward' }, idem);
+          assert.equal(retried.status, 202);
+          assert.equal(((await retried.json()) as { id: string }).id, id);
+          assert.equal(await stack.db.repoChange.count(), changes0 + 1, 'one change for one key');
+          assert.equal(await stack.db.receipt.count({ where: { kind: 'change.start', workflowId: id } }), 1, 'receipted once');
           const view = await waitFor(async () => {
             const v = (await (await api('GET', `/api/v1/changes/${id}`)).json()) as { status: string; phase: string; draft: unknown; plan: unknown; verdict: { verdict: string; checks: unknown[] } | null; result: { patchHash: string } | null; report: unknown };
             return v.status !== 'running' ? v : undefined;

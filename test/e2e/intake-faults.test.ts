@@ -9,7 +9,9 @@
  *
  * Over all points: nothing lost (every accepted message got its turn, every event its run, every
  * handed task its turn) and nothing doubled (one turn per session as Temporal counts them, one
- * reply, one run execution per event id, one model call per event). Checked through the real
+ * reply, one run execution per event id, one model call per event; a command that makes
+ * something, /task and /change, run again after a crash before its answer: one task and one
+ * reminder, one change and one workflow, the same id answered). Checked through the real
  * workflows on the Temporal dev server and the real database. Each ingress also passes exactly
  * the points listed here, so a new step between accepting and handing over gets a point and a
  * case. The process-kill form of the same (SIGKILL of a child Steward at a point, restart,
@@ -30,7 +32,8 @@ import { armFaultPoint, faultPointArmed, faultPointsPassed, InjectedFault, type 
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import type { InboundMessage } from '../../common/schemas.js';
 import { bindChat, createIdentity, OPERATOR } from '../../domain/governance.js';
-import { triageWorkflowId } from '../../common/tasks.js';
+import { taskReminderWorkflowId, triageWorkflowId } from '../../common/tasks.js';
+import { createGitFixture } from '../helpers/git-fixture.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { statusQuery } from '../../workflows/messages.js';
 import { testDatabases } from '../helpers/db.js';
@@ -42,6 +45,9 @@ const tag = () => randomBytes(4).toString('hex');
 /** The points each kind of input passes between being accepted and being handed over, in order. */
 const MESSAGE_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'handoff.signalled', 'handoff.marked'];
 const COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'ingress.command-run', 'ingress.command-answered'];
+/** A command that makes something: its record, then its run (a task's reminder, a change's workflow) started once, then the answer. */
+const TASK_COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'task.created', 'run.started', 'run.marked', 'ingress.command-run', 'ingress.command-answered'];
+const CHANGE_COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'change.created', 'run.started', 'run.marked', 'ingress.command-run', 'ingress.command-answered'];
 /** Points before the record: the redelivery is the first delivery that was recorded. */
 const BEFORE_RECORD: ReadonlySet<FaultPointName> = new Set(['ingress.session', 'ingress.receipted']);
 const TASK_POINTS: FaultPointName[] = ['task.recorded', 'handoff.signalled', 'handoff.marked', 'task.handed'];
@@ -115,6 +121,33 @@ for (const kind of testDatabases()) {
     async function answeredAndCarried(h: Harness, sessionId: string, text: string): Promise<void> {
       await waitFor(async () => ((await h.ingress.transcript(sessionId, { limit: 100 })).some((m) => m.role === 'assistant' && m.text.includes(text)) ? true : undefined), `the reply before the redelivery`, 30_000);
       await waitFor(async () => ((await stack.env.client.workflow.getHandle(sessionId).query(statusQuery)).generation >= 1 ? true : undefined), 'the session continued as new', 30_000);
+    }
+
+    /** How many executions of a workflow id Temporal has (visibility is eventually consistent: waits for the first). */
+    async function executionsOf(workflowId: string): Promise<number> {
+      const count = async () => {
+        let n = 0;
+        for await (const _ of stack.env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) n++;
+        return n;
+      };
+      return waitFor(async () => ((await count()) > 0 ? count() : undefined), `${workflowId} listed`);
+    }
+
+    /** One task with the probe, the one the command answered with: one reminder execution, one receipt. */
+    async function oneTaskMade(probe: string, id: string | undefined, what: string): Promise<void> {
+      const tasks = await stack.db.task.findMany({ where: { text: { contains: probe } } });
+      assert.deepEqual(tasks.map((t) => t.id), [id], `${what}: one task, the one answered`);
+      assert.equal(await executionsOf(taskReminderWorkflowId(id!)), 1, `${what}: its reminder started once`);
+      assert.equal(await stack.db.receipt.count({ where: { kind: 'task.create', data: { contains: id! } } }), 1, `${what}: receipted once`);
+    }
+
+    /** One change with the probe, the one the command answered with: one workflow execution, one receipt. Then it is ended (only its start is tried). */
+    async function oneChangeStarted(probe: string, id: string | undefined, what: string): Promise<void> {
+      const changes = await stack.db.repoChange.findMany({ where: { request: { contains: probe } } });
+      assert.deepEqual(changes.map((c) => c.id), [id], `${what}: one change, the one answered`);
+      assert.equal(await executionsOf(id!), 1, `${what}: its workflow started once`);
+      assert.equal(await stack.db.receipt.count({ where: { kind: 'change.start', workflowId: id! } }), 1, `${what}: receipted once`);
+      await stack.env.client.workflow.getHandle(id!).terminate('the test tried its start only').catch(() => undefined);
     }
 
     /** An objective's event runs, found by a marker in their payload. */
@@ -254,7 +287,51 @@ for (const kind of testDatabases()) {
               },
             });
           }
-          await runCases(cases);
+          // a command that makes something (/task, /change): the thing's id is derived from the message's key, so the rerun finds the first run's
+          const fx = createGitFixture({ 'greeting.txt': 'Hello\n' });
+          const repo = `intake-${tag()}`;
+          await h.changes.registerRepo({ name: repo, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['true'] }] }, OP);
+          try {
+            const makers = {
+              task: { points: TASK_COMMAND_POINTS, text: (probe: string) => `/task ${probe} check the backups`, reply: /^Task (t-[a-z0-9]{8}) made/, one: oneTaskMade },
+              change: { points: CHANGE_COMMAND_POINTS, text: (probe: string) => `/change ${repo} ${probe} make the greeting greet Steward`, reply: /^Change (chg-[a-f0-9]{12}) started/, one: oneChangeStarted },
+            };
+            for (const [name, m] of Object.entries(makers)) {
+              const probe = `probe-${tag()}`;
+              const chatId = `cmd-${tag()}`;
+              let reply: string | undefined;
+              assert.deepEqual(await faultPointsPassed(async () => ({ reply } = await h.send(m.text(probe), { chatId }))), m.points, `/${name}`);
+              await m.one(probe, m.reply.exec(reply ?? '')?.[1], `/${name} without a crash`);
+              for (const point of m.points) {
+                const c = { probe: `probe-${tag()}`, chatId: `cmd-${tag()}`, id: randomUUID() };
+                const key = inboundKey({ platform: 'http', account: h.account, chatId: c.chatId, id: c.id });
+                let made: string | undefined;
+                cases.push({
+                  name: `/${name} at ${point}`,
+                  point,
+                  deliver: async () => {
+                    await h.send(m.text(c.probe), c);
+                    return 'ok';
+                  },
+                  async redeliver() {
+                    const r = await h.send(m.text(c.probe), c);
+                    assert.deepEqual([r.kind, r.duplicate], ['command', false], `/${name} at ${point}: run again`);
+                    made = m.reply.exec(r.reply ?? '')?.[1];
+                    assert.ok(made, `/${name} at ${point}: answered with what it made (${r.reply})`);
+                    const again = await h.send(m.text(c.probe), c);
+                    assert.deepEqual([again.kind, again.duplicate], ['command', true], `/${name} at ${point}: then a duplicate`);
+                  },
+                  async settle() {
+                    await m.one(c.probe, made, `/${name} at ${point}`);
+                    assert.equal(await stack.db.receipt.count({ where: { key: `${key}:command` } }), 1);
+                  },
+                });
+              }
+            }
+            await runCases(cases);
+          } finally {
+            fx.cleanup();
+          }
         } finally {
           await server.close();
         }

@@ -250,12 +250,19 @@ for (const kind of testDatabases()) {
 
         // the turn limit (member: 2 an hour) holds on every path to a turn
         const kit = members[0]!;
+        const kitId = (await stack.db.platformAccount.findUniqueOrThrow({ where: { platform_userId: { platform: 'telegram', userId: kit.id } } })).identityId;
+        // a task made under a command's key before the limit was reached: the command run again (a crash before its answer) finds it, over the limit or not
+        const keyed = { text: 'keyed: rotate the logs', platform: 'telegram', account, chatId: group };
+        const key = `in:telegram:${account}:${group}:${randomUUID()}`;
+        const made = await h.tasks.create(keyed, { id: kitId, name: kit.name }, { key });
         assert.equal((await send(kit, 'first question', { addressed: true })).kind, 'message');
         assert.equal((await send(kit, 'second question', { addressed: true })).kind, 'message');
         const third = await send(kit, 'third question', { addressed: true });
         assert.deepEqual([third.kind, third.reason], ['rejected', 'rate-limited']);
         const limitText = /You have sent 2 messages in the last hour; the limit for the member role is 2\. Try again in \d+ minutes?\./;
         assert.match(third.reply ?? '', limitText);
+        assert.equal((await h.tasks.create(keyed, { id: kitId, name: kit.name }, { key })).id, made.id, 'the rerun of a made task is not refused on the limit');
+        assert.equal((await h.tasks.list({ status: 'all' }, { platform: 'telegram', account, chatId: group })).filter((t) => t.text === keyed.text).length, 1);
         const byHand = await send(kit, '/task fix the flaky build', { addressed: true });
         assert.match(byHand.reply ?? '', /^Not done: You have sent 2 messages in the last hour; the limit for the member role is 2/);
         const open = (await h.tasks.list({}, { platform: 'telegram', account, chatId: group })).find((t) => t.text.includes('flood'));
