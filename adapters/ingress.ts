@@ -974,7 +974,7 @@ async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<Ingres
   }
 
   // A command is done once handled and answered: its `command` receipt is written last, and a
-  // redelivery before it runs the command again (see README, "Intake exactly once").
+  // redelivery before it runs the command again (see docs/architecture.md, "Intake exactly once").
   const reply = await s.runCommand(msg, command, conversation, who, binding);
   faultPoint('ingress.command-run');
   if (reply !== undefined) await s.recordSystem(workflowId, `${key}:reply`, reply);

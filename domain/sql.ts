@@ -2,8 +2,8 @@
  * The turn path's statements, sent straight to the driver adapter the Prisma client runs on:
  * the same better-sqlite3 connection (and its transaction lock), the same pg pool. A Prisma
  * query costs 100-160 µs of the main thread's CPU and allocates for its query plan; the same
- * statement through the adapter costs 15-45 µs (bench/sql-per-turn.ts counts them, README:
- * Performance). Everything else stays with the Prisma client.
+ * statement through the adapter costs 15-45 µs (bench/sql-per-turn.ts counts them, docs/performance.md
+ * and git history). Everything else stays with the Prisma client.
  *
  * Statements are written once with `?` placeholders (PostgreSQL gets `$1`, `$2`, ...) and quoted
  * identifiers, the SQL both databases accept. Values are bound the way Prisma binds them: a

@@ -49,7 +49,7 @@ async function start(role: 'all' | 'api'): Promise<void> {
         ? `${steward.temporalUiSignInUrl}  (opens ${steward.temporalUiUrl}/ signed in, payloads decoded; the link works once, within an hour: \`./steward ui\` prints another)`
         : (cfg.temporalUiUrl ?? '(not started here)')
     }`,
-    `  Codec:        ${steward.codecUrl}  (${cfg.codec.enabled ? `payloads encrypted; keys ${cfg.codec.keys ? 'from STEWARD_CODEC_KEYS' : `in ${path.join(steward.dataDir, 'codec-keys.json')}`}` : 'STEWARD_CODEC=off: new payloads are stored in plaintext'}; other UIs and the CLI: see README)`,
+    `  Codec:        ${steward.codecUrl}  (${cfg.codec.enabled ? `payloads encrypted; keys ${cfg.codec.keys ? 'from STEWARD_CODEC_KEYS' : `in ${path.join(steward.dataDir, 'codec-keys.json')}`}` : 'STEWARD_CODEC=off: new payloads are stored in plaintext'}; other UIs and the CLI: see docs/operations.md)`,
     `  Data dir:     ${steward.dataDir}`,
     `  Database:     ${redactUrl(steward.databaseUrl)}`,
     `  Model:        ${steward.model}${steward.modelConfigured ? '' : '  (NOT CONFIGURED: set OPENAI_API_KEY, ANTHROPIC_API_KEY or STEWARD_MODEL_BASE_URL; chat answers with setup help until then)'}`,

@@ -9,7 +9,7 @@
  * arena's top, past a threshold it raises itself), so a freed compilation zone under a live
  * allocation stays resident for the life of the process. `malloc_trim(0)` walks every arena and
  * returns the free pages wherever they are. A `steward worker` was 296 MB after start and 204
- * MB after one trim (README, Performance).
+ * MB after one trim (docs/performance.md's git history, run G).
  *
  * The call goes through koffi (a C FFI with prebuilt binaries): Node itself has no way to call it.
  * Where there is no glibc (musl, macOS) or koffi cannot load, trimming is off and says so once.

@@ -52,7 +52,10 @@ describe('the steward command table', () => {
 
   it('has every command in the README’s command table', () => {
     const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-    const section = readme.slice(readme.indexOf('## Commands'), readme.indexOf('## Chat commands'));
+    const start = readme.indexOf('\n## Commands\n');
+    assert.ok(start >= 0, 'the README has a "## Commands" section');
+    const end = readme.indexOf('\n## ', start + 1);
+    const section = readme.slice(start, end < 0 ? undefined : end);
     for (const c of CLI_COMMANDS) assert.match(section, new RegExp(`\\| \`\\./steward ${c.name}[ \`]`), `README lists ${c.name}`);
   });
 });
