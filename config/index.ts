@@ -2,7 +2,8 @@
  * Steward's configuration: one zod schema over environment variables and an optional JSON
  * config file whose keys are the same variable names. The environment wins over the file.
  * A bad or missing value stops start-up with a message naming the variable and what it
- * expects. Documented in `.env.example`.
+ * expects. Every setting's description and topic are attached to the schema (config/settings-docs.ts);
+ * docs/configuration.md and `.env.example` are generated from it (`npm run docs:config`).
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
@@ -16,6 +17,7 @@ import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '..
 import { DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from '../common/heap-growth.js';
 import { heldSecretsFrom, holdSecrets, type HeldSecret } from '../domain/secrets.js';
 import { McpConfigFileSchema, type McpServerSpec } from '../common/mcp.js';
+import { documented, SETTING_DOCS } from './settings-docs.js';
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -137,7 +139,7 @@ export function parseQueueConcurrency(text: string): Partial<Record<QueueRole, n
 
 const HEAP_GROWTH_MESSAGE = `expected a whole percent from 0 to ${MAX_HEAP_GROWTH_PERCENT} (0: V8 decides)`;
 
-export const ConfigEnvSchema = z.object({
+export const ConfigEnvSchema = z.object(documented({
   STEWARD_DATA_DIR: optionalString,
   STEWARD_CONFIG: optionalString,
   STEWARD_HTTP_HOST: z.string().trim().min(1).default('127.0.0.1'),
@@ -492,7 +494,7 @@ export const ConfigEnvSchema = z.object({
       }
       return origins;
     }),
-});
+}, SETTING_DOCS));
 
 export type ConfigEnv = z.infer<typeof ConfigEnvSchema>;
 

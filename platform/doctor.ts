@@ -516,7 +516,7 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     const checks = [
-      check('config', 'fail', `${err.problems.length} setting(s) are invalid: ${err.problems.join('; ')}.`, 'Correct the listed variables (in the environment or the STEWARD_CONFIG file; .env.example documents them).'),
+      check('config', 'fail', `${err.problems.length} setting(s) are invalid: ${err.problems.join('; ')}.`, 'Correct the listed variables (in the environment or the STEWARD_CONFIG file; docs/configuration.md documents them).'),
       ...Object.keys(TITLES)
         .filter((id) => id !== 'config')
         .map((id) => check(id, 'skip', 'The configuration is invalid.')),
