@@ -258,6 +258,6 @@ export function helpText(): string {
     }
     for (const n of c.notes ?? []) out.push(...wrap(n, WIDTH, ' '.repeat(COLUMN)));
   }
-  out.push('', 'Configuration: environment variables, .env or a JSON config file; see docs/configuration.md (every setting) and .env.example.');
+  out.push('', 'Configuration: environment variables, .env or a JSON config file;', 'every setting, its default and meaning: docs/configuration.md.');
   return out.join('\n');
 }
