@@ -96,6 +96,9 @@ describe('the session workflow with stubbed activities (dev server)', () => {
       workflowBundle: await testBundle(),
       activities,
       sinks: droppingWorkflowSinks(),
+      // as Steward's worker (workers/main.ts): a heartbeat reaches the server at least this often, so /stop reaches a model step at once
+      maxHeartbeatThrottleInterval: '300 milliseconds',
+      defaultHeartbeatThrottleInterval: '300 milliseconds',
       patchActivationCallback: ({ patchId }) => patchId !== OTEL_PATCH,
     });
     await worker.runUntil(async () => {
@@ -175,13 +178,17 @@ describe('the session workflow with stubbed activities (dev server)', () => {
   it('/stop cancels the model step in flight (the activity sees it), keeps the queue, and the queued message is answered next', async () => {
     let step = 0;
     const cancelled: string[] = [];
+    let beats = 0;
     await withWorker(
       {
         modelStep: async (input) => {
           if (++step > 1) return reply(`h-answer-${step}`);
           // the first step waits until it is cancelled, heartbeating as the real one does
           const ctx = Context.current();
-          const beat = setInterval(() => ctx.heartbeat({ step: input.step }), 100);
+          const beat = setInterval(() => {
+            beats++;
+            ctx.heartbeat({ step: input.step });
+          }, 100);
           try {
             await Promise.race([ctx.cancelled, new Promise((r) => setTimeout(r, 30_000))]);
             return reply('h-too-late');
@@ -202,6 +209,8 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         await until('the first model step', () => named(calls, 'modelStep').length === 1);
         await chat.send('pat');
         await until('the follow-up queued', async () => (await chat.handle().query(statusQuery)).queueLength === 1);
+        // past its first heartbeat (sent at once): later ones are the throttled ones
+        await until('the step heartbeating', () => beats >= 5);
         const t0 = Date.now();
         await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1' });
         await until('the stop noticed', () => named(calls, 'deliver').length === 1);
@@ -211,9 +220,9 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         const turn1 = turnWorkflowId(chat.workflowId, runId, 1);
         const turn2 = turnWorkflowId(chat.workflowId, runId, 2);
         assert.deepEqual(cancelled, [`${turn1}: CancelledFailure`], 'the model step saw its cancellation');
-        // the cancellation reaches the step with a heartbeat's answer (the stub beats every 100 ms; a beat the worker
-        // throttled would take 8 s, 80% of the step's heartbeat timeout)
-        assert.ok(stoppedIn < 5_000, `stopped in ${stoppedIn} ms`);
+        // the cancellation reaches the step with a heartbeat's answer (the stub beats every 100 ms, the worker sends one
+        // every 300 ms at most; without that throttle setting a beat waits 8 s, 80% of the step's heartbeat timeout)
+        assert.ok(stoppedIn < 3_000, `stopped in ${stoppedIn} ms`);
 
         assert.deepEqual(
           calls.map((c) => c.name),
