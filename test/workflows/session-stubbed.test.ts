@@ -1,0 +1,367 @@
+/**
+ * The session workflow (the live chat path) alone: Steward's real workflow bundle on the real
+ * Temporal dev server, its activities replaced by stubs that record each call (with the run it
+ * came from, and whether it ran as a local activity) and answer as each test scripts. The turn
+ * runs inside the session (no child workflow), /stop cancels the model step in flight and keeps
+ * the queue, /steer reaches the next model step, and a message queued during a run's last turn
+ * is carried into the next run and answered there once. session.test.ts runs the same workflow
+ * on the real activities, database and model double.
+ */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { Context } from '@temporalio/activity';
+import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import proto from '@temporalio/proto';
+import { Worker } from '@temporalio/worker';
+import type { createActivities, ModelStepResult } from '../../activities/index.js';
+import { replyKey, sessionWorkflowId, turnWorkflowId, type ConversationKey } from '../../common/ids.js';
+import { droppingWorkflowSinks } from '../../platform/telemetry.js';
+import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
+import { inboundSignal, statusQuery, steerUpdate, stopSignal } from '../../workflows/messages.js';
+import { sessionWorkflow } from '../../workflows/chat/session.js';
+import type { InboundRef, SessionInput } from '../../workflows/types.js';
+import { testBundle } from '../helpers/steward.js';
+import { createTestEnvironment } from '../helpers/temporal.js';
+
+type Activities = ReturnType<typeof createActivities>;
+type Stubs = { [K in keyof Activities]?: (input: Parameters<Activities[K]>[0]) => Promise<Awaited<ReturnType<Activities[K]>>> };
+/** One activity call as a stub saw it: its input, the workflow run it came from, and whether it ran as a local activity. */
+type Call = { name: string; input: Record<string, unknown>; runId: string; local: boolean };
+
+const { EventType } = proto.temporal.api.enums.v1;
+type HistoryEvent = proto.temporal.api.history.v1.IHistoryEvent;
+
+const USAGE = { input: 10, output: 5, total: 15 };
+const reply = (hash: string): ModelStepResult => ({ kind: 'output', outputHash: hash, finishReason: 'stop', usage: USAGE, chars: 5 });
+const delivered = { sent: true, messageSeq: 1 };
+
+/** Poll until `check` holds, within `ms` (a bounded loop). */
+const until = async (what: string, check: () => boolean | Promise<boolean>, ms = 15_000) => {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+};
+
+/** A promise the test opens when it wants a stubbed step to finish. */
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => (open = r));
+  return { wait, open };
+}
+
+const eventTypes = (events: HistoryEvent[]) => events.map((e) => EventType[e.eventType ?? 0]);
+const scheduledActivities = (events: HistoryEvent[]) => events.flatMap((e) => (e.activityTaskScheduledEventAttributes ? [e.activityTaskScheduledEventAttributes.activityType?.name] : []));
+const localActivityMarkers = (events: HistoryEvent[]) => events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity').length;
+
+describe('the session workflow with stubbed activities (dev server)', () => {
+  let env: TestWorkflowEnvironment;
+
+  before(async () => {
+    env = await createTestEnvironment();
+  });
+  after(async () => {
+    await env?.teardown();
+  });
+
+  /**
+   * Run `body` with a worker on a fresh queue whose activities are `stubs` (each call recorded,
+   * in order); the sessions it started are terminated before the worker stops (a session never
+   * ends by itself).
+   */
+  async function withWorker(
+    stubs: Stubs,
+    body: (ctx: { taskQueue: string; calls: Call[]; started: Array<WorkflowHandle<typeof sessionWorkflow>> }) => Promise<void>,
+  ): Promise<void> {
+    const taskQueue = `session-stubbed-${randomUUID()}`;
+    const calls: Call[] = [];
+    const started: Array<WorkflowHandle<typeof sessionWorkflow>> = [];
+    const activities = Object.fromEntries(
+      Object.entries(stubs).map(([name, fn]) => [
+        name,
+        async (input: Record<string, unknown>) => {
+          const info = Context.current().info;
+          calls.push({ name, input, runId: info.workflowExecution?.runId ?? '', local: info.isLocal });
+          return (fn as (i: unknown) => Promise<unknown>)(input);
+        },
+      ]),
+    );
+    const worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: await testBundle(),
+      activities,
+      sinks: droppingWorkflowSinks(),
+      // as Steward's worker (workers/main.ts): a heartbeat reaches the server at least this often, so /stop reaches a model step at once
+      maxHeartbeatThrottleInterval: '300 milliseconds',
+      defaultHeartbeatThrottleInterval: '300 milliseconds',
+      patchActivationCallback: ({ patchId }) => patchId !== OTEL_PATCH,
+    });
+    await worker.runUntil(async () => {
+      try {
+        await body({ taskQueue, calls, started });
+      } finally {
+        for (const h of started) await h.terminate('test over').catch(() => undefined);
+      }
+    });
+  }
+
+  /** A conversation of its own per test, its session's input, and a way to send it a message (signal-with-start, as the ingress does). */
+  function conversation(taskQueue: string, started: Array<WorkflowHandle<typeof sessionWorkflow>>, over: { platform?: ConversationKey['platform']; maxTurnsPerRun?: number } = {}) {
+    const key: ConversationKey = { platform: over.platform ?? 'http', account: 'default', chatId: `c-${randomUUID().slice(0, 8)}` };
+    const workflowId = sessionWorkflowId(key);
+    const input: SessionInput = {
+      conversation: key,
+      settings: { model: 'openai-compatible:stub', think: 'off' },
+      limits: { maxTurnsPerRun: over.maxTurnsPerRun ?? 50, maxSteps: 4 },
+    };
+    let n = 0;
+    const send = async (user = 'pat', key = `in-${++n}`): Promise<InboundRef> => {
+      const ref: InboundRef = { key, user, identityId: `id-${user}`, at: new Date().toISOString() };
+      const handle = await env.client.workflow.signalWithStart(sessionWorkflow, { workflowId, taskQueue, args: [input], signal: inboundSignal, signalArgs: [ref] });
+      if (started.length === 0) started.push(handle);
+      return ref;
+    };
+    const handle = () => env.client.workflow.getHandle<typeof sessionWorkflow>(workflowId);
+    const history = async (runId?: string) => (await env.client.workflow.getHandle(workflowId, runId).fetchHistory()).events ?? [];
+    return { workflowId, input, send, handle, history };
+  }
+
+  const named = (calls: Call[], name: string) => calls.filter((c) => c.name === name);
+
+  it('runs the turn inside the session: one model step in the session’s own history, the reply delivered once under the turn’s key (local activities)', async () => {
+    await withWorker(
+      {
+        modelStep: async () => reply('h-reply'),
+        deliver: async () => delivered,
+        updateProgress: async () => 'ok',
+        clearProgress: async () => 'ok',
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { platform: 'telegram' });
+        await chat.send('pat');
+        await until('the panel cleared', () => named(calls, 'clearProgress').length === 1);
+        assert.deepEqual(
+          calls.map((c) => c.name),
+          ['updateProgress', 'modelStep', 'deliver', 'clearProgress'],
+        );
+        const runId = (await chat.handle().describe()).runId;
+        const turnId = turnWorkflowId(chat.workflowId, runId, 1);
+        // every call came from the session's own run: no child workflow runs the turn
+        assert.ok(calls.every((c) => c.runId === runId), 'each activity ran for the session run');
+        const step = named(calls, 'modelStep')[0]!;
+        assert.equal(step.local, false, 'the model step is a regular activity (heartbeats, cancellation)');
+        assert.equal(step.input.turnId, turnId);
+        assert.deepEqual(step.input.inbound, ['in-1']);
+        assert.deepEqual(step.input.requesters, ['id-pat']);
+        const deliver = named(calls, 'deliver')[0]!;
+        assert.equal(deliver.local, true, 'the reply goes out as a local activity');
+        assert.deepEqual([deliver.input.kind, deliver.input.blobHash, deliver.input.key], ['reply', 'h-reply', replyKey(turnId)]);
+        assert.ok(['updateProgress', 'clearProgress'].every((n) => named(calls, n)[0]!.local), 'the panel is edited with local activities');
+
+        await until('the turn recorded in history', async () => localActivityMarkers(await chat.history()) === 3);
+        const events = await chat.history();
+        const types = eventTypes(events);
+        assert.ok(!types.includes('EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED'), 'no child workflow');
+        assert.deepEqual(scheduledActivities(events), ['modelStep'], 'the one regular activity is the model step');
+        assert.ok(types.includes('EVENT_TYPE_ACTIVITY_TASK_COMPLETED'));
+        const status = await chat.handle().query(statusQuery);
+        assert.deepEqual([status.running, status.queueLength, status.turnsStarted, status.tokens], [null, 0, 1, USAGE]);
+      },
+    );
+  });
+
+  it('/stop cancels the model step in flight (the activity sees it), keeps the queue, and the queued message is answered next', async () => {
+    let step = 0;
+    const cancelled: string[] = [];
+    let beats = 0;
+    await withWorker(
+      {
+        modelStep: async (input) => {
+          if (++step > 1) return reply(`h-answer-${step}`);
+          // the first step waits until it is cancelled, heartbeating as the real one does
+          const ctx = Context.current();
+          const beat = setInterval(() => {
+            beats++;
+            ctx.heartbeat({ step: input.step });
+          }, 100);
+          try {
+            await Promise.race([ctx.cancelled, new Promise((r) => setTimeout(r, 30_000))]);
+            return reply('h-too-late');
+          } catch (err) {
+            cancelled.push(`${input.turnId}: ${(err as Error).name}`);
+            throw err;
+          } finally {
+            clearInterval(beat);
+          }
+        },
+        deliver: async () => delivered,
+        updateProgress: async () => 'ok',
+        clearProgress: async () => 'ok',
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { platform: 'telegram' });
+        await chat.send('pat');
+        await until('the first model step', () => named(calls, 'modelStep').length === 1);
+        await chat.send('pat');
+        await until('the follow-up queued', async () => (await chat.handle().query(statusQuery)).queueLength === 1);
+        // past its first heartbeat (sent at once): later ones are the throttled ones
+        await until('the step heartbeating', () => beats >= 5);
+        const t0 = Date.now();
+        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1' });
+        await until('the stop noticed', () => named(calls, 'deliver').length === 1);
+        const stoppedIn = Date.now() - t0;
+        await until('the queued message answered, its panel cleared', () => named(calls, 'clearProgress').length === 2);
+        const runId = (await chat.handle().describe()).runId;
+        const turn1 = turnWorkflowId(chat.workflowId, runId, 1);
+        const turn2 = turnWorkflowId(chat.workflowId, runId, 2);
+        assert.deepEqual(cancelled, [`${turn1}: CancelledFailure`], 'the model step saw its cancellation');
+        // the cancellation reaches the step with a heartbeat's answer (the stub beats every 100 ms, the worker sends one
+        // every 300 ms at most; without that throttle setting a beat waits 8 s, 80% of the step's heartbeat timeout)
+        assert.ok(stoppedIn < 3_000, `stopped in ${stoppedIn} ms`);
+
+        assert.deepEqual(
+          calls.map((c) => c.name),
+          ['updateProgress', 'modelStep', 'clearProgress', 'deliver', 'updateProgress', 'modelStep', 'deliver', 'clearProgress'],
+        );
+        const [stopped, answer] = named(calls, 'deliver').map((c) => c.input);
+        assert.deepEqual([stopped!.kind, stopped!.key, stopped!.text], ['notice', `${turn1}:stopped`, 'Stopped the running turn. 1 queued message kept.']);
+        assert.deepEqual([answer!.kind, answer!.key, answer!.blobHash], ['reply', replyKey(turn2), 'h-answer-2']);
+        assert.deepEqual(named(calls, 'modelStep')[1]!.input.inbound, ['in-2'], 'the kept message is the next turn’s batch');
+        assert.ok(!named(calls, 'deliver').some((c) => c.input.key === replyKey(turn1)), 'the stopped turn never replies');
+
+        const types = eventTypes(await chat.history());
+        for (const t of ['EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED', 'EVENT_TYPE_ACTIVITY_TASK_CANCELED']) assert.ok(types.includes(t), `${t} in the session's history`);
+        assert.ok(!types.includes('EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED'));
+        // a /stop the ingress delivers again (the same key) stops nothing, and nothing runs: no "nothing to stop" notice either
+        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1' });
+        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-2' });
+        await until('the second stop answered', () => named(calls, 'deliver').length === 3);
+        assert.equal(named(calls, 'deliver')[2]!.input.text, 'Nothing is running to stop. 0 messages queued.');
+        const status = await chat.handle().query(statusQuery);
+        assert.deepEqual([status.running, status.queueLength, status.turnsStarted], [null, 0, 2]);
+      },
+    );
+  });
+
+  it('/steer during a turn answers running-turn and reaches the next model step’s input; between turns it guides the next turn', async () => {
+    const first = gate();
+    let step = 0;
+    await withWorker(
+      {
+        modelStep: async () => {
+          if (++step === 1) await first.wait;
+          return reply(`h-step-${step}`);
+        },
+        deliver: async () => delivered,
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started);
+        await chat.send('pat');
+        await until('the first model step', () => named(calls, 'modelStep').length === 1);
+        const r = await chat.handle().executeUpdate(steerUpdate, { args: [{ text: '  shorter, please ', by: 'Bo', byId: 'id-bo', key: 'steer-1' }] });
+        assert.equal(r.appliedTo, 'running-turn');
+        const again = await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'shorter, please', by: 'Bo', byId: 'id-bo', key: 'steer-1' }] });
+        assert.equal(again.appliedTo, 'duplicate', 'the same /steer delivered again is taken once');
+        await assert.rejects(
+          chat.handle().executeUpdate(steerUpdate, { args: [{ text: '   ', by: 'Bo' }] }),
+          (err: Error) => err instanceof WorkflowUpdateFailedError && /steering text is empty/.test(String(err.cause?.message)),
+        );
+        first.open();
+        await until('the reply', () => named(calls, 'deliver').length === 1);
+        const runId = (await chat.handle().describe()).runId;
+        const turn1 = turnWorkflowId(chat.workflowId, runId, 1);
+        assert.deepEqual(
+          calls.map((c) => c.name),
+          ['modelStep', 'modelStep', 'deliver'],
+          'the steering arrived during the step: one more step before the reply goes out',
+        );
+        const [s1, s2] = named(calls, 'modelStep').map((c) => c.input);
+        assert.deepEqual(s1!.steers, []);
+        assert.deepEqual([s2!.step, s2!.steers, s2!.draftHash], [2, ['shorter, please'], 'h-step-1']);
+        assert.deepEqual(s2!.requesters, ['id-pat', 'id-bo'], 'the steerer joins the turn’s requester set');
+        const d = named(calls, 'deliver')[0]!.input;
+        assert.deepEqual([d.key, d.blobHash], [replyKey(turn1), 'h-step-2']);
+
+        // no turn running: the note waits for the next turn and reaches its first step
+        await until('the session idle', async () => (await chat.handle().query(statusQuery)).running === null);
+        const idle = await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'be brief', by: 'Cy', byId: 'id-cy', key: 'steer-2' }] });
+        assert.equal(idle.appliedTo, 'next-turn');
+        assert.equal((await chat.handle().query(statusQuery)).pendingSteers, 1);
+        await chat.send('pat');
+        await until('the second reply', () => named(calls, 'deliver').length === 2);
+        const s3 = named(calls, 'modelStep')[2]!.input;
+        assert.deepEqual([s3.step, s3.steers, s3.inbound, s3.requesters], [1, ['be brief'], ['in-2'], ['id-pat', 'id-cy']]);
+        assert.equal((await chat.handle().query(statusQuery)).pendingSteers, 0);
+      },
+    );
+  });
+
+  it('continue-as-new: a message queued during the last turn of a run is carried into the next run and answered there, once', async () => {
+    const first = gate();
+    let step = 0;
+    await withWorker(
+      {
+        modelStep: async () => {
+          if (++step === 1) await first.wait;
+          return reply(`h-answer-${step}`);
+        },
+        deliver: async () => delivered,
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { maxTurnsPerRun: 1 });
+        await chat.send('pat');
+        await until('the first model step', () => named(calls, 'modelStep').length === 1);
+        const runA = (await chat.handle().describe()).runId;
+        await chat.send('ada');
+        await until('the second message queued', async () => (await chat.handle().query(statusQuery)).queueLength === 1);
+        first.open();
+        await until('the carried message answered', () => named(calls, 'deliver').length === 2);
+
+        const runB = named(calls, 'modelStep')[1]!.runId;
+        assert.notEqual(runB, runA, 'the carried message is answered in the next run');
+        const eventsA = await chat.history(runA);
+        const last = eventsA.at(-1)!;
+        assert.equal(EventType[last.eventType ?? 0], 'EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW');
+        assert.equal(last.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId, runB);
+        assert.deepEqual(scheduledActivities(eventsA), ['modelStep'], 'run A ran one turn');
+
+        const [m1, m2] = named(calls, 'modelStep');
+        assert.deepEqual([m1!.runId, m1!.input.inbound], [runA, ['in-1']]);
+        assert.deepEqual([m2!.runId, m2!.input.inbound], [runB, ['in-2']]);
+        // the turn count goes on across runs, and the turn id keeps the session's first run id (its epoch)
+        const turn2 = turnWorkflowId(chat.workflowId, runA, 2);
+        assert.equal(m2!.input.turnId, turn2);
+        const [d1, d2] = named(calls, 'deliver');
+        assert.deepEqual([d1!.runId, d1!.input.key], [runA, replyKey(turnWorkflowId(chat.workflowId, runA, 1))]);
+        assert.deepEqual([d2!.runId, d2!.input.key, d2!.input.blobHash], [runB, replyKey(turn2), 'h-answer-2']);
+        // the carried working set: the next run's turn sees the first turn
+        assert.deepEqual((m2!.input.workingSet as { recentTurns: unknown[] }).recentTurns, [
+          { inbound: ['in-1'], reply: replyKey(turnWorkflowId(chat.workflowId, runA, 1)) },
+        ]);
+
+        // run B has run its turn too: with no message within the grace it continues as new on its own, carrying nothing to answer
+        await until('a third run', async () => ![runA, runB].includes((await chat.handle().describe()).runId), 10_000);
+        const status = await chat.handle().query(statusQuery);
+        assert.deepEqual([status.queueLength, status.turnsStarted, status.generation, status.running], [0, 2, 2, null]);
+        // a redelivery of the carried message's signal is not answered again: its key was carried as taken
+        await chat.send('ada', 'in-2');
+        await chat.send('pat', 'in-3');
+        await until('the third message answered', () => named(calls, 'deliver').length === 3);
+        assert.deepEqual(
+          named(calls, 'modelStep').map((c) => c.input.inbound),
+          [['in-1'], ['in-2'], ['in-3']],
+          'each message answered once',
+        );
+        assert.deepEqual(
+          named(calls, 'deliver').map((c) => c.input.kind),
+          ['reply', 'reply', 'reply'],
+        );
+      },
+    );
+  });
+});
