@@ -9,6 +9,8 @@
  * - A body that breaks off (the server crashed mid-answer) is told to `onfatal` the same way:
  *   the SDK would otherwise wait for the answer of an SSE stream that is gone until the time
  *   limit.
+ * - An SSE answer whose event is not JSON is told to `onfatal` the same way: the SDK only logs
+ *   such an event and would wait for the call's answer until the time limit.
  * - The optional standalone GET stream (server-initiated messages) is not opened: Steward asks
  *   for no server-initiated requests (no sampling, elicitation or roots) and its answers come on
  *   the POST that asked; the request is answered 405 here, which the SDK reads as "not offered".
@@ -38,6 +40,7 @@ export function boundedFetch(opts: BoundedFetchOptions): typeof fetch {
       throw new Error(tooLong);
     }
     const reader = res.body.getReader();
+    const events = (res.headers.get('content-type') ?? '').toLowerCase().startsWith('text/event-stream') ? sseChecker() : undefined;
     let seen = 0;
     let done = false;
     const body = new ReadableStream<Uint8Array>({
@@ -65,6 +68,15 @@ export function boundedFetch(opts: BoundedFetchOptions): typeof fetch {
           ctl.error(new Error(tooLong));
           return;
         }
+        const malformed = events?.(r.value);
+        if (malformed !== undefined) {
+          done = true;
+          void reader.cancel().catch(() => undefined);
+          const why = `the server's answer is not valid JSON-RPC (an event of its stream is not JSON: ${malformed}); the connection was reset`;
+          opts.onfatal(why);
+          ctl.error(new Error(why));
+          return;
+        }
         ctl.enqueue(r.value);
       },
       cancel(reason) {
@@ -74,5 +86,34 @@ export function boundedFetch(opts: BoundedFetchOptions): typeof fetch {
       },
     });
     return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}
+
+/**
+ * Follows an SSE stream chunk by chunk (split anywhere) and answers the first event whose data
+ * is not JSON (its start), else undefined. What it keeps is the unfinished event, which the
+ * stream's bound already limits.
+ */
+function sseChecker(): (chunk: Uint8Array) => string | undefined {
+  const decoder = new TextDecoder();
+  let pending = '';
+  return (chunk) => {
+    pending += decoder.decode(chunk, { stream: true });
+    const blocks = pending.split(/\r?\n\r?\n/);
+    pending = blocks.pop() ?? '';
+    for (const block of blocks) {
+      const data = block
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).replace(/^ /, ''))
+        .join('\n');
+      if (data === '') continue;
+      try {
+        JSON.parse(data);
+      } catch {
+        return JSON.stringify(data.slice(0, 80));
+      }
+    }
+    return undefined;
   };
 }

@@ -130,7 +130,7 @@ describe('MCP registrations', () => {
     assert.deepEqual(s2.push(Buffer.from('ab\nabcdef\nab\n')).lines.map(String), ['ab']);
   });
 
-  it('reads HTTP answers through a bound: cut off past it (declared or streamed), broken off told, no standalone GET stream', async () => {
+  it('reads HTTP answers through a bound: cut off past it (declared or streamed), broken off or a malformed SSE event told, no standalone GET stream', async () => {
     const size = 3 * 1024 * 1024;
     const server = createServer((req, res) => {
       if (req.url === '/declared') res.writeHead(200, { 'content-length': String(size) }).end(Buffer.alloc(size, 0x61));
@@ -151,6 +151,13 @@ describe('MCP registrations', () => {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.write('{"partial":');
         setTimeout(() => res.socket?.destroy(), 20);
+      } else if (req.url === '/sse') {
+        // an event split across writes, then one that is not JSON, and the stream stays open
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('event: message\ndata: {"jsonrpc":"2.0",');
+        setTimeout(() => res.write('"method":"notifications/progress","params":{}}\n\n'), 10);
+        setTimeout(() => res.write('data: this is not json\n\n'), 30);
+        res.on('error', () => undefined);
       } else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -168,6 +175,12 @@ describe('MCP registrations', () => {
       const broken = await f(`${base}/broken`, { method: 'POST' });
       await assert.rejects(broken.json(), /broke off/);
       assert.match(fatal[2] ?? '', /the server's answer broke off/);
+      // an SSE answer with an event that is not JSON fails at once (the SDK would only log it and wait)
+      const sse = await f(`${base}/sse`, { method: 'POST' });
+      const started = Date.now();
+      await assert.rejects(sse.text(), /not valid JSON-RPC \(an event of its stream is not JSON: "this is not json"\)/);
+      assert.ok(Date.now() - started < 2000, 'at once, not at a time limit');
+      assert.equal(fatal.length, 4);
       const get = await f(`${base}/small`, { method: 'GET' });
       assert.equal(get.status, 405, 'the standalone stream is not opened');
     } finally {
