@@ -132,8 +132,11 @@ export function findGithubEventByBody(db: Db, objectiveId: string, payloadHash: 
 }
 
 /** Events recorded in [from, to), oldest first, after `afterId` (one page of `limit`). */
-export function objectiveEventsBetween(db: Db, from: Date, to: Date, afterId: number, limit: number): Promise<ObjectiveEventRow[]> {
-  return db.objectiveEvent.findMany({ where: { id: { gt: afterId }, createdAt: { gte: from, lt: to } }, orderBy: { id: 'asc' }, take: limit });
+export async function objectiveEventsBetween(db: Db, from: Date, to: Date, afterId: number, limit: number): Promise<ObjectiveEventRow[]> {
+  // the first page starts past the newest event from well before the window (found backwards by
+  // id): the sweep reads the window's events, not every event ever remembered
+  const start = afterId > 0 ? afterId : ((await db.objectiveEvent.findFirst({ where: { createdAt: { lt: new Date(from.getTime() - 60_000) } }, orderBy: { id: 'desc' }, select: { id: true } }))?.id ?? 0);
+  return db.objectiveEvent.findMany({ where: { id: { gt: start }, createdAt: { gte: from, lt: to } }, orderBy: { id: 'asc' }, take: limit });
 }
 
 /** Remember an event and the run it starts; one remembered already is a unique violation. */
