@@ -55,7 +55,8 @@
  * Privacy: the text of a request or reply is never logged, except an intent at debug level
  * when the shell marks `environment_state.privacy_tier: 'public'`; a `secret` request logs
  * ids only (not even error messages).
- */import { createHash } from 'node:crypto';
+ */
+import { createHash } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -89,6 +90,7 @@ export const SUPPORTED_PROTOCOL_VERSIONS: readonly string[] = [PROTOCOL_VERSION]
 export const OPERATOR_SHELL_ID = 'operator';
 /** Largest request body (bytes): a message of MAX_MESSAGE_CHARS plus the envelope. */
 export const MAX_OPENHARNESS_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 64 * 1024;
+
 export const CAPABILITY_APPROVAL = 'openharness.ui.approval';
 export const CAPABILITY_CONTINUATION = 'openharness.continuation';
 
@@ -326,6 +328,7 @@ function renderMessage(row: TranscriptRow, kind: 'reply' | 'notice' | 'command')
     },
   };
 }
+
 function textMessage(text: string, kind: 'command' | 'notice'): ActionDirective {
   return {
     action_type: 'render_message',
