@@ -30,7 +30,7 @@ import { createHttpApp, MAX_BODY_BYTES, startHttpServer } from '../../adapters/h
 import { AuthBackoff } from '../../adapters/http/backoff.js';
 import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult, RejectReason } from '../../adapters/ingress.js';
 import { chatIdFor, createOpenHarnessRoutes, MAX_OPENHARNESS_BODY_BYTES, OPENHARNESS_PATH, type ErrorCode, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
-import { issueShell, revokeShell, type IssuedShell } from '../../adapters/openharness/shells.js';
+import { issueShell, revokeShell, type IssuedShell } from '../../services/shells.js';
 import { createTelegramAdapter, normalizeTelegramMessage, type TelegramAdapter } from '../../adapters/telegram/index.js';
 import { COMMANDS } from '../../common/commands.js';
 import { ROLES } from '../../common/roles.js';

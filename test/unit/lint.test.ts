@@ -171,6 +171,37 @@ describe('static checks', () => {
     assert.match(upward.join('\n'), /imports no adapter/);
   });
 
+  it('refuses a value from a store module in adapters (domain/store/ and the domain modules that run queries); types, services and other domain modules pass', async () => {
+    const eslint = new ESLint({ cwd: root });
+    const file = `${root}adapters/http/tasks.ts`;
+    const lint = async (head: string) => {
+      const [result] = await eslint.lintText(`${head}\n${readFileSync(file, 'utf8')}`, { filePath: file });
+      return (result?.messages ?? []).filter((m) => m.ruleId === '@typescript-eslint/no-restricted-imports').map((m) => m.message);
+    };
+    const refused = await lint(
+      [
+        "import { listShellRows } from '../../domain/store/shells.js';",
+        "import { writeReceipt } from '../../domain/receipts.js';",
+        "import { memoryLine } from '../../domain/knowledge/memory.js';",
+        'export const probe = [listShellRows, writeReceipt, memoryLine];',
+      ].join('\n'),
+    );
+    // domain/store/ by its folder; receipts and knowledge/memory because their source runs Prisma queries
+    assert.equal(refused.length, 3, refused.join('\n'));
+    for (const m of refused) assert.match(m, /Adapters translate only: no value from a store module/);
+    const passes = await lint(
+      [
+        "import type { Db } from '../../domain/db.js';",
+        "import type { ShellRow } from '../../domain/store/shells.js';",
+        "import { WhatIfPolicySchema } from '../../domain/changes/what-if.js';",
+        "import { createTaskService } from '../../services/tasks.js';",
+        'export type Probe = [Db, ShellRow];',
+        'export const probe = [WhatIfPolicySchema, createTaskService];',
+      ].join('\n'),
+    );
+    assert.deepEqual(passes, [], 'type imports, a domain module without queries and a service pass');
+  });
+
   it('type-checks (tsc --noEmit, strict)', async () => {
     const r = await typeCheck;
     assert.equal(r.status, 0, r.output);
