@@ -68,7 +68,7 @@ import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import { AuthBackoff, retryAfterSeconds } from '../http/backoff.js';
 import { sameSecret } from '../http/sign-in.js';
-import { inboundKey, OPERATOR_USER_ID, type Ingress, type IngressResult, type RejectReason } from '../ingress.js';
+import { inboundKey, OPERATOR_USER_ID, type Ingress, type IngressResult, type RejectReason } from '../../services/chat/intake.js';
 import { verifyShellToken } from './shells.js';
 
 export const OPENHARNESS_PATH = '/api/openharness/v1';
