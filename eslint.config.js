@@ -20,8 +20,12 @@
  *   receipts, blobs, transcript, governance and actions own their tables): activities,
  *   services, adapters and the runtime call domain functions, never `db.<model>.<query>()`,
  *   `$transaction` or raw SQL, and import no value from the generated client.
- * - services/ (the application services: changes, objectives) imports no adapter: the
+ * - services/ (the application services: chat, changes, objectives) imports no adapter: the
  *   adapters call it.
+ * - The chat adapters (Telegram, Discord, the CLI chat, the HTTP app's chat routes) translate
+ *   only: no value import of a store module (domain/store/, outbox, receipts, blobs,
+ *   transcript, governance, actions, db); they call services/chat/ (STORE_FREE_ADAPTERS: the
+ *   other adapters join the list as they move off the store).
  * (Later blocks replace an earlier block's rule for the files they name: the stricter come last.)
  * - Everywhere: no floating promises (a promise is awaited, returned, or marked `void`).
  * - Product code: no function over 150 lines (blank lines and comments not counted); the ones
@@ -63,6 +67,14 @@ const NO_RUNTIME = {
   regex: '(^|/)(platform|workers)/',
   allowTypeImports: true,
   message: 'Nothing imports the runtime (platform/, workers/): pass what is needed in as a dependency.',
+};
+
+/** Adapters that reach the store only through a service (issue 33: adapters translate, services decide and persist). */
+const STORE_FREE_ADAPTERS = ['adapters/telegram/**/*.ts', 'adapters/discord/**/*.ts', 'adapters/cli/**/*.ts', 'adapters/render/**/*.ts', 'adapters/http/app.ts'];
+const NO_STORE = {
+  regex: '(^|/)domain/(store/|(outbox|receipts|blobs|transcript|governance|actions|db)\\.js$)',
+  allowTypeImports: true,
+  message: 'Adapters translate: they reach the store through a service (services/chat/ for chat), never a store module (types only).',
 };
 
 const noBuiltins = (why) => builtins.map((name) => ({ name, message: why }));
@@ -179,6 +191,10 @@ export default tseslint.config(
   {
     files: ['activities/**/*.ts', 'adapters/**/*.ts'],
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED] }] },
+  },
+  {
+    files: STORE_FREE_ADAPTERS,
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED, NO_STORE] }] },
   },
   {
     files: RUNTIME,

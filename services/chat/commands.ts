@@ -3,8 +3,9 @@
  * registered by feature: the session's (stop, new, steer, model, think, status), access and
  * governance (whoami, help, pair, pairing and action decisions, bindings), repository changes
  * (change, answer) and objectives (objectives, objective). The table's type names every kind
- * the parser produces, so a command without a handler does not compile. The intake (intake.ts) has
- * already decided that the sender may use the command (role, chat, admin channel) when one runs.
+ * the parser produces, so a command without a handler does not compile. The intake
+ * (intake.ts) has already decided that the sender may use the command (role, chat, admin
+ * channel) when one runs.
  */
 import { WithStartWorkflowOperation, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import type { Db } from '../../domain/db.js';

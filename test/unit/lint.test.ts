@@ -146,7 +146,7 @@ describe('static checks', () => {
     assert.deepEqual(cyclesOf(new Map([[a, [b]], [b, [a]]])), ['domain/a.ts -> domain/b.ts -> domain/a.ts']);
   });
 
-  it('refuses Prisma queries above domain/ (adapters, activities, services, the runtime); domain functions pass', async () => {
+  it('refuses Prisma queries above domain/ (adapters, activities, services, the runtime) and store imports in the chat adapters; domain functions pass', async () => {
     const eslint = new ESLint({ cwd: root });
     const store = async (file: string, tail: string) => {
       const [result] = await eslint.lintText(`${readFileSync(file, 'utf8')}\n${tail}\n`, { filePath: file });
@@ -166,6 +166,11 @@ describe('static checks', () => {
     const generated = await store(`${root}adapters/telegram/adapter.ts`, "import { Prisma } from '../generated/prisma/sqlite/client.js';\nexport const p = Prisma;");
     assert.equal(generated.length, 1, generated.join('\n'));
     assert.deepEqual(await store(`${root}adapters/telegram/adapter.ts`, "import type { Message } from '../generated/prisma/sqlite/client.js';\nexport type M = Message;"), []);
+    // a chat adapter imports no store module (it calls services/chat/); a type import passes
+    const storeInAdapter = await store(`${root}adapters/telegram/sender.ts`, "import { deliverOnce } from '../../domain/outbox.js';\nimport { ensureSession } from '../../domain/store/sessions.js';\nexport const d = [deliverOnce, ensureSession];");
+    assert.equal(storeInAdapter.length, 2, storeInAdapter.join('\n'));
+    for (const m of storeInAdapter) assert.match(m, /Adapters translate: they reach the store through a service/);
+    assert.deepEqual(await store(`${root}adapters/discord/adapter.ts`, "import type { Db } from '../../domain/db.js';\nexport type D = Db;"), []);
     // services import no adapter
     const upward = await store(`${root}services/changes.ts`, "import { createTelegramAdapter } from '../adapters/telegram/index.js';\nexport const i = createTelegramAdapter;");
     assert.match(upward.join('\n'), /imports no adapter/);
