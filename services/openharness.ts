@@ -25,7 +25,7 @@ import { pendingApprovalsOfSession, sha256, type PendingApproval } from '../doma
 import { receiptIdByKey, receiptIdsByKeys } from '../domain/receipts.js';
 import { deleteContinuation, extendContinuation, findContinuation, insertContinuation, pruneExpiredContinuations } from '../domain/store/shells.js';
 import { messageByKey, messageKeyAt, repliesAfter, systemMessagesAfter, type TranscriptRow } from '../domain/transcript.js';
-import type { Ingress, IngressResult, RejectReason } from '../adapters/ingress.js';
+import type { Ingress, IngressResult, RejectReason } from './chat/intake.js';
 
 export type { PendingApproval } from '../domain/governance.js';
 export type { TranscriptRow } from '../domain/transcript.js';

@@ -80,7 +80,7 @@ import {
 import { verifyShellToken } from '../../services/shells.js';
 import { AuthBackoff, retryAfterSeconds } from '../http/backoff.js';
 import { sameSecret } from '../http/sign-in.js';
-import { OPERATOR_USER_ID, type Ingress } from '../ingress.js';
+import { OPERATOR_USER_ID, type Ingress } from '../../services/chat/intake.js';
 
 export const OPENHARNESS_PATH = '/api/openharness/v1';
 /** The highest protocol version served (answered in every response). */

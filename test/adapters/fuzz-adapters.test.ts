@@ -28,7 +28,7 @@ import { z } from 'zod';
 import { createDiscordAdapter, createDiscordSender, type DiscordAdapter, type DiscordSender } from '../../adapters/discord/index.js';
 import { createHttpApp, MAX_BODY_BYTES, startHttpServer } from '../../adapters/http/app.js';
 import { AuthBackoff } from '../../adapters/http/backoff.js';
-import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult, RejectReason } from '../../adapters/ingress.js';
+import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult, RejectReason } from '../../services/chat/intake.js';
 import { chatIdFor, createOpenHarnessRoutes, MAX_OPENHARNESS_BODY_BYTES, OPENHARNESS_PATH, type ErrorCode, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
 import { issueShell, revokeShell, type IssuedShell } from '../../services/shells.js';
 import { createTelegramAdapter, normalizeTelegramMessage, type TelegramAdapter } from '../../adapters/telegram/index.js';
