@@ -31,6 +31,7 @@ import { isUtf8 } from 'node:buffer';
 import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, rmdir, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { parseGitPatchHeaders, type GitPatchHeaders } from '../common/repo-policy.js';
 
 export type GitErrorCode = 'failed' | 'branch-not-found' | 'commit-not-found' | 'bad-argument' | 'timeout';
 
@@ -479,4 +480,15 @@ async function makeWritable(dir: string): Promise<void> {
   if (!st?.isDirectory()) return;
   await chmod(dir, 0o700).catch(() => undefined);
   for (const name of await readdir(dir).catch(() => [] as string[])) await makeWritable(join(dir, name));
+}
+
+/**
+ * git's own reading of a patch's headers (`git apply --numstat --summary -z`, nothing applied):
+ * its files with their line counts, creations, deletions and mode changes, checked by
+ * common/repo-policy's zod parser; an error when git cannot read the patch.
+ */
+export async function patchHeaders(patch: string): Promise<{ ok: true; headers: GitPatchHeaders } | { ok: false; error: string }> {
+  const r = await runGit(['apply', '--numstat', '--summary', '-z', '-'], { input: Buffer.from(patch, 'utf8') });
+  if (r.code !== 0) return { ok: false, error: redact(tail(r.stderr)) || `git apply exited ${String(r.code)}` };
+  return parseGitPatchHeaders(r.stdout.toString('utf8'));
 }

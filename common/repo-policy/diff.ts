@@ -24,6 +24,7 @@
  *    handed over as an empty line, which jsdiff reads as a context line.
  */
 import { parsePatch, type StructuredPatchHunk } from 'diff';
+import { z } from 'zod';
 
 // =====================================================================================
 // Unified diff parsing
@@ -518,4 +519,79 @@ export function parseUnifiedDiff(patch: string): ParsedDiff {
     errors.push({ line: 0, message: `internal parser error: ${(err as Error)?.message ?? String(err)}` });
   }
   return Object.assign(files, { errors });
+}
+
+// =====================================================================================
+// git's own reading of a patch's headers
+// =====================================================================================
+
+/**
+ * What `git apply --numstat --summary -z` says of a patch (run by the caller: this module does
+ * no I/O): each file's name and line counts (null counts: binary), in the patch's order, and the
+ * summary's creations, deletions and mode changes (renames and copies are left out: git writes
+ * them with shared parts folded into braces, which is not a format to read names back from).
+ */
+export interface GitPatchHeaders {
+  files: Array<{ path: string; additions: number | null; deletions: number | null }>;
+  created: Array<{ path: string; mode: string }>;
+  deleted: Array<{ path: string; mode: string }>;
+  modeChanged: Array<{ path: string; oldMode: string; newMode: string }>;
+}
+
+const NumstatRecord = z
+  .string()
+  .regex(/^(?:\d{1,10}\t\d{1,10}|-\t-)\t[^\0]+$/, 'not a "<added>\\t<deleted>\\t<path>" numstat record')
+  .transform((r) => {
+    const [a, d, ...rest] = r.split('\t');
+    return { path: rest.join('\t'), additions: a === '-' ? null : Number(a), deletions: d === '-' ? null : Number(d) };
+  });
+const Mode = z.string().regex(/^[0-7]{6}$/);
+const SummaryLine = z.union([
+  z.string().regex(/^ (create|delete) mode [0-7]{6} .+$/),
+  z.string().regex(/^ mode change [0-7]{6} => [0-7]{6} .+$/),
+  z.string().regex(/^ (rename|copy|rewrite) .+ \(\d{1,3}%\)$/),
+]);
+
+/** Reads git's output (`git apply --numstat --summary -z`); an error when it is not what git writes. */
+export function parseGitPatchHeaders(out: string): { ok: true; headers: GitPatchHeaders } | { ok: false; error: string } {
+  const end = out.lastIndexOf('\0');
+  const records = end < 0 ? [] : out.slice(0, end).split('\0');
+  const summary = out.slice(end + 1).split('\n');
+  if (summary.at(-1) === '') summary.pop();
+  const files = z.array(NumstatRecord).safeParse(records);
+  if (!files.success) return { ok: false, error: `git's numstat: ${files.error.issues[0]?.message ?? 'unreadable'}` };
+  const lines = z.array(SummaryLine).safeParse(summary);
+  if (!lines.success) return { ok: false, error: `git's summary: ${JSON.stringify(summary[Number(lines.error.issues[0]?.path[0] ?? 0)]?.slice(0, 80))} is not a summary line` };
+  const headers: GitPatchHeaders = { files: files.data, created: [], deleted: [], modeChanged: [] };
+  for (const line of lines.data) {
+    let m: RegExpExecArray | null;
+    if ((m = /^ (create|delete) mode ([0-7]{6}) (.+)$/.exec(line))) (m[1] === 'create' ? headers.created : headers.deleted).push({ path: m[3]!, mode: Mode.parse(m[2]) });
+    else if ((m = /^ mode change ([0-7]{6}) => ([0-7]{6}) (.+)$/.exec(line))) headers.modeChanged.push({ path: m[3]!, oldMode: m[1]!, newMode: m[2]! });
+  }
+  return { ok: true, headers };
+}
+
+/**
+ * Where git's reading of the headers and this parser's disagree (names, line counts, binary,
+ * creations, deletions, modes), as parse errors: a patch two readers see differently is not
+ * one the gate can vouch for. Empty when they agree.
+ */
+export function compareWithGit(files: readonly DiffFile[], git: GitPatchHeaders): DiffParseError[] {
+  const errors: DiffParseError[] = [];
+  const say = (message: string) => errors.length < MAX_ERRORS && errors.push({ line: 0, message: `git reads the patch differently: ${message}` });
+  if (git.files.length !== files.length) say(`${git.files.length} files, not ${files.length}`);
+  files.forEach((f, i) => {
+    const g = git.files[i];
+    if (!g) return;
+    if (g.path !== f.path) say(`file ${i + 1} is ${JSON.stringify(g.path)}, not ${JSON.stringify(f.path)}`);
+    else if (g.additions === null ? !f.binary : g.additions !== f.additions || g.deletions !== f.deletions) say(`${JSON.stringify(f.path)} counts ${g.additions ?? '-'} added and ${g.deletions ?? '-'} deleted lines`);
+  });
+  const key = (p: string, ...rest: string[]) => [p, ...rest].join('\0');
+  const same = (what: string, a: string[], b: string[]) => {
+    if (a.sort().join('\n') !== b.sort().join('\n')) say(`its ${what} differ`);
+  };
+  same('created files', git.created.map((c) => key(c.path, c.mode)), files.filter((f) => f.status === 'added').map((f) => key(f.path, f.newMode ?? '')));
+  same('deleted files', git.deleted.map((c) => key(c.path, c.mode)), files.filter((f) => f.status === 'deleted').map((f) => key(f.path, f.oldMode ?? '')));
+  same('mode changes', git.modeChanged.map((c) => key(c.path, c.oldMode, c.newMode)), files.filter((f) => f.status !== 'added' && f.status !== 'deleted' && f.oldMode !== undefined && f.newMode !== undefined && f.oldMode !== f.newMode).map((f) => key(f.path, f.oldMode!, f.newMode!)));
+  return errors;
 }

@@ -1,0 +1,66 @@
+/**
+ * git's reading of a patch's headers (domain/git.ts `patchHeaders`: `git apply --numstat
+ * --summary -z`, parsed by common/repo-policy's zod parser) against real git, and its
+ * agreement with the gate's own parser (`compareWithGit`).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, describe, it } from 'node:test';
+import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff } from '../../common/repo-policy.js';
+import { patchHeaders } from '../../domain/git.js';
+
+describe('patch headers read by git', () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'steward-patch-headers-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const git = (...args: string[]) => execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', ...args], { cwd: dir, encoding: 'utf8' });
+
+  it('gives each file with its line counts, creations, deletions and mode changes, as the gate parser reads them', async () => {
+    git('init', '-q');
+    writeFileSync(path.join(dir, 'x.txt'), 'a\nb\n');
+    writeFileSync(path.join(dir, 'gone.txt'), 'bye\n');
+    writeFileSync(path.join(dir, 'run.sh'), 'echo\n');
+    writeFileSync(path.join(dir, 'b.bin'), Buffer.from([0, 1, 2]));
+    git('add', '-A');
+    git('commit', '-qm', 'base');
+    writeFileSync(path.join(dir, 'x.txt'), 'a\nc\nd\n');
+    rmSync(path.join(dir, 'gone.txt'));
+    chmodSync(path.join(dir, 'run.sh'), 0o755);
+    writeFileSync(path.join(dir, 'b.bin'), Buffer.from([0, 3, 4, 5]));
+    writeFileSync(path.join(dir, 'tab\there é.txt'), 'new\n');
+    symlinkSync('x.txt', path.join(dir, 'link'));
+    git('add', '-A');
+    const patch = git('diff', '--cached', '--binary', '--full-index');
+    const r = await patchHeaders(patch);
+    assert.ok(r.ok, JSON.stringify(r));
+    const byPath = Object.fromEntries(r.headers.files.map((f) => [f.path, [f.additions, f.deletions]]));
+    assert.deepEqual(byPath, { 'b.bin': [null, null], 'gone.txt': [0, 1], link: [1, 0], 'run.sh': [0, 0], 'tab\there é.txt': [1, 0], 'x.txt': [2, 1] });
+    assert.deepEqual(r.headers.created.map((c) => [c.path, c.mode]).sort(), [['link', '120000'], ['tab\there é.txt', '100644']]);
+    assert.deepEqual(r.headers.deleted, [{ path: 'gone.txt', mode: '100644' }]);
+    assert.deepEqual(r.headers.modeChanged, [{ path: 'run.sh', oldMode: '100644', newMode: '100755' }]);
+    const files = parseUnifiedDiff(patch);
+    assert.deepEqual(files.errors, []);
+    assert.deepEqual(compareWithGit(files, r.headers), [], 'git and the gate parser agree');
+  });
+
+  it('says where the two readers disagree, and what git refuses', async () => {
+    const patch = 'diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1,2 @@\n-a\n+b\n+c\n';
+    const r = await patchHeaders(patch);
+    assert.ok(r.ok, JSON.stringify(r));
+    const files = parseUnifiedDiff(patch);
+    const lying = files.map((f) => ({ ...f, additions: 1 }));
+    assert.match(compareWithGit(lying, r.headers)[0]?.message ?? '', /git reads the patch differently: "x" counts 2 added and 1 deleted lines/);
+    const bad = await patchHeaders('garbage\n@@ -1 +1 @@\n-a\n+b\n');
+    assert.equal(bad.ok, false);
+    assert.match(bad.ok ? '' : bad.error, /patch fragment without header/);
+  });
+
+  it('refuses output that is not what git writes', () => {
+    assert.equal(parseGitPatchHeaders('1\t0\tx\0').ok, true);
+    assert.equal(parseGitPatchHeaders('').ok, true);
+    assert.equal(parseGitPatchHeaders('one\t0\tx\0').ok, false);
+    assert.equal(parseGitPatchHeaders('1\t0\tx\0 something else\n').ok, false);
+  });
+});
