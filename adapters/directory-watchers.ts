@@ -238,7 +238,8 @@ class DirectoryTrigger {
     let exhausted: Error | undefined;
     const ready = new Promise<void>((resolve) => {
       watcher.once('ready', resolve);
-      watcher.on('error', (err: Error) => {
+      watcher.on('error', (e: unknown) => {
+        const err = e instanceof Error ? e : new Error(String(e));
         const code = (err as NodeJS.ErrnoException).code;
         if (mode === 'watch' && (code === 'ENOSPC' || code === 'EMFILE')) {
           exhausted ??= err;

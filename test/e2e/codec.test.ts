@@ -75,7 +75,7 @@ describe('the payload codec on the started stack', () => {
     const ports = await freeStewardPorts();
     uiPort = ports.ui;
     temporalAddress = `127.0.0.1:${ports.temporal}`;
-    steward = await startSteward(
+    const started = await startSteward(
       startEnv({
         dataDir,
         ports,
@@ -86,7 +86,8 @@ describe('the payload codec on the started stack', () => {
         extra: { STEWARD_CODEC: '', STEWARD_CODEC_KEYS: '', STEWARD_CODEC_CORS_ORIGINS: '' },
       }),
     );
-    api = steward.api;
+    steward = started;
+    api = started.api;
   });
 
   after(async () => {

@@ -42,8 +42,9 @@ describe('hostile MCP servers against the started stack', { skip: noSandbox }, (
     const policy = { readOnlyTools: ['fine', 'big', 'endless', 'flood', 'malformed', 'crash', 'hang'], timeoutMs: 3000 };
     const config = path.join(dataDir, 'mcp.json');
     writeFileSync(config, JSON.stringify({ servers: [stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }), { name: 'bad-http', transport: 'http', url: web.url, ...policy }, { name: 'slow-http', transport: 'http', url: slow.url, readOnlyTools: ['hang'], timeoutMs: 90_000 }] }));
-    steward = await startSteward(startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: 'openai-compatible:e2e-model', modelBaseURL: model.baseURL, extra: { STEWARD_MCP_CONFIG: config } }));
-    api = steward.api;
+    const started = await startSteward(startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: 'openai-compatible:e2e-model', modelBaseURL: model.baseURL, extra: { STEWARD_MCP_CONFIG: config } }));
+    steward = started;
+    api = started.api;
   });
 
   after(async () => {

@@ -26,8 +26,9 @@ describe('the started stack', () => {
     model = await startModelServer();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-e2e-'));
     stewardEnv = startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: 'openai-compatible:e2e-model', modelBaseURL: model.baseURL });
-    steward = await startSteward(stewardEnv, 120_000);
-    api = steward.api;
+    const started = await startSteward(stewardEnv, 120_000);
+    steward = started;
+    api = started.api;
     await steward.waitForOutput(/Temporal UI:\s+http:\/\/127\.0\.0\.1:\d+\/codec\/login\//);
   });
 

@@ -170,14 +170,15 @@ describe('traces and metrics of the started stack', () => {
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-telemetry-'));
     const ports = await freeStewardPorts();
     metricsPort = await freePort();
-    steward = await startSteward(
+    const started = await startSteward(
       stewardEnv(dataDir, ports, model, {
         OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
         OTEL_SERVICE_NAME: 'steward-e2e',
         STEWARD_METRICS_PORT: String(metricsPort),
       }),
     );
-    api = steward.api;
+    steward = started;
+    api = started.api;
     temporalAddress = (await steward.waitForOutput(/Temporal:\s+(\S+:\d+)/))[1] ?? '';
   });
 

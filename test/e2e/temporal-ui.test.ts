@@ -174,8 +174,9 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
         STEWARD_CODEC_CORS_ORIGINS: '',
       },
     });
-    steward = await startSteward(stewardEnv);
-    api = steward.api;
+    const started = await startSteward(stewardEnv);
+    steward = started;
+    api = started.api;
     const banner = await steward.waitForOutput(/Temporal UI:\s+(http:\/\/\S+)\s+\(opens (http:\/\/\S+) signed in/, 60_000);
     bannerLink = banner[1] ?? '';
     ui = (banner[2] ?? '').replace(/\/$/, '');

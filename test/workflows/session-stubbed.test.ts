@@ -10,6 +10,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
+import { Context } from '@temporalio/activity';
 import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
