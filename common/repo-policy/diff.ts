@@ -527,15 +527,15 @@ export function parseUnifiedDiff(patch: string): ParsedDiff {
 
 /**
  * What `git apply --numstat --summary -z` says of a patch (run by the caller: this module does
- * no I/O): each file's name and line counts (null counts: binary), in the patch's order, and the
- * summary's creations, deletions and mode changes (renames and copies are left out: git writes
- * them with shared parts folded into braces, which is not a format to read names back from).
+ * no I/O): each file's name and line counts (null counts: binary), in the patch's order, and
+ * git's summary text (creations and deletions with their modes, renames and copies with their
+ * similarity, mode changes). git writes the summary's names as they are (not quoted, shared
+ * directories of a rename folded into braces), so it is compared as a whole with the summary
+ * git writes for the files this module read (`gitSummaryOf`), never read back into names.
  */
 export interface GitPatchHeaders {
   files: Array<{ path: string; additions: number | null; deletions: number | null }>;
-  created: Array<{ path: string; mode: string }>;
-  deleted: Array<{ path: string; mode: string }>;
-  modeChanged: Array<{ path: string; oldMode: string; newMode: string }>;
+  summary: string;
 }
 
 const NumstatRecord = z
@@ -545,53 +545,72 @@ const NumstatRecord = z
     const [a, d, ...rest] = r.split('\t');
     return { path: rest.join('\t'), additions: a === '-' ? null : Number(a), deletions: d === '-' ? null : Number(d) };
   });
-const Mode = z.string().regex(/^[0-7]{6}$/);
-const SummaryLine = z.union([
-  z.string().regex(/^ (create|delete) mode [0-7]{6} .+$/),
-  z.string().regex(/^ mode change [0-7]{6} => [0-7]{6} .+$/),
-  z.string().regex(/^ (rename|copy|rewrite) .+ \(\d{1,3}%\)$/),
-]);
+const GitApplyStat = z.object({
+  files: z.array(NumstatRecord),
+  summary: z.string().refine((t) => t === '' || (t.startsWith(' ') && t.endsWith('\n')), 'not summary lines'),
+});
 
 /** Reads git's output (`git apply --numstat --summary -z`); an error when it is not what git writes. */
 export function parseGitPatchHeaders(out: string): { ok: true; headers: GitPatchHeaders } | { ok: false; error: string } {
+  // the numstat records end in NUL; the summary lines after the last one hold no NUL (names cannot)
   const end = out.lastIndexOf('\0');
-  const records = end < 0 ? [] : out.slice(0, end).split('\0');
-  const summary = out.slice(end + 1).split('\n');
-  if (summary.at(-1) === '') summary.pop();
-  const files = z.array(NumstatRecord).safeParse(records);
-  if (!files.success) return { ok: false, error: `git's numstat: ${files.error.issues[0]?.message ?? 'unreadable'}` };
-  const lines = z.array(SummaryLine).safeParse(summary);
-  if (!lines.success) return { ok: false, error: `git's summary: ${JSON.stringify(summary[Number(lines.error.issues[0]?.path[0] ?? 0)]?.slice(0, 80))} is not a summary line` };
-  const headers: GitPatchHeaders = { files: files.data, created: [], deleted: [], modeChanged: [] };
-  for (const line of lines.data) {
-    let m: RegExpExecArray | null;
-    if ((m = /^ (create|delete) mode ([0-7]{6}) (.+)$/.exec(line))) (m[1] === 'create' ? headers.created : headers.deleted).push({ path: m[3]!, mode: Mode.parse(m[2]) });
-    else if ((m = /^ mode change ([0-7]{6}) => ([0-7]{6}) (.+)$/.exec(line))) headers.modeChanged.push({ path: m[3]!, oldMode: m[1]!, newMode: m[2]! });
+  const r = GitApplyStat.safeParse({ files: end < 0 ? [] : out.slice(0, end).split('\0'), summary: out.slice(end + 1) });
+  if (!r.success) return { ok: false, error: `unexpected output of git apply --numstat --summary: ${r.error.issues[0]?.message ?? 'unreadable'}` };
+  return { ok: true, headers: r.data };
+}
+
+const octal = (mode: string | undefined) => (mode === undefined ? '' : mode);
+
+/**
+ * The summary `git apply --summary` writes for these files (git's apply.c, summary_patch_list):
+ * a creation or deletion with its mode, a rename or copy with the directories both names share
+ * folded (`dir/{a => b}`) and its similarity, a mode change; a rewrite (a dissimilarity index)
+ * is not known here.
+ */
+export function gitSummaryOf(files: readonly DiffFile[]): string {
+  let out = '';
+  for (const f of files) {
+    const modeChange = f.oldMode !== undefined && f.newMode !== undefined && f.oldMode !== f.newMode;
+    if (f.status === 'added') out += f.newMode ? ` create mode ${f.newMode} ${f.path}\n` : ` create ${f.path}\n`;
+    else if (f.status === 'deleted') out += f.oldMode ? ` delete mode ${f.oldMode} ${f.path}\n` : ` delete ${f.path}\n`;
+    else if ((f.status === 'renamed' || f.status === 'copied') && f.oldPath !== undefined) {
+      let shared = 0;
+      for (;;) {
+        const a = f.oldPath.indexOf('/', shared);
+        const b = f.path.indexOf('/', shared);
+        if (a < 0 || b < 0 || a !== b || f.oldPath.slice(shared, a) !== f.path.slice(shared, b)) break;
+        shared = a + 1;
+      }
+      const what = f.status === 'renamed' ? 'rename' : 'copy';
+      const names = shared > 0 ? `${f.oldPath.slice(0, shared)}{${f.oldPath.slice(shared)} => ${f.path.slice(shared)}}` : `${f.oldPath} => ${f.path}`;
+      out += ` ${what} ${names} (${f.similarity ?? 0}%)\n`;
+      if (modeChange) out += ` mode change ${octal(f.oldMode)} => ${octal(f.newMode)}\n`;
+    } else if (modeChange) out += ` mode change ${octal(f.oldMode)} => ${octal(f.newMode)} ${f.path}\n`;
   }
-  return { ok: true, headers };
+  return out;
 }
 
 /**
- * Where git's reading of the headers and this parser's disagree (names, line counts, binary,
- * creations, deletions, modes), as parse errors: a patch two readers see differently is not
- * one the gate can vouch for. Empty when they agree.
+ * Where git's reading of the headers and this parser's disagree (the files and their order,
+ * names, line counts, binary, creations, deletions, renames, copies, modes), as parse errors: a
+ * patch two readers see differently is not one the gate can vouch for. Empty when they agree.
  */
 export function compareWithGit(files: readonly DiffFile[], git: GitPatchHeaders): DiffParseError[] {
   const errors: DiffParseError[] = [];
-  const say = (message: string) => errors.length < MAX_ERRORS && errors.push({ line: 0, message: `git reads the patch differently: ${message}` });
+  const say = (message: string) => {
+    if (errors.length < MAX_ERRORS) errors.push({ line: 0, message: `git reads the patch differently: ${message}` });
+  };
   if (git.files.length !== files.length) say(`${git.files.length} files, not ${files.length}`);
   files.forEach((f, i) => {
     const g = git.files[i];
     if (!g) return;
     if (g.path !== f.path) say(`file ${i + 1} is ${JSON.stringify(g.path)}, not ${JSON.stringify(f.path)}`);
-    else if (g.additions === null ? !f.binary : g.additions !== f.additions || g.deletions !== f.deletions) say(`${JSON.stringify(f.path)} counts ${g.additions ?? '-'} added and ${g.deletions ?? '-'} deleted lines`);
+    else if (g.additions === null ? !f.binary : f.binary || g.additions !== f.additions || g.deletions !== f.deletions) {
+      say(`${JSON.stringify(f.path)} has ${g.additions ?? 'binary'} added and ${g.deletions ?? 'binary'} deleted lines`);
+    }
   });
-  const key = (p: string, ...rest: string[]) => [p, ...rest].join('\0');
-  const same = (what: string, a: string[], b: string[]) => {
-    if (a.sort().join('\n') !== b.sort().join('\n')) say(`its ${what} differ`);
-  };
-  same('created files', git.created.map((c) => key(c.path, c.mode)), files.filter((f) => f.status === 'added').map((f) => key(f.path, f.newMode ?? '')));
-  same('deleted files', git.deleted.map((c) => key(c.path, c.mode)), files.filter((f) => f.status === 'deleted').map((f) => key(f.path, f.oldMode ?? '')));
-  same('mode changes', git.modeChanged.map((c) => key(c.path, c.oldMode, c.newMode)), files.filter((f) => f.status !== 'added' && f.status !== 'deleted' && f.oldMode !== undefined && f.newMode !== undefined && f.oldMode !== f.newMode).map((f) => key(f.path, f.oldMode!, f.newMode!)));
+  // a rewrite (dissimilarity index) is git's to tell: its lines are left out of the comparison
+  const summary = git.summary.replace(/^ rewrite [^\n]* \(\d{1,3}%\)\n(?: mode change [0-7]{6} => [0-7]{6}\n)?/gm, '');
+  if (summary !== gitSummaryOf(files)) say(`its creations, deletions, renames, copies or modes differ (git: ${JSON.stringify(summary.slice(0, 300))})`);
   return errors;
 }

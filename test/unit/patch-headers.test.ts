@@ -37,12 +37,34 @@ describe('patch headers read by git', () => {
     assert.ok(r.ok, JSON.stringify(r));
     const byPath = Object.fromEntries(r.headers.files.map((f) => [f.path, [f.additions, f.deletions]]));
     assert.deepEqual(byPath, { 'b.bin': [null, null], 'gone.txt': [0, 1], link: [1, 0], 'run.sh': [0, 0], 'tab\there é.txt': [1, 0], 'x.txt': [2, 1] });
-    assert.deepEqual(r.headers.created.map((c) => [c.path, c.mode]).sort(), [['link', '120000'], ['tab\there é.txt', '100644']]);
-    assert.deepEqual(r.headers.deleted, [{ path: 'gone.txt', mode: '100644' }]);
-    assert.deepEqual(r.headers.modeChanged, [{ path: 'run.sh', oldMode: '100644', newMode: '100755' }]);
+    assert.equal(r.headers.summary, [' delete mode 100644 gone.txt', ' create mode 120000 link', ' mode change 100644 => 100755 run.sh', ' create mode 100644 tab\there é.txt', ''].join('\n'));
     const files = parseUnifiedDiff(patch);
     assert.deepEqual(files.errors, []);
     assert.deepEqual(compareWithGit(files, r.headers), [], 'git and the gate parser agree');
+  });
+
+  it('reads renames and copies the way git folds their names, with their similarity and mode', async () => {
+    git('add', '-A');
+    git('commit', '-qm', 'second');
+    execFileSync('mkdir', ['-p', path.join(dir, 'docs', 'a')]);
+    writeFileSync(path.join(dir, 'docs', 'a', 'notes.md'), 'one\ntwo\nthree\nfour\nfive\n');
+    git('add', '-A');
+    git('commit', '-qm', 'third');
+    execFileSync('mkdir', ['-p', path.join(dir, 'docs', 'b')]);
+    git('mv', 'docs/a/notes.md', 'docs/b/notes.md');
+    git('mv', 'x.txt', 'y.txt');
+    chmodSync(path.join(dir, 'y.txt'), 0o755);
+    git('add', '-A');
+    const patch = git('diff', '--cached', '--binary', '--full-index', '-M');
+    const r = await patchHeaders(patch);
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.equal(r.headers.summary, ' rename docs/{a/notes.md => b/notes.md} (100%)\n rename x.txt => y.txt (100%)\n mode change 100644 => 100755\n');
+    const files = parseUnifiedDiff(patch);
+    assert.deepEqual(files.errors, []);
+    assert.deepEqual(compareWithGit(files, r.headers), []);
+    // a record that says otherwise (another mode, another source) is caught
+    assert.match(compareWithGit(files.map((f) => ({ ...f, oldPath: f.oldPath === 'x.txt' ? 'z.txt' : f.oldPath })), r.headers)[0]?.message ?? '', /renames, copies or modes differ/);
+    assert.match(compareWithGit(files.map((f) => ({ ...f, newMode: '100644' })), r.headers)[0]?.message ?? '', /modes differ/);
   });
 
   it('says where the two readers disagree, and what git refuses', async () => {
@@ -51,7 +73,7 @@ describe('patch headers read by git', () => {
     assert.ok(r.ok, JSON.stringify(r));
     const files = parseUnifiedDiff(patch);
     const lying = files.map((f) => ({ ...f, additions: 1 }));
-    assert.match(compareWithGit(lying, r.headers)[0]?.message ?? '', /git reads the patch differently: "x" counts 2 added and 1 deleted lines/);
+    assert.match(compareWithGit(lying, r.headers)[0]?.message ?? '', /git reads the patch differently: "x" has 2 added and 1 deleted lines/);
     const bad = await patchHeaders('garbage\n@@ -1 +1 @@\n-a\n+b\n');
     assert.equal(bad.ok, false);
     assert.match(bad.ok ? '' : bad.error, /patch fragment without header/);
@@ -61,6 +83,6 @@ describe('patch headers read by git', () => {
     assert.equal(parseGitPatchHeaders('1\t0\tx\0').ok, true);
     assert.equal(parseGitPatchHeaders('').ok, true);
     assert.equal(parseGitPatchHeaders('one\t0\tx\0').ok, false);
-    assert.equal(parseGitPatchHeaders('1\t0\tx\0 something else\n').ok, false);
+    assert.equal(parseGitPatchHeaders('1\t0\tx\0something else\n').ok, false);
   });
 });
