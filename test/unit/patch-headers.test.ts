@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff } from '../../common/repo-policy.js';
-import { patchHeaders } from '../../domain/git.js';
+import { patchHeaders, readPatch } from '../../domain/git.js';
 
 describe('patch headers read by git', () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'steward-patch-headers-'));
@@ -65,6 +65,54 @@ describe('patch headers read by git', () => {
     // a record that says otherwise (another mode, another source) is caught
     assert.match(compareWithGit(files.map((f) => ({ ...f, oldPath: f.oldPath === 'x.txt' ? 'z.txt' : f.oldPath })), r.headers)[0]?.message ?? '', /renames, copies or modes differ/);
     assert.match(compareWithGit(files.map((f) => ({ ...f, newMode: '100644' })), r.headers)[0]?.message ?? '', /modes differ/);
+  });
+
+  it('agrees with the gate parser on every kind of change git makes (readPatch adds no error)', async () => {
+    const repo = mkdtempSync(path.join(os.tmpdir(), 'steward-patch-kinds-'));
+    try {
+      const g = (...args: string[]) => execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@example.com', '-c', 'core.quotepath=true', ...args], { cwd: repo, encoding: 'utf8' });
+      const at = (p: string) => path.join(repo, p);
+      g('init', '-q');
+      execFileSync('mkdir', ['-p', at('src/deep/er'), at('lib')]);
+      writeFileSync(at('src/deep/er/a.ts'), Array.from({ length: 30 }, (_, i) => `line ${i}\n`).join(''));
+      writeFileSync(at('crlf.txt'), 'one\r\ntwo\r\n');
+      writeFileSync(at('no-newline.txt'), 'end');
+      writeFileSync(at('pic.bin'), Buffer.from([0, 1, 2, 3]));
+      writeFileSync(at('old.bin'), Buffer.from([0, 9]));
+      writeFileSync(at('to-link.txt'), 'text\n');
+      writeFileSync(at('copied.md'), Array.from({ length: 20 }, (_, i) => `para ${i}\n`).join(''));
+      symlinkSync('crlf.txt', at('retarget'));
+      g('add', '-A');
+      g('commit', '-qm', 'base');
+      writeFileSync(at('crlf.txt'), 'one\r\nTWO\r\nthree\r\n');
+      writeFileSync(at('no-newline.txt'), 'end, still no newline');
+      writeFileSync(at('pic.bin'), Buffer.from([0, 1, 2, 4, 5]));
+      rmSync(at('old.bin'));
+      rmSync(at('to-link.txt'));
+      symlinkSync('crlf.txt', at('to-link.txt'));
+      rmSync(at('retarget'));
+      symlinkSync('no-newline.txt', at('retarget'));
+      g('mv', 'src/deep/er/a.ts', 'lib/a.ts');
+      writeFileSync(at('lib/a.ts'), Array.from({ length: 30 }, (_, i) => `line ${i === 3 ? 'three' : i}\n`).join(''));
+      writeFileSync(at('copy of copied.md'), Array.from({ length: 20 }, (_, i) => `para ${i}\n`).join('') + 'more\n');
+      writeFileSync(at('with "quotes" and\ttab é.txt'), 'x\n');
+      writeFileSync(at('empty.txt'), '');
+      chmodSync(at('copied.md'), 0o755);
+      g('add', '-A');
+      const seen: string[] = [];
+      for (const flags of [['-M'], ['-M', '-C', '--find-copies-harder'], ['--no-renames'], ['-B', '-M']]) {
+        const patch = g('diff', '--cached', '--binary', '--full-index', ...flags);
+        const files = parseUnifiedDiff(patch);
+        assert.deepEqual(files.errors, [], `the gate parser reads the patch of ${flags.join(' ')}`);
+        const read = await readPatch(patch);
+        assert.deepEqual(read.errors, [], `git agrees with the gate parser on ${flags.join(' ')}`);
+        assert.deepEqual([...read], [...files], 'the records are the parser\'s');
+        seen.push(...files.map((f) => `${f.status}${f.isSymlink ? ' link' : ''}${f.binary ? ' binary' : ''}`));
+      }
+      for (const kind of ['renamed', 'copied', 'added', 'deleted', 'modified', 'modified binary', 'modified link', 'added link', 'deleted binary']) assert.ok(seen.includes(kind), `the patches hold a ${kind} file (${[...new Set(seen)].join(', ')})`);
+    } finally {
+      rmSync(repo, { recursive: true, force: true });
+    }
   });
 
   it('says where the two readers disagree, and what git refuses', async () => {
