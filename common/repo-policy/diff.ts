@@ -22,6 +22,13 @@
  *    throws at the first one; that hunk's counts are lost, the rest of the patch is read). A
  *    line that is only `\r` (a blank context line that lost its space, in a CRLF patch) is
  *    handed over as an empty line, which jsdiff reads as a context line.
+ *
+ * git's own reading of the headers (`git apply --numstat --summary -z`, run by the caller:
+ * domain/git.ts `readPatch`) is read here by a zod-checked parser (`parseGitPatchHeaders`) and
+ * held against these records (`compareWithGit`): a disagreement is a parse error. The sections
+ * are still read here because git's summary does not give what the gate needs from them: the
+ * mode of a modified file (a retargeted symlink), a rename's source name (folded into braces),
+ * the added lines.
  */
 import { parsePatch, type StructuredPatchHunk } from 'diff';
 import { z } from 'zod';
