@@ -229,6 +229,8 @@ class DirectoryTrigger {
       pollingBinaryInterval: this.s.pollMs,
       persistent: false,
       ignoreInitial: true,
+      // an unreadable directory is left out, as before (nothing to report from it)
+      ignorePermissionErrors: true,
       followSymlinks: false,
       // an editor's temp files and an unlink followed by an add are changes like any other
       atomic: false,
@@ -236,15 +238,21 @@ class DirectoryTrigger {
     });
     this.watcher = watcher;
     let exhausted: Error | undefined;
+    let isReady = false;
     const ready = new Promise<void>((resolve) => {
-      watcher.once('ready', resolve);
+      watcher.once('ready', () => {
+        isReady = true;
+        resolve();
+      });
       watcher.on('error', (e: unknown) => {
         const err = e instanceof Error ? e : new Error(String(e));
         const code = (err as NodeJS.ErrnoException).code;
         if (mode === 'watch' && (code === 'ENOSPC' || code === 'EMFILE')) {
-          exhausted ??= err;
-          resolve();
-          if (this.watcher === watcher && !this.closed) void this.fallBack(err);
+          // before the watch is in place: start() polls instead; after: switch to polling now
+          if (!isReady) {
+            exhausted ??= err;
+            resolve();
+          } else if (this.watcher === watcher && !this.closed) void this.fallBack(err);
           return;
         }
         this.log?.warn({ err, [this.what]: this.id, path: this.root }, 'watching the directory failed');
