@@ -315,7 +315,7 @@ class DirectoryTrigger {
   private onRaw(name: string | null, details: unknown): void {
     if (this.closed || name === null) return;
     const dir = (details as { watchedPath?: unknown } | undefined)?.watchedPath;
-    if (typeof dir !== 'string' || (dir !== this.root && !this.dirs.has(dir))) return;
+    if (typeof dir !== 'string' || (path.resolve(dir) !== path.resolve(this.root) && !this.dirs.has(dir))) return;
     // a directory's own removal comes under its own name (chokidar's unlink events report it; a
     // child named like its directory is reported by them too)
     if (name === path.basename(dir)) return;
