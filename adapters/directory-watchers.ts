@@ -3,28 +3,32 @@
  * batch: the mechanism under the objectives' file trigger (adapters/objective-watchers.ts) and
  * the workspaces' reindexing (adapters/workspace-watchers.ts).
  *
- * - Watching: one non-recursive `fs.watch` (inotify) per directory, walked by this module so
- *   that `.git/` is never watched or reported and symlinks are never followed (a symlinked
- *   directory is not entered; a symlink is reported as one, its target never read). When
- *   `fs.watch` is unavailable for a directory tree (no inotify, its limits reached), or with
- *   `mode: 'poll'`, snapshots of `lstat`s are compared every `pollMs` instead. Both are bounded
- *   (`maxDirs` watched directories, `maxFiles` snapshot entries per directory).
+ * - Watching: chokidar (one `FSWatcher` per directory), with its native backend (one `fs.watch`,
+ *   inotify, per directory) and symlinks not followed (a symlinked directory is not entered; a
+ *   symlink is reported as one, its target never read); `.git/` is ignored (never watched or
+ *   reported). When inotify is unavailable for the tree (no inotify, its limits reached: chokidar
+ *   reports ENOSPC or EMFILE), or with `mode: 'poll'`, chokidar's polling backend compares
+ *   `stat`s every `pollMs` instead. Both are bounded (`maxDirs` directories per root, and in poll
+ *   mode `maxFiles` entries per root; the ones past the bound are ignored).
  * - Batching: changes settle for `debounceMs` (at most `maxWaitMs` after the first), then the
  *   changed paths are `lstat`ed once and handed on as one batch. At most `maxBatch` paths per batch.
+ *   A new directory is not an entry of its own: chokidar reports the files in it.
  * - Batch id: `file:` + SHA-256 of the changed relative paths with their size and mtime (a
  *   deleted one with its parent directory's mtime): the same change reported twice (two
  *   watchers, a rewrite with the same content and mtime) is one id; a new change is a new one.
  * - Payload: `{ directory, files: [{ path, change, kind, size, mtime, text? }], more }`; the
  *   first 4 KiB of small UTF-8 text files (up to `maxPreviewTotal` bytes of previews per batch).
  * - The set follows its owner's list (`list()`): `refresh()` after each change and a reconcile
- *   every `reconcileMs` (changes made elsewhere, a directory that reappeared).
+ *   every `reconcileMs` (changes made elsewhere, a directory that reappeared: a directory removed
+ *   or made again is watched anew, told apart by its identity).
  *
  * No Temporal here: the owner's `deliver` decides what a batch starts.
  */
 import { createHash } from 'node:crypto';
-import { constants, watch, type FSWatcher } from 'node:fs';
-import { lstat, open, opendir, realpath, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { lstat, open, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { FSWatcher } from 'chokidar';
 import type { Logger } from 'pino';
 import { checkWatchDirectory } from '../services/objectives.js';
 
@@ -50,7 +54,7 @@ export interface FileEventPayload {
 
 /** How directories are watched (every field has a default). */
 export interface WatchSettings {
-  /** `watch` (default): fs.watch per directory, polling where that fails; `poll`: snapshots only. */
+  /** `watch` (default): chokidar's native backend (inotify), polling where that fails; `poll`: chokidar's polling only. */
   mode?: 'watch' | 'poll';
   /** Quiet time before a burst of changes becomes a batch (default 500 ms). */
   debounceMs?: number;
@@ -58,11 +62,11 @@ export interface WatchSettings {
   maxWaitMs?: number;
   /** Reconcile the watched set with the owner's list this often (default 5 s). */
   reconcileMs?: number;
-  /** Snapshot interval in poll mode (default 2 s). */
+  /** The interval of chokidar's polling in poll mode (default 2 s). */
   pollMs?: number;
   /** Directories watched per root (default 2000); deeper ones are not watched. */
   maxDirs?: number;
-  /** Entries a poll snapshot holds per root (default 20000). */
+  /** Entries polled per root in poll mode (default 20000); the others are not watched. */
   maxFiles?: number;
   /** Changed paths per batch (default 500); the rest are counted. */
   maxBatch?: number;
@@ -89,7 +93,7 @@ export interface DirectoryWatchersOptions extends WatchSettings {
 export interface DirectoryWatchers {
   /** Re-read the list and watch exactly its directories (serialised). */
   refresh(): Promise<void>;
-  /** The directories watched now, each listed once its watch (or first poll snapshot) is in place. */
+  /** The directories watched now, each listed once its watch (or first poll stats) is in place. */
   watching(): Array<{ id: string; path: string; mode: 'watch' | 'poll' }>;
   stop(): Promise<void>;
 }
@@ -163,27 +167,28 @@ interface Settings {
   maxPreviewTotal: number;
 }
 
-/** One watched directory: watched (or polled), its changes batched. */
+/** One watched directory: watched (or polled) by chokidar, its changes batched. */
 class DirectoryTrigger {
   mode: 'watch' | 'poll';
-  private readonly watchers = new Map<string, FSWatcher>();
+  private watcher: FSWatcher | undefined;
   private readonly pending = new Set<string>();
   private overflow = 0;
   private firstPendingAt = 0;
   private timer: NodeJS.Timeout | undefined;
-  private pollTimer: NodeJS.Timeout | undefined;
-  private snapshot: Map<string, string> | undefined;
   private flushing: Promise<void> | undefined;
-  private polling = false;
   private closed = false;
-  private warnedDirs = false;
   private attempts = 0;
   private rootReal = '';
   private rootId = '';
-  /** The kernel's watch limit (or open files) ran out while walking the tree. */
-  private exhausted = false;
-  /** The root itself was removed or moved (inotify's events on the directory itself). */
+  /** Directories (and in poll mode files) taken into the watch: bounded by maxDirs / maxFiles. */
+  private readonly dirs = new Set<string>();
+  private readonly files = new Set<string>();
+  private warnedDirs = false;
+  private warnedFiles = false;
+  /** The root itself was removed (chokidar's `unlinkDir` of the root). */
   private broken = false;
+  /** Switching from inotify to polling (the watch limit was reached). */
+  private switching: Promise<void> | undefined;
 
   constructor(
     readonly id: string,
@@ -201,20 +206,136 @@ class DirectoryTrigger {
     this.rootReal = await realpath(this.root);
     this.rootId = await this.identity();
     if (this.mode === 'watch') {
-      try {
-        this.watchDir(this.root, true);
-        await this.addTree(this.root);
-        if (!this.exhausted) return;
-        throw new Error('the watch limit was reached (fs.inotify.max_user_watches)');
-      } catch (err) {
-        this.log?.warn({ err, [this.what]: this.id, path: this.root }, 'cannot watch the directory; polling it instead');
-        for (const w of this.watchers.values()) w.close();
-        this.watchers.clear();
-        this.mode = 'poll';
-      }
+      const failed = await this.open('watch');
+      if (!failed) return;
+      this.log?.warn({ err: failed, [this.what]: this.id, path: this.root }, 'cannot watch the directory; polling it instead');
+      this.mode = 'poll';
     }
-    this.snapshot = await this.scan();
-    this.schedulePoll();
+    const failed = await this.open('poll');
+    if (failed) throw failed;
+  }
+
+  /**
+   * A chokidar watcher of the tree in this mode, resolved once its initial scan is done (every
+   * directory watched, or its first stats taken): an error that stops inotify (ENOSPC, EMFILE)
+   * before then closes it and is returned.
+   */
+  private async open(mode: 'watch' | 'poll'): Promise<Error | undefined> {
+    this.dirs.clear();
+    this.files.clear();
+    const watcher = new FSWatcher({
+      backend: mode === 'poll' ? 'polling' : 'native',
+      pollingInterval: this.s.pollMs,
+      pollingBinaryInterval: this.s.pollMs,
+      persistent: false,
+      ignoreInitial: true,
+      // an unreadable directory is left out, as before (nothing to report from it)
+      ignorePermissionErrors: true,
+      followSymlinks: false,
+      // an editor's temp files and an unlink followed by an add are changes like any other
+      atomic: false,
+      ignored: (abs: string, stats?: { isDirectory(): boolean }) => this.ignores(abs, stats, mode),
+    });
+    this.watcher = watcher;
+    let exhausted: Error | undefined;
+    let isReady = false;
+    const ready = new Promise<void>((resolve) => {
+      watcher.once('ready', () => {
+        isReady = true;
+        resolve();
+      });
+      watcher.on('error', (e: unknown) => {
+        const err = e instanceof Error ? e : new Error(String(e));
+        const code = (err as NodeJS.ErrnoException).code;
+        if (mode === 'watch' && (code === 'ENOSPC' || code === 'EMFILE')) {
+          // before the watch is in place: start() polls instead; after: switch to polling now
+          if (!isReady) {
+            exhausted ??= err;
+            resolve();
+          } else if (this.watcher === watcher && !this.closed) void this.fallBack(err);
+          return;
+        }
+        this.log?.warn({ err, [this.what]: this.id, path: this.root }, 'watching the directory failed');
+      });
+    });
+    watcher.on('all', (event, abs) => this.onEvent(event, abs));
+    // chokidar reports a change only when a file's stats differ from the ones it saw last; every
+    // inotify event counts here (a rewrite with the same content and mtime is reported, and
+    // its batch has the id of the first): its raw events name the entry of a watched directory
+    if (mode === 'watch') watcher.on('raw', (_event, name, details) => this.onRaw(name, details));
+    watcher.add(this.root);
+    await ready;
+    if (exhausted && this.watcher === watcher) {
+      this.watcher = undefined;
+      await watcher.close();
+    }
+    return exhausted;
+  }
+
+  /** The watch limit was reached after the watch was in place: poll from now on. */
+  private async fallBack(err: Error): Promise<void> {
+    if (this.switching || this.mode === 'poll') return;
+    this.switching = (async () => {
+      this.log?.warn({ err, [this.what]: this.id, path: this.root }, 'the watch limit was reached; polling the directory instead');
+      const old = this.watcher;
+      this.watcher = undefined;
+      this.mode = 'poll';
+      await old?.close();
+      if (!this.closed) await this.open('poll');
+    })();
+    await this.switching;
+  }
+
+  /** chokidar's `ignored`: `.git/`, and what is past the bounds. */
+  private ignores(abs: string, stats: { isDirectory(): boolean } | undefined, mode: 'watch' | 'poll'): boolean {
+    const rel = toRel(this.root, abs);
+    if (rel === undefined) return false; // the root and the directories above it
+    if (ignored(rel)) return true;
+    if (!stats) return false;
+    if (stats.isDirectory()) {
+      if (this.dirs.has(abs)) return false;
+      if (this.dirs.size + 1 >= this.s.maxDirs) {
+        if (!this.warnedDirs) this.log?.warn({ [this.what]: this.id, path: this.root, maxDirs: this.s.maxDirs }, 'too many directories to watch; deeper ones are not watched');
+        this.warnedDirs = true;
+        return true;
+      }
+      this.dirs.add(abs);
+      return false;
+    }
+    if (mode !== 'poll' || this.files.has(abs)) return false;
+    if (this.files.size >= this.s.maxFiles) {
+      if (!this.warnedFiles) this.log?.warn({ [this.what]: this.id, path: this.root, maxFiles: this.s.maxFiles }, 'too many files to poll; the others are not watched');
+      this.warnedFiles = true;
+      return true;
+    }
+    this.files.add(abs);
+    return false;
+  }
+
+  private onRaw(name: string | null, details: unknown): void {
+    if (this.closed || name === null) return;
+    const dir = (details as { watchedPath?: unknown } | undefined)?.watchedPath;
+    if (typeof dir !== 'string' || (path.resolve(dir) !== path.resolve(this.root) && !this.dirs.has(dir))) return;
+    // a directory's own removal comes under its own name (chokidar's unlink events report it; a
+    // child named like its directory is reported by them too)
+    if (name === path.basename(dir)) return;
+    const rel = toRel(this.root, path.join(dir, name));
+    if (rel) this.add(rel);
+  }
+
+  private onEvent(event: string, abs: string): void {
+    if (this.closed) return;
+    const rel = toRel(this.root, abs);
+    if (rel === undefined) {
+      // the root itself went away: watched anew once it is back (alive() says so)
+      if (event === 'unlinkDir' && path.resolve(abs) === path.resolve(this.root)) this.broken = true;
+      return;
+    }
+    if (event === 'unlinkDir') this.dirs.delete(abs);
+    if (event === 'unlink') this.files.delete(abs);
+    // a directory's own appearance is not a change: chokidar reports its entries
+    if (event === 'addDir') return;
+    this.add(rel);
   }
 
   private async identity(): Promise<string> {
@@ -225,7 +346,7 @@ class DirectoryTrigger {
 
   /** Still watching the same directory: not removed or replaced since (then it is watched anew). */
   async alive(): Promise<boolean> {
-    if (this.broken || (this.mode === 'watch' && !this.watchers.has(this.root))) return false;
+    if (this.broken || (!this.watcher && !this.switching)) return false;
     try {
       return (await this.identity()) === this.rootId;
     } catch {
@@ -236,171 +357,10 @@ class DirectoryTrigger {
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
-    clearTimeout(this.pollTimer);
-    for (const w of this.watchers.values()) w.close();
-    this.watchers.clear();
+    await this.switching;
+    await this.watcher?.close();
+    this.watcher = undefined;
     await this.flushing;
-  }
-
-  // --- watch mode
-
-  /** Watch one directory (not its subdirectories); the root's failure is thrown. */
-  private watchDir(dir: string, isRoot = false): void {
-    if (this.closed || this.watchers.has(dir)) return;
-    if (this.watchers.size >= this.s.maxDirs) {
-      if (!this.warnedDirs) this.log?.warn({ [this.what]: this.id, path: this.root, maxDirs: this.s.maxDirs }, 'too many directories to watch; deeper ones are not watched');
-      this.warnedDirs = true;
-      return;
-    }
-    let w: FSWatcher;
-    try {
-      w = watch(dir, { persistent: false }, (_event, name) => this.onFsEvent(dir, name === null ? null : String(name)));
-    } catch (err) {
-      if (isRoot) throw err;
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOSPC' || code === 'EMFILE') {
-        if (!this.exhausted) this.log?.warn({ err, [this.what]: this.id, dir }, 'the watch limit was reached; changes below this directory are not seen');
-        this.exhausted = true;
-      }
-      return;
-    }
-    w.on('error', () => {
-      // the directory went away (or its watch broke): a later change or reconcile re-adds it
-      w.close();
-      if (this.watchers.get(dir) === w) this.watchers.delete(dir);
-    });
-    this.watchers.set(dir, w);
-  }
-
-  /** Watch a directory tree without entering .git or following symlinks; `collect` gets the files found (bounded). */
-  private async addTree(top: string, collect?: string[]): Promise<void> {
-    const queue = [top];
-    let visited = 0;
-    while (queue.length && !this.closed && visited++ < this.s.maxDirs) {
-      const dir = queue.shift()!;
-      if (dir !== top) {
-        try {
-          if (!(await lstat(dir)).isDirectory()) continue; // replaced by a symlink meanwhile: not entered
-        } catch {
-          continue;
-        }
-        this.watchDir(dir);
-      }
-      if (this.watchers.size >= this.s.maxDirs && !collect) break;
-      let handle;
-      try {
-        handle = await opendir(dir);
-      } catch {
-        continue;
-      }
-      try {
-        for await (const ent of handle) {
-          if (ent.name === '.git') continue;
-          const abs = path.join(dir, ent.name);
-          if (ent.isDirectory()) queue.push(abs);
-          else if (collect && collect.length < this.s.maxBatch) {
-            const rel = toRel(this.root, abs);
-            if (rel) collect.push(rel);
-          }
-        }
-      } catch {
-        // removed while being read
-      }
-    }
-  }
-
-  private onFsEvent(dir: string, name: string | null): void {
-    if (this.closed) return;
-    if (name === null) {
-      // no name given: look at every entry of the directory
-      void this.addEntries(dir);
-      return;
-    }
-    if (dir === this.root && name === path.basename(this.root)) {
-      // the root's own removal or move arrives under its own name: is it still there?
-      void this.identity().then(
-        (id) => void (id !== this.rootId && (this.broken = true)),
-        () => void (this.broken = true),
-      );
-    }
-    const rel = toRel(this.root, path.join(dir, name));
-    if (rel) this.add(rel);
-  }
-
-  private async addEntries(dir: string): Promise<void> {
-    try {
-      let n = 0;
-      for await (const ent of await opendir(dir)) {
-        const rel = toRel(this.root, path.join(dir, ent.name));
-        if (rel) this.add(rel);
-        if (++n >= this.s.maxBatch) break;
-      }
-    } catch {
-      // gone meanwhile
-    }
-  }
-
-  // --- poll mode
-
-  private schedulePoll(): void {
-    if (this.closed) return;
-    this.pollTimer = setTimeout(() => void this.poll(), this.s.pollMs);
-    this.pollTimer.unref();
-  }
-
-  private async poll(): Promise<void> {
-    if (this.closed || this.polling) return;
-    this.polling = true;
-    try {
-      const next = await this.scan();
-      const prev = this.snapshot ?? new Map<string, string>();
-      for (const [rel, sig] of next) if (prev.get(rel) !== sig) this.add(rel);
-      for (const rel of prev.keys()) if (!next.has(rel)) this.add(rel);
-      this.snapshot = next;
-    } catch (err) {
-      this.log?.warn({ err, [this.what]: this.id, path: this.root }, 'polling the watched directory failed');
-    } finally {
-      this.polling = false;
-      this.schedulePoll();
-    }
-  }
-
-  /** rel -> size:mtime:kind of every entry (bounded), never entering .git or a symlink. */
-  private async scan(): Promise<Map<string, string>> {
-    const out = new Map<string, string>();
-    const queue = [this.root];
-    let visited = 0;
-    while (queue.length && out.size < this.s.maxFiles && !this.closed && visited++ < this.s.maxDirs) {
-      const dir = queue.shift()!;
-      let handle;
-      try {
-        handle = await opendir(dir);
-      } catch {
-        continue;
-      }
-      try {
-        for await (const ent of handle) {
-          if (out.size >= this.s.maxFiles) break;
-          if (ent.name === '.git') continue;
-          const abs = path.join(dir, ent.name);
-          const rel = toRel(this.root, abs);
-          if (!rel) continue;
-          if (ent.isDirectory()) {
-            queue.push(abs);
-            continue;
-          }
-          try {
-            const st = await lstat(abs, { bigint: true });
-            out.set(rel, `${st.size}:${st.mtimeNs}:${st.isSymbolicLink() ? 'l' : st.isFile() ? 'f' : 'o'}`);
-          } catch {
-            // gone meanwhile
-          }
-        }
-      } catch {
-        // removed while being read
-      }
-    }
-    return out;
   }
 
   // --- batching
@@ -468,7 +428,6 @@ class DirectoryTrigger {
   /** lstat the changed paths once: the event id and the payload; undefined when nothing is left to report. */
   private async describe(rels: string[]): Promise<{ eventId: string; payload: FileEventPayload } | undefined> {
     const files: Array<WatchedFile & { sig: string; abs: string; ino?: bigint }> = [];
-    const extra: string[] = [];
     for (const rel of rels.sort()) {
       const abs = path.join(this.root, rel);
       let st;
@@ -482,41 +441,14 @@ class DirectoryTrigger {
         } catch {
           // the directory went too
         }
-        const prefix = `${abs}${path.sep}`;
-        for (const [dir, w] of this.watchers) {
-          if (dir === abs || dir.startsWith(prefix)) {
-            w.close();
-            this.watchers.delete(dir);
-          }
-        }
         files.push({ path: rel, change: 'deleted', sig: `deleted:${parent}`, abs });
         continue;
       }
+      // a directory's own mtime changes with every entry: its entries are the change
+      if (st.isDirectory()) continue;
       const mtime = new Date(Number(st.mtimeMs)).toISOString();
-      if (st.isDirectory()) {
-        // a new directory: watch it, and report the files already in it (written before the watch)
-        if (this.mode === 'watch' && !this.watchers.has(abs)) {
-          const found: string[] = [];
-          // the directory itself (addTree watches the ones below its top)
-          this.watchDir(abs);
-          await this.addTree(abs, found);
-          for (const f of found) if (!ignored(f) && !rels.includes(f)) extra.push(f);
-        }
-        continue; // a directory's own mtime changes with every entry: its entries are the change
-      }
       const kind = st.isSymbolicLink() ? 'symlink' : st.isFile() ? 'file' : 'other';
       files.push({ path: rel, change: 'changed', kind, size: Number(st.size), mtime, sig: `${kind}:${st.size}:${st.mtimeNs}`, abs, ino: st.ino });
-    }
-    for (const rel of extra.slice(0, Math.max(0, this.s.maxBatch - files.length))) {
-      const abs = path.join(this.root, rel);
-      try {
-        const st = await lstat(abs, { bigint: true });
-        if (st.isDirectory()) continue;
-        const kind = st.isSymbolicLink() ? 'symlink' : st.isFile() ? 'file' : 'other';
-        files.push({ path: rel, change: 'changed', kind, size: Number(st.size), mtime: new Date(Number(st.mtimeMs)).toISOString(), sig: `${kind}:${st.size}:${st.mtimeNs}`, abs, ino: st.ino });
-      } catch {
-        // gone meanwhile
-      }
     }
     if (!files.length) return undefined;
     files.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
@@ -581,7 +513,7 @@ export async function startDirectoryWatchers(opts: DirectoryWatchersOptions): Pr
       }
       refusedOnce.delete(id);
       const t = new DirectoryTrigger(id, dir, opts.mode ?? 'watch', s, (batchId, payload) => opts.deliver(id, batchId, payload), opts.log, opts.what);
-      // listed (watching()) only once its watch or first snapshot is in place: a change made
+      // listed (watching()) only once its watch or first poll stats are in place: a change made
       // after the directory shows as watched is seen
       await t.start();
       triggers.set(id, t);

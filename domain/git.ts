@@ -31,6 +31,7 @@ import { isUtf8 } from 'node:buffer';
 import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, rmdir, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff, type GitPatchHeaders, type ParsedDiff } from '../common/repo-policy.js';
 
 export type GitErrorCode = 'failed' | 'branch-not-found' | 'commit-not-found' | 'bad-argument' | 'timeout';
 
@@ -479,4 +480,30 @@ async function makeWritable(dir: string): Promise<void> {
   if (!st?.isDirectory()) return;
   await chmod(dir, 0o700).catch(() => undefined);
   for (const name of await readdir(dir).catch(() => [] as string[])) await makeWritable(join(dir, name));
+}
+
+/**
+ * git's own reading of a patch's headers (`git apply --numstat --summary -z`, nothing applied):
+ * its files with their line counts, creations, deletions and mode changes, checked by
+ * common/repo-policy's zod parser; an error when git cannot read the patch.
+ */
+export async function patchHeaders(patch: string): Promise<{ ok: true; headers: GitPatchHeaders } | { ok: false; error: string }> {
+  const r = await runGit(['apply', '--numstat', '--summary', '-z', '-'], { input: Buffer.from(patch, 'utf8') });
+  if (r.code !== 0) return { ok: false, error: redact(tail(r.stderr)) || `git apply exited ${String(r.code)}` };
+  return parseGitPatchHeaders(r.stdout.toString('utf8'));
+}
+
+/**
+ * A patch as the gate reads it: the repository change policy's records (parseUnifiedDiff: names,
+ * modes, hunks, added lines), with git's reading of its headers (`patchHeaders`: files, line
+ * counts, creations, deletions, renames, copies, modes) held against them. A patch git cannot
+ * read, or reads differently, gets parse errors (the gate's `unparseable`); a patch the parser
+ * already refused, or one without files, is left as it was.
+ */
+export async function readPatch(patch: string): Promise<ParsedDiff> {
+  const files = parseUnifiedDiff(patch);
+  if (files.errors.length > 0 || files.length === 0) return files;
+  const git = await patchHeaders(patch);
+  const errors = git.ok ? compareWithGit(files, git.headers) : [{ line: 0, message: `git cannot read the patch: ${git.error}` }];
+  return Object.assign([...files], { errors });
 }

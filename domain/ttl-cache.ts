@@ -1,9 +1,13 @@
 /**
  * A lookup the turn path makes at every model step, kept per key for `ttlMs`: what it reads
  * (bindings, prompt layers, whether a chat has memories, MCP registrations) changes rarely, and
- * a change reaches turns within that time. The pending lookup is kept, so steps that ask at
- * once share one; a failed lookup is not kept. Past `maxKeys` keys the cache starts afresh.
+ * a change reaches turns within that time. A thin typed wrapper around lru-cache's `LRUCache`
+ * (its `ttl` and `max`): the pending lookup is kept, so steps that ask at once share one; a
+ * failed lookup is not kept; past `maxKeys` keys the least recently used one is let go. A
+ * `ttlMs` of 0 keeps nothing (every call loads).
  */
+import { LRUCache } from 'lru-cache';
+
 export interface TtlCache<K, V> {
   /** The value for `key`: kept, or loaded now with `load`. */
   get(key: K, load: () => Promise<V>): Promise<V>;
@@ -13,20 +17,18 @@ export interface TtlCache<K, V> {
   clear(): void;
 }
 
-export function ttlCache<K, V>(opts: { ttlMs: number; maxKeys?: number }): TtlCache<K, V> {
-  const maxKeys = opts.maxKeys ?? 10_000;
-  const kept = new Map<K, { at: number; value: Promise<V> }>();
+/** `K` is LRUCache's own bound on keys: anything but null and undefined. */
+export function ttlCache<K extends {}, V>(opts: { ttlMs: number; maxKeys?: number }): TtlCache<K, V> {
+  if (opts.ttlMs <= 0) return { get: (_key, load) => load(), delete: () => undefined, clear: () => undefined };
+  const kept = new LRUCache<K, Promise<V>>({ max: opts.maxKeys ?? 10_000, ttl: opts.ttlMs });
   return {
     get(key, load) {
-      const now = Date.now();
       const hit = kept.get(key);
-      if (hit && now - hit.at < opts.ttlMs) return hit.value;
+      if (hit) return hit;
       const value = load();
-      if (kept.size >= maxKeys) kept.clear();
-      const entry = { at: now, value };
-      kept.set(key, entry);
+      kept.set(key, value);
       value.catch(() => {
-        if (kept.get(key) === entry) kept.delete(key);
+        if (kept.peek(key) === value) kept.delete(key);
       });
       return value;
     },

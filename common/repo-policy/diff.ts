@@ -22,8 +22,16 @@
  *    throws at the first one; that hunk's counts are lost, the rest of the patch is read). A
  *    line that is only `\r` (a blank context line that lost its space, in a CRLF patch) is
  *    handed over as an empty line, which jsdiff reads as a context line.
+ *
+ * git's own reading of the headers (`git apply --numstat --summary -z`, run by the caller:
+ * domain/git.ts `readPatch`) is read here by a zod-checked parser (`parseGitPatchHeaders`) and
+ * held against these records (`compareWithGit`): a disagreement is a parse error. The sections
+ * are still read here because git's summary does not give what the gate needs from them: the
+ * mode of a modified file (a retargeted symlink), a rename's source name (folded into braces),
+ * the added lines.
  */
 import { parsePatch, type StructuredPatchHunk } from 'diff';
+import { z } from 'zod';
 
 // =====================================================================================
 // Unified diff parsing
@@ -518,4 +526,98 @@ export function parseUnifiedDiff(patch: string): ParsedDiff {
     errors.push({ line: 0, message: `internal parser error: ${(err as Error)?.message ?? String(err)}` });
   }
   return Object.assign(files, { errors });
+}
+
+// =====================================================================================
+// git's own reading of a patch's headers
+// =====================================================================================
+
+/**
+ * What `git apply --numstat --summary -z` says of a patch (run by the caller: this module does
+ * no I/O): each file's name and line counts (null counts: binary), in the patch's order, and
+ * git's summary text (creations and deletions with their modes, renames and copies with their
+ * similarity, mode changes). git writes the summary's names as they are (not quoted, shared
+ * directories of a rename folded into braces), so it is compared as a whole with the summary
+ * git writes for the files this module read (`gitSummaryOf`), never read back into names.
+ */
+export interface GitPatchHeaders {
+  files: Array<{ path: string; additions: number | null; deletions: number | null }>;
+  summary: string;
+}
+
+const NumstatRecord = z
+  .string()
+  .regex(/^(?:\d{1,10}\t\d{1,10}|-\t-)\t[^\0]+$/, 'not a "<added>\\t<deleted>\\t<path>" numstat record')
+  .transform((r) => {
+    const [a, d, ...rest] = r.split('\t');
+    return { path: rest.join('\t'), additions: a === '-' ? null : Number(a), deletions: d === '-' ? null : Number(d) };
+  });
+const GitApplyStat = z.object({
+  files: z.array(NumstatRecord),
+  summary: z.string().refine((t) => t === '' || (t.startsWith(' ') && t.endsWith('\n')), 'not summary lines'),
+});
+
+/** Reads git's output (`git apply --numstat --summary -z`); an error when it is not what git writes. */
+export function parseGitPatchHeaders(out: string): { ok: true; headers: GitPatchHeaders } | { ok: false; error: string } {
+  // the numstat records end in NUL; the summary lines after the last one hold no NUL (names cannot)
+  const end = out.lastIndexOf('\0');
+  const r = GitApplyStat.safeParse({ files: end < 0 ? [] : out.slice(0, end).split('\0'), summary: out.slice(end + 1) });
+  if (!r.success) return { ok: false, error: `unexpected output of git apply --numstat --summary: ${r.error.issues[0]?.message ?? 'unreadable'}` };
+  return { ok: true, headers: r.data };
+}
+
+const octal = (mode: string | undefined) => (mode === undefined ? '' : mode);
+
+/**
+ * The summary `git apply --summary` writes for these files (git's apply.c, summary_patch_list):
+ * a creation or deletion with its mode, a rename or copy with the directories both names share
+ * folded (`dir/{a => b}`) and its similarity, a mode change; a rewrite (a dissimilarity index)
+ * is not known here.
+ */
+export function gitSummaryOf(files: readonly DiffFile[]): string {
+  let out = '';
+  for (const f of files) {
+    const modeChange = f.oldMode !== undefined && f.newMode !== undefined && f.oldMode !== f.newMode;
+    if (f.status === 'added') out += f.newMode ? ` create mode ${f.newMode} ${f.path}\n` : ` create ${f.path}\n`;
+    else if (f.status === 'deleted') out += f.oldMode ? ` delete mode ${f.oldMode} ${f.path}\n` : ` delete ${f.path}\n`;
+    else if ((f.status === 'renamed' || f.status === 'copied') && f.oldPath !== undefined) {
+      let shared = 0;
+      for (;;) {
+        const a = f.oldPath.indexOf('/', shared);
+        const b = f.path.indexOf('/', shared);
+        if (a < 0 || b < 0 || a !== b || f.oldPath.slice(shared, a) !== f.path.slice(shared, b)) break;
+        shared = a + 1;
+      }
+      const what = f.status === 'renamed' ? 'rename' : 'copy';
+      const names = shared > 0 ? `${f.oldPath.slice(0, shared)}{${f.oldPath.slice(shared)} => ${f.path.slice(shared)}}` : `${f.oldPath} => ${f.path}`;
+      out += ` ${what} ${names} (${f.similarity ?? 0}%)\n`;
+      if (modeChange) out += ` mode change ${octal(f.oldMode)} => ${octal(f.newMode)}\n`;
+    } else if (modeChange) out += ` mode change ${octal(f.oldMode)} => ${octal(f.newMode)} ${f.path}\n`;
+  }
+  return out;
+}
+
+/**
+ * Where git's reading of the headers and this parser's disagree (the files and their order,
+ * names, line counts, binary, creations, deletions, renames, copies, modes), as parse errors: a
+ * patch two readers see differently is not one the gate can vouch for. Empty when they agree.
+ */
+export function compareWithGit(files: readonly DiffFile[], git: GitPatchHeaders): DiffParseError[] {
+  const errors: DiffParseError[] = [];
+  const say = (message: string) => {
+    if (errors.length < MAX_ERRORS) errors.push({ line: 0, message: `git reads the patch differently: ${message}` });
+  };
+  if (git.files.length !== files.length) say(`${git.files.length} files, not ${files.length}`);
+  files.forEach((f, i) => {
+    const g = git.files[i];
+    if (!g) return;
+    if (g.path !== f.path) say(`file ${i + 1} is ${JSON.stringify(g.path)}, not ${JSON.stringify(f.path)}`);
+    else if (g.additions === null ? !f.binary : f.binary || g.additions !== f.additions || g.deletions !== f.deletions) {
+      say(`${JSON.stringify(f.path)} has ${g.additions ?? 'binary'} added and ${g.deletions ?? 'binary'} deleted lines`);
+    }
+  });
+  // a rewrite (dissimilarity index) is git's to tell: its lines are left out of the comparison
+  const summary = git.summary.replace(/^ rewrite [^\n]* \(\d{1,3}%\)\n(?: mode change [0-7]{6} => [0-7]{6}\n)?/gm, '');
+  if (summary !== gitSummaryOf(files)) say(`its creations, deletions, renames, copies or modes differ (git: ${JSON.stringify(summary.slice(0, 300))})`);
+  return errors;
 }

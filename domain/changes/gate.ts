@@ -9,10 +9,10 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { CheckEvidence, GateVerdict } from '../../common/repo-change.js';
-import { changePolicy, checkPatchPolicy, parseUnifiedDiff, validateGlob, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../../common/repo-policy.js';
+import { changePolicy, checkPatchPolicy, validateGlob, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../../common/repo-policy.js';
 import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';
-import { applyPatch, cloneAt, makeTempDir, removeDir } from '../git.js';
+import { applyPatch, cloneAt, makeTempDir, readPatch, removeDir } from '../git.js';
 import { runSandboxed, SandboxRefusedError } from '../sandbox.js';
 import type { RepoRecord } from '../store/changes.js';
 
@@ -135,7 +135,7 @@ export async function validateOn(g: GateRun): Promise<GateVerdict> {
     const policy: EffectivePolicy = changePolicy({ global: g.settings.globalPolicy, registration: g.repo.policy, repo: file.ok ? file.policy : {} });
     const scope = scopeGlobs(g.taskScope);
     if (scope.length > 0) policy.allowedScopes = [...policy.allowedScopes, scope];
-    const check = checkPatchPolicy(parseUnifiedDiff(patch), policy, { secretValues: g.secretValues });
+    const check = checkPatchPolicy(await readPatch(patch), policy, { secretValues: g.secretValues });
     for (const v of check.violations) reasons.push(`${v.rule}${v.path ? ` ${v.path}` : ''}: ${v.detail}`);
     const checks: CheckEvidence[] = [];
     if (reasons.length === 0) {

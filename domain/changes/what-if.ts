@@ -17,7 +17,7 @@ import { execFile } from 'node:child_process';
 import { isAbsolute } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
-import { changePolicy, checkPatchPolicy, parseRepoPolicyJson, parseUnifiedDiff, RepoPolicySchema, validateGlob, type EffectivePolicy, type RepoPolicyInput } from '../../common/repo-policy.js';
+import { changePolicy, checkPatchPolicy, parseRepoPolicyJson, RepoPolicySchema, validateGlob, type EffectivePolicy, type ParsedDiff, type RepoPolicyInput } from '../../common/repo-policy.js';
 import { TaskDraftSchema, type GateVerdict } from '../../common/repo-change.js';
 import { mcpApprovalVerdict, parseMcpDisplayName, type McpServerSpec } from '../../common/mcp.js';
 import { RoleSchema, type Role } from '../../common/roles.js';
@@ -28,6 +28,7 @@ import { listReceipts } from '../receipts.js';
 import { approvalsOfCalls } from '../store/approvals.js';
 import { changesWithPatches, loadRepo, type RepoRecord } from '../store/changes.js';
 import { listMcpServers } from '../store/mcp.js';
+import { readPatch } from '../git.js';
 import { heldSecrets, REPO_POLICY_FILE } from './gate.js';
 
 const run = promisify(execFile);
@@ -95,8 +96,8 @@ export interface WhatIfInput {
 
 const violationText = (v: { rule: string; path?: string; detail: string }) => `${v.rule}${v.path ? ` ${v.path}` : ''}: ${v.detail}`;
 
-function decide(patch: string, policy: EffectivePolicy, secretValues: string[]): Decision {
-  const check = checkPatchPolicy(parseUnifiedDiff(patch), policy, { secretValues });
+function decide(files: ParsedDiff, policy: EffectivePolicy, secretValues: string[]): Decision {
+  const check = checkPatchPolicy(files, policy, { secretValues });
   return { allowed: check.violations.length === 0, reasons: check.violations.map(violationText) };
 }
 
@@ -151,7 +152,7 @@ async function changesWhatIf(db: Db, input: WhatIfInput): Promise<WhatIfReport['
       if ('note' in local) notes.push(local.note);
       else repoLayer = local.policy ?? {};
     }
-    const patch = await getBlobText(db, row.patchHash!);
+    const patch = await readPatch(await getBlobText(db, row.patchHash!));
     const scope = scopeOf(row.draft);
     const policyOf = (global: RepoPolicyInput) => {
       const p = changePolicy({ global, ...(repo ? { registration: repo.policy } : {}), repo: repoLayer });

@@ -25,7 +25,8 @@ import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { findTemporalCli } from '../../platform/temporal-server.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
-import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
+import type { Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 
 const run = promisify(execFile);
 const TOKEN = 'codec-e2e-token-0123456789abcdef';
@@ -71,37 +72,26 @@ describe('the payload codec on the started stack', () => {
     assert.ok(cli, 'the temporal CLI is installed');
     model = await startModelServer();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-codec-e2e-'));
-    const [httpPort, temporalPort] = [await freePort(), await freePort()];
-    uiPort = await freePort();
-    temporalAddress = `127.0.0.1:${temporalPort}`;
-    steward = spawnProcess(
-      './steward',
-      ['start'],
-      {
-        ...process.env,
-        STEWARD_DATA_DIR: dataDir,
-        STEWARD_HTTP_PORT: String(httpPort),
-        STEWARD_TEMPORAL_PORT: String(temporalPort),
-        STEWARD_TEMPORAL_UI_PORT: String(uiPort),
-        STEWARD_API_TOKEN: TOKEN,
-        STEWARD_MODEL: 'openai-compatible:codec-model',
-        STEWARD_MODEL_BASE_URL: model.baseURL,
-        STEWARD_LOG_LEVEL: 'warn',
+    const ports = await freeStewardPorts();
+    uiPort = ports.ui;
+    temporalAddress = `127.0.0.1:${ports.temporal}`;
+    const started = await startSteward(
+      startEnv({
+        dataDir,
+        ports,
+        token: TOKEN,
+        model: 'openai-compatible:codec-model',
+        modelBaseURL: model.baseURL,
         // on by default, with a key generated into the data directory: nothing codec-related set
-        STEWARD_CODEC: '',
-        STEWARD_CODEC_KEYS: '',
-        STEWARD_CODEC_CORS_ORIGINS: '',
-        DATABASE_URL: '',
-        TEMPORAL_ADDRESS: '',
-      },
+        extra: { STEWARD_CODEC: '', STEWARD_CODEC_KEYS: '', STEWARD_CODEC_CORS_ORIGINS: '' },
+      }),
     );
-    const m = await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000);
-    api = m[1] ?? '';
+    steward = started;
+    api = started.api;
   });
 
   after(async () => {
-    steward?.kill('SIGINT');
-    await steward?.exited;
+    await stopSteward(steward);
     await model?.close();
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });

@@ -15,7 +15,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { hostileServers, nodeDir, startHostileHttp, stdioServer, type HostileTool } from '../helpers/mcp-servers.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
-import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
+import type { Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 import { needs } from '../helpers/requirements.js';
 
 const noSandbox = await needs('bubblewrap');
@@ -41,27 +42,13 @@ describe('hostile MCP servers against the started stack', { skip: noSandbox }, (
     const policy = { readOnlyTools: ['fine', 'big', 'endless', 'flood', 'malformed', 'crash', 'hang'], timeoutMs: 3000 };
     const config = path.join(dataDir, 'mcp.json');
     writeFileSync(config, JSON.stringify({ servers: [stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }), { name: 'bad-http', transport: 'http', url: web.url, ...policy }, { name: 'slow-http', transport: 'http', url: slow.url, readOnlyTools: ['hang'], timeoutMs: 90_000 }] }));
-    const [httpPort, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
-    steward = spawnProcess('./steward', ['start'], {
-      ...process.env,
-      STEWARD_DATA_DIR: dataDir,
-      STEWARD_HTTP_PORT: String(httpPort),
-      STEWARD_TEMPORAL_PORT: String(temporalPort),
-      STEWARD_TEMPORAL_UI_PORT: String(uiPort),
-      STEWARD_API_TOKEN: TOKEN,
-      STEWARD_MODEL: 'openai-compatible:e2e-model',
-      STEWARD_MODEL_BASE_URL: model.baseURL,
-      STEWARD_MCP_CONFIG: config,
-      STEWARD_LOG_LEVEL: 'warn',
-      DATABASE_URL: '',
-      TEMPORAL_ADDRESS: '',
-    });
-    api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
+    const started = await startSteward(startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: 'openai-compatible:e2e-model', modelBaseURL: model.baseURL, extra: { STEWARD_MCP_CONFIG: config } }));
+    steward = started;
+    api = started.api;
   });
 
   after(async () => {
-    steward?.kill('SIGINT');
-    await steward?.exited;
+    await stopSteward(steward);
     await web?.stop();
     await slow?.stop();
     await model?.close();

@@ -10,7 +10,8 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
-import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
+import type { Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 
 const TOKEN = 'e2e-token-0123456789abcdef';
 
@@ -24,29 +25,15 @@ describe('the started stack', () => {
   before(async () => {
     model = await startModelServer();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-e2e-'));
-    const [httpPort, temporalPort, uiPort] = [await freePort(), await freePort(), await freePort()];
-    stewardEnv = {
-      ...process.env,
-      STEWARD_DATA_DIR: dataDir,
-      STEWARD_HTTP_PORT: String(httpPort),
-      STEWARD_TEMPORAL_PORT: String(temporalPort),
-      STEWARD_TEMPORAL_UI_PORT: String(uiPort),
-      STEWARD_API_TOKEN: TOKEN,
-      STEWARD_MODEL: 'openai-compatible:e2e-model',
-      STEWARD_MODEL_BASE_URL: model.baseURL,
-      STEWARD_LOG_LEVEL: 'warn',
-      DATABASE_URL: '',
-      TEMPORAL_ADDRESS: '',
-    };
-    steward = spawnProcess('./steward', ['start'], stewardEnv);
-    const m = await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 120_000);
-    api = m[1] ?? '';
+    stewardEnv = startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: 'openai-compatible:e2e-model', modelBaseURL: model.baseURL });
+    const started = await startSteward(stewardEnv, 120_000);
+    steward = started;
+    api = started.api;
     await steward.waitForOutput(/Temporal UI:\s+http:\/\/127\.0\.0\.1:\d+\/codec\/login\//);
   });
 
   after(async () => {
-    steward?.kill('SIGINT');
-    await steward?.exited;
+    await stopSteward(steward);
     await model?.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
@@ -160,7 +147,7 @@ describe('the started stack', () => {
   });
 
   it('keeps sessions and transcripts across a restart on the same data directory', async () => {
-    steward = spawnProcess('./steward', ['start'], stewardEnv);
+    steward = await startSteward(stewardEnv, 120_000);
     await steward.waitForOutput(/Steward is running/, 120_000);
     const before = await transcript('e2e-chat');
     assert.equal(before.length, 2);

@@ -24,6 +24,7 @@ import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { startOtlpCollector, type CollectedSpan, type OtlpCollector } from '../helpers/otlp-collector.js';
 import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward, type StewardPorts } from '../helpers/started-steward.js';
 import { testBundle } from '../helpers/steward.js';
 
 const TOKEN = 'telemetry-token-0123456789abcdef';
@@ -102,26 +103,23 @@ const post = (api: string, chat: string, text: string) =>
     body: JSON.stringify({ text, user: 'alice' }),
   });
 
-function stewardEnv(dataDir: string, ports: { http: number; temporal: number; ui: number }, model: ModelServer, extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    STEWARD_DATA_DIR: dataDir,
-    STEWARD_HTTP_PORT: String(ports.http),
-    STEWARD_TEMPORAL_PORT: String(ports.temporal),
-    STEWARD_TEMPORAL_UI_PORT: String(ports.ui),
-    STEWARD_TEMPORAL_UI: 'false',
-    STEWARD_API_TOKEN: TOKEN,
-    STEWARD_MODEL: 'openai-compatible:e2e-model',
-    // the cost metric: USD per million input/output tokens
-    STEWARD_MODEL_PRICES: 'openai-compatible:e2e-model=2.5/10',
-    STEWARD_MODEL_BASE_URL: model.baseURL,
-    STEWARD_LOG_LEVEL: 'warn',
-    // plaintext payloads, so that this test can replay the recorded histories without the keys
-    STEWARD_CODEC: 'off',
-    DATABASE_URL: '',
-    TEMPORAL_ADDRESS: '',
-    ...extra,
-  };
+function stewardEnv(dataDir: string, ports: StewardPorts, model: ModelServer, extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const env = startEnv({
+    dataDir,
+    ports,
+    token: TOKEN,
+    model: 'openai-compatible:e2e-model',
+    modelBaseURL: model.baseURL,
+    extra: {
+      STEWARD_TEMPORAL_UI: 'false',
+      // the cost metric: USD per million input/output tokens
+      STEWARD_MODEL_PRICES: 'openai-compatible:e2e-model=2.5/10',
+      // plaintext payloads, so that this test can replay the recorded histories without the keys
+      STEWARD_CODEC: 'off',
+      ...extra,
+    },
+  });
+
   // whatever the outer environment says about OpenTelemetry, this test decides it
   for (const k of ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_SERVICE_NAME', 'STEWARD_METRICS_PORT']) {
     if (!(k in extra)) delete env[k];
@@ -170,24 +168,22 @@ describe('traces and metrics of the started stack', () => {
     model = await startModelServer();
     collector = await startOtlpCollector();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-telemetry-'));
-    const ports = { http: await freePort(), temporal: await freePort(), ui: await freePort() };
+    const ports = await freeStewardPorts();
     metricsPort = await freePort();
-    steward = spawnProcess(
-      './steward',
-      ['start'],
+    const started = await startSteward(
       stewardEnv(dataDir, ports, model, {
         OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
         OTEL_SERVICE_NAME: 'steward-e2e',
         STEWARD_METRICS_PORT: String(metricsPort),
       }),
     );
-    api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
+    steward = started;
+    api = started.api;
     temporalAddress = (await steward.waitForOutput(/Temporal:\s+(\S+:\d+)/))[1] ?? '';
   });
 
   after(async () => {
-    steward?.kill('SIGINT');
-    await steward?.exited;
+    await stopSteward(steward);
     await model?.close();
     await collector?.close();
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
@@ -405,8 +401,7 @@ describe('the started stack without OTLP configured', () => {
   });
 
   after(async () => {
-    steward?.kill('SIGINT');
-    await steward?.exited;
+    await stopSteward(steward);
     await model?.close();
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
@@ -415,9 +410,10 @@ describe('the started stack without OTLP configured', () => {
   // records no tracing patch marker, so it loads no OpenTelemetry and makes no spans, on this
   // worker or any that replays it. The turn runs and nothing complains about sinks or exports.
   it('runs a turn untraced and logs no error', async () => {
-    const ports = { http: await freePort(), temporal: await freePort(), ui: await freePort() };
-    steward = spawnProcess('./steward', ['start'], stewardEnv(dataDir, ports, model, {}));
-    const api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
+    const ports = await freeStewardPorts();
+    const started = await startSteward(stewardEnv(dataDir, ports, model, {}));
+    steward = started;
+    const api = started.api;
     const temporalAddress = (await steward.waitForOutput(/Temporal:\s+(\S+:\d+)/))[1] ?? '';
     model.enqueue({ text: 'untraced reply', usage: { prompt_tokens: 7, completion_tokens: 3 } });
     assert.equal((await post(api, 'quiet-chat', 'hello')).status, 202);

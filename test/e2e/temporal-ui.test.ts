@@ -30,7 +30,8 @@ import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
 import { needs } from '../helpers/requirements.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
-import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
+import { spawnProcess, type Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 
 const TOKEN = 'ui-e2e-token-0123456789abcdef';
 const NAMESPACE = 'default';
@@ -156,29 +157,26 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
     browser = await launchChromium();
     model = await startModelServer();
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-ui-e2e-'));
-    const [httpPort, temporalPort] = [await freePort(), await freePort()];
-    uiPort = await freePort();
-    stewardEnv = {
-      ...process.env,
-      STEWARD_DATA_DIR: dataDir,
-      STEWARD_HTTP_PORT: String(httpPort),
-      STEWARD_TEMPORAL_PORT: String(temporalPort),
-      STEWARD_TEMPORAL_UI: 'true',
-      STEWARD_TEMPORAL_UI_PORT: String(uiPort),
-      STEWARD_TEMPORAL_UI_URL: '',
-      STEWARD_API_TOKEN: TOKEN,
-      STEWARD_MODEL: MODEL,
-      STEWARD_MODEL_BASE_URL: model.baseURL,
-      STEWARD_LOG_LEVEL: 'warn',
-      // the codec on, with the key generated in the data dir and the default CORS origins
-      STEWARD_CODEC: 'on',
-      STEWARD_CODEC_KEYS: '',
-      STEWARD_CODEC_CORS_ORIGINS: '',
-      DATABASE_URL: '',
-      TEMPORAL_ADDRESS: '',
-    };
-    steward = spawnProcess('./steward', ['start'], stewardEnv);
-    api = (await steward.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
+    const ports = await freeStewardPorts();
+    uiPort = ports.ui;
+    stewardEnv = startEnv({
+      dataDir,
+      ports,
+      token: TOKEN,
+      model: MODEL,
+      modelBaseURL: model.baseURL,
+      extra: {
+        STEWARD_TEMPORAL_UI: 'true',
+        STEWARD_TEMPORAL_UI_URL: '',
+        // the codec on, with the key generated in the data dir and the default CORS origins
+        STEWARD_CODEC: 'on',
+        STEWARD_CODEC_KEYS: '',
+        STEWARD_CODEC_CORS_ORIGINS: '',
+      },
+    });
+    const started = await startSteward(stewardEnv);
+    steward = started;
+    api = started.api;
     const banner = await steward.waitForOutput(/Temporal UI:\s+(http:\/\/\S+)\s+\(opens (http:\/\/\S+) signed in/, 60_000);
     bannerLink = banner[1] ?? '';
     ui = (banner[2] ?? '').replace(/\/$/, '');
@@ -231,14 +229,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
 
   after(async () => {
     await browser?.close().catch(() => undefined);
-    steward?.kill('SIGINT');
-    if (steward) {
-      const stopped = await Promise.race([steward.exited.then(() => true), sleep(30_000).then(() => false)]);
-      if (!stopped) {
-        steward.kill('SIGKILL');
-        await steward.exited;
-      }
-    }
+    await stopSteward(steward);
     await model?.close();
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });

@@ -14,13 +14,18 @@ import { describe, it } from 'node:test';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string> };
 
-const PRODUCTION = ['activities', 'adapters', 'common', 'config', 'domain', 'platform', 'services', 'workers', 'workflows', 'prisma.config.ts'];
-const DEVELOPMENT = ['test', 'bench', 'scripts'];
+/** Where the product's code lives (the runtime migrations' engine bridge in prisma/ included). */
+const PRODUCTION = ['activities', 'adapters', 'common', 'config', 'domain', 'platform', 'services', 'workers', 'workflows', 'prisma', 'prisma.config.ts'];
+/** Tests, benchmarks, scripts and the tools' own configuration. */
+const DEVELOPMENT = ['test', 'bench', 'scripts', 'eslint.config.js'];
+/** Top-level entries that hold no code of Steward's. */
+const NOT_CODE = new Set(['node_modules', 'generated', 'docs', 'specs', '.git']);
+const SOURCE = /\.(ts|mts|cts|tsx|js|mjs|cjs|jsx)$/;
 
 function sources(entry: string): string[] {
   const p = path.join(root, entry);
   if (!statSync(p, { throwIfNoEntry: false })) return [];
-  if (!statSync(p).isDirectory()) return /\.(ts|mjs|cjs)$/.test(p) ? [p] : [];
+  if (!statSync(p).isDirectory()) return SOURCE.test(p) && !p.endsWith('.d.ts') ? [p] : [];
   return readdirSync(p).flatMap((name) => (name === 'node_modules' || name === 'generated' ? [] : sources(path.join(entry, name))));
 }
 
@@ -50,6 +55,13 @@ describe('declared dependencies', () => {
     assert.equal(packageOf('node:fs'), undefined);
     assert.equal(packageOf('fs'), undefined);
     assert.equal(packageOf('../domain/db.js'), undefined);
+  });
+
+  it('every top-level folder or file with code is checked below (a new one cannot be missed)', () => {
+    const known = new Set([...PRODUCTION, ...DEVELOPMENT, ...NOT_CODE]);
+    const unchecked = readdirSync(root).filter((name) => !known.has(name) && sources(name).length > 0);
+    assert.deepEqual(unchecked, [], 'list these in PRODUCTION or DEVELOPMENT');
+    for (const entry of NOT_CODE) if (entry !== 'node_modules' && entry !== 'generated' && entry !== '.git') assert.deepEqual(sources(entry), [], `${entry}/ holds code: list it in PRODUCTION or DEVELOPMENT`);
   });
 
   it('production code imports only packages in dependencies', () => {

@@ -32,10 +32,21 @@ describe('ttlCache', () => {
     assert.equal(await cache.get('k', async () => 'after clear'), 'after clear');
   });
 
-  it('starts afresh past its number of keys', async () => {
+  it('holds at most its number of keys, letting the least recently used go', async () => {
     const cache = ttlCache<number, number>({ ttlMs: 60_000, maxKeys: 3 });
     for (const k of [1, 2, 3]) await cache.get(k, async () => k);
+    assert.equal(await cache.get(1, async () => -1), 1, 'kept, and now the most recently used');
     await cache.get(4, async () => 4);
-    assert.equal(await cache.get(1, async () => -1), -1, 'the old keys were let go');
+    assert.equal(await cache.get(2, async () => -2), -2, 'the least recently used key was let go');
+    assert.equal(await cache.get(1, async () => -1), 1, 'a recently used key stays');
+  });
+
+  it('keeps nothing with a time of 0 (tests that must see every change at once)', async () => {
+    const cache = ttlCache<string, number>({ ttlMs: 0 });
+    let loads = 0;
+    const load = async () => ++loads;
+    await cache.get('k', load);
+    await cache.get('k', load);
+    assert.equal(loads, 2);
   });
 });

@@ -14,38 +14,17 @@ import { Context } from '@temporalio/activity';
 import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
-import { Worker } from '@temporalio/worker';
-import type { createActivities, ModelStepResult } from '../../activities/index.js';
 import { replyKey, sessionWorkflowId, turnWorkflowId, type ConversationKey } from '../../common/ids.js';
-import { droppingWorkflowSinks } from '../../platform/telemetry.js';
-import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { inboundSignal, statusQuery, steerUpdate, stopSignal } from '../../workflows/messages.js';
 import { sessionWorkflow } from '../../workflows/chat/session.js';
 import type { InboundRef, SessionInput } from '../../workflows/types.js';
-import { testBundle } from '../helpers/steward.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
+import { delivered, reply, until, USAGE, withStubbedWorker, type Call, type Stubs } from './stubbed-worker.js';
 
-type Activities = ReturnType<typeof createActivities>;
-type Stubs = { [K in keyof Activities]?: (input: Parameters<Activities[K]>[0]) => Promise<Awaited<ReturnType<Activities[K]>>> };
-/** One activity call as a stub saw it: its input, the workflow run it came from, and whether it ran as a local activity. */
-type Call = { name: string; input: Record<string, unknown>; runId: string; local: boolean };
 
 const { EventType } = proto.temporal.api.enums.v1;
 type HistoryEvent = proto.temporal.api.history.v1.IHistoryEvent;
 
-const USAGE = { input: 10, output: 5, total: 15 };
-const reply = (hash: string): ModelStepResult => ({ kind: 'output', outputHash: hash, finishReason: 'stop', usage: USAGE, chars: 5 });
-const delivered = { sent: true, messageSeq: 1 };
-
-/** Poll until `check` holds, within `ms` (a bounded loop). */
-const until = async (what: string, check: () => boolean | Promise<boolean>, ms = 15_000) => {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-};
 
 /** A promise the test opens when it wants a stubbed step to finish. */
 function gate(): { wait: Promise<void>; open: () => void } {
@@ -77,37 +56,23 @@ describe('the session workflow with stubbed activities (dev server)', () => {
     stubs: Stubs,
     body: (ctx: { taskQueue: string; calls: Call[]; started: Array<WorkflowHandle<typeof sessionWorkflow>> }) => Promise<void>,
   ): Promise<void> {
-    const taskQueue = `session-stubbed-${randomUUID()}`;
-    const calls: Call[] = [];
     const started: Array<WorkflowHandle<typeof sessionWorkflow>> = [];
-    const activities = Object.fromEntries(
-      Object.entries(stubs).map(([name, fn]) => [
-        name,
-        async (input: Record<string, unknown>) => {
-          const info = Context.current().info;
-          calls.push({ name, input, runId: info.workflowExecution?.runId ?? '', local: info.isLocal });
-          return (fn as (i: unknown) => Promise<unknown>)(input);
-        },
-      ]),
+    await withStubbedWorker(
+      env,
+      stubs,
+      {
+        queuePrefix: 'session-stubbed',
+        // as Steward's worker (workers/main.ts): a heartbeat reaches the server at least this often, so /stop reaches a model step at once
+        workerOptions: { maxHeartbeatThrottleInterval: '300 milliseconds', defaultHeartbeatThrottleInterval: '300 milliseconds' },
+      },
+      async ({ taskQueue, calls }) => {
+        try {
+          await body({ taskQueue, calls, started });
+        } finally {
+          for (const h of started) await h.terminate('test over').catch(() => undefined);
+        }
+      },
     );
-    const worker = await Worker.create({
-      connection: env.nativeConnection,
-      taskQueue,
-      workflowBundle: await testBundle(),
-      activities,
-      sinks: droppingWorkflowSinks(),
-      // as Steward's worker (workers/main.ts): a heartbeat reaches the server at least this often, so /stop reaches a model step at once
-      maxHeartbeatThrottleInterval: '300 milliseconds',
-      defaultHeartbeatThrottleInterval: '300 milliseconds',
-      patchActivationCallback: ({ patchId }) => patchId !== OTEL_PATCH,
-    });
-    await worker.runUntil(async () => {
-      try {
-        await body({ taskQueue, calls, started });
-      } finally {
-        for (const h of started) await h.terminate('test over').catch(() => undefined);
-      }
-    });
   }
 
   /** A conversation of its own per test, its session's input, and a way to send it a message (signal-with-start, as the ingress does). */

@@ -13,29 +13,21 @@ import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError, type WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
-import { Worker } from '@temporalio/worker';
-import type { createActivities, ModelStepResult } from '../../activities/index.js';
+import type { ModelStepResult } from '../../activities/index.js';
 import type { GateVerdict } from '../../common/repo-change.js';
-import { droppingWorkflowSinks } from '../../platform/telemetry.js';
-import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal, turnSteerSignal, turnStatusQuery } from '../../workflows/messages.js';
 import { objectiveRunWorkflow } from '../../workflows/objectives/objective.js';
 import { repoChangeWorkflow } from '../../workflows/changes/repo-change.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes.js';
 import { turnWorkflow } from '../../workflows/chat/turn.js';
 import type { TurnInput } from '../../workflows/types.js';
-import { testBundle } from '../helpers/steward.js';
 import { createTimeSkippingEnvironment } from '../helpers/temporal.js';
+import { reply, until, USAGE, withStubbedWorker, type Call, type Stubs } from './stubbed-worker.js';
 
-type Activities = ReturnType<typeof createActivities>;
 
 const { IndexedValueType } = proto.temporal.api.enums.v1;
 const indexed = (type: string) => (type === 'KEYWORD_LIST' ? IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST : IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD);
-type Stubs = { [K in keyof Activities]?: (input: Parameters<Activities[K]>[0]) => Promise<Awaited<ReturnType<Activities[K]>>> };
-type Call = { name: string; input: Record<string, unknown> };
 
-const USAGE = { input: 10, output: 5, total: 15 };
-const reply = (hash: string): ModelStepResult => ({ kind: 'output', outputHash: hash, finishReason: 'stop', usage: USAGE, chars: 5 });
 const toolStep = (calls: Array<{ id: string; name: string; needsApproval?: boolean; error?: string }>): ModelStepResult => ({
   kind: 'output',
   outputHash: 'h-empty',
@@ -45,14 +37,6 @@ const toolStep = (calls: Array<{ id: string; name: string; needsApproval?: boole
   messageHash: `h-msg-${calls.map((c) => c.id).join('-')}`,
   toolCalls: calls.map((c) => ({ id: c.id, name: c.name, needsApproval: c.needsApproval ?? false, ...(c.error ? { error: c.error } : {}) })),
 });
-
-const until = async (what: string, check: () => boolean | Promise<boolean>) => {
-  for (let i = 0; i < 400; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  assert.fail(`timed out waiting for ${what}`);
-};
 
 describe('workflows with stubbed activities (time-skipping server)', () => {
   let env: TestWorkflowEnvironment;
@@ -70,28 +54,7 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
   });
 
   /** Run `body` with a worker on a fresh queue whose activities are `stubs` (each call recorded, in order). */
-  async function withWorker(stubs: Stubs, body: (ctx: { taskQueue: string; calls: Call[] }) => Promise<void>): Promise<void> {
-    const taskQueue = `stubbed-${randomUUID()}`;
-    const calls: Call[] = [];
-    const activities = Object.fromEntries(
-      Object.entries(stubs).map(([name, fn]) => [
-        name,
-        async (input: Record<string, unknown>) => {
-          calls.push({ name, input });
-          return (fn as (i: unknown) => Promise<unknown>)(input);
-        },
-      ]),
-    );
-    const worker = await Worker.create({
-      connection: env.nativeConnection,
-      taskQueue,
-      workflowBundle: await testBundle(),
-      activities,
-      sinks: droppingWorkflowSinks(),
-      patchActivationCallback: ({ patchId }) => patchId !== OTEL_PATCH,
-    });
-    await worker.runUntil(body({ taskQueue, calls }));
-  }
+  const withWorker = (stubs: Stubs, body: (ctx: { taskQueue: string; calls: Call[] }) => Promise<void>) => withStubbedWorker(env, stubs, { queuePrefix: 'stubbed' }, body);
 
   const names = (calls: Call[]) => calls.map((c) => c.name);
 
