@@ -28,7 +28,7 @@ import { memoriesText } from '../../domain/knowledge/memory.js';
 import { resolveInWorkspace } from '../../domain/knowledge/paths.js';
 import { createMcpTools, type McpTools } from '../../domain/mcp/tools.js';
 import { createModelRegistry } from '../../domain/model.js';
-import { prepareObjectiveRun } from '../../domain/objective-runs.js';
+import { prepareObjectiveRun } from '../../domain/objectives/runs.js';
 import { buildPrompt } from '../../domain/prompt.js';
 import { requestHash } from '../../domain/proposals.js';
 import { insertMcpServer } from '../../domain/store/mcp.js';
