@@ -34,7 +34,7 @@ import type { Transporter } from 'nodemailer';
 import type SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import type { z } from 'zod';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
-import type { ChangeRequest } from '../common/repo-change.js';
+import type { ChangeRequest } from '../common/changes.js';
 import {
   DEFAULT_ACTION_COMMANDS,
   HttpRequestInput,

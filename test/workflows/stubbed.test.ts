@@ -15,7 +15,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
 import type { createActivities, ModelStepResult } from '../../activities/index.js';
-import type { GateVerdict } from '../../common/repo-change.js';
+import type { GateVerdict } from '../../common/changes.js';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal, turnSteerSignal, turnStatusQuery } from '../../workflows/messages.js';
