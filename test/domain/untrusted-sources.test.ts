@@ -33,7 +33,7 @@ import { buildPrompt } from '../../domain/prompt.js';
 import { requestHash } from '../../domain/proposals.js';
 import { insertMcpServer } from '../../domain/store/mcp.js';
 import { runValidatedTool } from '../../domain/tools.js';
-import { classifyMessage } from '../../domain/triage.js';
+import { classifyMessage } from '../../domain/tasks/triage.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 import { startEverythingHttp } from '../helpers/mcp-servers.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
