@@ -45,7 +45,7 @@ import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
 import { syncConfigMcpServers } from '../domain/store/mcp.js';
 import { startObjectiveWatchers } from '../adapters/objectives/watchers.js';
-import { startWorkspaceWatchers } from '../adapters/workspace-watchers.js';
+import { startWorkspaceWatchers } from '../adapters/workspaces/watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { startWorkspaceInboxes } from '../adapters/workspace-inbox.js';
 import { buildWorkflowBundleFile } from '../workers/bundle.js';
