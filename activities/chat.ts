@@ -35,7 +35,7 @@ import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadA
 import { findSession } from '../domain/store/sessions.js';
 import { recordTurn } from '../common/metrics.js';
 import type { RepoChangeSettings } from './changes.js';
-import { viewProposal } from '../domain/proposals.js';
+import { viewProposal } from '../domain/actions/proposals.js';
 import { heldSecretRefusal, heldSecrets, maskHeldSecretsDeep } from '../domain/secrets.js';
 import { redact } from '../domain/redaction.js';
 import { loadToolCall } from '../domain/tool-calls.js';

@@ -45,7 +45,7 @@ import {
 } from '../common/tools.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
-import { literalCredentials, requestHash } from './proposals.js';
+import { literalCredentials, requestHash } from './actions/proposals.js';
 import { heldSecretRefusal, holdSecrets, type HeldSecret } from './secrets.js';
 import { writeReceipt } from './receipts.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';

@@ -30,7 +30,7 @@ import { createMcpTools, type McpTools } from '../../domain/mcp/tools.js';
 import { createModelRegistry } from '../../domain/model.js';
 import { prepareObjectiveRun } from '../../domain/objectives/runs.js';
 import { buildPrompt } from '../../domain/prompt.js';
-import { requestHash } from '../../domain/proposals.js';
+import { requestHash } from '../../domain/actions/proposals.js';
 import { insertMcpServer } from '../../domain/store/mcp.js';
 import { runValidatedTool } from '../../domain/tools.js';
 import { classifyMessage } from '../../domain/tasks/triage.js';
