@@ -51,7 +51,7 @@ import { writeReceipt } from './receipts.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
 import { redact, redactText } from './redaction.js';
 import { neutralise, wrapUntrusted } from '../common/untrusted.js';
-import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
+import type { LoadedToolCall, ToolOutcome } from './tools/calls.js';
 
 export type HttpActionInput = z.infer<typeof HttpRequestInput>;
 export type EmailActionInput = z.infer<typeof SendEmailInput>;
