@@ -10,7 +10,7 @@
  *  - by word: a file of no feature whose path has a word of one (`adapters/objective-watchers.ts`,
  *    `domain/triage.ts`): a feature's file under another name;
  *  - by imports: a file of no feature, in a layer where feature F has files, whose importers in
- *    the product are all F's (`domain/git.ts`, imported by the changes' files only): it serves F
+ *    the product are all F's (`domain/model-steps.ts`, imported by the changes' files only): it serves F
  *    alone, so it goes under F's name (or into APART, saying why it stays apart);
  *  - the README's table of features: a row per feature, every path in it there, and every file
  *    of a feature in a layer covered by a path of the feature's row in that layer's column.
