@@ -10,8 +10,8 @@
  *  - by word: a file of no feature whose path has a word of one (`adapters/objective-watchers.ts`,
  *    `domain/triage.ts`): a feature's file under another name;
  *  - by imports: a file of no feature, in a layer where feature F has files, whose importers in
- *    the product are all F's (`domain/model-steps.ts`, imported by the changes' files only): it serves F
- *    alone, so it goes under F's name (or into APART, saying why it stays apart);
+ *    the product are all F's (`domain/model-steps.ts`, imported by the changes' files only): it
+ *    serves F alone, so it goes under F's name (or into APART, saying why it stays apart);
  *  - the README's table of features: a row per feature, every path in it there, and every file
  *    of a feature in a layer covered by a path of the feature's row in that layer's column.
  * APART is checked too: each entry is there and still needed.
@@ -26,19 +26,22 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 
 const LAYERS = ['workflows', 'activities', 'services', 'domain', 'common', 'adapters'] as const;
 
-/** Each feature's name, and the words its files would hide under (whole words of a path, split at / - _ .). */
+/**
+ * Each feature's name, and the words its files would hide under: whole words of a path (split
+ * at / - _ .), a plural (`-s`, `-es`, `-ies`) counting as its word.
+ */
 const FEATURES: Record<string, string[]> = {
-  chat: ['chat', 'session', 'sessions', 'turn', 'turns'],
-  changes: ['change', 'repo', 'repos', 'coding', 'git', 'github', 'promotion'],
-  objectives: ['objective', 'schedule', 'schedules', 'trigger', 'triggers'],
-  tasks: ['task', 'triage', 'reminder', 'reminders'],
-  knowledge: ['knowledge', 'memory', 'memories', 'skill', 'skills', 'embedder', 'grounding'],
+  chat: ['chat', 'session', 'turn'],
+  changes: ['change', 'repo', 'coding', 'git', 'github', 'promotion'],
+  objectives: ['objective', 'schedule', 'trigger'],
+  tasks: ['task', 'triage', 'reminder'],
+  knowledge: ['knowledge', 'memory', 'skill', 'embedder', 'grounding'],
   workspaces: ['workspace'],
-  inbox: ['inboxes', 'imap'],
+  inbox: ['inbox', 'imap'],
   mcp: ['mcp'],
-  heartbeat: ['heartbeats'],
+  heartbeat: ['heartbeat'],
   approvals: ['approval'],
-  actions: ['action', 'proposal', 'proposals'],
+  actions: ['action', 'proposal'],
   tools: ['tool'],
 };
 
@@ -78,8 +81,9 @@ function featureOf(file: string): string | undefined {
 /** The features whose words the file's path has. */
 function wordsOf(file: string): string[] {
   const words = new Set(segments(file).flatMap((s) => s.split(/[-_.]/)));
+  const has = (w: string): boolean => [w, `${w}s`, `${w}es`, w.replace(/y$/, 'ies')].some((form) => words.has(form));
   return Object.entries(FEATURES)
-    .filter(([name, ws]) => words.has(name) || ws.some((w) => words.has(w)))
+    .filter(([name, ws]) => has(name) || ws.some(has))
     .map(([name]) => name);
 }
 
