@@ -20,15 +20,23 @@
  *   receipts, blobs, transcript, governance and actions own their tables): activities,
  *   services, adapters and the runtime call domain functions, never `db.<model>.<query>()`,
  *   `$transaction` or raw SQL, and import no value from the generated client.
- * - services/ (the application services: changes, objectives) imports no adapter: the
+ * - services/ (the application services: chat, changes, objectives) imports no adapter: the
  *   adapters call it.
+ * - Adapters translate only: a file of adapters/ imports no value from a store module (types
+ *   may come from anywhere). A store module is domain/store/**, and every other module of
+ *   domain/ whose source runs a Prisma query (`.<model>.<query>(` for a model of
+ *   prisma/models.prisma, `$transaction`, raw SQL): STORE_MODULES is computed from the source
+ *   here, so a domain module that starts owning a table is covered. What an adapter needs from
+ *   them it gets from a service (services/), which does the application's work. (STORE_EXEMPT
+ *   is a temporary, marked list of the adapters other branches of issue 33 are moving.)
  * (Later blocks replace an earlier block's rule for the files they name: the stricter come last.)
  * - Everywhere: no floating promises (a promise is awaited, returned, or marked `void`).
  * - Product code: no function over 150 lines (blank lines and comments not counted); the ones
  *   that were longer when the rule came carry a marked exception, to be split.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
+import { sep } from 'node:path';
 import tseslint from 'typescript-eslint';
 
 /** The modules of common/ that workflow code may import: no I/O, no Node built-ins. */
@@ -51,6 +59,34 @@ const STORE_MESSAGE = 'Prisma queries live in domain/ (a store module per aggreg
 const NO_QUERIES = [
   { selector: `CallExpression > MemberExpression.callee[property.name=/^(${QUERIES.join('|')})$/] > MemberExpression.object[property.name=/^(${MODELS.join('|')})$/]`, message: STORE_MESSAGE },
   { selector: 'MemberExpression[property.name=/^\\$(transaction|queryRaw|queryRawUnsafe|executeRaw|executeRawUnsafe)$/]', message: STORE_MESSAGE },
+];
+
+/**
+ * The store modules (paths under domain/, without `.ts`): domain/store/** and every domain module
+ * whose source runs a Prisma query, found the way NO_QUERIES finds them above the store.
+ */
+const QUERY_IN_SOURCE = new RegExp(`\\.(${MODELS.join('|')})\\s*\\.\\s*(${QUERIES.join('|')})\\s*\\(|\\$(transaction|queryRaw|queryRawUnsafe|executeRaw|executeRawUnsafe)\\b`);
+const STORE_MODULES = readdirSync(new URL('./domain/', import.meta.url), { recursive: true })
+  .filter((f) => f.endsWith('.ts'))
+  .map((f) => f.split(sep).join('/').slice(0, -'.ts'.length))
+  .filter((m) => m.startsWith('store/') || QUERY_IN_SOURCE.test(readFileSync(new URL(`./domain/${m}.ts`, import.meta.url), 'utf8')))
+  .sort();
+const escapeRe = (t) => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const NO_STORE = {
+  regex: `(^|/)domain/(${STORE_MODULES.map(escapeRe).join('|')})(\\.js)?$`,
+  allowTypeImports: true,
+  message: 'Adapters translate only: no value from a store module of domain/ (domain/store/, or a domain module that runs Prisma queries). Call a service (services/) that does the work; types may be imported.',
+};
+/**
+ * TEMPORARY (issue 33; the lead removes it at merge): the adapters that still import a store
+ * module on this branch because other helpers move their work into services/ on their own
+ * branches: the chat intake and its commands and the chat platforms' senders (into
+ * services/chat/), the HTTP admin routes (with the CLI), the objectives' directory watchers
+ * (with chokidar). Exempt from NO_STORE only, not from the other rules.
+ */
+const STORE_EXEMPT = [
+  'adapters/http/admin.ts',
+  'adapters/objectives/watchers.ts',
 ];
 
 /** The generated Prisma client is the store's: types may be used above it, values not. */
@@ -179,6 +215,11 @@ export default tseslint.config(
   {
     files: ['activities/**/*.ts', 'adapters/**/*.ts'],
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED] }] },
+  },
+  {
+    files: ['adapters/**/*.ts'],
+    ignores: STORE_EXEMPT,
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED, NO_STORE] }] },
   },
   {
     files: RUNTIME,

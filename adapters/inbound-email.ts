@@ -14,14 +14,17 @@
  *   (a hash of it when it has unusual characters, of the raw message when there is none), so a
  *   redelivered message is a duplicate. Payload: `{ from, to, subject, date, messageId, text }`,
  *   the text's first 8 KiB.
+ *
+ * This adapter speaks SMTP and parses mail; which objectives take a message, and handing it to
+ * them, is the objectives' mail routing (services/email.ts), shared with the IMAP inboxes.
  */
 import { createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { SMTPServerAddress, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { Db } from '../domain/db.js';
-import { findInboundEmailOwner } from '../domain/store/objectives.js';
-import type { ObjectiveEventResult, ObjectiveService } from '../services/objectives.js';
+import { deliverEmailToObjectives, inboundEmailOwner, MAX_EMAIL_RECIPIENTS, type EmailDeliveryDeps, type InboundEmail } from '../services/email.js';
+import type { ObjectiveService } from '../services/objectives.js';
 
 export interface InboundEmailOptions {
   db: Db;
@@ -38,7 +41,7 @@ export interface InboundEmailOptions {
   name?: string;
   log?: Logger;
   /** Each delivered message (tests, diagnostics). */
-  onMessage?: (m: { objectiveId: string; eventId: string; result: ObjectiveEventResult }) => void;
+  onMessage?: EmailDeliveryDeps['onMessage'];
 }
 
 export interface InboundEmailServer {
@@ -52,7 +55,6 @@ export const MAX_EMAIL_TEXT = 8192;
 const MAX_HEADER_CHARS = 64 * 1024;
 const MAX_PARTS = 64;
 const MAX_DEPTH = 5;
-const MAX_RECIPIENTS = 20;
 
 export interface ParsedEmail {
   from: string | null;
@@ -305,44 +307,9 @@ export function senderAllowed(address: string | null, allow: readonly string[]):
   });
 }
 
-/**
- * Hand a message to the objectives whose inbound address is among `recipients` (one event each,
- * source `email`, id `email:<Message-ID>`, so a message delivered twice runs nothing twice).
- * Used by the SMTP listener (the envelope's recipients) and the workspaces' IMAP inboxes (To
- * and Cc). `temporary`: objectives that could not take it now (paused, or an error; `failed`:
- * an error): a retry is safe.
- */
-export async function deliverEmailToObjectives(
-  deps: { db: Db; objectives: Pick<ObjectiveService, 'receiveInternalEvent'>; log?: Logger; onMessage?: InboundEmailOptions['onMessage'] },
-  parsed: ParsedEmail,
-  raw: Buffer,
-  recipients: readonly string[],
-  extra: Record<string, unknown> = {},
-): Promise<{ delivered: number; temporary: number; failed: number; objectives: string[] }> {
-  const eventId = emailEventId(parsed, raw);
-  let delivered = 0;
-  let temporary = 0;
-  let failed = 0;
-  const objectives: string[] = [];
-  for (const to of [...new Set(recipients.map((r) => r.toLowerCase()))].slice(0, MAX_RECIPIENTS)) {
-    try {
-      const o = await findInboundEmailOwner(deps.db, to);
-      if (!o) continue; // no objective's address (or deleted since RCPT)
-      const payload = { from: parsed.from, to, subject: parsed.subject, date: parsed.date, messageId: parsed.messageId, text: parsed.text, ...(parsed.truncated ? { truncated: true } : {}), ...extra };
-      const result = await deps.objectives.receiveInternalEvent(o.id, { source: 'email', eventId, payload });
-      deps.log?.info({ objectiveId: o.id, eventId, status: result.status, ...('error' in result ? { error: result.error } : { runId: result.runId, duplicate: result.duplicate }) }, 'inbound email');
-      deps.onMessage?.({ objectiveId: o.id, eventId, result });
-      if (result.status === 200 || result.status === 202) {
-        delivered++;
-        objectives.push(o.name);
-      } else if (result.status === 409) temporary++; // paused since RCPT
-    } catch (err) {
-      deps.log?.warn({ err, to }, 'an inbound email could not be delivered');
-      temporary++;
-      failed++;
-    }
-  }
-  return { delivered, temporary, failed, objectives };
+/** The message as the objectives' mail routing takes it (services/email.ts). */
+export function inboundEmailOf(parsed: ParsedEmail, raw: Buffer): InboundEmail {
+  return { eventId: emailEventId(parsed, raw), from: parsed.from, subject: parsed.subject, date: parsed.date, messageId: parsed.messageId, text: parsed.text, truncated: parsed.truncated };
 }
 
 // --- the listener
@@ -353,15 +320,13 @@ export async function startInboundEmail(opts: InboundEmailOptions): Promise<Inbo
   const host = opts.host ?? '127.0.0.1';
   const log = opts.log;
 
-  async function ownerOf(address: string) {
-    return findInboundEmailOwner(opts.db, address.toLowerCase());
-  }
+  const ownerOf = (address: string) => inboundEmailOwner(opts.db, address);
 
   async function deliver(raw: Buffer, session: SMTPServerSession): Promise<string> {
     const parsed = parseEmail(raw);
     if (allow.length && !senderAllowed(parsed.fromAddress, allow)) throw smtpError(550, 'the From address is not allowed to send here');
     const recipients = session.envelope.rcptTo.map((r) => r.address);
-    const { delivered, temporary } = await deliverEmailToObjectives({ db: opts.db, objectives: opts.objectives, ...(log ? { log } : {}), ...(opts.onMessage ? { onMessage: opts.onMessage } : {}) }, parsed, raw, recipients);
+    const { delivered, temporary } = await deliverEmailToObjectives({ db: opts.db, objectives: opts.objectives, ...(log ? { log } : {}), ...(opts.onMessage ? { onMessage: opts.onMessage } : {}) }, inboundEmailOf(parsed, raw), recipients);
     // a retry is safe: the event id makes what was delivered a duplicate
     if (temporary) throw smtpError(451, 'try again later');
     if (!delivered) throw smtpError(550, 'no objective takes mail at these addresses');
@@ -379,7 +344,7 @@ export async function startInboundEmail(opts: InboundEmailOptions): Promise<Inbo
     disableReverseLookup: true,
     size: maxBytes,
     maxClients: 50,
-    maxRecipients: MAX_RECIPIENTS,
+    maxRecipients: MAX_EMAIL_RECIPIENTS,
     socketTimeout: 60_000,
     closeTimeout: 2_000,
     onMailFrom(address: SMTPServerAddress, _session: SMTPServerSession, cb: (err?: Error | null) => void) {

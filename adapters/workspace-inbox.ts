@@ -1,63 +1,28 @@
 /**
  * Workspaces' IMAP inboxes: one connection per configured inbox (imapflow), IDLE where the
- * server offers it (else a poll every `pollMs`), each new message of the folder:
- *  1. parsed (mailparser) and written as a Markdown document under the workspace's `inbox/`
- *     (domain/knowledge/inbox-document.ts), then reindexed (the workspace's indexing workflow);
- *  2. handed on: to the objectives whose inbound address is among To/Cc (the routing of the SMTP
- *     trigger, adapters/inbound-email.ts: event `email:<Message-ID>`), and to each chat bound to
- *     the workspace as a notice through the outbox (keyed: sent once);
- *  3. recorded (InboxMessage: (UIDVALIDITY, UID) and the Message-ID; the last UID) with an
- *     `inbox.message` receipt.
- * Every step is idempotent, so a crash anywhere repeats the message's steps at the next start
- * and nothing is stored or posted twice; a UIDVALIDITY change reads the folder again, and the
- * Message-IDs already stored keep it from doubling. A malformed message gets a failed receipt and
- * the rest go on. A poll that fails (a refused login, no server) is stored as the inbox's
- * lastError (doctor shows it) and posted once to the admin channel (at once for a refused
- * login, after `alertAfterMs` for the rest); the next good connection clears it. The password is
- * read from its variable when connecting and is in no log, error, receipt or prompt.
+ * server offers it (else a poll every `pollMs`); each new message of the folder is fetched,
+ * parsed (mailparser, and the mail parser of adapters/inbound-email.ts for the objectives' event)
+ * and handed to the inbox intake (services/inbox.ts `createInboxIntake`), which stores it as a
+ * document of the workspace, hands it on to objectives and bound chats, and records it.
+ * A UIDVALIDITY change reads the folder again. A poll that fails (a refused login, no server)
+ * is told to the intake (the inbox's lastError, which doctor shows, and one post to the admin
+ * channel); the next good connection clears it. The password is read from its variable when
+ * connecting and is in no log, error, receipt or prompt.
  *
- * No Temporal here: the workspace service starts the indexing, the objective service the runs.
+ * No Temporal and no database here: the intake does the application's part.
  */
-import { createHash } from 'node:crypto';
-import { lstat, mkdir, writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import type { Logger } from 'pino';
 // imapflow and mailparser (about 14 MB of heap) are loaded when an inbox first connects
 import type { ImapFlow } from 'imapflow';
 import type { ParsedMail } from 'mailparser';
-import { sessionWorkflowId } from '../common/ids.js';
 import type { Db } from '../domain/db.js';
-import { notifyAdmins } from '../domain/governance.js';
-import { renderInboxDocument, malformedReason } from '../domain/knowledge/inbox-document.js';
-import { deliverOnce, type Senders } from '../domain/outbox.js';
-import { writeReceipt } from '../domain/receipts.js';
-import {
-  advanceInboxUid,
-  findInbox,
-  findInboxMessageByKey,
-  findInboxMessageByUid,
-  listInboxes,
-  markInboxFailed,
-  markInboxOk,
-  markInboxPolled,
-  recordInboxMessage,
-  resetInboxUids,
-  workspaceChats,
-  type WorkspaceInboxRow,
-} from '../domain/store/inbox.js';
-import { findWorkspace } from '../domain/store/workspaces.js';
+import type { Senders } from '../domain/outbox.js';
 import type { ObjectiveService } from '../services/objectives.js';
-import { INBOX_PASSWORD_REF } from '../services/inbox.js';
+import { createInboxIntake, INBOX_PASSWORD_REF, InboxFailure, messageKeyOf, type InboxIntake, type InboxMessageOutcome, type WorkspaceInboxRow } from '../services/inbox.js';
 import type { WorkspaceService } from '../services/workspaces.js';
-import { deliverEmailToObjectives, htmlToText, parseEmail } from './inbound-email.js';
+import { htmlToText, inboundEmailOf, parseEmail } from './inbound-email.js';
 
-export interface InboxMessageOutcome {
-  workspace: string;
-  uid: number;
-  status: 'stored' | 'duplicate' | 'failed';
-  path?: string;
-  reason?: string;
-}
+export type { InboxMessageOutcome } from '../services/inbox.js';
 
 export interface WorkspaceInboxesOptions {
   db: Db;
@@ -95,25 +60,7 @@ export interface WorkspaceInboxes {
 
 type Resolved = Required<Pick<WorkspaceInboxesOptions, 'pollMs' | 'idleMs' | 'retryMs' | 'maxRetryMs' | 'reconcileMs' | 'alertAfterMs' | 'maxMessageBytes' | 'timeoutMs' | 'readSecret'>> & WorkspaceInboxesOptions;
 
-/** A failure of a poll, with the text the operator sees (never the password). */
-class InboxFailure extends Error {
-  constructor(
-    message: string,
-    readonly auth = false,
-  ) {
-    super(message);
-  }
-}
-
 const configKey = (r: WorkspaceInboxRow) => JSON.stringify([r.host, r.port, r.tls, r.user, r.passwordRef, r.folder]);
-const sha = (x: string | Buffer) => createHash('sha256').update(x).digest('hex');
-
-/** A message's key for dedupe: its Message-ID, else a hash of the raw message. */
-export function messageKeyOf(messageId: string | undefined | null, raw: Buffer): string {
-  const mid = messageId?.trim();
-  if (mid) return mid.length <= 500 ? `mid:${mid}` : `mid-sha256:${sha(mid)}`;
-  return `sha256:${sha(raw)}`;
-}
 
 /** What went wrong, for the operator: a refused login, no server, no folder; the password scrubbed. */
 function describeFailure(err: unknown, row: WorkspaceInboxRow, password: string | undefined): InboxFailure {
@@ -143,6 +90,7 @@ class InboxRunner {
 
   constructor(
     private readonly o: Resolved,
+    private readonly intake: InboxIntake,
     private readonly row: WorkspaceInboxRow,
   ) {
     this.key = configKey(row);
@@ -203,9 +151,7 @@ class InboxRunner {
 
   private async session(password: string): Promise<void> {
     const { row, o } = this;
-    const ws = await findWorkspace(o.db, row.workspace);
-    if (!ws) throw new InboxFailure(`workspace ${row.workspace} is gone`);
-    this.root = ws.root;
+    this.root = await this.intake.workspaceRoot(row.workspace);
     const { ImapFlow } = await import('imapflow');
     const client = new ImapFlow({
       host: row.host,
@@ -256,21 +202,14 @@ class InboxRunner {
 
   /** Read what is new in the folder, in UID order. */
   private async sync(client: ImapFlow): Promise<void> {
-    const { db } = this.o;
     const ws = this.row.workspace;
     const mailbox = client.mailbox;
     if (!mailbox) throw new InboxFailure(`no folder ${this.row.folder} open`);
     const uidValidity = BigInt(mailbox.uidValidity);
-    const state = await findInbox(db, ws);
-    if (!state) {
+    const lastUid = await this.intake.lastUid(ws, uidValidity);
+    if (lastUid === undefined) {
       this.stopped = true; // cleared meanwhile
       return;
-    }
-    let lastUid = state.lastUid;
-    if (state.uidValidity !== uidValidity) {
-      if (state.uidValidity !== null) this.o.log?.warn({ workspace: ws, before: String(state.uidValidity), now: String(uidValidity) }, 'the inbox folder\'s UIDVALIDITY changed: reading it again (Message-IDs already stored are not stored twice)');
-      await resetInboxUids(db, ws, uidValidity);
-      lastUid = 0n;
     }
     if (mailbox.exists > 0) {
       const found = await client.search({ uid: `${lastUid + 1n}:*` }, { uid: true });
@@ -280,21 +219,17 @@ class InboxRunner {
         await this.handle(client, uidValidity, uid);
       }
     }
-    await markInboxPolled(db, ws);
+    await this.intake.polled(ws);
     this.o.onPoll?.({ workspace: ws, ok: true });
   }
 
   private async handle(client: ImapFlow, uidValidity: bigint, uid: bigint): Promise<void> {
-    const { db } = this.o;
     const ws = this.row.workspace;
-    if (await findInboxMessageByUid(db, ws, uidValidity, uid)) {
-      await advanceInboxUid(db, ws, uidValidity, uid);
-      return;
-    }
+    if (await this.intake.taken(ws, uidValidity, uid)) return;
     const meta = await client.fetchOne(String(uid), { uid: true, size: true }, { uid: true });
     if (!meta) return; // expunged meanwhile
     if ((meta.size ?? 0) > this.o.maxMessageBytes) {
-      await this.reject(uidValidity, uid, `uid:${uidValidity}:${uid}`, `the message is larger than ${this.o.maxMessageBytes} bytes (${meta.size})`);
+      await this.intake.reject(ws, uidValidity, uid, `uid:${uidValidity}:${uid}`, `the message is larger than ${this.o.maxMessageBytes} bytes (${meta.size})`);
       return;
     }
     const msg = await client.fetchOne(String(uid), { uid: true, source: true }, { uid: true });
@@ -302,110 +237,32 @@ class InboxRunner {
     await this.take(msg.source, uidValidity, uid);
   }
 
-  /** One message: parsed, stored, handed on, recorded. */
+  /** One message: parsed here, then stored, handed on and recorded by the intake. */
   private async take(raw: Buffer, uidValidity: bigint, uid: bigint): Promise<void> {
-    const { db, log } = this.o;
     const ws = this.row.workspace;
     let mail: ParsedMail;
     try {
       const { simpleParser } = await import('mailparser');
       mail = await simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true, keepCidLinks: true });
     } catch (err) {
-      await this.reject(uidValidity, uid, messageKeyOf(null, raw), `the message could not be parsed: ${(err as Error).message}`);
-      return;
-    }
-    const bad = malformedReason(mail);
-    const key = messageKeyOf(mail.messageId, raw);
-    if (bad) {
-      await this.reject(uidValidity, uid, key, bad);
-      return;
-    }
-    const seen = await findInboxMessageByKey(db, ws, key);
-    if (seen) {
-      await advanceInboxUid(db, ws, uidValidity, uid);
-      log?.info({ workspace: ws, uid: Number(uid), path: seen.path }, 'inbox message already stored (the same Message-ID)');
-      this.o.onMessage?.({ workspace: ws, uid: Number(uid), status: 'duplicate', ...(seen.path ? { path: seen.path } : {}) });
+      await this.intake.reject(ws, uidValidity, uid, messageKeyOf(null, raw), `the message could not be parsed: ${(err as Error).message}`);
       return;
     }
     // mailparser converts a lone HTML body only: an HTML part of a multipart message is converted here
     if (!mail.text?.trim() && typeof mail.html === 'string') mail.text = htmlToText(mail.html);
-    const doc = renderInboxDocument(mail, { uid });
-    const rel = `inbox/${doc.fileName}`;
-    const dir = path.join(this.root!, 'inbox');
-    await mkdir(dir, { recursive: true });
-    if ((await lstat(dir)).isSymbolicLink()) throw new InboxFailure(`the workspace's inbox/ is a link: refusing to write through it`);
-    await writeFile(path.join(dir, doc.fileName), doc.markdown);
-    await this.o.workspaces.reindex(ws, { paths: [rel] });
-
-    const handed = await deliverEmailToObjectives({ db, objectives: this.o.objectives, ...(log ? { log } : {}) }, parseEmail(raw), raw, doc.recipients, { inbox: { workspace: ws, path: rel } });
-    if (handed.failed) throw new InboxFailure(`the message ${rel} could not be handed to every objective; it is tried again`);
-    const chats = await this.tellChats(key, doc.headers, rel);
-    await recordInboxMessage(db, { workspace: ws, uidValidity, uid, messageKey: key, status: 'stored', path: rel });
-    await writeReceipt(db, {
-      key: `inbox.message:${ws}:${uidValidity}:${uid}`,
-      kind: 'inbox.message',
-      actor: `inbox:${ws}`,
-      data: { workspace: ws, uidValidity: String(uidValidity), uid: Number(uid), ok: true, path: rel, messageId: doc.headers.messageId, from: doc.headers.from, subject: doc.headers.subject, objectives: handed.objectives, chats },
-    });
-    log?.info({ workspace: ws, uid: Number(uid), path: rel, objectives: handed.objectives.length, chats }, 'inbox message stored');
-    this.o.onMessage?.({ workspace: ws, uid: Number(uid), status: 'stored', path: rel });
-  }
-
-  /** A message that cannot be stored: recorded as failed with a receipt saying why; the rest go on. */
-  private async reject(uidValidity: bigint, uid: bigint, key: string, reason: string): Promise<void> {
-    const ws = this.row.workspace;
-    await recordInboxMessage(this.o.db, { workspace: ws, uidValidity, uid, messageKey: key, status: 'failed', path: null });
-    await writeReceipt(this.o.db, { key: `inbox.message:${ws}:${uidValidity}:${uid}`, kind: 'inbox.message', actor: `inbox:${ws}`, data: { workspace: ws, uidValidity: String(uidValidity), uid: Number(uid), ok: false, reason } });
-    this.o.log?.warn({ workspace: ws, uid: Number(uid), reason }, 'inbox message not stored');
-    this.o.onMessage?.({ workspace: ws, uid: Number(uid), status: 'failed', reason });
-  }
-
-  /** A notice to each chat bound to the workspace (outbox-keyed: once per chat). */
-  private async tellChats(key: string, h: { subject: string | null; from: string | null }, rel: string): Promise<number> {
-    const ws = this.row.workspace;
-    const chats = await workspaceChats(this.o.db, ws);
-    const subject = (h.subject ?? '(no subject)').slice(0, 200);
-    const text = `New mail in inbox: ${subject} from ${(h.from ?? 'an unknown sender').slice(0, 200)} → ${rel}`;
-    for (const conversation of chats) {
-      await deliverOnce(this.o.db, this.o.senders ?? {}, {
-        key: `inbox:${ws}:${sha(key).slice(0, 32)}:${conversation.platform}:${conversation.account}:${conversation.chatId}`,
-        sessionId: sessionWorkflowId(conversation),
-        conversation,
-        kind: 'notice',
-        text,
-      });
-    }
-    return chats.length;
+    await this.intake.take(ws, this.root!, { uidValidity, uid, raw, mail, email: () => inboundEmailOf(parseEmail(raw), raw) });
   }
 
   private async ok(): Promise<void> {
-    const state = await findInbox(this.o.db, this.row.workspace);
-    if (state?.lastError) this.o.log?.info({ workspace: this.row.workspace }, 'inbox connected again');
-    await markInboxOk(this.o.db, this.row.workspace);
+    await this.intake.connected(this.row.workspace);
     this.alertedFor = undefined;
   }
 
   private async failed(f: InboxFailure): Promise<void> {
-    const { db, log } = this.o;
     const ws = this.row.workspace;
-    log?.warn({ workspace: ws, error: f.message }, 'inbox poll failed');
+    this.o.log?.warn({ workspace: ws, error: f.message }, 'inbox poll failed');
     this.o.onPoll?.({ workspace: ws, ok: false, error: f.message });
-    try {
-      await markInboxFailed(db, ws, f.message);
-      const state = await findInbox(db, ws);
-      const since = state?.lastErrorAt;
-      if (!since) return;
-      const streak = `inbox-error:${ws}:${since.getTime()}`;
-      if (this.alertedFor === streak || !(f.auth || Date.now() - since.getTime() >= this.o.alertAfterMs)) return;
-      this.alertedFor = streak;
-      // keyed by the failure's start: posted once, even across restarts
-      await notifyAdmins(db, this.o.senders ?? {}, {
-        key: streak,
-        text: `The IMAP inbox of workspace ${ws} (${this.row.user} at ${this.row.host}:${this.row.port}) is failing: ${f.message}. Steward keeps trying; \`steward doctor\` and \`steward workspaces inbox ${ws} show\` show it until it works again.`,
-      });
-    } catch (err) {
-      log?.warn({ err, workspace: ws }, 'the inbox failure could not be recorded');
-    }
+    this.alertedFor = await this.intake.failed(this.row, f, this.alertedFor);
   }
 }
 
@@ -423,12 +280,21 @@ export async function startWorkspaceInboxes(opts: WorkspaceInboxesOptions): Prom
     readSecret: (n: string) => process.env[n],
     ...opts,
   };
+  const intake = createInboxIntake({
+    db: o.db,
+    workspaces: o.workspaces,
+    objectives: o.objectives,
+    alertAfterMs: o.alertAfterMs,
+    ...(o.senders ? { senders: o.senders } : {}),
+    ...(o.log ? { log: o.log } : {}),
+    ...(o.onMessage ? { onMessage: o.onMessage } : {}),
+  });
   const runners = new Map<string, InboxRunner>();
   let stopped = false;
   let chain: Promise<void> = Promise.resolve();
   const reconcile = async (poke: boolean) => {
     if (stopped) return;
-    const wanted = new Map((await listInboxes(o.db)).map((r) => [r.workspace, r]));
+    const wanted = new Map((await intake.inboxes()).map((r) => [r.workspace, r]));
     for (const [ws, runner] of runners) {
       const row = wanted.get(ws);
       if (row && configKey(row) === runner.key) {
@@ -438,7 +304,7 @@ export async function startWorkspaceInboxes(opts: WorkspaceInboxesOptions): Prom
       runners.delete(ws);
       await runner.stop();
     }
-    for (const [ws, row] of wanted) if (!stopped && !runners.has(ws)) runners.set(ws, new InboxRunner(o, row));
+    for (const [ws, row] of wanted) if (!stopped && !runners.has(ws)) runners.set(ws, new InboxRunner(o, intake, row));
   };
   const schedule = (poke = false) => {
     chain = chain.then(() => reconcile(poke)).catch((err: unknown) => o.log?.warn({ err }, 'reading the inboxes\' settings failed'));

@@ -11,7 +11,7 @@
 
 /** Every checkpoint, in the order an input passes them. */
 export const FAULT_POINTS = [
-  // chat messages and commands (adapters/ingress.ts)
+  // chat messages and commands (services/chat/intake.ts)
   'ingress.session',
   'ingress.receipted',
   'ingress.recorded',

@@ -12,6 +12,11 @@ export function sessionWorkflowId(key: ConversationKey): string {
   return `session:${key.platform}:${key.account}:${key.chatId}`;
 }
 
+/** The transcript key of an inbound message (its platform's message id within the chat): what ingress dedups by. */
+export function inboundMessageKey(msg: { platform: string; account: string; chatId: string; id: string }): string {
+  return `in:${msg.platform}:${msg.account}:${msg.chatId}:${msg.id}`;
+}
+
 /**
  * A turn's workflow id. `epoch` is the first run id of the session's continue-as-new chain,
  * so a session that was terminated and started again never reuses an old turn's id (and so

@@ -6,6 +6,14 @@ export const ROLES = ['overlord', 'admin', 'operator', 'member', 'viewer'] as co
 export const RoleSchema = z.enum(ROLES, { error: 'a role is one of overlord, admin, operator, member, viewer' });
 export type Role = z.infer<typeof RoleSchema>;
 
+/** Who is acting: the operator (the API token holder, the CLI) or a known person. */
+export type Actor =
+  | { kind: 'operator'; id: 'operator'; name: string; role: 'overlord' }
+  | { kind: 'person'; id: string; name: string; role: Role };
+
+/** The operator: the holder of the API token and the CLI, acting as an overlord. */
+export const OPERATOR: Actor = { kind: 'operator', id: 'operator', name: 'the operator', role: 'overlord' };
+
 const RANK: Record<Role, number> = { overlord: 4, admin: 3, operator: 2, member: 1, viewer: 0 };
 
 export function roleRank(role: Role): number {

@@ -5,18 +5,14 @@
  */
 import { createHash, randomInt, randomUUID } from 'node:crypto';
 import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { mayGrant, RoleSchema, type Role } from '../common/roles.js';
+import { mayGrant, RoleSchema, type Actor, type Role } from '../common/roles.js';
 import type { Platform } from '../common/schemas.js';
 import type { Db } from './db.js';
 import { deliverOnce, type Button, type Senders } from './outbox.js';
 import { isUniqueViolation } from './prisma-errors.js';
 
-/** Who is acting: the operator (the API token holder, the CLI) or a known person. */
-export type Actor =
-  | { kind: 'operator'; id: 'operator'; name: string; role: 'overlord' }
-  | { kind: 'person'; id: string; name: string; role: Role };
-
-export const OPERATOR: Actor = { kind: 'operator', id: 'operator', name: 'the operator', role: 'overlord' };
+// Who is acting lives in common/roles.ts (adapters take it from there); kept here for the domain's callers.
+export { OPERATOR, type Actor } from '../common/roles.js';
 
 /** Platforms whose senders are people Steward must know (fail closed). */
 export const GOVERNED_PLATFORMS: readonly Platform[] = ['telegram', 'discord', 'openharness'];

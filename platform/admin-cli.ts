@@ -15,7 +15,7 @@ import { listTriageSettings, upsertTriageSetting } from '../domain/store/tasks.j
 import { writeReceipt } from '../domain/receipts.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
-import { issueShell, listShells, revokeShell, ShellError } from '../adapters/openharness/shells.js';
+import { issueShell, listShells, revokeShell, ShellError } from '../services/shells.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';
 import { usageOf } from './cli-commands.js';
 

@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../domain/db.js';
 import { adminConversations } from '../domain/governance.js';
 import type { Senders } from '../domain/outbox.js';
-import type { Ingress } from '../adapters/ingress.js';
+import type { Ingress } from '../services/chat/intake.js';
 import type { StewardConfig } from '../config/index.js';
 
 /**

@@ -55,7 +55,7 @@ import { createMcpTools } from '../domain/mcp/tools.js';
 import { insertMcpServer } from '../domain/store/mcp.js';
 import { serverEntry, stdioServer } from '../test/helpers/mcp-servers.js';
 import { sessionWorkflowId } from '../common/ids.js';
-import { inboundKey } from '../adapters/ingress.js';
+import { inboundKey } from '../services/chat/keys.js';
 import { inboundSignal, statusQuery } from '../workflows/messages.js';
 import { testDatabases } from '../test/helpers/db.js';
 import { startModelServer, type ModelServer } from '../test/helpers/model-server.js';

@@ -404,3 +404,6 @@ export function createChangeService(deps: ChangeServiceDeps) {
 }
 
 export type ChangeService = ReturnType<typeof createChangeService>;
+
+/** The what-if of a proposed policy over past decisions (domain/changes/what-if.ts): the schema of its input and its report, for the HTTP route. */
+export { WhatIfPolicySchema, type WhatIfPolicy, type WhatIfReport } from '../domain/changes/what-if.js';

@@ -20,7 +20,7 @@
  *   recorded but not marked (the objective service's). A task's hand is finished by handing it
  *   again (the task stays open until its message was handed over).
  * - A command is not handed over but run in the request; it is done once its answer is recorded
- *   (adapters/ingress.ts): a redelivery before that runs it again. A command that makes
+ *   (services/chat/pipeline.ts): a redelivery before that runs it again. A command that makes
  *   something (/change, /task) derives the id of what it makes from the message's key and
  *   starts its run with `startRunOnce`, so the rerun finds the first run's change or task.
  *

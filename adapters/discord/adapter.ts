@@ -27,10 +27,10 @@ import {
 } from 'discord.js';
 import type { RESTPostAPIChatInputApplicationCommandsJSONBody } from 'discord-api-types/v10';
 import type { Logger } from 'pino';
-import type { ChannelSender } from '../../domain/outbox.js';
+import type { ChannelSender } from '../../services/chat/deliveries.js';
 import { COMMANDS, commandSpec, type CommandSpec } from '../../common/commands.js';
 import type { InboundMessage } from '../../common/schemas.js';
-import type { Ingress, IngressResult, PendingAttachment } from '../ingress.js';
+import type { Ingress, IngressResult, PendingAttachment } from '../../services/chat/intake.js';
 import { renderDiscord, renderPlain } from '../render/markdown.js';
 import { discordAccountFromToken, isContentRejected } from './sender.js';
 

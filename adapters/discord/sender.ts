@@ -24,7 +24,7 @@ import {
   type RESTPostAPIChannelMessageResult,
 } from 'discord-api-types/v10';
 import type { Logger } from 'pino';
-import { DeliveryError, type Button, type ChannelSender, type OutboundPart } from '../../domain/outbox.js';
+import { DeliveryError, type Button, type ChannelSender, type OutboundPart } from '../../services/chat/deliveries.js';
 import type { ConversationKey } from '../../common/ids.js';
 import { PLATFORM_LIMITS, renderDiscord, renderPlain, splitMessage } from '../render/markdown.js';
 

@@ -27,7 +27,7 @@ import {
 import { writeReceipt } from '../../domain/receipts.js';
 import { ROLES, RoleSchema } from '../../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../../common/schemas.js';
-import type { Ingress } from '../ingress.js';
+import type { Ingress } from '../../services/chat/intake.js';
 
 const errors = errorResponses('AdminError');
 /** The bearer token (the operator) every admin route asks for. */

@@ -13,7 +13,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
-import type { Ingress } from '../ingress.js';
+import type { Ingress } from '../../services/chat/intake.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 import { bearerMatches } from './sign-in.js';

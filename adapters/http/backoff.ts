@@ -35,7 +35,7 @@ import type { Context } from 'hono';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
-import { writeReceipt } from '../../domain/receipts.js';
+import { recordAuthBackoff } from '../../services/auth.js';
 
 export type AuthSurface = 'api' | 'codec' | 'openharness' | 'webhook';
 
@@ -250,7 +250,7 @@ export class AuthBackoff {
     this.opts.log?.warn(e, 'auth: wrong credentials from this address; it must wait before trying again');
     const db = this.opts.db;
     if (!db) return;
-    writeReceipt(db, { kind: 'auth.backoff', actor: e.address, data: { ...e } }).catch((err: unknown) =>
+    recordAuthBackoff(db, e).catch((err: unknown) =>
       this.opts.log?.error({ err, address: e.address }, 'auth: the auth.backoff receipt could not be written'),
     );
   }

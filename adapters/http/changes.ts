@@ -9,7 +9,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
 import { ChangeInputError, type ChangeService } from '../../services/changes.js';
 
 const errors = errorResponses('ChangeError');

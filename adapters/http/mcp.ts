@@ -7,7 +7,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { answer, errorResponses, json, parsedJsonBody, reply } from './common.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
 import type { McpService } from '../../services/mcp.js';
 
 const errors = errorResponses('McpError');

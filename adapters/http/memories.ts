@@ -8,7 +8,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { answer, errorResponses, json, reply } from './common.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
 import { KnowledgeInputError, type KnowledgeService } from '../../services/knowledge.js';
 import { ChatRefSchema, WorkspaceNameSchema } from '../../services/workspaces.js';
 

@@ -8,7 +8,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { answer, errorResponses, json, jsonBody } from './common.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
 import { OVERLAP_POLICIES } from '../../common/objectives.js';
 import { ObjectiveInputError, type ObjectiveService } from '../../services/objectives.js';
 

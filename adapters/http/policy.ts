@@ -6,7 +6,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
-import { WhatIfPolicySchema, type WhatIfReport } from '../../domain/changes/what-if.js';
+import { WhatIfPolicySchema, type WhatIfReport } from '../../services/changes.js';
 
 const errors = errorResponses('PolicyError');
 const Loose = z.record(z.string(), z.unknown());

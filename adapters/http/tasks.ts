@@ -9,7 +9,7 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { bodyLimit } from 'hono/body-limit';
 import { answer, errorResponses, json, jsonBody, reply } from './common.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
 import { CLASSES, LANES, PRIORITIES, TASK_STATUSES } from '../../common/tasks.js';
 import { TaskInputError, type TaskService } from '../../services/tasks.js';
 

@@ -11,7 +11,7 @@
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { answer, errorResponses, json, parsedJsonBody, reply } from './common.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
 import { WorkspaceInputError, type WorkspaceService } from '../../services/workspaces.js';
 
 const errors = errorResponses('WorkspaceError');

@@ -47,11 +47,16 @@
  * with the approval id, summary, redacted proposed input and the commands that decide it),
  * `noop` (payload text `still working`, with the continuation).
  *
+ * What is recorded and read (the message handed to ingress, the answer read from the
+ * transcript, continuations) is the OpenHarness service's (services/openharness.ts); shell tokens
+ * are services/shells.ts. This module parses and answers the protocol: authentication, the
+ * envelope, capabilities, directives and the HTTP status of each error.
+ *
  * Privacy: the text of a request or reply is never logged, except an intent at debug level
  * when the shell marks `environment_state.privacy_tier: 'public'`; a `secret` request logs
  * ids only (not even error messages).
  */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -59,17 +64,23 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
-import { pendingApprovalsOfSession, sha256, type PendingApproval } from '../../domain/governance.js';
-import { receiptIdByKey, receiptIdsByKeys } from '../../domain/receipts.js';
-import { deleteContinuation, extendContinuation, findContinuation, insertContinuation, pruneExpiredContinuations } from '../../domain/store/shells.js';
-import { messageByKey, messageKeyAt, repliesAfter, systemMessagesAfter, type TranscriptRow } from '../../domain/transcript.js';
-import { parseText } from '../../common/commands.js';
-import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { AttachmentRefSchema, MAX_MESSAGE_CHARS } from '../../common/schemas.js';
+import {
+  createOpenHarnessService,
+  OpenHarnessRefusal,
+  type AnswerPart,
+  type Continuation,
+  type OpenHarnessService,
+  type Outcome,
+  type PendingApproval,
+  type RefusalReason,
+  type ShellPrincipal,
+  type TranscriptRow,
+} from '../../services/openharness.js';
+import { verifyShellToken } from '../../services/shells.js';
 import { AuthBackoff, retryAfterSeconds } from '../http/backoff.js';
 import { sameSecret } from '../http/sign-in.js';
-import { inboundKey, OPERATOR_USER_ID, type Ingress, type IngressResult, type RejectReason } from '../ingress.js';
-import { verifyShellToken } from './shells.js';
+import { OPERATOR_USER_ID, type Ingress } from '../../services/chat/intake.js';
 
 export const OPENHARNESS_PATH = '/api/openharness/v1';
 /** The highest protocol version served (answered in every response). */
@@ -79,8 +90,6 @@ export const SUPPORTED_PROTOCOL_VERSIONS: readonly string[] = [PROTOCOL_VERSION]
 export const OPERATOR_SHELL_ID = 'operator';
 /** Largest request body (bytes): a message of MAX_MESSAGE_CHARS plus the envelope. */
 export const MAX_OPENHARNESS_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 64 * 1024;
-/** How long a continuation token stays valid after it was issued or last used. */
-export const DEFAULT_CONTINUATION_TTL_MS = 60 * 60_000;
 
 export const CAPABILITY_APPROVAL = 'openharness.ui.approval';
 export const CAPABILITY_CONTINUATION = 'openharness.continuation';
@@ -240,29 +249,13 @@ export interface OpenHarnessDeps {
   events?: EventEmitter<{ transcript: [sessionId: string, role: string] }>;
   log?: Logger;
   now?: () => number;
-  /** How long a continuation token lives after issue or last use (default one hour). */
+  /** How long a continuation token lives after issue or last use (default one hour, services/openharness.ts). */
   continuationTtlMs?: number;
   /** Back-off on wrong bearer tokens per client address (share the HTTP app's); default: one of its own. */
   backoff?: AuthBackoff;
 }
 
-interface Principal {
-  shellId: string;
-  name: string;
-  /** The ingress user id: the shell id, or OPERATOR_USER_ID. */
-  userId: string;
-  /** The chat account the shell's conversations live under. */
-  account: string;
-}
-
-interface AnswerState {
-  /** The turn that took the message has delivered its final message. */
-  done: boolean;
-  rows: TranscriptRow[];
-  /** Approvals the turn waits for (only when not done). */
-  approvals: PendingApproval[];
-}
-
+/** A request refused with this status and error code. */
 class Refusal extends Error {
   constructor(
     readonly status: ContentfulStatusCode,
@@ -275,7 +268,6 @@ class Refusal extends Error {
 }
 
 const CHAT_ID_RE = /^[A-Za-z0-9._@+=-]{1,128}$/;
-const CONTINUATION_RE = /^ohc_[A-Za-z0-9_-]{43}$/;
 
 /**
  * The chat id of a shell conversation: a plain session id that is already a valid chat id is
@@ -287,7 +279,6 @@ export function chatIdFor(sessionId: string, conversationId?: string): string {
   if (conversationId === undefined && CHAT_ID_RE.test(sessionId) && !sessionId.startsWith('oh-')) return sessionId;
   return `oh-${createHash('sha256').update(JSON.stringify([sessionId, conversationId ?? null])).digest('hex').slice(0, 40)}`;
 }
-
 
 function bearer(header: string | undefined): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header ?? '');
@@ -338,18 +329,6 @@ function renderMessage(row: TranscriptRow, kind: 'reply' | 'notice' | 'command')
   };
 }
 
-/**
- * The answer to a retried request_id whose command was answered without a transcript entry
- * (a pairing request): the first answer is not kept, so a retry says so and changes nothing.
- */
-function unrecordedRetry(intent: string): string {
-  const parsed = parseText(intent);
-  if (parsed.kind === 'command' && parsed.command.kind === 'pair') {
-    return 'This request_id already asked to pair, and that answer is not kept: a pairing code lives only in the answer that issued it (Steward keeps its hash). If the answer was lost, send /pair again with a new request_id; a new code replaces the old one.';
-  }
-  return 'This request_id was already handled; its answer is not kept. Send the command again with a new request_id.';
-}
-
 function textMessage(text: string, kind: 'command' | 'notice'): ActionDirective {
   return {
     action_type: 'render_message',
@@ -367,24 +346,30 @@ function textMessage(text: string, kind: 'command' | 'notice'): ActionDirective 
 interface Engine {
   deps: OpenHarnessDeps;
   db: Db;
-  ingress: Ingress;
+  /** The conversation side: messages in, answers out. */
+  service: OpenHarnessService;
   now: () => number;
-  pollMs: number;
-  ttlMs: number;
   backoff: AuthBackoff;
   supportedCapabilities: Record<string, unknown>;
 }
 
 /** Apply the defaults of the deps (clock, poll interval, continuation lifetime, back-off). */
 function engineOf(deps: OpenHarnessDeps): Engine {
-  const ttlMs = deps.continuationTtlMs ?? DEFAULT_CONTINUATION_TTL_MS;
+  const service = createOpenHarnessService({
+    ingress: deps.ingress,
+    db: deps.db,
+    waitMs: deps.waitMs,
+    ...(deps.pollMs !== undefined ? { pollMs: deps.pollMs } : {}),
+    ...(deps.events ? { events: deps.events } : {}),
+    ...(deps.now ? { now: deps.now } : {}),
+    ...(deps.continuationTtlMs !== undefined ? { continuationTtlMs: deps.continuationTtlMs } : {}),
+  });
+  const ttlMs = service.ttlMs;
   return {
     deps,
     db: deps.db,
-    ingress: deps.ingress,
+    service,
     now: deps.now ?? (() => Date.now()),
-    pollMs: Math.max(10, deps.pollMs ?? (deps.events ? 1000 : 250)),
-    ttlMs,
     backoff: deps.backoff ?? new AuthBackoff({ db: deps.db, log: deps.log }),
     supportedCapabilities: {
       [CAPABILITY_APPROVAL]: { decided_by: 'admin', approve: '/approve-action <id>', deny: '/deny-action <id> [reason]' },
@@ -397,7 +382,7 @@ function engineOf(deps: OpenHarnessDeps): Engine {
 // Auth and capabilities
 
 /** The shell a bearer header authenticates (the operator's token acts as the operator); undefined when none. */
-async function authenticate(e: Engine, header: string | undefined): Promise<Principal | undefined> {
+async function authenticate(e: Engine, header: string | undefined): Promise<ShellPrincipal | undefined> {
   const token = bearer(header);
   if (!token) return undefined;
   if (e.deps.operatorToken && sameSecret(token, e.deps.operatorToken)) {
@@ -425,148 +410,7 @@ function denialsFor(e: Engine, capabilities: Record<string, unknown> | undefined
 }
 
 // ---------------------------------------------------------------------------------------
-// Reading the answer of a turn
-
-const TURN_END_RE = /^:turn:(\d+):([^:]+):(reply|stopped|failed)$/;
-
-/** The turn a transcript row belongs to (its turnId column, or a session notice keyed by a turn). */
-function turnOf(sessionId: string, row: TranscriptRow): { turnId: string; end: boolean } | undefined {
-  if (row.key.startsWith(`${sessionId}:turn:`)) {
-    const m = TURN_END_RE.exec(row.key.slice(sessionId.length));
-    if (m) return { turnId: `${sessionId}:turn:${m[1]}:${m[2]}`, end: true };
-  }
-  return row.turnId ? { turnId: row.turnId, end: false } : undefined;
-}
-
-/**
- * What the conversation has answered to the inbound message at `afterSeq` so far: the
- * assistant and system messages after it up to the end of the turn that took it, and the
- * approvals that turn waits for. Messages of turns that had started before the message
- * arrived (they answer earlier messages) and answers to other requests' commands are left
- * out.
- */
-async function readAnswer(db: Db, sessionId: string, afterSeq: number): Promise<AnswerState> {
-  const inbound = await messageKeyAt(db, sessionId, afterSeq);
-  const marker = inbound !== undefined ? await receiptIdByKey(db, `${inbound}:ingress`) : undefined;
-  const own = inbound !== undefined ? `${inbound}:` : undefined;
-  const rows = await repliesAfter(db, sessionId, afterSeq, 500);
-  const pending = await pendingApprovalsOfSession(db, sessionId);
-  const turnIds = new Set<string>();
-  for (const r of rows) {
-    const t = turnOf(sessionId, r);
-    if (t) turnIds.add(t.turnId);
-  }
-  for (const a of pending) turnIds.add(a.turnId);
-  const earlier = new Set<string>();
-  if (marker !== undefined && turnIds.size > 0) {
-    const starts = await receiptIdsByKeys(db, [...turnIds].map((t) => `${t}:start`));
-    for (const [key, id] of starts) if (id < marker) earlier.add(key.slice(0, -':start'.length));
-  }
-  const approvals = pending.filter((a) => !earlier.has(a.turnId));
-  const asked = new Set(approvals.map((a) => `approval:${a.id}:asked`));
-  const out: TranscriptRow[] = [];
-  let done = false;
-  for (const r of rows) {
-    if (r.key.startsWith('in:') && !(own && r.key.startsWith(own))) continue; // another request's command answer
-    if (asked.has(r.key)) continue; // the request_approval directive says it
-    const t = turnOf(sessionId, r);
-    if (t && earlier.has(t.turnId)) continue;
-    out.push(r);
-    if (t?.end) {
-      done = true;
-      break;
-    }
-  }
-  return { done, rows: out, approvals: done ? [] : approvals };
-}
-
-/** Wakes on a transcript event of the session (when events are given), a poll tick or an abort. */
-function subscribe(events: OpenHarnessDeps['events'], sessionId: string) {
-  let dirty = false;
-  let wakeUp: (() => void) | undefined;
-  const onEvent = (sid: string) => {
-    if (sid !== sessionId) return;
-    dirty = true;
-    wakeUp?.();
-  };
-  events?.on('transcript', onEvent);
-  return {
-    next(ms: number, signal: AbortSignal | undefined): Promise<void> {
-      if (dirty || signal?.aborted) {
-        dirty = false;
-        return Promise.resolve();
-      }
-      return new Promise<void>((resolve) => {
-        const finish = () => {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', finish);
-          wakeUp = undefined;
-          dirty = false;
-          resolve();
-        };
-        const timer = setTimeout(finish, Math.max(0, ms));
-        wakeUp = finish;
-        signal?.addEventListener('abort', finish, { once: true });
-      });
-    },
-    close() {
-      events?.off('transcript', onEvent);
-      wakeUp?.();
-    },
-  };
-}
-
-/** Read until `ready` holds, the deadline passes or the client goes away; returns the last read. */
-async function waitUntil<T>(e: Engine, sessionId: string, deadline: number, signal: AbortSignal | undefined, read: () => Promise<T>, ready: (v: T) => boolean): Promise<T> {
-  const sub = subscribe(e.deps.events, sessionId);
-  try {
-    for (;;) {
-      const v = await read();
-      const left = deadline - e.now();
-      if (ready(v) || left <= 0 || signal?.aborted) return v;
-      await sub.next(Math.min(e.pollMs, left), signal);
-    }
-  } finally {
-    sub.close();
-  }
-}
-
-// ---------------------------------------------------------------------------------------
-// Continuations
-
-/** Issue a continuation token for the answer to the message at `afterSeq` (expired ones are dropped first). */
-async function issueContinuation(e: Engine, shellId: string, sessionId: string, afterSeq: number): Promise<ContinuationRef> {
-  const token = `ohc_${randomBytes(32).toString('base64url')}`;
-  const expiresAt = new Date(e.now() + e.ttlMs);
-  await pruneExpiredContinuations(e.db, new Date(e.now()));
-  await insertContinuation(e.db, { tokenHash: sha256(token), shellId, sessionId, afterSeq, expiresAt });
-  return { run_id: sessionId, continuation_token: token, expires_at: expiresAt.toISOString() };
-}
-
-/** The conversation and message a shell's continuation token resumes (its expiry slides); a Refusal when it cannot be used. */
-async function resolveContinuation(e: Engine, principal: Principal, token: string): Promise<{ sessionId: string; afterSeq: number; ref: ContinuationRef }> {
-  const invalid = (why: string) => new Refusal(200, 'continuation_invalid', why);
-  const unknown = 'This continuation token is unknown to Steward for this shell (it was never issued to it, or its shell token was revoked); send the message again.';
-  if (!CONTINUATION_RE.test(token)) throw invalid(unknown);
-  const row = await findContinuation(e.db, sha256(token));
-  if (!row || row.shellId !== principal.shellId) throw invalid(unknown);
-  if (row.expiresAt.getTime() <= e.now()) {
-    await deleteContinuation(e.db, row.tokenHash);
-    throw invalid(`This continuation token expired at ${row.expiresAt.toISOString()}; send the message again (a retried request_id returns its answer).`);
-  }
-  // sliding expiry: a shell that keeps resuming keeps its token
-  const expiresAt = new Date(e.now() + e.ttlMs);
-  await extendContinuation(e.db, row.tokenHash, expiresAt);
-  return { sessionId: row.sessionId, afterSeq: row.afterSeq, ref: { run_id: row.sessionId, continuation_token: token, expires_at: expiresAt.toISOString() } };
-}
-
-// ---------------------------------------------------------------------------------------
-// Answers
-
-interface Outcome {
-  directives: ActionDirective[];
-  continuation?: ContinuationRef;
-}
+// Answers as directives
 
 /** The request_approval directive for an approval the turn waits for (`nowMs` sets its deadline_ms). */
 function approvalDirective(a: PendingApproval, continuation: ContinuationRef, nowMs: number): ActionDirective {
@@ -620,93 +464,44 @@ function stillWorking(continuation: ContinuationRef): ActionDirective {
   };
 }
 
-/** Wait for the answer to the message at `afterSeq` and turn it into directives. */
-async function answer(e: Engine, principal: Principal, sessionId: string, afterSeq: number, signal: AbortSignal | undefined, existing?: ContinuationRef): Promise<Outcome> {
-  const state = await waitUntil(e, sessionId, e.now() + e.deps.waitMs, signal, () => readAnswer(e.db, sessionId, afterSeq), (s) => s.done || s.approvals.length > 0);
-  const messages = state.rows.map((r) => renderMessage(r, r.role === 'assistant' ? 'reply' : r.key.startsWith('in:') ? 'command' : 'notice'));
-  if (state.done) return { directives: messages };
-  const continuation = existing ?? (await issueContinuation(e, principal.shellId, sessionId, afterSeq));
-  if (state.approvals.length > 0) {
-    return { directives: [...messages, ...state.approvals.map((a) => approvalDirective(a, continuation, e.now()))], continuation };
-  }
-  return { directives: [stillWorking(continuation)], continuation };
+/** The wire form of a continuation. */
+function continuationRef(c: Continuation): ContinuationRef {
+  return { run_id: c.sessionId, continuation_token: c.token, expires_at: c.expiresAt.toISOString() };
 }
 
-/** A command without an immediate answer (/stop, /new): the session's notice, if it comes soon. */
-async function commandFollowUp(e: Engine, sessionId: string, afterSeq: number, signal: AbortSignal | undefined): Promise<Outcome> {
-  const rows = await waitUntil(
-    e,
-    sessionId,
-    e.now() + Math.min(e.deps.waitMs, 5_000),
-    signal,
-    async () => (await systemMessagesAfter(e.db, sessionId, afterSeq, 20)).filter((r) => !r.key.startsWith('in:')),
-    (r) => r.length > 0,
-  );
-  if (rows.length > 0) return { directives: rows.map((r) => renderMessage(r, 'notice')) };
-  return { directives: [textMessage('Done: the session answers in its transcript.', 'command')] };
-}
-
-/** The error answer to a message ingress refused. */
-function refusalFor(result: IngressResult): Refusal {
-  const reason: RejectReason | undefined = result.reason;
-  const details = { reason: reason ?? 'unknown' };
-  switch (reason) {
-    case 'rate-limited':
-      return new Refusal(200, 'rate_limited', result.reply ?? 'Too many messages: try again later.', details);
-    case 'invalid':
-      return new Refusal(400, 'invalid_request', result.reply ?? 'The message was not accepted.', details);
-    case 'unknown-sender':
-      return new Refusal(200, 'forbidden', "Steward does not know this shell's identity any more (it was removed): send /pair to ask an admin for access (the code comes back in the answer), or ask the operator to issue a new shell token.", details);
-    default:
-      return new Refusal(200, 'forbidden', result.reply ?? 'Steward refused this message.', details);
+/** An answer part as a directive. */
+function directiveOf(part: AnswerPart, continuation: ContinuationRef | undefined): ActionDirective {
+  switch (part.kind) {
+    case 'message':
+      return renderMessage(part.row, part.as);
+    case 'text':
+      return textMessage(part.text, part.as);
+    case 'approval':
+      return approvalDirective(part.approval, continuation!, part.at);
+    case 'working':
+      return stillWorking(continuation!);
   }
 }
 
-/** A user_intent: hand it to ingress as one inbound message of the conversation, then wait for its answer. */
-async function handleMessage(e: Engine, principal: Principal, req: OpenHarnessRequest, intent: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
+/** The directives (and continuation) of an answer. */
+function directivesOf(outcome: Outcome): { directives: ActionDirective[]; continuation?: ContinuationRef } {
+  const continuation = outcome.continuation ? continuationRef(outcome.continuation) : undefined;
+  return { directives: outcome.parts.map((p) => directiveOf(p, continuation)), ...(continuation ? { continuation } : {}) };
+}
+
+const REFUSALS: Record<RefusalReason, { status: ContentfulStatusCode; code: ErrorCode }> = {
+  invalid: { status: 400, code: 'invalid_request' },
+  forbidden: { status: 200, code: 'forbidden' },
+  'rate-limited': { status: 200, code: 'rate_limited' },
+  'continuation-invalid': { status: 200, code: 'continuation_invalid' },
+};
+
+/** A user_intent: one inbound message of the conversation its session_id (+ conversation_id) names. */
+async function handleMessage(e: Engine, principal: ShellPrincipal, req: OpenHarnessRequest, intent: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
   const context = req.request.context ?? {};
   if (!context.session_id) throw new Refusal(400, 'invalid_request', 'invalid request: request.context.session_id is required with a user_intent (it names the conversation)');
   const chatId = chatIdFor(context.session_id, context.conversation_id);
-  const conversation: ConversationKey = { platform: 'openharness', account: principal.account, chatId };
-  const sessionId = sessionWorkflowId(conversation);
-  const id = req.request_id ?? randomUUID();
-  const key = inboundKey({ platform: 'openharness', account: principal.account, chatId, id });
-  const result = await e.ingress.handle(
-    { id, platform: 'openharness', account: principal.account, chatId, user: principal.name, userId: principal.userId, chatType: 'dm', text: intent, at: new Date(e.now()).toISOString() },
-    { deliverReply: false },
-  );
-  if (result.kind === 'rejected') throw refusalFor(result);
-  if (result.kind === 'ignored') return { sessionId, outcome: { directives: [textMessage('Steward did not take this message.', 'notice')] } };
-
-  let seq = result.seq;
-  if (result.duplicate) {
-    const stored = await messageByKey(e.db, key);
-    if (stored && stored.text !== intent) {
-      throw new Refusal(400, 'invalid_request', 'invalid request: this request_id was already used for a different user_intent; use a new request_id for a new message', { request_id: id });
-    }
-    seq ??= stored?.seq;
-  }
-  if (seq === undefined && result.kind === 'command') {
-    // A command answered without a transcript entry: /pair from a shell Steward does not
-    // know (its identity was removed). Its reply holds the pairing code, which lives only in
-    // this answer (Steward keeps its hash), so it is answered here and never through the outbox.
-    return { sessionId, outcome: { directives: [textMessage(result.reply ?? unrecordedRetry(intent), 'command')] } };
-  }
-  if (seq === undefined) throw new Error('ingress recorded the message without a transcript seq');
-
-  if (result.kind === 'command') {
-    let reply = result.reply;
-    if (reply === undefined && result.duplicate) reply = (await messageByKey(e.db, `${key}:reply`))?.text;
-    if (reply !== undefined) return { sessionId, outcome: { directives: [textMessage(reply, 'command')] } };
-    return { sessionId, outcome: await commandFollowUp(e, sessionId, seq, signal) };
-  }
-  return { sessionId, outcome: await answer(e, principal, sessionId, seq, signal) };
-}
-
-/** A continuation token: resume waiting for the answer it names. */
-async function handleResume(e: Engine, principal: Principal, token: string, signal: AbortSignal | undefined): Promise<{ outcome: Outcome; sessionId: string }> {
-  const c = await resolveContinuation(e, principal, token);
-  return { sessionId: c.sessionId, outcome: await answer(e, principal, c.sessionId, c.afterSeq, signal, c.ref) };
+  return e.service.message(principal, { chatId, intent, ...(req.request_id !== undefined ? { requestId: req.request_id } : {}) }, signal);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -750,7 +545,7 @@ interface Admission {
   header: string | undefined;
   /** How long this address must still wait after wrong tokens (0: it may try). */
   wait: number;
-  principal: Principal | undefined;
+  principal: ShellPrincipal | undefined;
 }
 
 /** Who is asking: the bearer token checked, unless the address must wait after wrong tokens. */
@@ -775,7 +570,7 @@ async function readJson(c: Context): Promise<{ raw: unknown; malformed: boolean 
 }
 
 /** The 429 or 401 answer to a request that is not admitted, else its principal (a right operator token clears the address's back-off). */
-function refuseUnadmitted(e: Engine, c: Context, env: Envelope, a: Admission): Response | Principal {
+function refuseUnadmitted(e: Engine, c: Context, env: Envelope, a: Admission): Response | ShellPrincipal {
   if (a.wait > 0) {
     const seconds = retryAfterSeconds(a.wait);
     e.deps.log?.info({ requestId: env.requestId, correlationId: env.correlationId, code: 'rate_limited', reason: 'auth-backoff' }, 'openharness request refused');
@@ -823,7 +618,7 @@ function parseRequest(e: Engine, c: Context, env: Envelope, raw: unknown, malfor
 }
 
 /** Handle a valid request (a message or a resume) and answer it: success, a refusal or an internal error. */
-async function serve(e: Engine, c: Context, env: Envelope, principal: Principal, req: OpenHarnessRequest): Promise<Response> {
+async function serve(e: Engine, c: Context, env: Envelope, principal: ShellPrincipal, req: OpenHarnessRequest): Promise<Response> {
   const context = req.request.context ?? {};
   env.denials = denialsFor(e, req.capabilities, context.attachments?.length ?? 0);
   const tier = context.environment_state?.privacy_tier;
@@ -839,15 +634,17 @@ async function serve(e: Engine, c: Context, env: Envelope, principal: Principal,
 
   let sessionId: string | undefined;
   try {
-    const r = intent !== undefined ? await handleMessage(e, principal, req, intent, c.req.raw.signal) : await handleResume(e, principal, token ?? '', c.req.raw.signal);
+    const r = intent !== undefined ? await handleMessage(e, principal, req, intent, c.req.raw.signal) : await e.service.resume(principal, token ?? '', c.req.raw.signal);
     sessionId = r.sessionId;
-    const directives = r.outcome.directives;
+    const outcome = directivesOf(r.outcome);
+    const directives = outcome.directives;
     e.deps.log?.info(
-      { ...logBase, sessionId, status: 'success', directives: directives.map((d) => d.action_type), continuation: r.outcome.continuation !== undefined, ms: e.now() - env.started },
+      { ...logBase, sessionId, status: 'success', directives: directives.map((d) => d.action_type), continuation: outcome.continuation !== undefined, ms: e.now() - env.started },
       'openharness request',
     );
-    return c.json(envelopeBody(e, env, { status: 'success', action_directives: directives, ...(r.outcome.continuation ? { continuation: r.outcome.continuation } : {}) }), 200);
-  } catch (err) {
+    return c.json(envelopeBody(e, env, { status: 'success', action_directives: directives, ...(outcome.continuation ? { continuation: outcome.continuation } : {}) }), 200);
+  } catch (thrown) {
+    const err = thrown instanceof OpenHarnessRefusal ? new Refusal(REFUSALS[thrown.reason].status, REFUSALS[thrown.reason].code, thrown.message, thrown.details) : thrown;
     if (err instanceof Refusal) {
       e.deps.log?.info({ ...logBase, sessionId, status: 'error', code: err.code, ms: e.now() - env.started }, 'openharness request refused');
       return fail(e, c, env, err.status, err.code, err.message, err.details);

@@ -15,7 +15,7 @@ import { Bot, type Api } from 'grammy';
 import type { BotCommand, BotCommandScope, Message, MessageEntity, User } from 'grammy/types';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { ActionResult, InboundAction, Ingress, PendingAttachment } from '../ingress.js';
+import type { ActionResult, InboundAction, Ingress, PendingAttachment } from '../../services/chat/intake.js';
 import { COMMANDS, isAdminCommand, telegramCommandName, type CommandSpec } from '../../common/commands.js';
 import { ChatIdSchema, type InboundMessage } from '../../common/schemas.js';
 import { telegramAccountFromToken, telegramAutoRetry, telegramChatId } from './sender.js';

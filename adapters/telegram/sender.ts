@@ -11,13 +11,13 @@
  * - Telegram has no idempotency key for sends. Within one process the sender remembers the
  *   message each part became (by the outbox's idempotency key), so a retried part whose first
  *   attempt did reach Telegram (its documents failed, or recording it failed) is not posted again.
- *   Across a crash that window stays open (see domain/outbox.ts).
+ *   Across a crash that window stays open (see domain/outbox.ts, which services/chat/deliveries.ts drives).
  */
 import { autoRetry } from '@grammyjs/auto-retry';
 import { Api, GrammyError, HttpError, InputFile } from 'grammy';
 import type { InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions } from 'grammy/types';
 import type { Logger } from 'pino';
-import { DeliveryError, type Button, type ChannelSender, type OutboundPart } from '../../domain/outbox.js';
+import { DeliveryError, type Button, type ChannelSender, type OutboundPart } from '../../services/chat/deliveries.js';
 import type { ConversationKey } from '../../common/ids.js';
 import { PLATFORM_LIMITS, renderPlain, renderTelegramHtml, splitMessage } from '../render/markdown.js';
 

@@ -16,10 +16,10 @@ import { pino } from 'pino';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { AuthBackoff, normalizeIp, type Client } from '../../adapters/http/backoff.js';
 import { createCodecRoutes } from '../../adapters/http/codec.js';
-import type { Ingress } from '../../adapters/ingress.js';
+import type { Ingress } from '../../services/chat/intake.js';
 import type { ObjectiveEventResult, ObjectiveService } from '../../services/objectives.js';
 import { createOpenHarnessRoutes, OPENHARNESS_PATH, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
-import { issueShell } from '../../adapters/openharness/shells.js';
+import { issueShell } from '../../services/shells.js';
 import { loadConfig } from '../../config/index.js';
 import { testDatabases } from '../helpers/db.js';
 

@@ -4,7 +4,7 @@ import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { runChat } from '../../adapters/cli/chat.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
-import type { Ingress, TranscriptEntry } from '../../adapters/ingress.js';
+import type { Ingress, TranscriptEntry } from '../../services/chat/intake.js';
 
 const unused: Pick<Ingress, 'handleAction' | 'decidePairing' | 'decideApproval'> = {
   handleAction: async () => {

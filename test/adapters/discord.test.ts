@@ -25,7 +25,7 @@ import {
   type DiscordAdapter,
   type DiscordSender,
 } from '../../adapters/discord/index.js';
-import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult } from '../../adapters/ingress.js';
+import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult } from '../../services/chat/intake.js';
 import { renderPlain } from '../../adapters/render/markdown.js';
 import { COMMANDS } from '../../common/commands.js';
 import type { ConversationKey } from '../../common/ids.js';

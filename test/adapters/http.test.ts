@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
-import type { Ingress, SessionStatusView } from '../../adapters/ingress.js';
+import type { Ingress, SessionStatusView } from '../../services/chat/intake.js';
 import { ObjectiveInputError, type ObjectiveService } from '../../services/objectives.js';
 import type { InboundMessage } from '../../common/schemas.js';
 

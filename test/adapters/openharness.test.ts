@@ -16,7 +16,7 @@ import { pino } from 'pino';
 import { bindChat, createIdentity, OPERATOR, sha256 } from '../../domain/governance.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { chatIdFor, createOpenHarnessRoutes, OPENHARNESS_PATH, type OpenHarnessDeps, type OpenHarnessResponse } from '../../adapters/openharness/engine.js';
-import { issueShell, listShells, revokeShell, ShellError, verifyShellToken, type IssuedShell } from '../../adapters/openharness/shells.js';
+import { issueShell, listShells, revokeShell, ShellError, verifyShellToken, type IssuedShell } from '../../services/shells.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import type { Role } from '../../common/roles.js';
 import { testDatabases } from '../helpers/db.js';

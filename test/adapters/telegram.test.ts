@@ -13,7 +13,7 @@ import { GrammyError } from 'grammy';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { approvalButtons, bindChat, createIdentity } from '../../domain/governance.js';
 import { deliverOnce, DeliveryError, type OutboundPart } from '../../domain/outbox.js';
-import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult } from '../../adapters/ingress.js';
+import type { ActionResult, HandleOptions, InboundAction, Ingress, IngressResult } from '../../services/chat/intake.js';
 import { renderTelegramHtml } from '../../adapters/render/markdown.js';
 import {
   createTelegramAdapter,

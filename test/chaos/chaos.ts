@@ -26,7 +26,7 @@ import { Client, Connection } from '@temporalio/client';
 import type { Db } from '../../domain/db.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { createChangeService } from '../../services/changes.js';
-import { createIngress, type IngressResult } from '../../adapters/ingress.js';
+import { createIngress, type IngressResult } from '../../services/chat/intake.js';
 import { createObjectiveService } from '../../services/objectives.js';
 import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } from '../../common/codec.js';
 import { sessionWorkflowId } from '../../common/ids.js';

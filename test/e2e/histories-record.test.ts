@@ -19,7 +19,7 @@ import { Client } from '@temporalio/client';
 import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { Worker } from '@temporalio/worker';
 import { createModelRegistry } from '../../domain/model.js';
-import { createIngress } from '../../adapters/ingress.js';
+import { createIngress } from '../../services/chat/intake.js';
 import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } from '../../common/codec.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';

@@ -27,7 +27,7 @@ import { describe, it } from 'node:test';
 import { createTransport } from 'nodemailer';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { startInboundEmail } from '../../adapters/inbound-email.js';
-import { inboundKey } from '../../adapters/ingress.js';
+import { inboundKey } from '../../services/chat/intake.js';
 import { armFaultPoint, faultPointArmed, faultPointsPassed, InjectedFault, type FaultPointName } from '../../common/fault-points.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import type { InboundMessage } from '../../common/schemas.js';

@@ -24,7 +24,7 @@ import type { WorkerDeploymentVersion } from '@temporalio/common';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, type Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { createModelRegistry } from '../../domain/model.js';
-import { createIngress, type Ingress } from '../../adapters/ingress.js';
+import { createIngress, type Ingress } from '../../services/chat/intake.js';
 import { ConfigError, DEFAULT_SYSTEM_PROMPT, loadConfig } from '../../config/index.js';
 import { freePort } from '../../platform/ports.js';
 import { DEV_SERVER_DYNAMIC_CONFIG, findTemporalCli } from '../../platform/temporal-server.js';

@@ -9,7 +9,7 @@ import { createWorkspaceService, type WorkspaceService } from '../../services/wo
 import { createKnowledgeService, type KnowledgeService } from '../../services/knowledge.js';
 import { createTaskService, type TaskService } from '../../services/tasks.js';
 import { createLimiter, createSpend, DEFAULT_LIMITS, type LimitSettings } from '../../domain/limits.js';
-import { sessionStartOptions } from '../../adapters/ingress-commands.js';
+import { sessionStartOptions } from '../../services/chat/session-start.js';
 import { randomUUID } from 'node:crypto';
 import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -24,7 +24,7 @@ import { createChangeService, type ChangeService } from '../../services/changes.
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
 import { createModelRegistry, withSpend, type ModelProvidersConfig } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
-import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../adapters/ingress.js';
+import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../services/chat/intake.js';
 import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';

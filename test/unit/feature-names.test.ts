@@ -47,9 +47,9 @@ const FEATURES: Record<string, string[]> = {
 
 /** Files that keep a name of their own, and why (each must exist and be needed). */
 const APART: Record<string, string> = {
-  'domain/store/sessions.ts': 'the store names its aggregates: the sessions are the chat\'s',
-  'adapters/workspace-inbox.ts': 'the inbox poller, being reworked with the intake (issue 33): it moves with that work',
-  'adapters/http/memories.ts': 'the knowledge\'s memory routes: adapters/http/ is being reworked (issue 33)',
+  'domain/store/sessions.ts': "the store names its aggregates: the sessions are the chat's",
+  'adapters/http/memories.ts': "the knowledge's memory routes: an HTTP route module is named after its API path (/api/v1/memories)",
+  'adapters/workspace-inbox.ts': "the inbox's IMAP poller, left where issue 33's adapters work put it (to move: adapters/inbox/)",
 };
 
 /** The product files of the layers, relative to the root (`domain/changes/gate.ts`). */

@@ -131,7 +131,7 @@ describe('static checks', () => {
     const long = `export function tooLong(): number {\n  let n = 0;\n${'  n += 1;\n'.repeat(160)}  return n;\n}`;
     const [longResult] = await eslint.lintText(`${readFileSync(`${root}domain/blobs.ts`, 'utf8')}\n${long}\n`, { filePath: `${root}domain/blobs.ts` });
     assert.match((longResult?.messages ?? []).map((m) => `${m.ruleId}: ${m.message}`).join('\n'), /max-lines-per-function: Function 'tooLong' has too many lines \(16\d\)/);
-    const adapter = await lint(`${root}adapters/ingress.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
+    const adapter = await lint(`${root}adapters/telegram/adapter.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");
     assert.match(adapter.join('\n'), /Nothing imports the runtime/);
   });
 
@@ -146,14 +146,14 @@ describe('static checks', () => {
     assert.deepEqual(cyclesOf(new Map([[a, [b]], [b, [a]]])), ['domain/a.ts -> domain/b.ts -> domain/a.ts']);
   });
 
-  it('refuses Prisma queries above domain/ (adapters, activities, services, the runtime); domain functions pass', async () => {
+  it('refuses Prisma queries above domain/ (adapters, activities, services, the runtime) and store imports in the chat adapters; domain functions pass', async () => {
     const eslint = new ESLint({ cwd: root });
     const store = async (file: string, tail: string) => {
       const [result] = await eslint.lintText(`${readFileSync(file, 'utf8')}\n${tail}\n`, { filePath: file });
       return (result?.messages ?? []).filter((m) => m.ruleId === 'no-restricted-syntax' || m.ruleId === '@typescript-eslint/no-restricted-imports').map((m) => m.message);
     };
     const query = 'export async function probe(db: Db): Promise<unknown> {\n  await db.$transaction(async () => undefined);\n  return db.message.findMany({ take: 1 });\n}';
-    for (const file of ['adapters/ingress.ts', 'activities/chat.ts', 'services/changes.ts', 'platform/ops-cli.ts']) {
+    for (const file of ['adapters/telegram/adapter.ts', 'activities/chat.ts', 'services/changes.ts', 'platform/ops-cli.ts']) {
       const refused = await store(`${root}${file}`, query);
       assert.equal(refused.length, 2, `${file}: ${refused.join('\n')}`);
       for (const m of refused) assert.match(m, /Prisma queries live in domain\//);
@@ -161,14 +161,50 @@ describe('static checks', () => {
     // the same query in a store module is its home
     assert.deepEqual(await store(`${root}domain/store/sessions.ts`, query), []);
     // calling a domain function, or a Map's delete, is not a query
-    assert.deepEqual(await store(`${root}adapters/ingress.ts`, "export async function probe(db: Db, m: Map<string, number>): Promise<void> {\n  m.delete('x');\n  await ensureSession(db, 's', { platform: 'cli', account: 'a', chatId: 'c' });\n}"), []);
+    assert.deepEqual(await store(`${root}services/chat/intake.ts`, "export async function probe(db: Db, m: Map<string, number>): Promise<void> {\n  m.delete('x');\n  await ensureSession(db, 's', { platform: 'cli', account: 'a', chatId: 'c' });\n}"), []);
     // a value import of the generated client is refused; a type import passes
-    const generated = await store(`${root}adapters/ingress.ts`, "import { Prisma } from '../generated/prisma/sqlite/client.js';\nexport const p = Prisma;");
+    const generated = await store(`${root}adapters/telegram/adapter.ts`, "import { Prisma } from '../generated/prisma/sqlite/client.js';\nexport const p = Prisma;");
     assert.equal(generated.length, 1, generated.join('\n'));
-    assert.deepEqual(await store(`${root}adapters/ingress.ts`, "import type { Message } from '../generated/prisma/sqlite/client.js';\nexport type M = Message;"), []);
+    assert.deepEqual(await store(`${root}adapters/telegram/adapter.ts`, "import type { Message } from '../generated/prisma/sqlite/client.js';\nexport type M = Message;"), []);
+    // a chat adapter imports no store module (it calls services/chat/); a type import passes
+    const storeInAdapter = await store(`${root}adapters/telegram/sender.ts`, "import { deliverOnce } from '../../domain/outbox.js';\nimport { ensureSession } from '../../domain/store/sessions.js';\nexport const d = [deliverOnce, ensureSession];");
+    assert.equal(storeInAdapter.length, 2, storeInAdapter.join('\n'));
+    for (const m of storeInAdapter) assert.match(m, /Adapters translate: they reach the store through a service/);
+    assert.deepEqual(await store(`${root}adapters/discord/adapter.ts`, "import type { Db } from '../../domain/db.js';\nexport type D = Db;"), []);
     // services import no adapter
-    const upward = await store(`${root}services/changes.ts`, "import { createIngress } from '../adapters/ingress.js';\nexport const i = createIngress;");
+    const upward = await store(`${root}services/changes.ts`, "import { createTelegramAdapter } from '../adapters/telegram/index.js';\nexport const i = createTelegramAdapter;");
     assert.match(upward.join('\n'), /imports no adapter/);
+  });
+
+  it('refuses a value from a store module in adapters (domain/store/ and the domain modules that run queries); types, services and other domain modules pass', async () => {
+    const eslint = new ESLint({ cwd: root });
+    const file = `${root}adapters/http/tasks.ts`;
+    const lint = async (head: string) => {
+      const [result] = await eslint.lintText(`${head}\n${readFileSync(file, 'utf8')}`, { filePath: file });
+      return (result?.messages ?? []).filter((m) => m.ruleId === '@typescript-eslint/no-restricted-imports').map((m) => m.message);
+    };
+    const refused = await lint(
+      [
+        "import { listShellRows } from '../../domain/store/shells.js';",
+        "import { writeReceipt } from '../../domain/receipts.js';",
+        "import { memoryLine } from '../../domain/knowledge/memory.js';",
+        'export const probe = [listShellRows, writeReceipt, memoryLine];',
+      ].join('\n'),
+    );
+    // domain/store/ by its folder; receipts and knowledge/memory because their source runs Prisma queries
+    assert.equal(refused.length, 3, refused.join('\n'));
+    for (const m of refused) assert.match(m, /Adapters translate only: no value from a store module/);
+    const passes = await lint(
+      [
+        "import type { Db } from '../../domain/db.js';",
+        "import type { ShellRow } from '../../domain/store/shells.js';",
+        "import { WhatIfPolicySchema } from '../../domain/changes/what-if.js';",
+        "import { createTaskService } from '../../services/tasks.js';",
+        'export type Probe = [Db, ShellRow];',
+        'export const probe = [WhatIfPolicySchema, createTaskService];',
+      ].join('\n'),
+    );
+    assert.deepEqual(passes, [], 'type imports, a domain module without queries and a service pass');
   });
 
   it('type-checks (tsc --noEmit, strict)', async () => {

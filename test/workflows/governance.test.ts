@@ -17,7 +17,7 @@ import type { Db } from '../../domain/db.js';
 import { bindChat, createIdentity, OPERATOR } from '../../domain/governance.js';
 import { DeliveryError } from '../../domain/outbox.js';
 import { createModelRegistry } from '../../domain/model.js';
-import { createIngress, type Ingress, type IngressResult } from '../../adapters/ingress.js';
+import { createIngress, type Ingress, type IngressResult } from '../../services/chat/intake.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { replyKey, sessionWorkflowId } from '../../common/ids.js';
 import type { Role } from '../../common/roles.js';

@@ -3,11 +3,12 @@
  * registered by feature: the session's (stop, new, steer, model, think, status), access and
  * governance (whoami, help, pair, pairing and action decisions, bindings), repository changes
  * (change, answer) and objectives (objectives, objective). The table's type names every kind
- * the parser produces, so a command without a handler does not compile. The ingress has already
- * decided that the sender may use the command (role, chat, admin channel) when one runs.
+ * the parser produces, so a command without a handler does not compile. The intake
+ * (intake.ts) has already decided that the sender may use the command (role, chat, admin
+ * channel) when one runs.
  */
 import { WithStartWorkflowOperation, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
-import type { Db } from '../domain/db.js';
+import type { Db } from '../../domain/db.js';
 import {
   bindChat,
   GovernanceError,
@@ -17,63 +18,41 @@ import {
   type Actor,
   type BindingRecord,
   type PairingDecision,
-} from '../domain/governance.js';
-import { writeReceipt } from '../domain/receipts.js';
-import { helpText, type ParsedCommand } from '../common/commands.js';
-import { sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import type { Role } from '../common/roles.js';
-import { mcpStatusLine } from '../common/mcp.js';
-import { listMcpServers } from '../domain/store/mcp.js';
-import { parseModelRef, type NormalizedInbound, type Provider } from '../common/schemas.js';
-import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../workflows/messages.js';
-import { sessionWorkflow } from '../workflows/chat/session.js';
-import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
-import type { SessionInput, SessionLimits, SettingsChange } from '../workflows/types.js';
-import { ChangeInputError, type ChangeService } from '../services/changes.js';
-import type { SessionStatusView } from './ingress.js';
-import { ObjectiveInputError, type ObjectiveService } from '../services/objectives.js';
-import { OPEN_MAX_BYTES, type WorkspaceService } from '../services/workspaces.js';
-import type { PromptLayers } from '../domain/knowledge/prompt-layers.js';
-import { deleteChatPrompt, upsertChatPrompt } from '../domain/store/prompts.js';
-import { memoryLine } from '../domain/knowledge/memory.js';
-import type { KnowledgeService } from '../services/knowledge.js';
-import { ServiceInputError } from '../services/requests.js';
-import type { PartState } from '../domain/heartbeat.js';
-import type { TaskService } from '../services/tasks.js';
-import { isAdmin } from '../common/roles.js';
-import { taskLine } from '../common/tasks.js';
+} from '../../domain/governance.js';
+import { writeReceipt } from '../../domain/receipts.js';
+import { helpText, type ParsedCommand } from '../../common/commands.js';
+import type { ConversationKey } from '../../common/ids.js';
+import type { Role } from '../../common/roles.js';
+import { mcpStatusLine } from '../../common/mcp.js';
+import { listMcpServers } from '../../domain/store/mcp.js';
+import { parseModelRef, type NormalizedInbound, type Provider } from '../../common/schemas.js';
+import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../../workflows/messages.js';
+import { sessionWorkflow } from '../../workflows/chat/session.js';
+import type { SettingsChange } from '../../workflows/types.js';
+import { ChangeInputError, type ChangeService } from '../changes.js';
+import type { SessionStatusView } from './status.js';
+import type { SessionStart } from './session-start.js';
+import { ObjectiveInputError, type ObjectiveService } from '../objectives.js';
+import { OPEN_MAX_BYTES, type WorkspaceService } from '../workspaces.js';
+import type { PromptLayers } from '../../domain/knowledge/prompt-layers.js';
+import { deleteChatPrompt, upsertChatPrompt } from '../../domain/store/prompts.js';
+import { memoryLine } from '../../domain/knowledge/memory.js';
+import type { KnowledgeService } from '../knowledge.js';
+import { ServiceInputError } from '../requests.js';
+import type { PartState } from '../../domain/heartbeat.js';
+import type { TaskService } from '../tasks.js';
+import { isAdmin } from '../../common/roles.js';
+import { taskLine } from '../../common/tasks.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
-
-/** How the ingress starts (or finds) a conversation's session workflow: its id, queue, input, search attributes and summary. */
-export function sessionStartOptions(deps: { taskQueue: string; defaultModel: string; limits: SessionLimits }, conversation: ConversationKey, binding?: BindingRecord) {
-  const input: SessionInput = {
-    conversation,
-    settings: { model: binding?.model ?? deps.defaultModel, think: 'off' },
-    limits: deps.limits,
-  };
-  return {
-    workflowId: sessionWorkflowId(conversation),
-    taskQueue: deps.taskQueue,
-    args: [input] as [SessionInput],
-    typedSearchAttributes: [
-      { key: PlatformAttr, value: conversation.platform },
-      { key: ChatAttr, value: conversation.chatId },
-      { key: KindAttr, value: 'session' },
-    ],
-    staticSummary: `Conversation session: ${conversation.platform} chat ${conversation.chatId} (account ${conversation.account})`,
-  };
-}
-
-export type SessionStart = ReturnType<typeof sessionStartOptions>;
 
 /** One command as it arrived: who, where, and the chat's session. */
 export interface CommandCall {
   msg: NormalizedInbound;
   /**
-   * The message's key (adapters/ingress.ts `inboundKey`): a command run again after a crash
-   * before its answer (the ingress reruns it) has the same key, so its effect is keyed by it:
+   * The message's key (`inboundKey`, keys.ts): a command run again after a crash
+   * before its answer (the intake reruns it) has the same key, so its effect is keyed by it:
    * /stop, /new and /steer send it to the session, which takes it once; a command that makes
    * something (/change, /task) derives the thing's id from it and finds the first run's.
    */
@@ -86,7 +65,7 @@ export interface CommandCall {
   session: SessionStart;
 }
 
-/** What the handlers use: the ingress's dependencies and its session and decision helpers. */
+/** What the handlers use: the intake's dependencies and its session and decision helpers. */
 export interface CommandEnv {
   client: Client;
   db: Db;

@@ -5,16 +5,17 @@
  * { platform: 'openharness', userId: <shell id> } maps the shell to its identity, which is
  * what ingress decides roles, rate limits and approvals by.
  *
- * The operator's STEWARD_API_TOKEN is accepted as a shell too (see engine.ts); it is not a
- * row here.
+ * The operator's STEWARD_API_TOKEN is accepted as a shell too (adapters/openharness/engine.ts);
+ * it is not a row here. The OpenHarness adapter authenticates with `verifyShellToken`; the CLI
+ * issues, lists and revokes.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { Db } from '../../domain/db.js';
-import { GovernanceError, sha256 } from '../../domain/governance.js';
-import { isUniqueViolation } from '../../domain/prisma-errors.js';
-import { findShellByIdOrName, findShellByTokenHash, insertShell, listShellRows, markShellRevoked } from '../../domain/store/shells.js';
-import { RoleSchema, type Role } from '../../common/roles.js';
+import type { Db } from '../domain/db.js';
+import { GovernanceError, sha256 } from '../domain/governance.js';
+import { isUniqueViolation } from '../domain/prisma-errors.js';
+import { findShellByIdOrName, findShellByTokenHash, insertShell, listShellRows, markShellRevoked } from '../domain/store/shells.js';
+import { RoleSchema, type Role } from '../common/roles.js';
 
 /** Prefix of every shell token: tells a shell token from other secrets at a glance. */
 export const SHELL_TOKEN_PREFIX = 'oh_';
