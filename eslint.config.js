@@ -8,7 +8,7 @@
  *   interceptors, other workflow modules and the pure modules of common/ (PURE_COMMON). Types
  *   may come from anywhere (`import type` is erased).
  * - The pure modules of common/ import only zod and each other: they run inside workflows.
- * - The repository change policy (common/repo-policy.ts and common/repo-policy/) does no I/O:
+ * - The repository change policy (common/changes/policy.ts and common/changes/policy/) does no I/O:
  *   no Node built-ins; besides its own modules it imports only zod and the parsers it is built
  *   on (REPO_POLICY_PACKAGES: minimatch, jsdiff). Workflow code cannot import it (it is not
  *   a pure module).
@@ -86,7 +86,7 @@ const NO_STORE = {
  */
 const STORE_EXEMPT = [
   'adapters/http/admin.ts',
-  'adapters/objective-watchers.ts',
+  'adapters/objectives/watchers.ts',
 ];
 
 /** The generated Prisma client is the store's: types may be used above it, values not. */
@@ -177,7 +177,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['common/repo-policy.ts', 'common/repo-policy/**/*.ts'],
+    files: ['common/changes/policy.ts', 'common/changes/policy/**/*.ts'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',

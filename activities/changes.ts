@@ -25,17 +25,17 @@ import {
   type ChangeResult,
   type GateVerdict,
   type IntakeResult,
-} from '../common/repo-change.js';
-import { changePolicy, type RepoPolicyInput } from '../common/repo-policy.js';
+} from '../common/changes.js';
+import { changePolicy, type RepoPolicyInput } from '../common/changes/policy.js';
 import { recordGateVerdict } from '../common/metrics.js';
 import { putBlob } from '../domain/blobs.js';
 import { heldSecrets, repoPolicyFile, validateOn, withTempDir } from '../domain/changes/gate.js';
 import { draftFromRequest, modelFailure, modelFor, planFromDraft, type ModelRegistry } from '../domain/changes/model-steps.js';
 import { acquireLease, LEASE_MS, openChangePr, refused } from '../domain/changes/promotion.js';
 import { closingRecords, endNotice, planDetails, prBody, taskState, verdictTaskState } from '../domain/changes/records.js';
-import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask } from '../domain/coding-agent.js';
+import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask } from '../domain/changes/coding-agent.js';
 import type { Db } from '../domain/db.js';
-import { cloneAt, diffWorkTree, resolveBranch } from '../domain/git.js';
+import { cloneAt, diffWorkTree, resolveBranch } from '../domain/changes/git.js';
 import { askAdminsToApprove } from '../domain/governance.js';
 import { ModelNotConfiguredError } from '../domain/model.js';
 import { deliverOnce, type Senders } from '../domain/outbox.js';

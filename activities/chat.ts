@@ -35,10 +35,10 @@ import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadA
 import { findSession } from '../domain/store/sessions.js';
 import { recordTurn } from '../common/metrics.js';
 import type { RepoChangeSettings } from './changes.js';
-import { viewProposal } from '../domain/proposals.js';
+import { viewProposal } from '../domain/actions/proposals.js';
 import { heldSecretRefusal, heldSecrets, maskHeldSecretsDeep } from '../domain/secrets.js';
 import { redact } from '../domain/redaction.js';
-import { loadToolCall } from '../domain/tool-calls.js';
+import { loadToolCall } from '../domain/tools/calls.js';
 import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall, type WorkspaceAccess } from '../domain/tools.js';
 import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
 import type { McpCatalogue, McpTools } from '../domain/mcp/tools.js';

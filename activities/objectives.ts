@@ -2,7 +2,7 @@
  * The activities of an objective's run: record it (or skip it), put its prompt into the
  * destination chat's transcript as the turn's inbound message, and record the result; a failed
  * run tells the admins with the run's link. Keyed by the run's workflow id: a retry repeats
- * nothing. The work is domain/objective-runs.ts; these name the workflow execution and turn a
+ * nothing. The work is domain/objectives/runs.ts; these name the workflow execution and turn a
  * vanished run into a non-retryable failure.
  */
 import { activityInfo } from '@temporalio/activity';
@@ -10,10 +10,10 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Logger } from 'pino';
 import type { Db } from '../domain/db.js';
 import type { Limiter } from '../domain/limits.js';
-import { finishObjectiveRun, prepareObjectiveRun, type FinishRunInput, type PrepareRunInput, type PrepareRunResult, type RunExecution } from '../domain/objective-runs.js';
+import { finishObjectiveRun, prepareObjectiveRun, type FinishRunInput, type PrepareRunInput, type PrepareRunResult, type RunExecution } from '../domain/objectives/runs.js';
 import type { Senders } from '../domain/outbox.js';
 
-export type { PrepareRunResult } from '../domain/objective-runs.js';
+export type { PrepareRunResult } from '../domain/objectives/runs.js';
 
 export interface ObjectiveDeps {
   db: Db;

@@ -1,7 +1,7 @@
 /**
  * The activities of triage and tasks: classify one group message with a model step, record the
  * decision (receipt, task, routing post), record a failed classification, and remind the admins
- * of a task that came due. Thin wrappers over domain/triage.ts: they name the workflow
+ * of a task that came due. Thin wrappers over domain/tasks/triage.ts: they name the workflow
  * execution, pass the cancellation signal to the model call, and turn a model error that no
  * retry can mend into a non-retryable failure.
  */
@@ -10,9 +10,9 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Db } from '../domain/db.js';
 import { classifyModelError, type ModelRegistry } from '../domain/model.js';
 import type { Senders } from '../domain/outbox.js';
-import { classifyMessage, recordTriage, recordTriageFailure, remindTask, TriageAnswerError, type ClassifyResult, type ReminderOutcome, type TriageDecision, type TriageMessage } from '../domain/triage.js';
+import { classifyMessage, recordTriage, recordTriageFailure, remindTask, TriageAnswerError, type ClassifyResult, type ReminderOutcome, type TriageDecision, type TriageMessage } from '../domain/tasks/triage.js';
 
-export type { ClassifyResult, ReminderOutcome, TriageDecision, TriageMessage } from '../domain/triage.js';
+export type { ClassifyResult, ReminderOutcome, TriageDecision, TriageMessage } from '../domain/tasks/triage.js';
 
 export interface TaskActivityDeps {
   db: Db;

@@ -1,7 +1,7 @@
 /**
  * Directories watched for changes, recursively, each settled burst of changes handed on as one
- * batch: the mechanism under the objectives' file trigger (adapters/objective-watchers.ts) and
- * the workspaces' reindexing (adapters/workspace-watchers.ts).
+ * batch: the mechanism under the objectives' file trigger (adapters/objectives/watchers.ts) and
+ * the workspaces' reindexing (adapters/workspaces/watchers.ts).
  *
  * - Watching: chokidar (one `FSWatcher` per directory), with its native backend (one `fs.watch`,
  *   inotify, per directory) and symlinks not followed (a symlinked directory is not entered; a

@@ -5,7 +5,7 @@
  * proposed actions (HTTP, email, commands, repo changes) need it always. Pure.
  */
 import { z } from 'zod';
-import { ChangeRequestSchema } from './repo-change.js';
+import { ChangeRequestSchema } from './changes.js';
 
 export type RiskTier = 'safe' | 'caution' | 'dangerous';
 

@@ -12,7 +12,7 @@ import { z } from 'zod';
 import { parseRate, parseRateLimits, parseTriageLimits, type RateLimit, type RateLimits } from '../common/roles.js';
 import { ModelRefSchema, type Provider } from '../common/schemas.js';
 import { DEFAULT_ACTION_COMMANDS, DEFAULT_APPROVAL_TOOLS, TOOL_NAMES } from '../common/tools.js';
-import { RepoPolicySchema, type RepoPolicyInput } from '../common/repo-policy.js';
+import { RepoPolicySchema, type RepoPolicyInput } from '../common/changes/policy.js';
 import { CodecKeysSchema, DEFAULT_COMPRESS_ABOVE_BYTES, type CodecKey } from '../common/codec.js';
 import { DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from '../common/heap-growth.js';
 import { heldSecretsFrom, holdSecrets, type HeldSecret } from '../domain/secrets.js';

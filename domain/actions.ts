@@ -34,7 +34,7 @@ import type { Transporter } from 'nodemailer';
 import type SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import type { z } from 'zod';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
-import type { ChangeRequest } from '../common/repo-change.js';
+import type { ChangeRequest } from '../common/changes.js';
 import {
   DEFAULT_ACTION_COMMANDS,
   HttpRequestInput,
@@ -45,13 +45,13 @@ import {
 } from '../common/tools.js';
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
-import { literalCredentials, requestHash } from './proposals.js';
+import { literalCredentials, requestHash } from './actions/proposals.js';
 import { heldSecretRefusal, holdSecrets, type HeldSecret } from './secrets.js';
 import { writeReceipt } from './receipts.js';
 import { runSandboxed, SandboxRefusedError } from './sandbox.js';
 import { redact, redactText } from './redaction.js';
 import { neutralise, wrapUntrusted } from '../common/untrusted.js';
-import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
+import type { LoadedToolCall, ToolOutcome } from './tools/calls.js';
 
 export type HttpActionInput = z.infer<typeof HttpRequestInput>;
 export type EmailActionInput = z.infer<typeof SendEmailInput>;

@@ -32,7 +32,7 @@ import { WorkspacePathError } from './knowledge/paths.js';
 import { neutralise, wrapUntrusted } from '../common/untrusted.js';
 import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
 import { redact } from './redaction.js';
-import type { LoadedToolCall, ToolOutcome } from './tool-calls.js';
+import type { LoadedToolCall, ToolOutcome } from './tools/calls.js';
 import type { Db } from './db.js';
 import { deliverOnce, type Senders } from './outbox.js';
 

@@ -27,7 +27,7 @@ import {
   type Report,
   type TaskDraft,
   type TaskState,
-} from '../common/repo-change.js';
+} from '../common/changes.js';
 import { changeAnswerUpdate, changeSteerSignal } from '../workflows/messages.js';
 import { repoChangeWorkflow } from '../workflows/changes/repo-change.js';
 import { ChatAttr, KindAttr, PlatformAttr, RepoAttr } from '../workflows/search-attributes.js';

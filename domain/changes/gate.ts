@@ -8,11 +8,11 @@ import { ApplicationFailure } from '@temporalio/common';
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { CheckEvidence, GateVerdict } from '../../common/repo-change.js';
-import { changePolicy, checkPatchPolicy, validateGlob, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../../common/repo-policy.js';
+import type { CheckEvidence, GateVerdict } from '../../common/changes.js';
+import { changePolicy, checkPatchPolicy, validateGlob, RepoPolicySchema, type EffectivePolicy, type RepoPolicyInput } from '../../common/changes/policy.js';
 import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';
-import { applyPatch, cloneAt, makeTempDir, readPatch, removeDir } from '../git.js';
+import { applyPatch, cloneAt, makeTempDir, readPatch, removeDir } from './git.js';
 import { runSandboxed, SandboxRefusedError } from '../sandbox.js';
 import type { RepoRecord } from '../store/changes.js';
 

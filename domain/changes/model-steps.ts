@@ -5,7 +5,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, type ModelMessage, type ToolSet } from 'ai';
-import { IntakeModelOutputSchema, PlanSchema, type IntakeModelOutput, type Plan, type TaskDraft } from '../../common/repo-change.js';
+import { IntakeModelOutputSchema, PlanSchema, type IntakeModelOutput, type Plan, type TaskDraft } from '../../common/changes.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from '../model.js';
 import type { RepoRecord } from '../store/changes.js';
 import { wrapUntrusted } from '../../common/untrusted.js';

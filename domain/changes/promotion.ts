@@ -5,11 +5,11 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import path from 'node:path';
-import type { GitHubTarget } from '../../common/repo-change.js';
+import type { GitHubTarget } from '../../common/changes.js';
 import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';
-import { applyPatch, changedFiles, cloneAt, fileMode, readFileAtWorkTree } from '../git.js';
-import { BaseMovedError, GitHubError, openDraftPullRequest } from '../github.js';
+import { applyPatch, changedFiles, cloneAt, fileMode, readFileAtWorkTree } from './git.js';
+import { BaseMovedError, GitHubError, openDraftPullRequest } from './github.js';
 import { tryTakeLease } from '../store/changes.js';
 import { withTempDir } from './gate.js';
 

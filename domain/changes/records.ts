@@ -13,8 +13,8 @@ import {
   type Report,
   type TaskDraft,
   type TaskState,
-} from '../../common/repo-change.js';
-import { matchesGlob, parseUnifiedDiff } from '../../common/repo-policy.js';
+} from '../../common/changes.js';
+import { matchesGlob, parseUnifiedDiff } from '../../common/changes/policy.js';
 import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';
 import type { ChangeRow } from '../store/changes.js';

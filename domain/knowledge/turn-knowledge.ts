@@ -13,7 +13,7 @@ import type { Db } from '../db.js';
 import { findIdentitiesByIds, notifyAdmins } from '../governance.js';
 import type { Senders } from '../outbox.js';
 import { writeReceipt } from '../receipts.js';
-import type { ToolOutcome } from '../tool-calls.js';
+import type { ToolOutcome } from '../tools/calls.js';
 import type { Retriever } from './grounding.js';
 import type { KnowledgeIndex } from './index-store.js';
 import { memoriesText, proposeMemory, recallMemories, type Contributor, type MemoryApproval, type MemoryRow } from './memory.js';

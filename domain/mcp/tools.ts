@@ -23,7 +23,7 @@ import { heldSecretRefusal } from '../secrets.js';
 import type { Db } from '../db.js';
 import { ttlCache } from '../ttl-cache.js';
 import { claimMcpCall, findMcpCall, findMcpServer, finishMcpCall, listMcpServers, mcpCallKey, recordMcpState, repeatMcpCall, type McpRegistration } from '../store/mcp.js';
-import type { LoadedToolCall, ToolOutcome } from '../tool-calls.js';
+import type { LoadedToolCall, ToolOutcome } from '../tools/calls.js';
 import { createMcpManager, type McpManager, type McpManagerOptions, type McpToolInfo } from './manager.js';
 
 export interface McpOffered {

@@ -18,8 +18,8 @@ import {
   type Plan,
   type TaskDraft,
   type TaskState,
-} from '../../common/repo-change.js';
-import { RepoPolicySchema, type RepoPolicyInput } from '../../common/repo-policy.js';
+} from '../../common/changes.js';
+import { RepoPolicySchema, type RepoPolicyInput } from '../../common/changes/policy.js';
 import type { Repo, RepoChange } from '../../generated/prisma/sqlite/client.js';
 import type { Db } from '../db.js';
 

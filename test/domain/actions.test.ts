@@ -30,7 +30,7 @@ import {
   type HttpActionPolicy,
 } from '../../domain/actions.js';
 import { approvalRequired } from '../../activities/index.js';
-import { heldSecretsFrom, heldSecretsIn, literalCredentials, requestHash, showInvisible, viewProposal } from '../../domain/proposals.js';
+import { heldSecretsFrom, heldSecretsIn, literalCredentials, requestHash, showInvisible, viewProposal } from '../../domain/actions/proposals.js';
 import { redact, redactText } from '../../domain/redaction.js';
 import { describeToolCall, validateToolCall } from '../../domain/tools.js';
 import { ACTION_TOOLS, DEFAULT_ACTION_COMMANDS } from '../../common/tools.js';

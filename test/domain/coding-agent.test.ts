@@ -22,7 +22,7 @@ import {
   type AgentLimits,
   type AgentRunResult,
   type AgentTask,
-} from '../../domain/coding-agent.js';
+} from '../../domain/changes/coding-agent.js';
 import { createModelRegistry, type ModelRegistry } from '../../domain/model.js';
 import { sandboxAvailable } from '../../domain/sandbox.js';
 import { startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';

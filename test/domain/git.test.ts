@@ -23,7 +23,7 @@ import {
   readFileAtWorkTree,
   removeDir,
   resolveBranch,
-} from '../../domain/git.js';
+} from '../../domain/changes/git.js';
 import { runSandboxed, sandboxAvailable } from '../../domain/sandbox.js';
 import { needs } from '../helpers/requirements.js';
 

@@ -1,5 +1,5 @@
 /**
- * Promotion to GitHub (domain/github.ts) against the GitHub double (test/helpers/github-double.ts):
+ * Promotion to GitHub (domain/changes/github.ts) against the GitHub double (test/helpers/github-double.ts):
  * real Octokit over HTTP on 127.0.0.1, a real bare git repository behind the double, and every
  * request and response checked against GitHub's OpenAPI description.
  */
@@ -19,7 +19,7 @@ import {
   openDraftPullRequest,
   type OpenDraftPullRequestOptions,
   type PromotionFile,
-} from '../../domain/github.js';
+} from '../../domain/changes/github.js';
 import { preloadOpenApi, startGitHubDouble, validateRequestBody, validateResponse, type GitHubDouble, type RecordedRequest } from '../helpers/github-double.js';
 
 const TOKEN = 'ghs_steward_test_token_0123456789abcdef';
@@ -154,7 +154,7 @@ function branches(w: World): string[] {
   return git(w.bare, ['for-each-ref', '--format=%(refname)', 'refs/heads']).trim().split('\n');
 }
 
-describe('GitHub promotion (domain/github.ts) against the GitHub double', () => {
+describe('GitHub promotion (domain/changes/github.ts) against the GitHub double', () => {
   before(() => {
     preloadOpenApi(); // the OpenAPI description is ~73 MB: parse it and compile the validators once
   });

@@ -20,7 +20,7 @@ import { putBlob } from '../../domain/blobs.js';
 import { createIdentity, OPERATOR } from '../../domain/governance.js';
 import { createActivities, type RunToolResult } from '../../activities/index.js';
 import { createModelRegistry } from '../../domain/model.js';
-import { requestHash } from '../../domain/proposals.js';
+import { requestHash } from '../../domain/actions/proposals.js';
 import { approvalIdFor } from '../../common/ids.js';
 import { changeModel } from '../helpers/change-model.js';
 import { createGitFixture } from '../helpers/git-fixture.js';

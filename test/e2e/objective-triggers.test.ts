@@ -16,7 +16,7 @@ import { createTransport } from 'nodemailer';
 import { getBlobText } from '../../domain/blobs.js';
 import { OPERATOR } from '../../domain/governance.js';
 import { emailEventId, parseEmail, senderAllowed, startInboundEmail, MAX_EMAIL_TEXT } from '../../adapters/inbound-email.js';
-import { startObjectiveWatchers, type FileEventPayload, type ObjectiveWatchers } from '../../adapters/objective-watchers.js';
+import { startObjectiveWatchers, type FileEventPayload, type ObjectiveWatchers } from '../../adapters/objectives/watchers.js';
 import type { ObjectiveEventResult } from '../../services/objectives.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { ConfigError, loadConfig } from '../../config/index.js';

@@ -22,7 +22,7 @@ import { OPERATOR } from '../../domain/governance.js';
 import { createObjectiveActivities, type PrepareRunResult } from '../../activities/objectives.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { startInboundEmail } from '../../adapters/inbound-email.js';
-import { startObjectiveWatchers } from '../../adapters/objective-watchers.js';
+import { startObjectiveWatchers } from '../../adapters/objectives/watchers.js';
 import { createObjectiveService, type ObjectiveEventResult, type ObjectiveService } from '../../services/objectives.js';
 import { lastUserText } from '../helpers/model-server.js';
 import { useStack, waitFor, withHarness, type Harness, type HarnessOptions } from '../helpers/steward.js';

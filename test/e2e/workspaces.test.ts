@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
-import { startWorkspaceWatchers } from '../../adapters/workspace-watchers.js';
+import { startWorkspaceWatchers } from '../../adapters/workspaces/watchers.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { createEmbedder } from '../../domain/knowledge/embedder.js';

@@ -1,10 +1,10 @@
 /**
  * A test oracle for the repository policy's globs: the documented semantics
- * (common/repo-policy/globs.ts) rendered as a RegExp, each segment read as minimatch 11
+ * (common/changes/policy/globs.ts) rendered as a RegExp, each segment read as minimatch 11
  * (@isaacs/nonrecursive-glob-match, with `noext`) reads it. The product matches with minimatch;
  * this second, independent reading is what test/unit/repo-policy.test.ts compares it with.
  */
-import { globAlternatives } from '../../common/repo-policy/globs.js';
+import { globAlternatives } from '../../common/changes/policy/globs.js';
 
 function reChar(c: string): string {
   return /^[A-Za-z0-9]$/.test(c) ? c : `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`;

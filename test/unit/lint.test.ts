@@ -113,12 +113,12 @@ describe('static checks', () => {
     assert.match(pure.join('\n'), /runs inside workflows: no Node built-ins/);
 
     // the repository change policy: no I/O, only its own modules and the packages it is built on
-    const policy = await lint(`${root}common/repo-policy/globs.ts`, "import { readFileSync } from 'node:fs';\nimport { pino } from 'pino';\nexport const io = [readFileSync, pino];");
+    const policy = await lint(`${root}common/changes/policy/globs.ts`, "import { readFileSync } from 'node:fs';\nimport { pino } from 'pino';\nexport const io = [readFileSync, pino];");
     assert.equal(policy.length, 3, policy.join('\n'));
     assert.match(policy.join('\n'), /does no I\/O: no Node built-ins/);
     assert.match(policy.join('\n'), /imports only its own modules and zod, minimatch/);
-    assert.deepEqual(await lint(`${root}common/repo-policy/policy.ts`, "import { minimatch } from 'minimatch';\nimport { parsePatch } from 'diff';\nexport const m = [minimatch, parsePatch];"), []);
-    const matcherInWorkflow = await lint(workflowFile, "import { minimatch } from 'minimatch';\nimport { parsePatch } from 'diff';\nimport { matchesGlob } from '../../common/repo-policy.js';\nexport const m = [minimatch, parsePatch, matchesGlob];");
+    assert.deepEqual(await lint(`${root}common/changes/policy/policy.ts`, "import { minimatch } from 'minimatch';\nimport { parsePatch } from 'diff';\nexport const m = [minimatch, parsePatch];"), []);
+    const matcherInWorkflow = await lint(workflowFile, "import { minimatch } from 'minimatch';\nimport { parsePatch } from 'diff';\nimport { matchesGlob } from '../../common/changes/policy.js';\nexport const m = [minimatch, parsePatch, matchesGlob];");
     assert.equal(matcherInWorkflow.length, 3, matcherInWorkflow.join('\n'));
 
     const domain = await lint(`${root}domain/blobs.ts`, "import { startSteward } from '../platform/start.js';\nexport const s = startSteward;");

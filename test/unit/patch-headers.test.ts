@@ -1,6 +1,6 @@
 /**
  * git's reading of a patch's headers (domain/git.ts `patchHeaders`: `git apply --numstat
- * --summary -z`, parsed by common/repo-policy's zod parser) against real git, and its
+ * --summary -z`, parsed by common/changes/policy's zod parser) against real git, and its
  * agreement with the gate's own parser (`compareWithGit`).
  */
 import assert from 'node:assert/strict';
@@ -9,8 +9,8 @@ import { chmodSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff } from '../../common/repo-policy.js';
-import { patchHeaders, readPatch } from '../../domain/git.js';
+import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff } from '../../common/changes/policy.js';
+import { patchHeaders, readPatch } from '../../domain/changes/git.js';
 
 describe('patch headers read by git', () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'steward-patch-headers-'));

@@ -13,8 +13,8 @@ import {
   IntakeModelOutputSchema,
   RepoRegistrationSchema,
   TaskDraftSchema,
-} from '../../common/repo-change.js';
-import { changePolicy, DEFAULT_POLICY } from '../../common/repo-policy.js';
+} from '../../common/changes.js';
+import { changePolicy, DEFAULT_POLICY } from '../../common/changes/policy.js';
 import { harnessErrors } from '../helpers/harness-schemas.js';
 
 const complete = IntakeModelOutputSchema.parse({

@@ -36,7 +36,7 @@ import {
   type EffectivePolicy,
   type PolicyRule,
   type RepoPolicyInput,
-} from '../../common/repo-policy.js';
+} from '../../common/changes/policy.js';
 
 // ---------------------------------------------------------------------------------------------
 // helpers

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { McpServerSchema } from '../../common/mcp.js';
 import { WebhookSecretRefSchema } from '../../common/objectives.js';
-import { RepoRegistrationSchema } from '../../common/repo-change.js';
+import { RepoRegistrationSchema } from '../../common/changes.js';
 import { API_TOKEN_VARIABLE, isHeldVariable, REFERENCE_PREFIXES, referenceRefusal, type ReferencePurpose } from '../../common/secret-refs.js';
 import { ConfigEnvSchema } from '../../config/index.js';
 import { heldSecretsFrom } from '../../domain/secrets.js';

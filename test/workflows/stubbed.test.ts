@@ -14,7 +14,7 @@ import { WorkflowFailedError, type WorkflowUpdateFailedError } from '@temporalio
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
 import type { ModelStepResult } from '../../activities/index.js';
-import type { GateVerdict } from '../../common/repo-change.js';
+import type { GateVerdict } from '../../common/changes.js';
 import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal, turnSteerSignal, turnStatusQuery } from '../../workflows/messages.js';
 import { objectiveRunWorkflow } from '../../workflows/objectives/objective.js';
 import { repoChangeWorkflow } from '../../workflows/changes/repo-change.js';

@@ -17,10 +17,10 @@
  * No Temporal imports.
  */
 import { createHash } from 'node:crypto';
-import { TOOLS, isToolName } from '../common/tools.js';
-import { heldSecrets, heldSecretsIn, maskHeldSecrets, type HeldSecret } from './secrets.js';
+import { TOOLS, isToolName } from '../../common/tools.js';
+import { heldSecrets, heldSecretsIn, maskHeldSecrets, type HeldSecret } from '../secrets.js';
 
-export { heldSecretsFrom, heldSecretsIn, maskHeldSecrets, maskHeldSecretsDeep, type HeldSecret } from './secrets.js';
+export { heldSecretsFrom, heldSecretsIn, maskHeldSecrets, maskHeldSecretsDeep, type HeldSecret } from '../secrets.js';
 
 // ---- literal credentials the model wrote ----
 

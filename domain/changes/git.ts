@@ -31,7 +31,7 @@ import { isUtf8 } from 'node:buffer';
 import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, rmdir, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
-import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff, type GitPatchHeaders, type ParsedDiff } from '../common/repo-policy.js';
+import { compareWithGit, parseGitPatchHeaders, parseUnifiedDiff, type GitPatchHeaders, type ParsedDiff } from '../../common/changes/policy.js';
 
 export type GitErrorCode = 'failed' | 'branch-not-found' | 'commit-not-found' | 'bad-argument' | 'timeout';
 

@@ -9,7 +9,7 @@
  */
 import { z } from 'zod';
 import { ModelRefSchema } from './schemas.js';
-import { RepoPolicySchema, type RepoPolicyInput } from './repo-policy.js';
+import { RepoPolicySchema, type RepoPolicyInput } from './changes/policy.js';
 import { argvRefusal } from './argv.js';
 import { referenceRefusal } from './secret-refs.js';
 

@@ -5,16 +5,16 @@
  * with the override), and remind the admins once of a task that came due untouched. Keyed by the
  * message (its task id derives from it) and the task: done again, it repeats nothing.
  */
-import type { ConversationKey } from '../common/ids.js';
-import { wrapUntrusted } from '../common/untrusted.js';
-import { CLASSES, DEFAULT_DUE_MS, dueWindowMs, LANES, parseClassification, taskIdFor, type Classification } from '../common/tasks.js';
-import { getBlobText } from './blobs.js';
-import type { Db } from './db.js';
-import { notifyAdmins } from './governance.js';
-import { runModelStep, type ModelRegistry } from './model.js';
-import type { Senders } from './outbox.js';
-import { writeReceipt } from './receipts.js';
-import { findTask, insertTask, markTaskReminded, type TaskRow } from './store/tasks.js';
+import type { ConversationKey } from '../../common/ids.js';
+import { wrapUntrusted } from '../../common/untrusted.js';
+import { CLASSES, DEFAULT_DUE_MS, dueWindowMs, LANES, parseClassification, taskIdFor, type Classification } from '../../common/tasks.js';
+import { getBlobText } from '../blobs.js';
+import type { Db } from '../db.js';
+import { notifyAdmins } from '../governance.js';
+import { runModelStep, type ModelRegistry } from '../model.js';
+import type { Senders } from '../outbox.js';
+import { writeReceipt } from '../receipts.js';
+import { findTask, insertTask, markTaskReminded, type TaskRow } from '../store/tasks.js';
 
 /** How much of a message the classification step sees. */
 const MAX_TRIAGE_CHARS = 4000;

@@ -3,9 +3,9 @@
  * its hash); a call is read back from it by id. And what running a call comes to.
  */
 import type { AssistantModelMessage } from 'ai';
-import type { AttachmentRef } from '../common/schemas.js';
-import { getBlobText } from './blobs.js';
-import type { Db } from './db.js';
+import type { AttachmentRef } from '../../common/schemas.js';
+import { getBlobText } from '../blobs.js';
+import type { Db } from '../db.js';
 
 export interface LoadedToolCall {
   toolCallId: string;

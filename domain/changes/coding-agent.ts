@@ -27,8 +27,8 @@ import path from 'node:path';
 import vm from 'node:vm';
 import { tool, type ModelMessage, type ToolModelMessage, type ToolSet } from 'ai';
 import { z } from 'zod';
-import { runModelStep, type ModelRegistry } from './model.js';
-import { runSandboxed, SandboxRefusedError, type SandboxResult } from './sandbox.js';
+import { runModelStep, type ModelRegistry } from '../model.js';
+import { runSandboxed, SandboxRefusedError, type SandboxResult } from '../sandbox.js';
 
 // ---------------------------------------------------------------------------------------------
 // API

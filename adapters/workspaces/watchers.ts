@@ -8,8 +8,8 @@
  * No Temporal here: the workspace service starts or signals the workflow.
  */
 import type { Logger } from 'pino';
-import type { WorkspaceService } from '../services/workspaces.js';
-import { startDirectoryWatchers, type DirectoryWatchers, type FileEventPayload, type WatchSettings } from './directory-watchers.js';
+import type { WorkspaceService } from '../../services/workspaces.js';
+import { startDirectoryWatchers, type DirectoryWatchers, type FileEventPayload, type WatchSettings } from '../directory-watchers.js';
 
 export interface WorkspaceWatchersOptions extends WatchSettings {
   workspaces: Pick<WorkspaceService, 'list' | 'reindex'> & Partial<Pick<WorkspaceService, 'onChange'>>;

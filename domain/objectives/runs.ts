@@ -4,17 +4,17 @@
  * result; a failed run tells the admins with the run's link. Keyed by the run's workflow id:
  * done again (an activity's retry), it repeats nothing.
  */
-import { objectiveRunMessageKey, sessionWorkflowId, type ConversationKey } from '../common/ids.js';
-import { neutralise, wrapUntrusted } from '../common/untrusted.js';
-import type { TurnInput } from '../workflows/types.js';
-import { getBlobText } from './blobs.js';
-import type { Db } from './db.js';
-import type { Limiter } from './limits.js';
-import { notifyAdmins } from './governance.js';
-import type { Senders } from './outbox.js';
-import { isUniqueViolation } from './prisma-errors.js';
-import { writeReceipt } from './receipts.js';
-import { ensureRunSession, findObjective, findObjectiveRun, recordRunFinished, recordRunPrompt, recordRunStarted, type ObjectiveRow } from './store/objectives.js';
+import { objectiveRunMessageKey, sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
+import { neutralise, wrapUntrusted } from '../../common/untrusted.js';
+import type { TurnInput } from '../../workflows/types.js';
+import { getBlobText } from '../blobs.js';
+import type { Db } from '../db.js';
+import type { Limiter } from '../limits.js';
+import { notifyAdmins } from '../governance.js';
+import type { Senders } from '../outbox.js';
+import { isUniqueViolation } from '../prisma-errors.js';
+import { writeReceipt } from '../receipts.js';
+import { ensureRunSession, findObjective, findObjectiveRun, recordRunFinished, recordRunPrompt, recordRunStarted, type ObjectiveRow } from '../store/objectives.js';
 
 /** How much of an event's payload reaches the model. */
 const MAX_EVENT_CHARS = 8000;

@@ -9,12 +9,12 @@
  * No Temporal here: runs start through the objective service.
  */
 import type { Logger } from 'pino';
-import type { Db } from '../domain/db.js';
-import { listWatchedObjectives } from '../domain/store/objectives.js';
-import type { ObjectiveEventResult, ObjectiveService } from '../services/objectives.js';
-import { startDirectoryWatchers, type FileEventPayload, type WatchSettings } from './directory-watchers.js';
+import type { Db } from '../../domain/db.js';
+import { listWatchedObjectives } from '../../domain/store/objectives.js';
+import type { ObjectiveEventResult, ObjectiveService } from '../../services/objectives.js';
+import { startDirectoryWatchers, type FileEventPayload, type WatchSettings } from '../directory-watchers.js';
 
-export type { FileEventPayload, WatchedFile } from './directory-watchers.js';
+export type { FileEventPayload, WatchedFile } from '../directory-watchers.js';
 
 export interface ObjectiveWatchersOptions extends WatchSettings {
   db: Db;
