@@ -10,13 +10,11 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { createDb, migrateDatabase, type Db } from '../domain/db.js';
-import { GovernanceError } from '../domain/governance.js';
+import { createDb, migrateDatabase } from '../domain/db.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
-import { ShellError } from '../adapters/openharness/shells.js';
 import { createAdminService, type AdminService } from '../services/admin.js';
-import type { Requester } from '../services/requests.js';
+import { ServiceInputError, type Requester } from '../services/requests.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';
 import { runCommand, UsageError, usageOf, type HandlersOf } from './cli-commands.js';
 
@@ -38,12 +36,12 @@ function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
 }
 
 /** The administration service on the configured database (migrated first), for `fn`. */
-async function withAdmin<T>(io: CliIo, fn: (admin: AdminService, db: Db) => Promise<T>): Promise<T> {
+async function withAdmin<T>(io: CliIo, fn: (admin: AdminService) => Promise<T>): Promise<T> {
   const cfg = io.config();
   await migrateDatabase(cfg.databaseUrl);
   const db = createDb(cfg.databaseUrl);
   try {
-    return await fn(createAdminService(db), db);
+    return await fn(createAdminService(db));
   } finally {
     await db.$disconnect();
   }
@@ -205,7 +203,7 @@ const HANDLERS = {
           io.out(`Added ${name} (${role}), id ${id}.\n`);
           return 0;
         } catch (err) {
-          if (!(err instanceof GovernanceError)) throw err;
+          if (!(err instanceof ServiceInputError)) throw err;
           io.err(`Not added: ${err.message}.\n`);
           return 1;
         }
@@ -256,7 +254,7 @@ const HANDLERS = {
           io.out(`Bound ${platform} chat ${chatId} (${b.mode}${b.name ? `, "${b.name}"` : ''}${b.adminChannel ? ', admin channel' : ''}), id ${b.id}.\n`);
           return 0;
         } catch (err) {
-          if (!(err instanceof GovernanceError)) throw err;
+          if (!(err instanceof ServiceInputError)) throw err;
           io.err(`Not bound: ${err.message}.\n`);
           return 1;
         }
@@ -296,7 +294,7 @@ const HANDLERS = {
           io.out(`Issued the OpenHarness shell "${s.name}" (id ${s.id}, identity ${s.identityId}).\nIts token, shown once (Authorization: Bearer <token> on POST /api/openharness/v1):\n${s.token}\n`);
           return 0;
         } catch (err) {
-          if (err instanceof ShellError) throw new UsageError(err.message);
+          if (err instanceof ServiceInputError) throw new UsageError(err.message);
           throw err;
         }
       });

@@ -138,8 +138,14 @@ const migrate: Main['migrate'] = async () => {
 
 /** The commands this module runs itself: one handler for each of the table's `main` commands. */
 const MAIN = {
-  start: async () => (await start('all'), 0),
-  api: async () => (await start('api'), 0),
+  start: async () => {
+    await start('all');
+    return 0;
+  },
+  api: async () => {
+    await start('api');
+    return 0;
+  },
   worker,
   chat,
   migrate,

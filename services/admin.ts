@@ -4,13 +4,18 @@
  * service's triage route and the CLI (platform/admin-cli.ts) call these functions, and every
  * change writes its receipt here, so each surface writes the same receipts; only the actor
  * differs (the API's operator, `cli` for the command line). Inputs arrive validated by the
- * caller's zod schemas; a refusal (a clash, an unknown identity) throws GovernanceError or
- * ShellError and changes nothing.
+ * caller's zod schemas; a refusal (a name or an account in use, an unknown identity) throws
+ * ServiceInputError (409 for a clash, 400 for a shell the input cannot make) and changes nothing.
+ * Pending pairing requests and the approvals agents asked for are read here too; deciding them
+ * is the chat intake's (it tells people and signals the waiting workflow).
  */
 import type { Db } from '../domain/db.js';
 import {
   bindChat,
   createIdentity,
+  GovernanceError,
+  listApprovals,
+  pendingPairings,
   deleteBinding,
   deleteIdentity,
   findBinding,
@@ -23,12 +28,27 @@ import {
   type BindingRow,
   type IdentityRow,
   type NewIdentity,
+  type ApprovalRecord,
+  type PairingRecord,
 } from '../domain/governance.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { listTriageSettings, upsertTriageSetting, type TriageSettingRow } from '../domain/store/tasks.js';
-import { issueShell, listShells, revokeShell, type IssuedShell, type ShellRecord } from '../adapters/openharness/shells.js';
+// issue 33: shells.ts moves to services/shells.ts on the adapters branch; this import becomes './shells.js' at merge
+// eslint-disable-next-line @typescript-eslint/no-restricted-imports
+import { issueShell, listShells, revokeShell, ShellError, type IssuedShell, type ShellRecord } from '../adapters/openharness/shells.js';
 import type { Role } from '../common/roles.js';
-import type { Requester } from './requests.js';
+import { ServiceInputError, type Requester } from './requests.js';
+
+/** A governance refusal (a clash) as the service's: 409, nothing changed. */
+async function refusing<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof GovernanceError) throw new ServiceInputError(err.message, 409);
+    if (err instanceof ShellError) throw new ServiceInputError(err.message, 400);
+    throw err;
+  }
+}
 
 export type AdminService = ReturnType<typeof createAdminService>;
 
@@ -40,7 +60,7 @@ export function createAdminService(db: Db) {
 
     /** Add a person with a role and their platform accounts. */
     async addIdentity(by: Requester, input: Omit<NewIdentity, 'createdBy'>): Promise<{ id: string }> {
-      const { id } = await createIdentity(db, { ...input, createdBy: by.id });
+      const { id } = await refusing(() => createIdentity(db, { ...input, createdBy: by.id }));
       await writeReceipt(db, { kind: 'identity.change', actor: by.id, data: { action: 'create', identityId: id, name: input.name, role: input.role, accounts: input.accounts } });
       return { id };
     },
@@ -68,7 +88,7 @@ export function createAdminService(db: Db) {
 
     /** Bind a chat (or change its binding). */
     async bind(by: Requester, input: Omit<BindInput, 'createdBy'>): Promise<BindingRecord> {
-      const b = await bindChat(db, { ...input, createdBy: by.id });
+      const b = await refusing(() => bindChat(db, { ...input, createdBy: by.id }));
       await writeReceipt(db, { kind: 'binding.change', actor: by.id, data: { action: 'bind', ...b } });
       return b;
     },
@@ -90,12 +110,18 @@ export function createAdminService(db: Db) {
       return { binding, setting: row };
     },
 
+    // ---- what waits for a decision ----
+    /** Pending pairing requests (never their codes: the requester has theirs). */
+    pendingPairings: (): Promise<PairingRecord[]> => pendingPairings(db),
+    /** Actions agents proposed, pending first by default. */
+    listApprovals: (opts: { status?: string } = {}): Promise<ApprovalRecord[]> => listApprovals(db, opts),
+
     // ---- OpenHarness shells ----
     listShells: (): Promise<ShellRecord[]> => listShells(db),
 
     /** Issue a shell and its token (shown once); a new identity with `role` unless `identityId` links one. */
     async issueShell(by: Requester, input: { name: string; role?: Role; identityId?: string }): Promise<IssuedShell> {
-      const s = await issueShell(db, { name: input.name, createdBy: by.id, ...(input.role ? { role: input.role } : {}), ...(input.identityId ? { identityId: input.identityId } : {}) });
+      const s = await refusing(() => issueShell(db, { name: input.name, createdBy: by.id, ...(input.role ? { role: input.role } : {}), ...(input.identityId ? { identityId: input.identityId } : {}) }));
       await writeReceipt(db, { kind: 'shell.change', actor: by.id, data: { action: 'issue', shellId: s.id, name: s.name, identityId: s.identityId, ...(input.role ? { role: input.role } : {}) } });
       return s;
     },
