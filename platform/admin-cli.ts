@@ -87,6 +87,11 @@ async function callApi(target: Api, method: string, route: string, body?: unknow
   return { status: res.status, json: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
 
+/** A request to the running API named by the command's flags (or the machine's own). */
+async function api(io: CliIo, values: ApiFlags, method: string, route: string, body?: unknown): Promise<Reply> {
+  return callApi(await apiTarget(io, values), method, route, body);
+}
+
 /** Print an API refusal; the exit code: 2 for bad input, 1 otherwise. */
 function apiFailure(io: CliIo, r: Reply): number {
   io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
@@ -157,7 +162,7 @@ const schedule = (v: { every?: string; cron?: string; timezone?: string; jitter?
 const objective = (id: string | undefined) => `/api/v1/objectives/${encodeURIComponent(check(Name, id, 'ID'))}`;
 /** pause, resume, trigger, skip-missed, backfill: a POST to the objective's action. */
 async function objectiveAction(io: CliIo, values: ApiFlags, id: string | undefined, action: string, body?: unknown): Promise<number> {
-  const r = await callApi(await apiTarget(io, values), 'POST', `${objective(id)}/${action}`, body);
+  const r = await api(io, values, 'POST', `${objective(id)}/${action}`, body);
   return done(io, r, (j) => `${String(j.name)}: ${action} done.\n`, 200);
 }
 
@@ -319,7 +324,7 @@ const HANDLERS = {
 
   pairing: {
     list: async ({ values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', '/api/v1/pairings');
+      const r = await api(io, values, 'GET', '/api/v1/pairings');
       const rows = (r.json.pairings ?? []) as Array<{ displayName: string; platform: string; userId: string; expiresAt: string }>;
       io.out(rows.length === 0 ? 'No pending pairing requests.\n' : table([['NAME', 'PLATFORM', 'USER', 'EXPIRES'], ...rows.map((p) => [p.displayName, p.platform, p.userId, p.expiresAt])]));
       return 0;
@@ -331,7 +336,7 @@ const HANDLERS = {
   approvals: {
     list: async ({ values, io }) => {
       const status = values.status === undefined ? 'pending' : check(z.enum(['pending', 'approved', 'denied', 'expired', 'cancelled']), values.status, '--status');
-      const r = await callApi(await apiTarget(io, values), 'GET', `/api/v1/approvals?status=${status}`);
+      const r = await api(io, values, 'GET', `/api/v1/approvals?status=${status}`);
       const rows = (r.json.approvals ?? []) as Array<{ id: string; tool: string; summary: string; status: string; deadline: string }>;
       io.out(rows.length === 0 ? `No ${status} approvals.\n` : table([['ID', 'STATUS', 'DEADLINE', 'ACTION'], ...rows.map((a) => [a.id, a.status, a.deadline, a.summary.slice(0, 100)])]));
       return 0;
@@ -342,18 +347,18 @@ const HANDLERS = {
 
   repos: {
     list: async ({ values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', '/api/v1/repos');
+      const r = await api(io, values, 'GET', '/api/v1/repos');
       const rows = (r.json.repos ?? []) as Array<{ name: string; cloneUrl: string; defaultBranch: string; github: { owner: string; repo: string } | null }>;
       io.out(rows.length === 0 ? 'No repositories registered.\n' : table([['NAME', 'BRANCH', 'GITHUB', 'CLONE URL'], ...rows.map((x) => [x.name, x.defaultBranch, x.github ? `${x.github.owner}/${x.github.repo}` : '-', x.cloneUrl])]));
       return 0;
     },
     show: async ({ args: [name], values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', `/api/v1/repos/${encodeURIComponent(check(Name, name, 'NAME'))}`);
+      const r = await api(io, values, 'GET', `/api/v1/repos/${encodeURIComponent(check(Name, name, 'NAME'))}`);
       return r.status === 200 ? done(io, r, (j) => `${JSON.stringify(j, null, 2)}\n`) : refused(io, r);
     },
     remove: async ({ args: [name], values, io }) => {
       const n = check(Name, name, 'NAME');
-      const r = await callApi(await apiTarget(io, values), 'DELETE', `/api/v1/repos/${encodeURIComponent(n)}`);
+      const r = await api(io, values, 'DELETE', `/api/v1/repos/${encodeURIComponent(n)}`);
       return r.status === 200 ? done(io, r, () => `Removed ${n}.\n`) : refused(io, r);
     },
     add: async ({ args: [name], values, io }) => {
@@ -392,16 +397,16 @@ const HANDLERS = {
 
   objectives: {
     list: async ({ values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', '/api/v1/objectives');
+      const r = await api(io, values, 'GET', '/api/v1/objectives');
       const rows = (r.json.objectives ?? []) as ObjectiveView[];
       const line = (o: ObjectiveView) => [o.name, o.id, when(o), o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
       io.out(rows.length === 0 ? 'No objectives.\n' : table([['NAME', 'ID', 'SCHEDULE', 'ZONE', 'NEXT RUN', 'LAST'], ...rows.map(line)]));
       return 0;
     },
-    show: async ({ args: [id], values, io }) => done(io, await callApi(await apiTarget(io, values), 'GET', objective(id)), (j) => `${JSON.stringify(j, null, 2)}\n`, 200),
+    show: async ({ args: [id], values, io }) => done(io, await api(io, values, 'GET', objective(id)), (j) => `${JSON.stringify(j, null, 2)}\n`, 200),
     add: async ({ args: [name], values, io }) => {
       const s = schedule(values);
-      const r = await callApi(await apiTarget(io, values), 'POST', '/api/v1/objectives', {
+      const r = await api(io, values, 'POST', '/api/v1/objectives', {
         name,
         prompt: values.prompt,
         chatId: values.chat,
@@ -424,7 +429,7 @@ const HANDLERS = {
     },
     update: async ({ args: [id], values, io }) => {
       const s = schedule(values);
-      const r = await callApi(await apiTarget(io, values), 'PATCH', objective(id), {
+      const r = await api(io, values, 'PATCH', objective(id), {
         ...(values.prompt ? { prompt: values.prompt } : {}),
         ...(Object.keys(s).length ? { schedule: s } : {}),
         ...(values.overlap ? { overlap: values.overlap } : {}),
@@ -442,23 +447,23 @@ const HANDLERS = {
     'skip-missed': ({ args: [id], values, io }) => objectiveAction(io, values, id, 'skip-missed'),
     trigger: ({ args: [id], values, io }) => objectiveAction(io, values, id, 'trigger', values.overlap ? { overlap: values.overlap } : undefined),
     backfill: ({ args: [id], values, io }) => objectiveAction(io, values, id, 'backfill', { start: values.start, end: values.end, ...(values.overlap ? { overlap: values.overlap } : {}) }),
-    delete: async ({ args: [id], values, io }) => done(io, await callApi(await apiTarget(io, values), 'DELETE', objective(id)), () => 'Deleted.\n', 200),
+    delete: async ({ args: [id], values, io }) => done(io, await api(io, values, 'DELETE', objective(id)), () => 'Deleted.\n', 200),
   },
 
   changes: {
     list: async ({ values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', `/api/v1/changes${values.repo ? `?repo=${encodeURIComponent(values.repo)}` : ''}`);
+      const r = await api(io, values, 'GET', `/api/v1/changes${values.repo ? `?repo=${encodeURIComponent(values.repo)}` : ''}`);
       const rows = (r.json.changes ?? []) as Array<{ id: string; repo: string; phase: string; status: string; request: string }>;
       io.out(rows.length === 0 ? 'No changes.\n' : table([['ID', 'REPO', 'STATUS', 'PHASE', 'REQUEST'], ...rows.map((c) => [c.id, c.repo, c.status, c.phase, c.request.replace(/\s+/g, ' ').slice(0, 60)])]));
       return 0;
     },
     start: async ({ args: [repo, ...words], values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'POST', '/api/v1/changes', { repo, request: words.join(' '), ...(values.base ? { base: values.base } : {}) });
+      const r = await api(io, values, 'POST', '/api/v1/changes', { repo, request: words.join(' '), ...(values.base ? { base: values.base } : {}) });
       return done(io, r, (j) => `Started change ${String(j.id)}.${j.runUrl ? ` Run: ${String(j.runUrl)}` : ''}\n`, 202);
     },
     show: async ({ args: [idArg], values, io }) => {
       const id = check(ChangeIdArg, idArg, 'ID');
-      const r = await callApi(await apiTarget(io, values), 'GET', `/api/v1/changes/${id}`);
+      const r = await api(io, values, 'GET', `/api/v1/changes/${id}`);
       if (r.status !== 200) return apiFailure(io, r);
       if (values.json) {
         io.out(`${JSON.stringify(r.json, null, 2)}\n`);
@@ -503,36 +508,34 @@ const HANDLERS = {
     },
     answer: async ({ args: [idArg, ...words], values, io }) => {
       const id = check(ChangeIdArg, idArg, 'ID');
-      const r = await callApi(await apiTarget(io, values), 'POST', `/api/v1/changes/${id}/answer`, { text: words.join(' ') });
+      const r = await api(io, values, 'POST', `/api/v1/changes/${id}/answer`, { text: words.join(' ') });
       return done(io, r, (j) => `${String(j.message)}\n`, 200);
     },
   },
 
   workspaces: {
     list: async ({ values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', '/api/v1/workspaces');
+      const r = await api(io, values, 'GET', '/api/v1/workspaces');
       const rows = (r.json.workspaces ?? []) as Array<{ name: string; root: string; chats: number }>;
       io.out(rows.length === 0 ? 'No workspaces.\n' : table([['NAME', 'CHATS', 'FOLDER'], ...rows.map((x) => [x.name, String(x.chats), x.root])]));
       return 0;
     },
-    show: async ({ args: [name], values, io }) => done(io, await callApi(await apiTarget(io, values), 'GET', workspace(name)), (j) => `${JSON.stringify(j, null, 2)}\n`),
-    create: async ({ args: [name], values, io }) =>
-      done(io, await callApi(await apiTarget(io, values), 'POST', '/api/v1/workspaces', { name: check(Name, name, 'NAME'), ...(values.folder ? { folder: values.folder } : {}) }), (j) => `Created workspace ${String(j.name)} at ${String(j.root)}; indexing its files.\n`),
+    show: async ({ args: [name], values, io }) => done(io, await api(io, values, 'GET', workspace(name)), (j) => `${JSON.stringify(j, null, 2)}\n`),
+    create: async ({ args: [name], values, io }) => done(io, await api(io, values, 'POST', '/api/v1/workspaces', { name: check(Name, name, 'NAME'), ...(values.folder ? { folder: values.folder } : {}) }), (j) => `Created workspace ${String(j.name)} at ${String(j.root)}; indexing its files.\n`),
     reindex: async ({ args: [name], values, io }) =>
-      done(io, await callApi(await apiTarget(io, values), 'POST', `${workspace(name)}/reindex`, values.path ? { paths: values.path } : {}), () => `Indexing ${values.path ? `${values.path.length} path(s) of ` : ''}workspace ${name} again.\n`),
-    bind: async ({ args: [name], values, io }) => done(io, await callApi(await apiTarget(io, values), 'POST', `${workspace(name)}/chats`, chatOf(values)), (j) => `Chat ${values.chat} uses workspace ${String(j.workspace)}.\n`),
-    unbind: async ({ args: [name], values, io }) => done(io, await callApi(await apiTarget(io, values), 'DELETE', `${workspace(name)}/chats`, chatOf(values)), () => `Chat ${values.chat} no longer uses workspace ${name}.\n`),
+      done(io, await api(io, values, 'POST', `${workspace(name)}/reindex`, values.path ? { paths: values.path } : {}), () => `Indexing ${values.path ? `${values.path.length} path(s) of ` : ''}workspace ${name} again.\n`),
+    bind: async ({ args: [name], values, io }) => done(io, await api(io, values, 'POST', `${workspace(name)}/chats`, chatOf(values)), (j) => `Chat ${values.chat} uses workspace ${String(j.workspace)}.\n`),
+    unbind: async ({ args: [name], values, io }) => done(io, await api(io, values, 'DELETE', `${workspace(name)}/chats`, chatOf(values)), () => `Chat ${values.chat} no longer uses workspace ${name}.\n`),
     search: async ({ args: [name, ...rest], values, io }) => {
       const words = rest.join(' ');
       const q = new URLSearchParams({ q: words, ...(values.limit ? { limit: values.limit } : {}) });
-      return done(io, await callApi(await apiTarget(io, values), 'GET', `${workspace(name)}/search?${q}`), (j) => {
+      return done(io, await api(io, values, 'GET', `${workspace(name)}/search?${q}`), (j) => {
         const hits = (j.hits ?? []) as Array<{ path: string; heading: string; startLine: number; endLine: number; text: string }>;
         if (hits.length === 0) return `Nothing in workspace ${name} matches "${words}".\n`;
         return `${hits.map((h, i) => `${i + 1}. ${h.path}${h.heading ? ` > ${h.heading}` : ''} (lines ${h.startLine}-${h.endLine})\n   ${h.text.replace(/\s+/g, ' ').slice(0, 200)}`).join('\n')}\n`;
       });
     },
-    open: async ({ args: [name, p = ''], values, io }) =>
-      done(io, await callApi(await apiTarget(io, values), 'GET', `${workspace(name)}/file?${new URLSearchParams({ path: p })}`), (j) => `${String(j.text)}${j.truncated ? `\n[the first part of ${String(j.bytes)} bytes]` : ''}\n`),
+    open: async ({ args: [name, p = ''], values, io }) => done(io, await api(io, values, 'GET', `${workspace(name)}/file?${new URLSearchParams({ path: p })}`), (j) => `${String(j.text)}${j.truncated ? `\n[the first part of ${String(j.bytes)} bytes]` : ''}\n`),
     inbox: async ({ args: [name, action], values, io }) => {
       const target = await apiTarget(io, values);
       const at = `${workspace(name)}/inbox`;
@@ -554,7 +557,7 @@ const HANDLERS = {
   },
 
   skills: async ({ values, io }) => {
-    const r = await callApi(await apiTarget(io, values), 'GET', `/api/v1/skills${values.workspace ? `?${new URLSearchParams({ workspace: values.workspace })}` : ''}`);
+    const r = await api(io, values, 'GET', `/api/v1/skills${values.workspace ? `?${new URLSearchParams({ workspace: values.workspace })}` : ''}`);
     if (r.status >= 400) return apiFailure(io, r);
     const rows = (r.json.skills ?? []) as Array<{ name: string; version: string; source: string; roles: string[]; description: string }>;
     const problems = (r.json.problems ?? []) as Array<{ file: string; error: string }>;
@@ -589,23 +592,23 @@ const HANDLERS = {
       } else io.out(text);
       return 0;
     },
-    approve: async ({ args: [id], values, io }) => done(io, await callApi(await apiTarget(io, values), 'POST', `${memory(id)}/approve`), (j) => `Memory ${String(j.id)} approved: it is recalled from now on.\n`),
-    reject: async ({ args: [id], values, io }) => done(io, await callApi(await apiTarget(io, values), 'POST', `${memory(id)}/reject`), (j) => `Memory ${String(j.id)} rejected.\n`),
-    forget: async ({ args: [id], values, io }) => done(io, await callApi(await apiTarget(io, values), 'DELETE', memory(id)), (j) => `Memory ${String(j.id)} forgotten.\n`),
+    approve: async ({ args: [id], values, io }) => done(io, await api(io, values, 'POST', `${memory(id)}/approve`), (j) => `Memory ${String(j.id)} approved: it is recalled from now on.\n`),
+    reject: async ({ args: [id], values, io }) => done(io, await api(io, values, 'POST', `${memory(id)}/reject`), (j) => `Memory ${String(j.id)} rejected.\n`),
+    forget: async ({ args: [id], values, io }) => done(io, await api(io, values, 'DELETE', memory(id)), (j) => `Memory ${String(j.id)} forgotten.\n`),
   },
 
   mcp: {
     list: async ({ values, io }) => {
-      const r = await callApi(await apiTarget(io, values), 'GET', '/api/v1/mcp/servers');
+      const r = await api(io, values, 'GET', '/api/v1/mcp/servers');
       if (r.status >= 400) return apiFailure(io, r);
       const rows = (r.json.servers ?? []) as Array<{ name: string; transport: string; source: string; state: string; tools: number; enabled: boolean; lastError: string | null }>;
       io.out(rows.length === 0 ? 'No MCP servers.\n' : table([['NAME', 'TRANSPORT', 'SOURCE', 'STATE', 'TOOLS', 'LAST ERROR'], ...rows.map((x) => [x.name, x.transport, x.source, x.enabled ? x.state : 'disabled', String(x.tools), (x.lastError ?? '').slice(0, 80)])]));
       return 0;
     },
-    show: async ({ args: [name], values, io }) => done(io, await callApi(await apiTarget(io, values), 'GET', mcpServer(name)), (j) => `${JSON.stringify(j, null, 2)}\n`),
-    remove: async ({ args: [name], values, io }) => done(io, await callApi(await apiTarget(io, values), 'DELETE', mcpServer(name)), (j) => `Removed MCP server ${String(j.name)}.\n`),
+    show: async ({ args: [name], values, io }) => done(io, await api(io, values, 'GET', mcpServer(name)), (j) => `${JSON.stringify(j, null, 2)}\n`),
+    remove: async ({ args: [name], values, io }) => done(io, await api(io, values, 'DELETE', mcpServer(name)), (j) => `Removed MCP server ${String(j.name)}.\n`),
     tools: async ({ args: [name], values, io }) =>
-      done(io, await callApi(await apiTarget(io, values), 'GET', `${mcpServer(name)}/tools`), (j) => {
+      done(io, await api(io, values, 'GET', `${mcpServer(name)}/tools`), (j) => {
         const tools = (j.tools ?? []) as Array<{ shown: string; offered: boolean; why?: string; approval: string; description: string }>;
         if (tools.length === 0) return `The MCP server ${String(j.server)} lists no tools.\n`;
         return table([['TOOL', 'OFFERED', 'APPROVAL', 'DESCRIPTION'], ...tools.map((t) => [t.shown, t.offered ? 'yes' : `no: ${t.why ?? ''}`, t.approval, t.description.replace(/\s+/g, ' ').slice(0, 60)])]);
@@ -640,7 +643,7 @@ const HANDLERS = {
   tasks: {
     list: async ({ values, io }) => {
       const q = new URLSearchParams({ ...(values.status ? { status: values.status } : {}), ...(values.lane ? { lane: values.lane } : {}) });
-      const r = await callApi(await apiTarget(io, values), 'GET', `/api/v1/tasks${q.size ? `?${q}` : ''}`);
+      const r = await api(io, values, 'GET', `/api/v1/tasks${q.size ? `?${q}` : ''}`);
       if (r.status !== 200) return apiFailure(io, r);
       const rows = (r.json.tasks ?? []) as TaskView[];
       if (values.json) io.out(`${JSON.stringify(rows, null, 2)}\n`);
@@ -651,7 +654,7 @@ const HANDLERS = {
     add: async ({ args, values, io }) => {
       const text = args.join(' ').trim();
       if (!text) throw new UsageError(`usage: ${usageOf('tasks')}`);
-      const r = await callApi(await apiTarget(io, values), 'POST', '/api/v1/tasks', {
+      const r = await api(io, values, 'POST', '/api/v1/tasks', {
         text,
         chatId: values.chat,
         ...(values.platform ? { platform: values.platform } : {}),
@@ -665,22 +668,22 @@ const HANDLERS = {
     },
     route: async ({ args: [id, cls], values, io }) => {
       const at = task(id);
-      const r = await callApi(await apiTarget(io, values), 'POST', `${at}/route`, { class: cls, ...(values.priority ? { priority: values.priority } : {}), ...(values.due ? { due: values.due } : {}) });
+      const r = await api(io, values, 'POST', `${at}/route`, { class: cls, ...(values.priority ? { priority: values.priority } : {}), ...(values.due ? { due: values.due } : {}) });
       return taskDone(io, r, 200, values.json, (t) => `Task ${t.id}: ${t.status === 'closed' ? 'closed as noise' : `${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}`}.`);
     },
     hand: async ({ args: [id], values, io }) => {
       const at = task(id);
-      return taskDone(io, await callApi(await apiTarget(io, values), 'POST', `${at}/hand`), 200, values.json, (t) => `Task ${t.id} handed to the agent: a turn runs in ${t.chat.platform} chat ${t.chat.chatId}.`);
+      return taskDone(io, await api(io, values, 'POST', `${at}/hand`), 200, values.json, (t) => `Task ${t.id} handed to the agent: a turn runs in ${t.chat.platform} chat ${t.chat.chatId}.`);
     },
     close: async ({ args: [id], values, io }) => {
       const at = task(id);
-      return taskDone(io, await callApi(await apiTarget(io, values), 'POST', `${at}/close`, values.note ? { note: values.note } : undefined), 200, values.json, (t) => `Task ${t.id} closed.`);
+      return taskDone(io, await api(io, values, 'POST', `${at}/close`, values.note ? { note: values.note } : undefined), 200, values.json, (t) => `Task ${t.id} closed.`);
     },
   },
 
   /** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
   ui: async ({ values, io }) => {
-    const r = await callApi(await apiTarget(io, values), 'POST', '/codec/links');
+    const r = await api(io, values, 'POST', '/codec/links');
     if (r.status !== 201 || typeof r.json.url !== 'string') return apiFailure(io, r);
     const opens = typeof r.json.ui === 'string' ? `it signs the browser in and opens ${r.json.ui}` : 'it signs the browser in to the codec endpoint (this Steward serves no Temporal UI)';
     io.out(`${r.json.url}\n  (${opens}; it works once, until ${String(r.json.expiresAt)})\n`);
@@ -690,13 +693,13 @@ const HANDLERS = {
 
 async function decidePairing(io: CliIo, values: ApiFlags, codeArg: string | undefined, role: string | undefined): Promise<number> {
   const code = check(PairingCodeArg, codeArg, 'CODE').toUpperCase();
-  const r = await callApi(await apiTarget(io, values), 'POST', `/api/v1/pairings/${encodeURIComponent(code)}/${role ? 'approve' : 'deny'}`, role ? { role } : undefined);
+  const r = await api(io, values, 'POST', `/api/v1/pairings/${encodeURIComponent(code)}/${role ? 'approve' : 'deny'}`, role ? { role } : undefined);
   return r.status === 200 ? done(io, r, (j) => `${String(j.message)}\n`) : refused(io, r);
 }
 
 async function decideApproval(io: CliIo, values: ApiFlags, idArg: string | undefined, action: 'approve' | 'deny', reason: string | undefined): Promise<number> {
   const id = check(ApprovalIdArg, idArg, 'ID').toLowerCase();
-  const r = await callApi(await apiTarget(io, values), 'POST', `/api/v1/approvals/${id}/${action}`, action === 'deny' && reason ? { reason } : undefined);
+  const r = await api(io, values, 'POST', `/api/v1/approvals/${id}/${action}`, action === 'deny' && reason ? { reason } : undefined);
   return r.status === 200 ? done(io, r, (j) => `${String(j.message)}\n`) : refused(io, r);
 }
 
