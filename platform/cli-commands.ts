@@ -670,8 +670,8 @@ function program(c: CliCommand, handlers: Record<string, unknown>, io: CliOutput
 }
 
 /**
- * Run `steward <name> ...args` with a runner's handlers (by command name, as HandlersOf types them): commander parses the arguments and
- * flags the table declares, then the one handler runs. A parse error (an unknown flag or
+ * Run `steward <name> ...args` with a runner's handlers (by command name, as HandlersOf types
+ * them): commander parses the arguments and flags the table declares, then the one handler runs. A parse error (an unknown flag or
  * subcommand, a missing value or argument, an extra argument) prints `steward <name>: <why>` and
  * the command's usage and returns 2 before anything runs; `--help` prints the command's help
  * and returns 0; a handler's UsageError prints its message and returns 2. Resolves with the

@@ -11,6 +11,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import { adminCommand } from '../../platform/admin-cli.js';
+import { clusterCommand } from '../../platform/cluster.js';
+import { historiesCommand } from '../../platform/histories.js';
+import { opsCommand } from '../../platform/ops-cli.js';
 import { CLI_COMMANDS, formsOf, helpText, usageOf, type CliCommand } from '../../platform/cli-commands.js';
 import { loadConfig } from '../../config/index.js';
 
@@ -109,6 +112,30 @@ describe('the steward command table', () => {
     for (const f of entry.flags ?? []) assert.ok(add.stdout.replace(/\s+/g, ' ').includes(f.description), `--${f.name}: ${f.description}`);
     assert.equal(steward('help', 'doctor').stdout, steward('doctor', '--help').stdout);
     assert.match(steward('doctor', '--help').stdout, /--skip-sandbox\s+do not check the sandbox/);
+  });
+
+  it('has a handler for every subcommand, whose --help lists each flag the table shows', async () => {
+    const config = () => loadConfig({ STEWARD_DATA_DIR: '/nonexistent-steward-test', DATABASE_URL: 'file:/nonexistent-steward-test/x.db' });
+    const runners: Record<string, (name: string, args: string[], io: { config: typeof config; out: (s: string) => void; err: (s: string) => void }) => Promise<number>> = {
+      admin: (name, args, io) => adminCommand(name, args, io),
+      ops: (name, args, io) => opsCommand(name as 'doctor', args, io),
+      histories: (_name, args, io) => historiesCommand(args, io),
+      cluster: (_name, args, io) => clusterCommand(args, io),
+    };
+    let checked = 0;
+    for (const c of CLI_COMMANDS as readonly CliCommand[]) {
+      const run = runners[c.runner];
+      if (!run) continue; // main and launcher: cli.ts runs them (the real CLI is tested above)
+      for (const sub of c.subs ?? [undefined]) {
+        let out = '';
+        let err = '';
+        const args = sub ? [sub.name, '--help'] : ['--help'];
+        assert.equal(await run(c.name, args, { config, out: (s) => void (out += s), err: (s) => void (err += s) }), 0, `steward ${c.name} ${args.join(' ')}: ${err}`);
+        for (const f of [...(sub ? (sub.flags ?? []) : (c.flags ?? [])), ...(c.common ?? [])].filter((x) => !x.hidden)) assert.match(out, new RegExp(`--${f.name}\\b`), `steward ${c.name} ${sub?.name ?? ''} --help shows --${f.name}`);
+        checked++;
+      }
+    }
+    assert.ok(checked > 60, `every subcommand of the runner modules (${checked})`);
   });
 
   it('has every command in the README’s command table', () => {
