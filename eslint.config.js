@@ -27,8 +27,7 @@
  *   domain/ whose source runs a Prisma query (`.<model>.<query>(` for a model of
  *   prisma/models.prisma, `$transaction`, raw SQL): STORE_MODULES is computed from the source
  *   here, so a domain module that starts owning a table is covered. What an adapter needs from
- *   them it gets from a service (services/), which does the application's work. (STORE_EXEMPT
- *   is a temporary, marked list of the adapters other branches of issue 33 are moving.)
+ *   them it gets from a service (services/), which does the application's work.
  * (Later blocks replace an earlier block's rule for the files they name: the stricter come last.)
  * - Everywhere: no floating promises (a promise is awaited, returned, or marked `void`).
  * - Product code: no function over 150 lines (blank lines and comments not counted); the ones
@@ -77,18 +76,6 @@ const NO_STORE = {
   allowTypeImports: true,
   message: 'Adapters translate only: no value from a store module of domain/ (domain/store/, or a domain module that runs Prisma queries). Call a service (services/) that does the work; types may be imported.',
 };
-/**
- * TEMPORARY (issue 33; the lead removes it at merge): the adapters that still import a store
- * module on this branch because other helpers move their work into services/ on their own
- * branches: the chat intake and its commands and the chat platforms' senders (into
- * services/chat/), the HTTP admin routes (with the CLI), the objectives' directory watchers
- * (with chokidar). Exempt from NO_STORE only, not from the other rules.
- */
-const STORE_EXEMPT = [
-  'adapters/http/admin.ts',
-  'adapters/objectives/watchers.ts',
-];
-
 /** The generated Prisma client is the store's: types may be used above it, values not. */
 const NO_GENERATED = { regex: '(^|/)generated/prisma/', allowTypeImports: true, message: STORE_MESSAGE };
 
@@ -218,7 +205,6 @@ export default tseslint.config(
   },
   {
     files: ['adapters/**/*.ts'],
-    ignores: STORE_EXEMPT,
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED, NO_STORE] }] },
   },
   {

@@ -1,23 +1,22 @@
 /**
- * The administration commands of the `steward` CLI. Identities, bindings and shells are
- * written to the database directly (so the first overlord can be added before Steward ever
- * starts); pairing and approvals go through the running Steward's API, because deciding them
- * tells people in chat and signals the waiting workflow. Arguments are validated with the same
- * zod schemas as the API; a bad argument changes nothing and exits 2.
+ * The administration commands of the `steward` CLI: one handler per command and subcommand of
+ * the command table (platform/cli-commands.ts), which commander parses. Identities, bindings,
+ * triage and shells go through the administration service (services/admin.ts, as the HTTP
+ * admin routes do) on the database directly, so the first overlord can be added before
+ * Steward ever starts; everything else goes through the running Steward's API, because
+ * deciding it tells people in chat or signals a workflow. Flag values are validated with the
+ * same zod schemas as the API; a bad argument changes nothing and exits 2.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { createDb, migrateDatabase, type Db } from '../domain/db.js';
-import { bindChat, createIdentity, deleteBinding, deleteIdentity, findBinding, findIdentity, GovernanceError, listBindings, listIdentities, updateIdentity } from '../domain/governance.js';
-import { listTriageSettings, upsertTriageSetting } from '../domain/store/tasks.js';
-import { writeReceipt } from '../domain/receipts.js';
+import { createDb, migrateDatabase } from '../domain/db.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
-import { issueShell, listShells, revokeShell, ShellError } from '../services/shells.js';
+import { createAdminService, type AdminService } from '../services/admin.js';
+import { ServiceInputError, type Requester } from '../services/requests.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';
-import { usageOf } from './cli-commands.js';
+import { runCommand, UsageError, usageOf, type HandlersOf } from './cli-commands.js';
 
 export interface CliIo {
   config: () => StewardConfig;
@@ -27,8 +26,8 @@ export interface CliIo {
   api?: { url: string; token: string };
 }
 
-class UsageError extends Error {}
-
+/** Who the command line acts as in receipts and rows. */
+const CLI: Requester = { id: 'cli', name: 'cli' };
 
 function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
   const r = schema.safeParse(value);
@@ -36,18 +35,25 @@ function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
   return r.data;
 }
 
-async function withDb<T>(cfg: StewardConfig, fn: (db: Db) => Promise<T>): Promise<T> {
+/** The administration service on the configured database (migrated first), for `fn`. */
+async function withAdmin<T>(io: CliIo, fn: (admin: AdminService) => Promise<T>): Promise<T> {
+  const cfg = io.config();
   await migrateDatabase(cfg.databaseUrl);
   const db = createDb(cfg.databaseUrl);
   try {
-    return await fn(db);
+    return await fn(createAdminService(db));
   } finally {
     await db.$disconnect();
   }
 }
 
-async function apiTarget(cfg: StewardConfig, io: CliIo, values: { url?: string | undefined; token?: string | undefined }): Promise<{ url: string; token: string }> {
+type Api = { url: string; token: string };
+type ApiFlags = { url?: string; token?: string };
+type Reply = { status: number; json: Record<string, unknown> };
+
+async function apiTarget(io: CliIo, values: ApiFlags): Promise<Api> {
   if (io.api) return io.api;
+  const cfg = io.config();
   let token = values.token ?? cfg.http.apiToken;
   if (!token) {
     try {
@@ -60,7 +66,8 @@ async function apiTarget(cfg: StewardConfig, io: CliIo, values: { url?: string |
   return { url: (values.url ?? `http://${host}:${cfg.http.port}`).replace(/\/$/, ''), token };
 }
 
-async function callApi(target: { url: string; token: string }, method: string, route: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
+/** A request to the running API; an unreachable server or a refused token is a usage error. */
+async function fetchApi(target: Api, method: string, route: string, body?: unknown): Promise<Response> {
   let res: Response;
   try {
     res = await fetch(`${target.url}${route}`, {
@@ -71,15 +78,37 @@ async function callApi(target: { url: string; token: string }, method: string, r
   } catch {
     throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
   }
-  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
   if (res.status === 401) throw new UsageError('the API token was refused (check STEWARD_API_TOKEN or --token)');
-  return { status: res.status, json };
+  return res;
+}
+
+async function callApi(target: Api, method: string, route: string, body?: unknown): Promise<Reply> {
+  const res = await fetchApi(target, method, route, body);
+  return { status: res.status, json: (await res.json().catch(() => ({}))) as Record<string, unknown> };
+}
+
+/** A request to the running API named by the command's flags (or the machine's own). */
+async function api(io: CliIo, values: ApiFlags, method: string, route: string, body?: unknown): Promise<Reply> {
+  return callApi(await apiTarget(io, values), method, route, body);
 }
 
 /** Print an API refusal; the exit code: 2 for bad input, 1 otherwise. */
-function apiFailure(io: CliIo, r: { status: number; json: Record<string, unknown> }): number {
+function apiFailure(io: CliIo, r: Reply): number {
   io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
   return r.status === 400 ? 2 : 1;
+}
+
+/** Print `ok(json)` when the API answered `okStatus` (default: any success), else the refusal. */
+function done(io: CliIo, r: Reply, ok: (j: Record<string, unknown>) => string, okStatus?: number): number {
+  if (okStatus === undefined ? r.status >= 400 : r.status !== okStatus) return apiFailure(io, r);
+  io.out(ok(r.json));
+  return 0;
+}
+
+/** Print the API's refusal with exit 1 (a 400 too), as pairing, approvals and repos always did. */
+function refused(io: CliIo, r: Reply): number {
+  io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
+  return 1;
 }
 
 function table(rows: string[][]): string {
@@ -87,21 +116,85 @@ function table(rows: string[][]): string {
   return `${rows.map((r) => r.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd()).join('\n')}\n`;
 }
 
-async function identities(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const cfg = io.config();
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: { name: { type: 'string' }, role: { type: 'string' }, telegram: { type: 'string', multiple: true }, discord: { type: 'string', multiple: true } },
-  });
-  switch (sub) {
-    case 'list':
-      return withDb(cfg, async (db) => {
-        const rows = await listIdentities(db);
+/** A JSON file named by `--file`. */
+async function jsonFile(file: string): Promise<Record<string, unknown>> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
+  } catch (err) {
+    throw new UsageError(`--file: cannot read ${file} as JSON: ${(err as Error).message}`);
+  }
+}
+
+/** `--flag a,b` as a list (absent: undefined). */
+const listOf = (v: string | undefined): string[] | undefined => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
+/** `NAME=VALUE` flags as a record. */
+function pairs(given: string[] | undefined, flag: string, expected: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const e of given ?? []) {
+    const m = /^([^=]+)=(.+)$/.exec(e);
+    if (!m) throw new UsageError(`${flag}: expected ${expected} (got ${e})`);
+    out[m[1]!] = m[2]!;
+  }
+  return out;
+}
+
+const Name = z.string().min(1).max(64);
+const ChangeIdArg = z.string().regex(/^chg-[a-f0-9]{12}$/, 'a change id looks like chg-0123456789ab');
+const MemoryIdArg = z.string().regex(/^m-[a-z0-9]{8}$/, 'a memory id looks like m-1a2b3c4d');
+const TaskIdArg = z.string().regex(/^t-[a-z0-9]{8}$/i, 'a task id looks like t-1a2b3c4d');
+const ApprovalIdArg = z.string().regex(/^[a-z0-9]{4,16}$/i, 'an approval id is 8 letters and digits');
+const PairingCodeArg = z.string().regex(/^[A-Za-z0-9-]{4,16}$/, 'a pairing code is 8 letters and digits');
+
+type ObjectiveView = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; triggers?: { webhook: boolean; watch: string | null; email: string | null }; nextRuns: string[]; lastRun: { status: string } | null };
+const when = (o: ObjectiveView) =>
+  [
+    o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : '',
+    o.triggers?.webhook ? 'webhook' : '',
+    o.triggers?.watch ? `watch ${o.triggers.watch}` : '',
+    o.triggers?.email ? `email ${o.triggers.email}` : '',
+  ].filter(Boolean).join(', ') || '-';
+const schedule = (v: { every?: string; cron?: string; timezone?: string; jitter?: string }) => ({
+  ...(v.every ? { every: v.every } : {}),
+  ...(v.cron ? { cron: v.cron } : {}),
+  ...(v.timezone ? { timezone: v.timezone } : {}),
+  ...(v.jitter ? { jitter: v.jitter } : {}),
+});
+const objective = (id: string | undefined) => `/api/v1/objectives/${encodeURIComponent(check(Name, id, 'ID'))}`;
+/** pause, resume, trigger, skip-missed, backfill: a POST to the objective's action. */
+async function objectiveAction(io: CliIo, values: ApiFlags, id: string | undefined, action: string, body?: unknown): Promise<number> {
+  const r = await api(io, values, 'POST', `${objective(id)}/${action}`, body);
+  return done(io, r, (j) => `${String(j.name)}: ${action} done.\n`, 200);
+}
+
+type TaskView = { id: string; lane: string; priority: string; status: string; dueAt: string | null; sender: string; assignee: string | null; text: string; chat: { platform: string; chatId: string } };
+const task = (id: string | undefined) => `/api/v1/tasks/${encodeURIComponent(check(TaskIdArg, id, 'ID').toLowerCase())}`;
+/** A task the API answered with: JSON with --json, else one line. */
+const taskDone = (io: CliIo, r: Reply, ok: number, json: boolean | undefined, line: (t: TaskView) => string) => done(io, r, (j) => (json ? `${JSON.stringify(j, null, 2)}\n` : `${line(j as unknown as TaskView)}\n`), ok);
+
+const workspace = (name: string | undefined) => `/api/v1/workspaces/${encodeURIComponent(check(Name, name, 'NAME'))}`;
+const chatOf = (v: { chat?: string; platform?: string; account?: string }) => ({ chatId: v.chat, ...(v.platform ? { platform: v.platform } : {}), ...(v.account ? { account: v.account } : {}) });
+const mcpServer = (name: string | undefined) => `/api/v1/mcp/servers/${encodeURIComponent(check(Name, name, 'NAME'))}`;
+const memory = (id: string | undefined) => `/api/v1/memories/${check(MemoryIdArg, id, 'ID')}`;
+
+/** `steward workspaces inbox NAME set|show|clear`: the workspace's IMAP inbox (the API checks every field). */
+function inboxShown(j: Record<string, unknown>): string {
+  const m = (j.messages ?? {}) as { stored?: number; failed?: number };
+  return [
+    `Inbox of workspace ${String(j.workspace)}: ${String(j.user)} at ${String(j.host)}:${String(j.port)} (tls ${String(j.tls)}), folder ${String(j.folder)}, password from ${String(j.passwordRef)}`,
+    `Messages: ${m.stored ?? 0} stored, ${m.failed ?? 0} failed; last UID ${String(j.lastUid)}${j.uidValidity ? ` (UIDVALIDITY ${String(j.uidValidity)})` : ''}`,
+    j.lastError ? `Failing since ${String(j.lastErrorAt)}: ${String(j.lastError)}` : `Last good poll: ${j.lastSuccessAt ? String(j.lastSuccessAt) : 'none yet'}`,
+  ].join('\n');
+}
+
+const HANDLERS = {
+  identities: {
+    list: ({ io }) =>
+      withAdmin(io, async (admin) => {
+        const rows = await admin.listIdentities();
         io.out(table([['ID', 'NAME', 'ROLE', 'ACCOUNTS'], ...rows.map((i) => [i.id, i.name, i.role, i.accounts.map((a) => `${a.platform}:${a.userId}`).join(' ')])]));
         return 0;
-      });
-    case 'add': {
+      }),
+    add: async ({ values, io }) => {
       const name = check(z.string().trim().min(1, 'give --name').max(200), values.name ?? '', '--name');
       const role = check(RoleSchema, values.role, '--role');
       const accounts = [
@@ -109,295 +202,170 @@ async function identities(sub: string | undefined, args: string[], io: CliIo): P
         ...(values.discord ?? []).map((id) => ({ platform: 'discord' as const, userId: check(z.string().regex(/^\d{5,25}$/, 'a Discord user id is a number'), id, '--discord') })),
       ];
       if (accounts.length === 0) throw new UsageError('give at least one account: --telegram <user id> or --discord <user id>');
-      return withDb(cfg, async (db) => {
+      return withAdmin(io, async (admin) => {
         try {
-          const { id } = await createIdentity(db, { name, role, accounts, createdBy: 'cli' });
-          await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'create', identityId: id, name, role, accounts } });
+          const { id } = await admin.addIdentity(CLI, { name, role, accounts });
           io.out(`Added ${name} (${role}), id ${id}.\n`);
           return 0;
         } catch (err) {
-          if (err instanceof GovernanceError) {
-            io.err(`Not added: ${err.message}.\n`);
-            return 1;
-          }
-          throw err;
+          if (!(err instanceof ServiceInputError)) throw err;
+          io.err(`Not added: ${err.message}.\n`);
+          return 1;
         }
       });
-    }
-    case 'set-role': {
-      const [id, roleArg] = positionals;
-      if (!id || !roleArg) throw new UsageError('usage: steward identities set-role ID ROLE');
+    },
+    'set-role': async ({ args: [id = '', roleArg], io }) => {
       const role = check(RoleSchema, roleArg, 'ROLE');
-      return withDb(cfg, async (db) => {
-        const before = await findIdentity(db, id);
-        if (!before) {
+      return withAdmin(io, async (admin) => {
+        const r = await admin.changeIdentity(CLI, id, { role });
+        if (!r) {
           io.err(`No identity ${id}.\n`);
           return 1;
         }
-        await updateIdentity(db, id, { role });
-        await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'update', identityId: id, before: { role: before.role }, after: { role } } });
-        io.out(`${before.name}: ${before.role} -> ${role}.\n`);
+        io.out(`${r.before.name}: ${r.before.role} -> ${role}.\n`);
         return 0;
       });
-    }
-    case 'remove': {
-      const [id] = positionals;
-      if (!id) throw new UsageError('usage: steward identities remove ID');
-      return withDb(cfg, async (db) => {
-        if (!(await deleteIdentity(db, id))) {
+    },
+    remove: ({ args: [id = ''], io }) =>
+      withAdmin(io, async (admin) => {
+        if (!(await admin.removeIdentity(CLI, id))) {
           io.err(`No identity ${id}.\n`);
           return 1;
         }
-        await writeReceipt(db, { kind: 'identity.change', actor: 'cli', data: { action: 'delete', identityId: id } });
         io.out(`Removed ${id}.\n`);
         return 0;
-      });
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('identities')}`);
-  }
-}
+      }),
+  },
 
-async function bindings(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const cfg = io.config();
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      platform: { type: 'string' },
-      chat: { type: 'string' },
-      account: { type: 'string' },
-      mode: { type: 'string' },
-      name: { type: 'string' },
-      model: { type: 'string' },
-      'admin-channel': { type: 'boolean' },
-    },
-  });
-  switch (sub) {
-    case 'list':
-      return withDb(cfg, async (db) => {
-        const rows = await listBindings(db);
-        const triage = new Map((await listTriageSettings(db)).map((t) => [t.bindingId, t]));
+  bindings: {
+    list: ({ io }) =>
+      withAdmin(io, async (admin) => {
+        const rows = await admin.listBindings();
+        const triage = new Map((await admin.triageSettings()).map((t) => [t.bindingId, t]));
         const triageOf = (id: string) => (triage.get(id)?.enabled ? `on${triage.get(id)?.model ? ` (${triage.get(id)?.model})` : ''}` : '');
         io.out(table([['ID', 'PLATFORM', 'ACCOUNT', 'CHAT', 'MODE', 'NAME', 'ADMIN', 'TRIAGE'], ...rows.map((b) => [b.id, b.platform, b.account, b.chatId, b.mode, b.name ?? '', b.adminChannel ? 'yes' : '', triageOf(b.id)])]));
         return 0;
-      });
-    case 'add': {
+      }),
+    add: async ({ values, io }) => {
       const platform = check(z.enum(['telegram', 'discord', 'openharness']), values.platform, '--platform');
       const chatId = check(ChatIdSchema, values.chat, '--chat');
       const account = check(z.union([ChatIdSchema, z.literal('*')]), values.account ?? '*', '--account');
       const mode = values.mode === undefined ? undefined : check(z.enum(['mention', 'all']), values.mode, '--mode');
       const name = values.name === undefined ? undefined : check(z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'a name uses lowercase letters, digits, - and _'), values.name, '--name');
       const model = values.model === undefined ? undefined : check(ModelRefSchema, values.model, '--model');
-      return withDb(cfg, async (db) => {
+      return withAdmin(io, async (admin) => {
         try {
-          const b = await bindChat(db, {
-            platform,
-            account,
-            chatId,
-            createdBy: 'cli',
-            ...(mode ? { mode } : {}),
-            ...(name ? { name } : {}),
-            ...(model ? { model } : {}),
-            ...(values['admin-channel'] ? { adminChannel: true } : {}),
-          });
-          await writeReceipt(db, { kind: 'binding.change', actor: 'cli', data: { action: 'bind', ...b } });
+          const b = await admin.bind(CLI, { platform, account, chatId, ...(mode ? { mode } : {}), ...(name ? { name } : {}), ...(model ? { model } : {}), ...(values['admin-channel'] ? { adminChannel: true } : {}) });
           io.out(`Bound ${platform} chat ${chatId} (${b.mode}${b.name ? `, "${b.name}"` : ''}${b.adminChannel ? ', admin channel' : ''}), id ${b.id}.\n`);
           return 0;
         } catch (err) {
-          if (err instanceof GovernanceError) {
-            io.err(`Not bound: ${err.message}.\n`);
-            return 1;
-          }
-          throw err;
+          if (!(err instanceof ServiceInputError)) throw err;
+          io.err(`Not bound: ${err.message}.\n`);
+          return 1;
         }
       });
-    }
-    case 'triage': {
-      const [id, state, ...more] = positionals;
-      if (!id || (state !== 'on' && state !== 'off') || more.length > 0 || (state === 'off' && values.model !== undefined)) throw new UsageError(`usage: ${usageOf('bindings')}`);
+    },
+    triage: async ({ args: [id = '', state], values, io }) => {
+      if ((state !== 'on' && state !== 'off') || (state === 'off' && values.model !== undefined)) throw new UsageError(`usage: ${usageOf('bindings')}`);
       const model = values.model === undefined ? undefined : check(ModelRefSchema, values.model, '--model');
-      return withDb(cfg, async (db) => {
-        const b = await findBinding(db, id);
-        if (!b) {
+      return withAdmin(io, async (admin) => {
+        const r = await admin.setTriage(CLI, id, { enabled: state === 'on', ...(model ? { model } : {}) });
+        if (!r) {
           io.err(`No binding ${id}.\n`);
           return 1;
         }
-        const t = await upsertTriageSetting(db, id, { enabled: state === 'on', ...(model ? { model } : {}), updatedBy: 'cli' });
-        await writeReceipt(db, { kind: 'binding.change', actor: 'cli', data: { action: 'triage', bindingId: id, platform: b.platform, chatId: b.chatId, enabled: t.enabled, model: t.model } });
+        const { binding: b, setting: t } = r;
         io.out(t.enabled ? `Triage on for ${b.platform} chat ${b.chatId}${t.model ? ` (model ${t.model})` : ''}.\n` : `Triage off for ${b.platform} chat ${b.chatId}.\n`);
         return 0;
       });
-    }
-    case 'remove': {
-      const [id] = positionals;
-      if (!id) throw new UsageError('usage: steward bindings remove ID');
-      return withDb(cfg, async (db) => {
-        if (!(await deleteBinding(db, id))) {
+    },
+    remove: ({ args: [id = ''], io }) =>
+      withAdmin(io, async (admin) => {
+        if (!(await admin.unbind(CLI, id))) {
           io.err(`No binding ${id}.\n`);
           return 1;
         }
-        await writeReceipt(db, { kind: 'binding.change', actor: 'cli', data: { action: 'unbind', id } });
         io.out(`Removed binding ${id}.\n`);
         return 0;
-      });
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('bindings')}`);
-  }
-}
+      }),
+  },
 
-async function pairing(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
-  const target = await apiTarget(io.config(), io, values);
-  switch (sub) {
-    case 'list': {
-      const r = await callApi(target, 'GET', '/api/v1/pairings');
-      const rows = (r.json.pairings ?? []) as Array<{ displayName: string; platform: string; userId: string; expiresAt: string }>;
-      if (rows.length === 0) io.out('No pending pairing requests.\n');
-      else io.out(table([['NAME', 'PLATFORM', 'USER', 'EXPIRES'], ...rows.map((p) => [p.displayName, p.platform, p.userId, p.expiresAt])]));
-      return 0;
-    }
-    case 'approve':
-    case 'deny': {
-      const [codeArg, roleArg] = positionals;
-      const code = check(z.string().regex(/^[A-Za-z0-9-]{4,16}$/, 'a pairing code is 8 letters and digits'), codeArg, 'CODE').toUpperCase();
-      const role = sub === 'approve' ? check(RoleSchema, roleArg, 'ROLE') : undefined;
-      const r = await callApi(target, 'POST', `/api/v1/pairings/${encodeURIComponent(code)}/${sub}`, role ? { role } : undefined);
-      if (r.status !== 200) {
-        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
-        return 1;
-      }
-      io.out(`${String(r.json.message)}\n`);
-      return 0;
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('pairing')}`);
-  }
-}
-
-async function approvals(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' }, status: { type: 'string' }, reason: { type: 'string' } } });
-  const target = await apiTarget(io.config(), io, values);
-  switch (sub) {
-    case 'list': {
-      const status = values.status === undefined ? 'pending' : check(z.enum(['pending', 'approved', 'denied', 'expired', 'cancelled']), values.status, '--status');
-      const r = await callApi(target, 'GET', `/api/v1/approvals?status=${status}`);
-      const rows = (r.json.approvals ?? []) as Array<{ id: string; tool: string; summary: string; status: string; deadline: string }>;
-      if (rows.length === 0) io.out(`No ${status} approvals.\n`);
-      else io.out(table([['ID', 'STATUS', 'DEADLINE', 'ACTION'], ...rows.map((a) => [a.id, a.status, a.deadline, a.summary.slice(0, 100)])]));
-      return 0;
-    }
-    case 'approve':
-    case 'deny': {
-      const id = check(z.string().regex(/^[a-z0-9]{4,16}$/i, 'an approval id is 8 letters and digits'), positionals[0], 'ID').toLowerCase();
-      const reason = values.reason === undefined ? undefined : check(z.string().trim().min(1).max(500), values.reason, '--reason');
-      const r = await callApi(target, 'POST', `/api/v1/approvals/${id}/${sub}`, sub === 'deny' && reason ? { reason } : undefined);
-      if (r.status !== 200) {
-        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
-        return 1;
-      }
-      io.out(`${String(r.json.message)}\n`);
-      return 0;
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('approvals')}`);
-  }
-}
-
-async function shells(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const cfg = io.config();
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { role: { type: 'string' }, identity: { type: 'string' } } });
-  switch (sub) {
-    case 'issue': {
-      const [name] = positionals;
-      if (!name) throw new UsageError('usage: steward shells issue NAME [--role R] [--identity ID]');
+  shells: {
+    issue: async ({ args: [name = ''], values, io }) => {
       const role = values.role === undefined ? undefined : check(RoleSchema, values.role, '--role');
-      return withDb(cfg, async (db) => {
+      return withAdmin(io, async (admin) => {
         try {
-          const s = await issueShell(db, { name, createdBy: 'cli', ...(role ? { role } : {}), ...(values.identity ? { identityId: values.identity } : {}) });
-          await writeReceipt(db, { kind: 'shell.change', actor: 'cli', data: { action: 'issue', shellId: s.id, name: s.name, identityId: s.identityId, ...(role ? { role } : {}) } });
+          const s = await admin.issueShell(CLI, { name, ...(role ? { role } : {}), ...(values.identity ? { identityId: values.identity } : {}) });
           io.out(`Issued the OpenHarness shell "${s.name}" (id ${s.id}, identity ${s.identityId}).\nIts token, shown once (Authorization: Bearer <token> on POST /api/openharness/v1):\n${s.token}\n`);
           return 0;
         } catch (err) {
-          if (err instanceof ShellError) throw new UsageError(err.message);
+          if (err instanceof ServiceInputError) throw new UsageError(err.message);
           throw err;
         }
       });
-    }
-    case 'list':
-      return withDb(cfg, async (db) => {
-        const rows = await listShells(db);
+    },
+    list: ({ io }) =>
+      withAdmin(io, async (admin) => {
+        const rows = await admin.listShells();
         io.out(table([['ID', 'NAME', 'IDENTITY', 'CREATED', 'REVOKED'], ...rows.map((r) => [r.id, r.name, r.identityId, r.createdAt.toISOString(), r.revokedAt ? r.revokedAt.toISOString() : ''])]));
         return 0;
-      });
-    case 'revoke': {
-      const [name] = positionals;
-      if (!name) throw new UsageError('usage: steward shells revoke NAME');
-      return withDb(cfg, async (db) => {
-        const r = await revokeShell(db, name);
+      }),
+    revoke: ({ args: [name = ''], io }) =>
+      withAdmin(io, async (admin) => {
+        const r = await admin.revokeShell(CLI, name);
         if (!r) {
           io.err(`No shell ${name}.\n`);
           return 1;
         }
-        await writeReceipt(db, { kind: 'shell.change', actor: 'cli', data: { action: 'revoke', shellId: r.id, name: r.name } });
         io.out(r.alreadyRevoked ? `The shell "${r.name}" was already revoked.\n` : `Revoked the shell "${r.name}": its token no longer works.\n`);
         return 0;
-      });
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('shells')}`);
-  }
-}
+      }),
+  },
 
-async function repos(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      token: { type: 'string' },
-      file: { type: 'string' },
-      clone: { type: 'string' },
-      branch: { type: 'string' },
-      check: { type: 'string', multiple: true },
-      'agent-command': { type: 'string' },
-      model: { type: 'string' },
-      github: { type: 'string' },
-      'token-ref': { type: 'string' },
-      promotion: { type: 'string' },
+  pairing: {
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', '/api/v1/pairings');
+      const rows = (r.json.pairings ?? []) as Array<{ displayName: string; platform: string; userId: string; expiresAt: string }>;
+      io.out(rows.length === 0 ? 'No pending pairing requests.\n' : table([['NAME', 'PLATFORM', 'USER', 'EXPIRES'], ...rows.map((p) => [p.displayName, p.platform, p.userId, p.expiresAt])]));
+      return 0;
     },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  switch (sub) {
-    case 'list': {
-      const r = await callApi(target, 'GET', '/api/v1/repos');
+    approve: async ({ args: [code, role], values, io }) => decidePairing(io, values, code, check(RoleSchema, role, 'ROLE')),
+    deny: async ({ args: [code], values, io }) => decidePairing(io, values, code, undefined),
+  },
+
+  approvals: {
+    list: async ({ values, io }) => {
+      const status = values.status === undefined ? 'pending' : check(z.enum(['pending', 'approved', 'denied', 'expired', 'cancelled']), values.status, '--status');
+      const r = await api(io, values, 'GET', `/api/v1/approvals?status=${status}`);
+      const rows = (r.json.approvals ?? []) as Array<{ id: string; tool: string; summary: string; status: string; deadline: string }>;
+      io.out(rows.length === 0 ? `No ${status} approvals.\n` : table([['ID', 'STATUS', 'DEADLINE', 'ACTION'], ...rows.map((a) => [a.id, a.status, a.deadline, a.summary.slice(0, 100)])]));
+      return 0;
+    },
+    approve: async ({ args: [id], values, io }) => decideApproval(io, values, id, 'approve', undefined),
+    deny: async ({ args: [id], values, io }) => decideApproval(io, values, id, 'deny', values.reason === undefined ? undefined : check(z.string().trim().min(1).max(500), values.reason, '--reason')),
+  },
+
+  repos: {
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', '/api/v1/repos');
       const rows = (r.json.repos ?? []) as Array<{ name: string; cloneUrl: string; defaultBranch: string; github: { owner: string; repo: string } | null }>;
-      if (rows.length === 0) io.out('No repositories registered.\n');
-      else io.out(table([['NAME', 'BRANCH', 'GITHUB', 'CLONE URL'], ...rows.map((x) => [x.name, x.defaultBranch, x.github ? `${x.github.owner}/${x.github.repo}` : '-', x.cloneUrl])]));
+      io.out(rows.length === 0 ? 'No repositories registered.\n' : table([['NAME', 'BRANCH', 'GITHUB', 'CLONE URL'], ...rows.map((x) => [x.name, x.defaultBranch, x.github ? `${x.github.owner}/${x.github.repo}` : '-', x.cloneUrl])]));
       return 0;
-    }
-    case 'show':
-    case 'remove': {
-      const name = check(z.string().min(1).max(64), positionals[0], 'NAME');
-      const r = await callApi(target, sub === 'show' ? 'GET' : 'DELETE', `/api/v1/repos/${encodeURIComponent(name)}`);
-      if (r.status !== 200) {
-        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
-        return 1;
-      }
-      io.out(sub === 'show' ? `${JSON.stringify(r.json, null, 2)}\n` : `Removed ${name}.\n`);
-      return 0;
-    }
-    case 'add': {
+    },
+    show: async ({ args: [name], values, io }) => {
+      const r = await api(io, values, 'GET', `/api/v1/repos/${encodeURIComponent(check(Name, name, 'NAME'))}`);
+      return r.status === 200 ? done(io, r, (j) => `${JSON.stringify(j, null, 2)}\n`) : refused(io, r);
+    },
+    remove: async ({ args: [name], values, io }) => {
+      const n = check(Name, name, 'NAME');
+      const r = await api(io, values, 'DELETE', `/api/v1/repos/${encodeURIComponent(n)}`);
+      return r.status === 200 ? done(io, r, () => `Removed ${n}.\n`) : refused(io, r);
+    },
+    add: async ({ args: [name], values, io }) => {
+      const target = await apiTarget(io, values);
       let body: Record<string, unknown>;
-      if (values.file) {
-        try {
-          body = JSON.parse(await readFile(values.file, 'utf8')) as Record<string, unknown>;
-        } catch (err) {
-          throw new UsageError(`--file: cannot read ${values.file} as JSON: ${(err as Error).message}`);
-        }
-      } else {
-        const name = positionals[0];
+      if (values.file) body = await jsonFile(values.file);
+      else {
         if (!name || !values.clone) throw new UsageError(`usage: ${usageOf('repos')}`);
         const checks = (values.check ?? []).map((c) => {
           const m = /^([^:]+):\s*(.+)$/.exec(c);
@@ -421,87 +389,31 @@ async function repos(sub: string | undefined, args: string[], io: CliIo): Promis
         };
       }
       const r = await callApi(target, 'POST', '/api/v1/repos', body);
-      if (r.status !== 200 && r.status !== 201) {
-        io.err(`${String(r.json.error ?? `failed (${r.status})`)}\n`);
-        return r.status === 400 ? 2 : 1;
-      }
+      if (r.status !== 200 && r.status !== 201) return apiFailure(io, r);
       io.out(`${r.status === 201 ? 'Registered' : 'Updated'} ${String(r.json.name)} (${String(r.json.cloneUrl)}, branch ${String(r.json.defaultBranch)}).\n`);
       return 0;
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('repos')}`);
-  }
-}
-
-async function objectives(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      token: { type: 'string' },
-      chat: { type: 'string' },
-      platform: { type: 'string' },
-      account: { type: 'string' },
-      every: { type: 'string' },
-      cron: { type: 'string' },
-      timezone: { type: 'string' },
-      jitter: { type: 'string' },
-      overlap: { type: 'string' },
-      catchup: { type: 'string' },
-      'pause-on-failure': { type: 'boolean' },
-      model: { type: 'string' },
-      prompt: { type: 'string' },
-      start: { type: 'string' },
-      end: { type: 'string' },
-      paused: { type: 'boolean' },
-      watch: { type: 'string' },
-      email: { type: 'string' },
     },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  const fail = (r: { status: number; json: Record<string, unknown> }) => apiFailure(io, r);
-  const schedule = () => ({
-    ...(values.every ? { every: values.every } : {}),
-    ...(values.cron ? { cron: values.cron } : {}),
-    ...(values.timezone ? { timezone: values.timezone } : {}),
-    ...(values.jitter ? { jitter: values.jitter } : {}),
-  });
-  const id = () => encodeURIComponent(check(z.string().min(1).max(64), positionals[0], 'ID'));
-  type View = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; triggers?: { webhook: boolean; watch: string | null; email: string | null }; nextRuns: string[]; lastRun: { status: string } | null };
-  const when = (o: View) =>
-    [
-      o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : '',
-      o.triggers?.webhook ? 'webhook' : '',
-      o.triggers?.watch ? `watch ${o.triggers.watch}` : '',
-      o.triggers?.email ? `email ${o.triggers.email}` : '',
-    ].filter(Boolean).join(', ') || '-';
-  const line = (o: View) => [o.name, o.id, when(o), o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
-  switch (sub) {
-    case 'list': {
-      const r = await callApi(target, 'GET', '/api/v1/objectives');
-      const rows = (r.json.objectives ?? []) as View[];
-      if (rows.length === 0) io.out('No objectives.\n');
-      else io.out(table([['NAME', 'ID', 'SCHEDULE', 'ZONE', 'NEXT RUN', 'LAST'], ...rows.map(line)]));
+  },
+
+  objectives: {
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', '/api/v1/objectives');
+      const rows = (r.json.objectives ?? []) as ObjectiveView[];
+      const line = (o: ObjectiveView) => [o.name, o.id, when(o), o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
+      io.out(rows.length === 0 ? 'No objectives.\n' : table([['NAME', 'ID', 'SCHEDULE', 'ZONE', 'NEXT RUN', 'LAST'], ...rows.map(line)]));
       return 0;
-    }
-    case 'show': {
-      const r = await callApi(target, 'GET', `/api/v1/objectives/${id()}`);
-      if (r.status !== 200) return fail(r);
-      io.out(`${JSON.stringify(r.json, null, 2)}\n`);
-      return 0;
-    }
-    case 'add': {
-      const name = positionals[0];
-      if (!name || !values.chat || !values.prompt) throw new UsageError(`usage: ${usageOf('objectives')}`);
-      const r = await callApi(target, 'POST', '/api/v1/objectives', {
+    },
+    show: async ({ args: [id], values, io }) => done(io, await api(io, values, 'GET', objective(id)), (j) => `${JSON.stringify(j, null, 2)}\n`, 200),
+    add: async ({ args: [name], values, io }) => {
+      const s = schedule(values);
+      const r = await api(io, values, 'POST', '/api/v1/objectives', {
         name,
         prompt: values.prompt,
         chatId: values.chat,
         ...(values.platform ? { platform: values.platform } : {}),
         ...(values.account ? { account: values.account } : {}),
         // without a schedule it runs on its triggers only
-        ...(Object.keys(schedule()).length || (!values.watch && !values.email) ? { schedule: schedule() } : {}),
+        ...(Object.keys(s).length || (!values.watch && !values.email) ? { schedule: s } : {}),
         ...(values.watch ? { watch: { path: values.watch } } : {}),
         ...(values.email ? { inboundEmail: values.email } : {}),
         ...(values.overlap ? { overlap: values.overlap } : {}),
@@ -510,14 +422,14 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
         ...(values.paused ? { paused: true } : {}),
         ...(values.model ? { model: values.model } : {}),
       });
-      if (r.status !== 201) return fail(r);
-      const o = r.json as unknown as View;
-      io.out(`Added objective ${o.name} (${o.id}); ${when(o)}; next run ${o.nextRuns[0] ?? '-'}.\n`);
-      return 0;
-    }
-    case 'update': {
-      const s = schedule();
-      const r = await callApi(target, 'PATCH', `/api/v1/objectives/${id()}`, {
+      return done(io, r, (j) => {
+        const o = j as unknown as ObjectiveView;
+        return `Added objective ${o.name} (${o.id}); ${when(o)}; next run ${o.nextRuns[0] ?? '-'}.\n`;
+      }, 201);
+    },
+    update: async ({ args: [id], values, io }) => {
+      const s = schedule(values);
+      const r = await api(io, values, 'PATCH', objective(id), {
         ...(values.prompt ? { prompt: values.prompt } : {}),
         ...(Object.keys(s).length ? { schedule: s } : {}),
         ...(values.overlap ? { overlap: values.overlap } : {}),
@@ -528,62 +440,31 @@ async function objectives(sub: string | undefined, args: string[], io: CliIo): P
         ...(values.watch !== undefined ? { watch: values.watch ? { path: values.watch } : null } : {}),
         ...(values.email !== undefined ? { inboundEmail: values.email || null } : {}),
       });
-      if (r.status !== 200) return fail(r);
-      io.out(`Updated ${String(r.json.name)}.\n`);
-      return 0;
-    }
-    case 'pause':
-    case 'resume':
-    case 'trigger':
-    case 'skip-missed':
-    case 'backfill': {
-      const body = sub === 'backfill' ? { start: values.start, end: values.end, ...(values.overlap ? { overlap: values.overlap } : {}) } : sub === 'trigger' && values.overlap ? { overlap: values.overlap } : undefined;
-      const r = await callApi(target, 'POST', `/api/v1/objectives/${id()}/${sub}`, body);
-      if (r.status !== 200) return fail(r);
-      io.out(`${String(r.json.name)}: ${sub} done.\n`);
-      return 0;
-    }
-    case 'delete': {
-      const r = await callApi(target, 'DELETE', `/api/v1/objectives/${id()}`);
-      if (r.status !== 200) return fail(r);
-      io.out('Deleted.\n');
-      return 0;
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('objectives')}`);
-  }
-}
+      return done(io, r, (j) => `Updated ${String(j.name)}.\n`, 200);
+    },
+    pause: ({ args: [id], values, io }) => objectiveAction(io, values, id, 'pause'),
+    resume: ({ args: [id], values, io }) => objectiveAction(io, values, id, 'resume'),
+    'skip-missed': ({ args: [id], values, io }) => objectiveAction(io, values, id, 'skip-missed'),
+    trigger: ({ args: [id], values, io }) => objectiveAction(io, values, id, 'trigger', values.overlap ? { overlap: values.overlap } : undefined),
+    backfill: ({ args: [id], values, io }) => objectiveAction(io, values, id, 'backfill', { start: values.start, end: values.end, ...(values.overlap ? { overlap: values.overlap } : {}) }),
+    delete: async ({ args: [id], values, io }) => done(io, await api(io, values, 'DELETE', objective(id)), () => 'Deleted.\n', 200),
+  },
 
-const ChangeIdArg = z.string().regex(/^chg-[a-f0-9]{12}$/, 'a change id looks like chg-0123456789ab');
-
-async function changes(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: { url: { type: 'string' }, token: { type: 'string' }, base: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, out: { type: 'string' }, 'include-refused': { type: 'boolean' } },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  const fail = (r: { status: number; json: Record<string, unknown> }) => apiFailure(io, r);
-  switch (sub) {
-    case 'list': {
-      const r = await callApi(target, 'GET', `/api/v1/changes${values.repo ? `?repo=${encodeURIComponent(values.repo)}` : ''}`);
+  changes: {
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', `/api/v1/changes${values.repo ? `?repo=${encodeURIComponent(values.repo)}` : ''}`);
       const rows = (r.json.changes ?? []) as Array<{ id: string; repo: string; phase: string; status: string; request: string }>;
-      if (rows.length === 0) io.out('No changes.\n');
-      else io.out(table([['ID', 'REPO', 'STATUS', 'PHASE', 'REQUEST'], ...rows.map((c) => [c.id, c.repo, c.status, c.phase, c.request.replace(/\s+/g, ' ').slice(0, 60)])]));
+      io.out(rows.length === 0 ? 'No changes.\n' : table([['ID', 'REPO', 'STATUS', 'PHASE', 'REQUEST'], ...rows.map((c) => [c.id, c.repo, c.status, c.phase, c.request.replace(/\s+/g, ' ').slice(0, 60)])]));
       return 0;
-    }
-    case 'start': {
-      const [repo, ...words] = positionals;
-      if (!repo || words.length === 0) throw new UsageError(`usage: ${usageOf('changes')}`);
-      const r = await callApi(target, 'POST', '/api/v1/changes', { repo, request: words.join(' '), ...(values.base ? { base: values.base } : {}) });
-      if (r.status !== 202) return fail(r);
-      io.out(`Started change ${String(r.json.id)}.${r.json.runUrl ? ` Run: ${String(r.json.runUrl)}` : ''}\n`);
-      return 0;
-    }
-    case 'show': {
-      const id = check(ChangeIdArg, positionals[0], 'ID');
-      const r = await callApi(target, 'GET', `/api/v1/changes/${id}`);
-      if (r.status !== 200) return fail(r);
+    },
+    start: async ({ args: [repo, ...words], values, io }) => {
+      const r = await api(io, values, 'POST', '/api/v1/changes', { repo, request: words.join(' '), ...(values.base ? { base: values.base } : {}) });
+      return done(io, r, (j) => `Started change ${String(j.id)}.${j.runUrl ? ` Run: ${String(j.runUrl)}` : ''}\n`, 202);
+    },
+    show: async ({ args: [idArg], values, io }) => {
+      const id = check(ChangeIdArg, idArg, 'ID');
+      const r = await api(io, values, 'GET', `/api/v1/changes/${id}`);
+      if (r.status !== 200) return apiFailure(io, r);
       if (values.json) {
         io.out(`${JSON.stringify(r.json, null, 2)}\n`);
         return 0;
@@ -601,22 +482,17 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
       ];
       io.out(`${lines.join('\n')}\n`);
       return 0;
-    }
-    case 'patch': {
-      const id = check(ChangeIdArg, positionals[0], 'ID');
+    },
+    patch: async ({ args: [idArg], values, io }) => {
+      const id = check(ChangeIdArg, idArg, 'ID');
       const includeRefused = values['include-refused'] === true;
-      let res: Response;
-      try {
-        res = await fetch(`${target.url}/api/v1/changes/${id}/patch${includeRefused ? '?include=refused' : ''}`, { headers: { authorization: `Bearer ${target.token}` } });
-      } catch {
-        throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
-      }
+      const res = await fetchApi(await apiTarget(io, values), 'GET', `/api/v1/changes/${id}/patch${includeRefused ? '?include=refused' : ''}`);
       if (res.status === 409) {
         const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
         io.err(`${String(json.error ?? 'the change was not promoted')}; --include-refused saves it anyway.\n`);
         return 1;
       }
-      if (res.status !== 200) return fail({ status: res.status, json: ((await res.json().catch(() => ({}))) as Record<string, unknown>) });
+      if (res.status !== 200) return apiFailure(io, { status: res.status, json: (await res.json().catch(() => ({}))) as Record<string, unknown> });
       const patch = await res.text();
       const promoted = res.headers.get('x-steward-promoted') === 'true';
       const standing = `status ${res.headers.get('x-steward-change-status') ?? '?'}, gate verdict ${res.headers.get('x-steward-gate-verdict') ?? '?'}`;
@@ -629,271 +505,123 @@ async function changes(sub: string | undefined, args: string[], io: CliIo): Prom
         if (!promoted) io.err(`${refusedNote}\n`);
       }
       return 0;
-    }
-    case 'answer': {
-      const id = check(ChangeIdArg, positionals[0], 'ID');
-      const text = positionals.slice(1).join(' ');
-      if (!text) throw new UsageError(`usage: ${usageOf('changes')}`);
-      const r = await callApi(target, 'POST', `/api/v1/changes/${id}/answer`, { text });
-      if (r.status !== 200) return fail(r);
-      io.out(`${String(r.json.message)}\n`);
-      return 0;
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('changes')}`);
-  }
-}
-
-/** `steward workspaces inbox NAME set|show|clear`: the workspace's IMAP inbox (the API checks every field). */
-async function workspaceInbox(
-  target: Awaited<ReturnType<typeof apiTarget>>,
-  ws: string,
-  action: string | undefined,
-  values: { host?: string; port?: string; tls?: string; user?: string; folder?: string; 'password-ref'?: string },
-  io: CliIo,
-): Promise<number> {
-  const at = `/api/v1/workspaces/${encodeURIComponent(ws)}/inbox`;
-  const shown = (j: Record<string, unknown>) => {
-    const m = (j.messages ?? {}) as { stored?: number; failed?: number };
-    return [
-      `Inbox of workspace ${String(j.workspace)}: ${String(j.user)} at ${String(j.host)}:${String(j.port)} (tls ${String(j.tls)}), folder ${String(j.folder)}, password from ${String(j.passwordRef)}`,
-      `Messages: ${m.stored ?? 0} stored, ${m.failed ?? 0} failed; last UID ${String(j.lastUid)}${j.uidValidity ? ` (UIDVALIDITY ${String(j.uidValidity)})` : ''}`,
-      j.lastError ? `Failing since ${String(j.lastErrorAt)}: ${String(j.lastError)}` : `Last good poll: ${j.lastSuccessAt ? String(j.lastSuccessAt) : 'none yet'}`,
-    ].join('\n');
-  };
-  const done = (r: { status: number; json: Record<string, unknown> }, ok: (j: Record<string, unknown>) => string): number => {
-    if (r.status >= 400) return apiFailure(io, r);
-    io.out(`${ok(r.json)}\n`);
-    return 0;
-  };
-  switch (action) {
-    case 'set': {
-      if (!values.host || !values.user || !values['password-ref']) throw new UsageError(`usage: ${usageOf('workspaces')}`);
-      const port = values.port === undefined ? undefined : Number(values.port);
-      const body = { host: values.host, user: values.user, passwordRef: values['password-ref'], ...(port !== undefined ? { port } : {}), ...(values.tls ? { tls: values.tls } : {}), ...(values.folder ? { folder: values.folder } : {}) };
-      return done(await callApi(target, 'PUT', at, body), (j) => `Set. ${shown(j)}`);
-    }
-    case 'show':
-      return done(await callApi(target, 'GET', at), shown);
-    case 'clear':
-      return done(await callApi(target, 'DELETE', at), () => `Workspace ${ws} has no inbox now (the documents it wrote stay).`);
-    default:
-      throw new UsageError(`usage: ${usageOf('workspaces')}`);
-  }
-}
-
-/** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
-async function workspaces(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      token: { type: 'string' },
-      folder: { type: 'string' },
-      path: { type: 'string', multiple: true },
-      chat: { type: 'string' },
-      platform: { type: 'string' },
-      account: { type: 'string' },
-      limit: { type: 'string' },
-      host: { type: 'string' },
-      port: { type: 'string' },
-      tls: { type: 'string' },
-      user: { type: 'string' },
-      'password-ref': { type: 'string' },
     },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  const name = () => check(z.string().min(1).max(64), positionals[0], 'NAME');
-  const at = (n: string) => `/api/v1/workspaces/${encodeURIComponent(n)}`;
-  const done = (r: { status: number; json: Record<string, unknown> }, ok: (j: Record<string, unknown>) => string): number => {
-    if (r.status >= 400) return apiFailure(io, r);
-    io.out(ok(r.json));
-    return 0;
-  };
-  const chat = () => {
-    if (!values.chat) throw new UsageError(`usage: ${usageOf('workspaces')}`);
-    return { chatId: values.chat, ...(values.platform ? { platform: values.platform } : {}), ...(values.account ? { account: values.account } : {}) };
-  };
-  switch (sub) {
-    case 'list': {
-      const r = await callApi(target, 'GET', '/api/v1/workspaces');
+    answer: async ({ args: [idArg, ...words], values, io }) => {
+      const id = check(ChangeIdArg, idArg, 'ID');
+      const r = await api(io, values, 'POST', `/api/v1/changes/${id}/answer`, { text: words.join(' ') });
+      return done(io, r, (j) => `${String(j.message)}\n`, 200);
+    },
+  },
+
+  workspaces: {
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', '/api/v1/workspaces');
       const rows = (r.json.workspaces ?? []) as Array<{ name: string; root: string; chats: number }>;
-      if (rows.length === 0) io.out('No workspaces.\n');
-      else io.out(table([['NAME', 'CHATS', 'FOLDER'], ...rows.map((x) => [x.name, String(x.chats), x.root])]));
+      io.out(rows.length === 0 ? 'No workspaces.\n' : table([['NAME', 'CHATS', 'FOLDER'], ...rows.map((x) => [x.name, String(x.chats), x.root])]));
       return 0;
-    }
-    case 'show':
-      return done(await callApi(target, 'GET', at(name())), (j) => `${JSON.stringify(j, null, 2)}\n`);
-    case 'create':
-      return done(await callApi(target, 'POST', '/api/v1/workspaces', { name: name(), ...(values.folder ? { folder: values.folder } : {}) }), (j) => `Created workspace ${String(j.name)} at ${String(j.root)}; indexing its files.\n`);
-    case 'reindex':
-      return done(await callApi(target, 'POST', `${at(name())}/reindex`, values.path ? { paths: values.path } : {}), () => `Indexing ${values.path ? `${values.path.length} path(s) of ` : ''}workspace ${positionals[0]} again.\n`);
-    case 'bind':
-      return done(await callApi(target, 'POST', `${at(name())}/chats`, chat()), (j) => `Chat ${values.chat} uses workspace ${String(j.workspace)}.\n`);
-    case 'unbind':
-      return done(await callApi(target, 'DELETE', `${at(name())}/chats`, chat()), () => `Chat ${values.chat} no longer uses workspace ${positionals[0]}.\n`);
-    case 'search': {
-      const words = positionals.slice(1).join(' ');
-      if (!words) throw new UsageError(`usage: ${usageOf('workspaces')}`);
+    },
+    show: async ({ args: [name], values, io }) => done(io, await api(io, values, 'GET', workspace(name)), (j) => `${JSON.stringify(j, null, 2)}\n`),
+    create: async ({ args: [name], values, io }) => done(io, await api(io, values, 'POST', '/api/v1/workspaces', { name: check(Name, name, 'NAME'), ...(values.folder ? { folder: values.folder } : {}) }), (j) => `Created workspace ${String(j.name)} at ${String(j.root)}; indexing its files.\n`),
+    reindex: async ({ args: [name], values, io }) =>
+      done(io, await api(io, values, 'POST', `${workspace(name)}/reindex`, values.path ? { paths: values.path } : {}), () => `Indexing ${values.path ? `${values.path.length} path(s) of ` : ''}workspace ${name} again.\n`),
+    bind: async ({ args: [name], values, io }) => done(io, await api(io, values, 'POST', `${workspace(name)}/chats`, chatOf(values)), (j) => `Chat ${values.chat} uses workspace ${String(j.workspace)}.\n`),
+    unbind: async ({ args: [name], values, io }) => done(io, await api(io, values, 'DELETE', `${workspace(name)}/chats`, chatOf(values)), () => `Chat ${values.chat} no longer uses workspace ${name}.\n`),
+    search: async ({ args: [name, ...rest], values, io }) => {
+      const words = rest.join(' ');
       const q = new URLSearchParams({ q: words, ...(values.limit ? { limit: values.limit } : {}) });
-      return done(await callApi(target, 'GET', `${at(name())}/search?${q}`), (j) => {
+      return done(io, await api(io, values, 'GET', `${workspace(name)}/search?${q}`), (j) => {
         const hits = (j.hits ?? []) as Array<{ path: string; heading: string; startLine: number; endLine: number; text: string }>;
-        if (hits.length === 0) return `Nothing in workspace ${positionals[0]} matches "${words}".\n`;
+        if (hits.length === 0) return `Nothing in workspace ${name} matches "${words}".\n`;
         return `${hits.map((h, i) => `${i + 1}. ${h.path}${h.heading ? ` > ${h.heading}` : ''} (lines ${h.startLine}-${h.endLine})\n   ${h.text.replace(/\s+/g, ' ').slice(0, 200)}`).join('\n')}\n`;
       });
-    }
-    case 'inbox':
-      return workspaceInbox(target, name(), positionals[1], values, io);
-    case 'open': {
-      const p = positionals[1];
-      if (!p) throw new UsageError(`usage: ${usageOf('workspaces')}`);
-      return done(await callApi(target, 'GET', `${at(name())}/file?${new URLSearchParams({ path: p })}`), (j) => `${String(j.text)}${j.truncated ? `\n[the first part of ${String(j.bytes)} bytes]` : ''}\n`);
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('workspaces')}`);
-  }
-}
+    },
+    open: async ({ args: [name, p = ''], values, io }) => done(io, await api(io, values, 'GET', `${workspace(name)}/file?${new URLSearchParams({ path: p })}`), (j) => `${String(j.text)}${j.truncated ? `\n[the first part of ${String(j.bytes)} bytes]` : ''}\n`),
+    inbox: async ({ args: [name, action], values, io }) => {
+      const target = await apiTarget(io, values);
+      const at = `${workspace(name)}/inbox`;
+      switch (action) {
+        case 'set': {
+          if (!values.host || !values.user || !values['password-ref']) throw new UsageError(`usage: ${usageOf('workspaces')}`);
+          const port = values.port === undefined ? undefined : Number(values.port);
+          const body = { host: values.host, user: values.user, passwordRef: values['password-ref'], ...(port !== undefined ? { port } : {}), ...(values.tls ? { tls: values.tls } : {}), ...(values.folder ? { folder: values.folder } : {}) };
+          return done(io, await callApi(target, 'PUT', at, body), (j) => `Set. ${inboxShown(j)}\n`);
+        }
+        case 'show':
+          return done(io, await callApi(target, 'GET', at), (j) => `${inboxShown(j)}\n`);
+        case 'clear':
+          return done(io, await callApi(target, 'DELETE', at), () => `Workspace ${name} has no inbox now (the documents it wrote stay).\n`);
+        default:
+          throw new UsageError(`usage: ${usageOf('workspaces')}`);
+      }
+    },
+  },
 
-async function skills(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' }, workspace: { type: 'string' } } });
-  if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('skills')}`);
-  const target = await apiTarget(io.config(), io, values);
-  const r = await callApi(target, 'GET', `/api/v1/skills${values.workspace ? `?${new URLSearchParams({ workspace: values.workspace })}` : ''}`);
-  if (r.status >= 400) return apiFailure(io, r);
-  const rows = (r.json.skills ?? []) as Array<{ name: string; version: string; source: string; roles: string[]; description: string }>;
-  const problems = (r.json.problems ?? []) as Array<{ file: string; error: string }>;
-  io.out(rows.length ? table([['NAME', 'VERSION', 'SOURCE', 'ROLES', 'DESCRIPTION'], ...rows.map((s) => [s.name, s.version, s.source, s.roles.join(',') || 'all', s.description.slice(0, 80)])]) : 'No skills.\n');
-  for (const p of problems) io.out(`not a skill: ${p.file}: ${p.error}\n`);
-  return 0;
-}
+  skills: async ({ values, io }) => {
+    const r = await api(io, values, 'GET', `/api/v1/skills${values.workspace ? `?${new URLSearchParams({ workspace: values.workspace })}` : ''}`);
+    if (r.status >= 400) return apiFailure(io, r);
+    const rows = (r.json.skills ?? []) as Array<{ name: string; version: string; source: string; roles: string[]; description: string }>;
+    const problems = (r.json.problems ?? []) as Array<{ file: string; error: string }>;
+    io.out(rows.length ? table([['NAME', 'VERSION', 'SOURCE', 'ROLES', 'DESCRIPTION'], ...rows.map((s) => [s.name, s.version, s.source, s.roles.join(',') || 'all', s.description.slice(0, 80)])]) : 'No skills.\n');
+    for (const p of problems) io.out(`not a skill: ${p.file}: ${p.error}\n`);
+    return 0;
+  },
 
-async function memories(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: { url: { type: 'string' }, token: { type: 'string' }, workspace: { type: 'string' }, chat: { type: 'string' }, platform: { type: 'string' }, account: { type: 'string' }, out: { type: 'string' } },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  const id = () => check(z.string().regex(/^m-[a-z0-9]{8}$/, 'a memory id looks like m-1a2b3c4d'), positionals[0], 'ID');
-  switch (sub) {
-    case 'export': {
-      if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('memories')}`);
+  memories: {
+    export: async ({ values, io }) => {
       const q = new URLSearchParams({
         ...(values.workspace ? { workspace: values.workspace } : {}),
         ...(values.chat ? { chatId: values.chat } : {}),
         ...(values.platform ? { platform: values.platform } : {}),
         ...(values.account ? { account: values.account } : {}),
       });
-      let res: Response;
-      try {
-        res = await fetch(`${target.url}/api/v1/memories/export?${q}`, { headers: { authorization: `Bearer ${target.token}` } });
-      } catch {
-        throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
-      }
-      if (res.status === 401) throw new UsageError('the API token was refused (check STEWARD_API_TOKEN or --token)');
+      const res = await fetchApi(await apiTarget(io, values), 'GET', `/api/v1/memories/export?${q}`);
       const text = await res.text();
-      if (res.status !== 200) return apiFailure(io, { status: res.status, json: (() => { try { return JSON.parse(text) as Record<string, unknown>; } catch { return {}; } })() });
+      if (res.status !== 200) {
+        let json: Record<string, unknown> = {};
+        try {
+          json = JSON.parse(text) as Record<string, unknown>;
+        } catch {
+          // not JSON: the status says it
+        }
+        return apiFailure(io, { status: res.status, json });
+      }
       const lines = text ? text.trimEnd().split('\n').length : 0;
       if (values.out) {
         await writeFile(values.out, text, { mode: 0o600 });
         io.out(`Wrote ${lines} memor${lines === 1 ? 'y' : 'ies'} to ${values.out}.\n`);
       } else io.out(text);
       return 0;
-    }
-    case 'approve':
-    case 'reject': {
-      const r = await callApi(target, 'POST', `/api/v1/memories/${id()}/${sub}`);
-      if (r.status >= 400) return apiFailure(io, r);
-      io.out(`Memory ${String(r.json.id)} ${sub === 'approve' ? 'approved: it is recalled from now on' : 'rejected'}.\n`);
-      return 0;
-    }
-    case 'forget': {
-      const r = await callApi(target, 'DELETE', `/api/v1/memories/${id()}`);
-      if (r.status >= 400) return apiFailure(io, r);
-      io.out(`Memory ${String(r.json.id)} forgotten.\n`);
-      return 0;
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('memories')}`);
-  }
-}
-
-/** `--flag a,b` as a list (absent: undefined). */
-const listOf = (v: string | undefined): string[] | undefined => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
-
-/** `steward mcp ...`: MCP servers through the running API (which validates every field). */
-async function mcp(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      token: { type: 'string' },
-      file: { type: 'string' },
-      command: { type: 'string' },
-      'server-url': { type: 'string' },
-      'token-ref': { type: 'string' },
-      'ro-bind': { type: 'string', multiple: true },
-      network: { type: 'boolean' },
-      env: { type: 'string', multiple: true },
-      'allow-tools': { type: 'string' },
-      'read-only': { type: 'string' },
-      approval: { type: 'string', multiple: true },
-      workspace: { type: 'string', multiple: true },
-      timeout: { type: 'string' },
     },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  const name = () => check(z.string().min(1).max(64), positionals[0], 'NAME');
-  const at = (n: string) => `/api/v1/mcp/servers/${encodeURIComponent(n)}`;
-  const done = (r: { status: number; json: Record<string, unknown> }, ok: (j: Record<string, unknown>) => string): number => {
-    if (r.status >= 400) return apiFailure(io, r);
-    io.out(ok(r.json));
-    return 0;
-  };
-  switch (sub) {
-    case 'list': {
-      const r = await callApi(target, 'GET', '/api/v1/mcp/servers');
+    approve: async ({ args: [id], values, io }) => done(io, await api(io, values, 'POST', `${memory(id)}/approve`), (j) => `Memory ${String(j.id)} approved: it is recalled from now on.\n`),
+    reject: async ({ args: [id], values, io }) => done(io, await api(io, values, 'POST', `${memory(id)}/reject`), (j) => `Memory ${String(j.id)} rejected.\n`),
+    forget: async ({ args: [id], values, io }) => done(io, await api(io, values, 'DELETE', memory(id)), (j) => `Memory ${String(j.id)} forgotten.\n`),
+  },
+
+  mcp: {
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', '/api/v1/mcp/servers');
       if (r.status >= 400) return apiFailure(io, r);
       const rows = (r.json.servers ?? []) as Array<{ name: string; transport: string; source: string; state: string; tools: number; enabled: boolean; lastError: string | null }>;
-      if (rows.length === 0) io.out('No MCP servers.\n');
-      else io.out(table([['NAME', 'TRANSPORT', 'SOURCE', 'STATE', 'TOOLS', 'LAST ERROR'], ...rows.map((x) => [x.name, x.transport, x.source, x.enabled ? x.state : 'disabled', String(x.tools), (x.lastError ?? '').slice(0, 80)])]));
+      io.out(rows.length === 0 ? 'No MCP servers.\n' : table([['NAME', 'TRANSPORT', 'SOURCE', 'STATE', 'TOOLS', 'LAST ERROR'], ...rows.map((x) => [x.name, x.transport, x.source, x.enabled ? x.state : 'disabled', String(x.tools), (x.lastError ?? '').slice(0, 80)])]));
       return 0;
-    }
-    case 'show':
-      return done(await callApi(target, 'GET', at(name())), (j) => `${JSON.stringify(j, null, 2)}\n`);
-    case 'remove':
-      return done(await callApi(target, 'DELETE', at(name())), (j) => `Removed MCP server ${String(j.name)}.\n`);
-    case 'tools':
-      return done(await callApi(target, 'GET', `${at(name())}/tools`), (j) => {
+    },
+    show: async ({ args: [name], values, io }) => done(io, await api(io, values, 'GET', mcpServer(name)), (j) => `${JSON.stringify(j, null, 2)}\n`),
+    remove: async ({ args: [name], values, io }) => done(io, await api(io, values, 'DELETE', mcpServer(name)), (j) => `Removed MCP server ${String(j.name)}.\n`),
+    tools: async ({ args: [name], values, io }) =>
+      done(io, await api(io, values, 'GET', `${mcpServer(name)}/tools`), (j) => {
         const tools = (j.tools ?? []) as Array<{ shown: string; offered: boolean; why?: string; approval: string; description: string }>;
         if (tools.length === 0) return `The MCP server ${String(j.server)} lists no tools.\n`;
         return table([['TOOL', 'OFFERED', 'APPROVAL', 'DESCRIPTION'], ...tools.map((t) => [t.shown, t.offered ? 'yes' : `no: ${t.why ?? ''}`, t.approval, t.description.replace(/\s+/g, ' ').slice(0, 60)])]);
-      });
-    case 'add': {
+      }),
+    add: async ({ args: [name], values, io }) => {
+      const target = await apiTarget(io, values);
       let body: Record<string, unknown>;
-      if (values.file) {
-        try {
-          body = JSON.parse(await readFile(values.file, 'utf8')) as Record<string, unknown>;
-        } catch (err) {
-          throw new UsageError(`--file: cannot read ${values.file} as JSON: ${(err as Error).message}`);
-        }
-      } else {
-        const n = name();
+      if (values.file) body = await jsonFile(values.file);
+      else {
+        const n = check(Name, name, 'NAME');
         if ((values.command === undefined) === (values['server-url'] === undefined)) throw new UsageError(`give --command "argv..." (stdio) or --server-url URL (http)\nusage: ${usageOf('mcp')}`);
-        const env: Record<string, string> = {};
-        for (const e of values.env ?? []) {
-          const m = /^([^=]+)=(.+)$/.exec(e);
-          if (!m) throw new UsageError(`--env: expected NAME=env:STEWARD_MCP_<NAME> (got ${e})`);
-          env[m[1]!] = m[2]!;
-        }
-        const approval: Record<string, string> = {};
-        for (const a of values.approval ?? []) {
-          const m = /^([^=]+)=(.+)$/.exec(a);
-          if (!m) throw new UsageError(`--approval: expected TOOL=never|always|<role> (got ${a})`);
-          approval[m[1]!] = m[2]!;
-        }
+        const env = pairs(values.env, '--env', 'NAME=env:STEWARD_MCP_<NAME>');
+        const approval = pairs(values.approval, '--approval', 'TOOL=never|always|<role>');
         const timeoutMs = values.timeout === undefined ? undefined : parseDuration(values.timeout);
         if (values.timeout !== undefined && timeoutMs === undefined) throw new UsageError('--timeout: expected a duration such as 30s');
         body = {
@@ -908,57 +636,25 @@ async function mcp(sub: string | undefined, args: string[], io: CliIo): Promise<
           ...(timeoutMs !== undefined ? { timeoutMs } : {}),
         };
       }
-      return done(await callApi(target, 'POST', '/api/v1/mcp/servers', body), (j) => `Registered MCP server ${String(j.name)} (${String(j.transport)}); list its tools with steward mcp tools ${String(j.name)}.\n`);
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('mcp')}`);
-  }
-}
-
-/** `steward tasks ...`: tasks through the running API (which validates every field). */
-async function tasks(sub: string | undefined, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      token: { type: 'string' },
-      status: { type: 'string' },
-      lane: { type: 'string' },
-      chat: { type: 'string' },
-      platform: { type: 'string' },
-      account: { type: 'string' },
-      priority: { type: 'string' },
-      due: { type: 'string' },
-      assignee: { type: 'string' },
-      note: { type: 'string' },
-      json: { type: 'boolean' },
+      return done(io, await callApi(target, 'POST', '/api/v1/mcp/servers', body), (j) => `Registered MCP server ${String(j.name)} (${String(j.transport)}); list its tools with steward mcp tools ${String(j.name)}.\n`);
     },
-  });
-  const target = await apiTarget(io.config(), io, values);
-  const id = () => encodeURIComponent(check(z.string().regex(/^t-[a-z0-9]{8}$/i, 'a task id looks like t-1a2b3c4d'), positionals[0], 'ID').toLowerCase());
-  type View = { id: string; lane: string; priority: string; status: string; dueAt: string | null; sender: string; assignee: string | null; text: string; chat: { platform: string; chatId: string } };
-  const done = (r: { status: number; json: Record<string, unknown> }, ok: number, line: (t: View) => string): number => {
-    if (r.status !== ok) return apiFailure(io, r);
-    io.out(values.json ? `${JSON.stringify(r.json, null, 2)}\n` : `${line(r.json as unknown as View)}\n`);
-    return 0;
-  };
-  switch (sub) {
-    case 'list': {
-      if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('tasks')}`);
+  },
+
+  tasks: {
+    list: async ({ values, io }) => {
       const q = new URLSearchParams({ ...(values.status ? { status: values.status } : {}), ...(values.lane ? { lane: values.lane } : {}) });
-      const r = await callApi(target, 'GET', `/api/v1/tasks${q.size ? `?${q}` : ''}`);
+      const r = await api(io, values, 'GET', `/api/v1/tasks${q.size ? `?${q}` : ''}`);
       if (r.status !== 200) return apiFailure(io, r);
-      const rows = (r.json.tasks ?? []) as View[];
+      const rows = (r.json.tasks ?? []) as TaskView[];
       if (values.json) io.out(`${JSON.stringify(rows, null, 2)}\n`);
       else if (rows.length === 0) io.out('No tasks.\n');
       else io.out(table([['ID', 'LANE', 'PRIORITY', 'STATUS', 'DUE', 'CHAT', 'FROM', 'TEXT'], ...rows.map((t) => [t.id, t.lane, t.priority, t.status, t.dueAt ?? '-', `${t.chat.platform}:${t.chat.chatId}`, t.sender, t.text.replace(/\s+/g, ' ').slice(0, 60)])]));
       return 0;
-    }
-    case 'add': {
-      const text = positionals.join(' ').trim();
-      if (!text || !values.chat) throw new UsageError(`usage: ${usageOf('tasks')}`);
-      const r = await callApi(target, 'POST', '/api/v1/tasks', {
+    },
+    add: async ({ args, values, io }) => {
+      const text = args.join(' ').trim();
+      if (!text) throw new UsageError(`usage: ${usageOf('tasks')}`);
+      const r = await api(io, values, 'POST', '/api/v1/tasks', {
         text,
         chatId: values.chat,
         ...(values.platform ? { platform: values.platform } : {}),
@@ -968,90 +664,46 @@ async function tasks(sub: string | undefined, args: string[], io: CliIo): Promis
         ...(values.due ? { due: values.due } : {}),
         ...(values.assignee ? { assignee: values.assignee } : {}),
       });
-      return done(r, 201, (t) => `Task ${t.id} made (${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}).`);
-    }
-    case 'route': {
-      const cls = positionals[1];
-      if (!cls || positionals.length > 2) throw new UsageError(`usage: ${usageOf('tasks')}`);
-      const r = await callApi(target, 'POST', `/api/v1/tasks/${id()}/route`, { class: cls, ...(values.priority ? { priority: values.priority } : {}), ...(values.due ? { due: values.due } : {}) });
-      return done(r, 200, (t) => `Task ${t.id}: ${t.status === 'closed' ? 'closed as noise' : `${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}`}.`);
-    }
-    case 'hand': {
-      if (positionals.length !== 1) throw new UsageError(`usage: ${usageOf('tasks')}`);
-      const r = await callApi(target, 'POST', `/api/v1/tasks/${id()}/hand`);
-      return done(r, 200, (t) => `Task ${t.id} handed to the agent: a turn runs in ${t.chat.platform} chat ${t.chat.chatId}.`);
-    }
-    case 'close': {
-      if (positionals.length !== 1) throw new UsageError(`usage: ${usageOf('tasks')}`);
-      const r = await callApi(target, 'POST', `/api/v1/tasks/${id()}/close`, values.note ? { note: values.note } : undefined);
-      return done(r, 200, (t) => `Task ${t.id} closed.`);
-    }
-    default:
-      throw new UsageError(`usage: ${usageOf('tasks')}`);
-  }
+      return taskDone(io, r, 201, values.json, (t) => `Task ${t.id} made (${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}).`);
+    },
+    route: async ({ args: [id, cls], values, io }) => {
+      const at = task(id);
+      const r = await api(io, values, 'POST', `${at}/route`, { class: cls, ...(values.priority ? { priority: values.priority } : {}), ...(values.due ? { due: values.due } : {}) });
+      return taskDone(io, r, 200, values.json, (t) => `Task ${t.id}: ${t.status === 'closed' ? 'closed as noise' : `${t.lane}, ${t.priority}, due ${t.dueAt ?? '-'}`}.`);
+    },
+    hand: async ({ args: [id], values, io }) => {
+      const at = task(id);
+      return taskDone(io, await api(io, values, 'POST', `${at}/hand`), 200, values.json, (t) => `Task ${t.id} handed to the agent: a turn runs in ${t.chat.platform} chat ${t.chat.chatId}.`);
+    },
+    close: async ({ args: [id], values, io }) => {
+      const at = task(id);
+      return taskDone(io, await api(io, values, 'POST', `${at}/close`, values.note ? { note: values.note } : undefined), 200, values.json, (t) => `Task ${t.id} closed.`);
+    },
+  },
+
+  /** `steward ui`: a new one-time link that signs a browser in and opens the Temporal UI Steward serves. */
+  ui: async ({ values, io }) => {
+    const r = await api(io, values, 'POST', '/codec/links');
+    if (r.status !== 201 || typeof r.json.url !== 'string') return apiFailure(io, r);
+    const opens = typeof r.json.ui === 'string' ? `it signs the browser in and opens ${r.json.ui}` : 'it signs the browser in to the codec endpoint (this Steward serves no Temporal UI)';
+    io.out(`${r.json.url}\n  (${opens}; it works once, until ${String(r.json.expiresAt)})\n`);
+    return 0;
+  },
+} satisfies HandlersOf<'admin', CliIo>;
+
+async function decidePairing(io: CliIo, values: ApiFlags, codeArg: string | undefined, role: string | undefined): Promise<number> {
+  const code = check(PairingCodeArg, codeArg, 'CODE').toUpperCase();
+  const r = await api(io, values, 'POST', `/api/v1/pairings/${encodeURIComponent(code)}/${role ? 'approve' : 'deny'}`, role ? { role } : undefined);
+  return r.status === 200 ? done(io, r, (j) => `${String(j.message)}\n`) : refused(io, r);
 }
 
-async function ui(args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { url: { type: 'string' }, token: { type: 'string' } } });
-  if (positionals.length > 0) throw new UsageError(`usage: ${usageOf('ui')}`);
-  const target = await apiTarget(io.config(), io, values);
-  let res: Response;
-  try {
-    res = await fetch(`${target.url}/codec/links`, { method: 'POST', headers: { authorization: `Bearer ${target.token}` } });
-  } catch {
-    throw new UsageError(`cannot reach Steward at ${target.url}: is it running? (./steward start)`);
-  }
-  const json = (await res.json().catch(() => ({}))) as Record<string, unknown>;
-  if (res.status === 401) throw new UsageError('the API token was refused (check STEWARD_API_TOKEN or --token)');
-  if (res.status !== 201 || typeof json.url !== 'string') return apiFailure(io, { status: res.status, json });
-  const opens = typeof json.ui === 'string' ? `it signs the browser in and opens ${json.ui}` : 'it signs the browser in to the codec endpoint (this Steward serves no Temporal UI)';
-  io.out(`${json.url}\n  (${opens}; it works once, until ${String(json.expiresAt)})\n`);
-  return 0;
+async function decideApproval(io: CliIo, values: ApiFlags, idArg: string | undefined, action: 'approve' | 'deny', reason: string | undefined): Promise<number> {
+  const id = check(ApprovalIdArg, idArg, 'ID').toLowerCase();
+  const r = await api(io, values, 'POST', `/api/v1/approvals/${id}/${action}`, action === 'deny' && reason ? { reason } : undefined);
+  return r.status === 200 ? done(io, r, (j) => `${String(j.message)}\n`) : refused(io, r);
 }
 
-/** Run `steward <command> <sub> ...`; resolves with the exit code. */
-export async function adminCommand(command: string, args: string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = args;
-  try {
-    switch (command) {
-      case 'identities':
-        return await identities(sub, rest, io);
-      case 'bindings':
-        return await bindings(sub, rest, io);
-      case 'pairing':
-        return await pairing(sub, rest, io);
-      case 'approvals':
-        return await approvals(sub, rest, io);
-      case 'shells':
-        return await shells(sub, rest, io);
-      case 'repos':
-        return await repos(sub, rest, io);
-      case 'changes':
-        return await changes(sub, rest, io);
-      case 'objectives':
-        return await objectives(sub, rest, io);
-      case 'workspaces':
-        return await workspaces(sub, rest, io);
-      case 'skills':
-        return await skills(args, io);
-      case 'memories':
-        return await memories(sub, rest, io);
-      case 'tasks':
-        return await tasks(sub, rest, io);
-      case 'ui':
-        return await ui(args, io);
-      case 'mcp':
-        return await mcp(sub, rest, io);
-      default:
-        throw new UsageError(`unknown command ${command}`);
-    }
-  } catch (err) {
-    if (err instanceof UsageError || (err instanceof TypeError && /option|argument/i.test(err.message))) {
-      io.err(`steward ${command}: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
+/** Run `steward <command> <sub> ...`; resolves with the exit code (2: a bad argument, nothing done). */
+export function adminCommand(command: string, args: readonly string[], io: CliIo): Promise<number> {
+  return runCommand(command, args, io, HANDLERS);
 }
-
-

@@ -6,7 +6,6 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { migrateDatabase } from '../domain/db.js';
 
 import { runChat } from '../adapters/cli/chat.js';
@@ -18,7 +17,7 @@ import { historiesCommand } from './histories.js';
 import { opsCommand, stdoutWriter } from './ops-cli.js';
 import { redactUrl, startSteward, startWorkerOnly } from './start.js';
 import { unavailableFeatures, unavailableLine } from './capabilities.js';
-import { CLI_COMMANDS, helpText, usageOf } from './cli-commands.js';
+import { CLI_COMMANDS, helpText, runCommand, usageOf, type HandlersOf } from './cli-commands.js';
 
 
 /** The configuration; `overrides` (command-line flags) win over the environment. */
@@ -33,6 +32,8 @@ function config(overrides: Record<string, string> = {}): StewardConfig {
     throw err;
   }
 }
+
+const io = { config, out: (s: string) => process.stdout.write(s), err: (s: string) => void process.stderr.write(s) };
 
 async function start(role: 'all' | 'api'): Promise<void> {
   const cfg = config();
@@ -83,8 +84,9 @@ async function start(role: 'all' | 'api'): Promise<void> {
   process.on('SIGTERM', () => shutdown('SIGTERM'));
 }
 
-async function worker(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { queues: { type: 'string' }, concurrency: { type: 'string' } } });
+type Main = HandlersOf<'main', typeof io>;
+
+const worker: Main['worker'] = async ({ values }) => {
   // the flags override STEWARD_WORKER_QUEUES and STEWARD_WORKER_CONCURRENCY, with the same checks
   const cfg = config({
     ...(values.queues !== undefined ? { STEWARD_WORKER_QUEUES: values.queues } : {}),
@@ -103,13 +105,10 @@ async function worker(args: string[]): Promise<void> {
   process.on('SIGTERM', stop);
   await w.done;
   process.stdout.write('Steward worker stopped.\n');
-}
+  return 0;
+};
 
-async function chat(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: { chat: { type: 'string' }, user: { type: 'string' }, url: { type: 'string' }, token: { type: 'string' } },
-  });
+const chat: Main['chat'] = async ({ values }) => {
   const cfg = config();
   let token = values.token ?? cfg.http.apiToken;
   if (!token) {
@@ -127,57 +126,65 @@ async function chat(args: string[]): Promise<void> {
     chatId: values.chat ?? 'cli',
     user: values.user ?? process.env.USER ?? 'cli',
   });
-}
+  return 0;
+};
 
-async function migrate(_args: string[]): Promise<void> {
+const migrate: Main['migrate'] = async () => {
   const cfg = config();
   await migrateDatabase(cfg.databaseUrl);
   process.stdout.write(`Migrated ${redactUrl(cfg.databaseUrl)}\n`);
-}
+  return 0;
+};
 
-type MainCommand = Extract<(typeof CLI_COMMANDS)[number], { runner: 'main' }>['name'];
-
-/** The commands main.ts runs itself: one handler for each of the table's `main` commands. */
-const MAIN: Record<MainCommand, (args: string[]) => Promise<void>> = {
-  start: () => start('all'),
-  api: () => start('api'),
+/** The commands this module runs itself: one handler for each of the table's `main` commands. */
+const MAIN = {
+  start: async () => {
+    await start('all');
+    return 0;
+  },
+  api: async () => {
+    await start('api');
+    return 0;
+  },
   worker,
   chat,
   migrate,
-  help: async () => {
-    process.stdout.write(`${helpText()}\n`);
+  // `steward help`: every command; `steward help <command>`: that command's flags (its --help)
+  help: async ({ args: [name] }) => {
+    if (name === undefined) process.stdout.write(`${helpText()}\n`);
+    else return run(name, ['--help']);
+    return 0;
   },
-};
+} satisfies Main;
 
-const [given = 'help', ...rest] = process.argv.slice(2);
-const command = given === '--help' || given === '-h' ? 'help' : given;
-const entry = CLI_COMMANDS.find((c) => c.name === command);
-const io = { config, out: (s: string) => process.stdout.write(s), err: (s: string) => process.stderr.write(s) };
-try {
+/** Run one command of the table through its runner's handlers; resolves with the exit code. */
+async function run(name: string, args: readonly string[]): Promise<number> {
+  const entry = CLI_COMMANDS.find((c) => c.name === name);
   if (!entry) {
-    process.stderr.write(`Unknown command: ${command}\n\n${helpText()}\n`);
-    process.exit(2);
+    process.stderr.write(`Unknown command: ${name}\n\n${helpText()}\n`);
+    return 2;
   }
   switch (entry.runner) {
     case 'main':
-      await MAIN[entry.name](rest);
-      break;
+      return runCommand(entry.name, args, io, MAIN);
     case 'ops':
-      process.exitCode = await opsCommand(entry.name, rest, { ...io, out: stdoutWriter() });
-      break;
+      return opsCommand(entry.name, args, { ...io, out: stdoutWriter() });
     case 'admin':
-      process.exitCode = await adminCommand(entry.name, rest, io);
-      break;
+      return adminCommand(entry.name, args, io);
     case 'histories':
-      process.exitCode = await historiesCommand(rest, io);
-      break;
+      return historiesCommand(args, io);
     case 'cluster':
-      process.exitCode = await clusterCommand(rest, io);
-      break;
+      return clusterCommand(args, io);
     case 'launcher':
       process.stderr.write(`steward ${entry.name} runs through the launcher: ./${usageOf(entry.name)}\n`);
-      process.exit(2);
+      return 2;
   }
+}
+
+const [given = 'help', ...rest] = process.argv.slice(2);
+const command = given === '--help' || given === '-h' ? 'help' : given;
+try {
+  process.exitCode = await run(command, rest);
 } catch (err) {
   process.stderr.write(`steward ${command}: ${err instanceof Error ? err.message : String(err)}\n`);
   process.exit(1);

@@ -14,7 +14,6 @@ import { randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { msToTs } from '@temporalio/common/lib/time.js';
 import pg from 'pg';
@@ -31,7 +30,7 @@ import {
 } from './cluster-plan.js';
 import { joined, ringStanding, type NodeMembership, type RingStanding } from './cluster-membership.js';
 import { ensureSearchAttributes } from './temporal-server.js';
-import { usageOf } from './cli-commands.js';
+import { runCommand, type CliContext, type HandlersOf } from './cli-commands.js';
 import { STEWARD_NODE_FLAGS, stewardProcessEnv } from './node-options.js';
 import { portFree } from './ports.js';
 
@@ -622,75 +621,67 @@ function joinTimeout(value: string | undefined): number {
   return n * 1000;
 }
 
-/** `steward cluster ...` from the command line; the exit code. */
-export async function clusterCommand(args: string[], io: { out: (s: string) => void; err: (s: string) => void }): Promise<number> {
-  const [sub, ...rest] = args;
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: sub === 'restart',
-    options: {
-      dir: { type: 'string' },
-      nodes: { type: 'string', default: '2' },
-      'base-port': { type: 'string', default: '7233' },
-      'api-port': { type: 'string', default: '8787' },
-      'pg-url': { type: 'string' },
-      'db-prefix': { type: 'string', default: '' },
-      json: { type: 'boolean', default: false },
-      'join-timeout': { type: 'string', default: '30' },
-    },
-    strict: true,
-  });
-  const dir = path.resolve(values.dir ?? path.join(process.env.STEWARD_DATA_DIR ?? path.join(REPO_ROOT, '.data'), 'cluster'));
-  const say = (s: string) => io.err(`cluster: ${s}\n`);
-  try {
-    if (sub === 'up') {
-      const state = await clusterUp({
-        dir,
-        composeFile: path.join(REPO_ROOT, 'docker-compose.yml'),
-        nodes: Number(values.nodes),
-        basePort: Number(values['base-port']),
-        apiPort: Number(values['api-port']),
-        ...(values['pg-url'] ? { pgUrl: values['pg-url'] } : {}),
-        dbPrefix: values['db-prefix'],
-        env: process.env,
-        say,
-        joinTimeoutMs: joinTimeout(values['join-timeout']),
-      });
-      const api = state.processes.find((p) => p.service === 'api')!;
-      io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), Temporal at 127.0.0.1:${state.frontend.port} (nodes ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}).\n`);
-      return 0;
-    }
-    if (sub === 'restart') {
-      const named: string[] = positionals;
-      const targets = named.length === 0 ? ['worker', 'repo-worker', 'api'] : named.includes('all') ? [...RESTART_TARGETS] : named;
-      const unknown = targets.filter((t) => !(RESTART_TARGETS as readonly string[]).includes(t));
-      if (unknown.length) throw new ClusterError(`restart: unknown ${unknown.join(', ')} (one or more of ${RESTART_TARGETS.join(', ')}, or all)`);
-      const state = await clusterRestart(dir, targets as RestartTarget[], process.env, say, joinTimeout(values['join-timeout']));
-      io.out(`restarted ${RESTART_TARGETS.filter((t) => targets.includes(t)).join(', ')}, one at a time; running: ${state.processes.map((p) => `${p.service} pid ${p.pid}`).join(', ')}; nodes ${state.nodes.map((n) => `pid ${n.pid}`).join(', ')}\n`);
-      return 0;
-    }
-    if (sub === 'down') {
-      await clusterDown(dir, say);
-      return 0;
-    }
-    if (sub === 'status') {
-      const s = await clusterStatus(dir);
-      if (values.json) io.out(`${JSON.stringify(s, null, 2)}\n`);
-      else {
-        for (const n of s.nodes) io.out(`temporal node ${n.node}  ${n.running ? `pid ${n.pid}` : 'stopped'}  ${n.frontend}  ${n.serving ? 'serving' : 'not serving'}, ${n.joined ? 'joined' : 'not joined'}\n`);
-        io.out(`frontend        ${s.frontend.running ? `pid ${s.frontend.pid}` : 'stopped'}  ${s.frontend.address}  ${s.frontend.serving ? 'serving' : 'not serving'}\n`);
-        for (const p of s.processes) io.out(`steward ${p.service.padEnd(11)} ${p.running ? `pid ${p.pid}` : 'stopped'}  Temporal ${p.temporal}${p.http ? `  ${p.http}` : ''}\n`);
-        for (const p of s.problems) io.out(`problem: ${p}\n`);
-      }
-      return s.ok ? 0 : 1;
-    }
-    io.err(`usage: ${usageOf('cluster')}\n`);
-    return 2;
-  } catch (err) {
-    if (err instanceof ClusterError) {
-      io.err(`steward cluster ${sub}: ${err.message}\n`);
+type ClusterIo = { out: (s: string) => void; err: (s: string) => void };
+type ClusterHandlers = HandlersOf<'cluster', ClusterIo>;
+
+/** A cluster subcommand; a refusal (ClusterError) prints why and exits 1. */
+function clusterSub<V extends { dir?: string }>(sub: string, run: (dir: string, ctx: CliContext<V, ClusterIo>, say: (s: string) => void) => Promise<number>) {
+  return async (ctx: CliContext<V, ClusterIo>): Promise<number> => {
+    const dir = path.resolve(ctx.values.dir ?? path.join(process.env.STEWARD_DATA_DIR ?? path.join(REPO_ROOT, '.data'), 'cluster'));
+    try {
+      return await run(dir, ctx, (s) => ctx.io.err(`cluster: ${s}\n`));
+    } catch (err) {
+      if (!(err instanceof ClusterError)) throw err;
+      ctx.io.err(`steward cluster ${sub}: ${err.message}\n`);
       return 1;
     }
-    throw err;
-  }
+  };
+}
+
+const CLUSTER = {
+  up: clusterSub<Parameters<ClusterHandlers['cluster']['up']>[0]['values']>('up', async (dir, { values, io }, say) => {
+    const state = await clusterUp({
+      dir,
+      composeFile: path.join(REPO_ROOT, 'docker-compose.yml'),
+      nodes: Number(values.nodes ?? '2'),
+      basePort: Number(values['base-port'] ?? '7233'),
+      apiPort: Number(values['api-port'] ?? '8787'),
+      ...(values['pg-url'] ? { pgUrl: values['pg-url'] } : {}),
+      dbPrefix: values['db-prefix'] ?? '',
+      env: process.env,
+      say,
+      joinTimeoutMs: joinTimeout(values['join-timeout'] ?? '30'),
+    });
+    const api = state.processes.find((p) => p.service === 'api')!;
+    io.out(`Steward is running on a ${state.nodes.length}-node Temporal ${state.version} cluster on PostgreSQL: API http://127.0.0.1:${api.httpPort} (token in ${path.join(dir, 'secrets.json')}), Temporal at 127.0.0.1:${state.frontend.port} (nodes ${state.nodes.map((n) => `127.0.0.1:${n.ports.frontend}`).join(', ')}).\n`);
+    return 0;
+  }),
+  restart: clusterSub<Parameters<ClusterHandlers['cluster']['restart']>[0]['values']>('restart', async (dir, { args: named, values, io }, say) => {
+    const targets = named.length === 0 ? ['worker', 'repo-worker', 'api'] : named.includes('all') ? [...RESTART_TARGETS] : named;
+    const unknown = targets.filter((t) => !(RESTART_TARGETS as readonly string[]).includes(t));
+    if (unknown.length) throw new ClusterError(`restart: unknown ${unknown.join(', ')} (one or more of ${RESTART_TARGETS.join(', ')}, or all)`);
+    const state = await clusterRestart(dir, targets as RestartTarget[], process.env, say, joinTimeout(values['join-timeout'] ?? '30'));
+    io.out(`restarted ${RESTART_TARGETS.filter((t) => targets.includes(t)).join(', ')}, one at a time; running: ${state.processes.map((p) => `${p.service} pid ${p.pid}`).join(', ')}; nodes ${state.nodes.map((n) => `pid ${n.pid}`).join(', ')}\n`);
+    return 0;
+  }),
+  down: clusterSub('down', async (dir, _ctx, say) => {
+    await clusterDown(dir, say);
+    return 0;
+  }),
+  status: clusterSub<Parameters<ClusterHandlers['cluster']['status']>[0]['values']>('status', async (dir, { values, io }) => {
+    const s = await clusterStatus(dir);
+    if (values.json) io.out(`${JSON.stringify(s, null, 2)}\n`);
+    else {
+      for (const n of s.nodes) io.out(`temporal node ${n.node}  ${n.running ? `pid ${n.pid}` : 'stopped'}  ${n.frontend}  ${n.serving ? 'serving' : 'not serving'}, ${n.joined ? 'joined' : 'not joined'}\n`);
+      io.out(`frontend        ${s.frontend.running ? `pid ${s.frontend.pid}` : 'stopped'}  ${s.frontend.address}  ${s.frontend.serving ? 'serving' : 'not serving'}\n`);
+      for (const p of s.processes) io.out(`steward ${p.service.padEnd(11)} ${p.running ? `pid ${p.pid}` : 'stopped'}  Temporal ${p.temporal}${p.http ? `  ${p.http}` : ''}\n`);
+      for (const p of s.problems) io.out(`problem: ${p}\n`);
+    }
+    return s.ok ? 0 : 1;
+  }),
+} satisfies ClusterHandlers['cluster'];
+
+/** `steward cluster ...` from the command line (commander parses it from the command table); the exit code. */
+export function clusterCommand(args: readonly string[], io: ClusterIo): Promise<number> {
+  return runCommand('cluster', args, io, { cluster: CLUSTER });
 }

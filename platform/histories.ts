@@ -19,7 +19,6 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Client, type Connection } from '@temporalio/client';
 import type { Payload, PayloadCodec } from '@temporalio/common';
 import { historyToJSON, JSONToPayload, payloadToJSON, type JSONPayload } from '@temporalio/common/lib/proto-utils.js';
@@ -28,7 +27,7 @@ import { ENCODING_ENCRYPTED, resolveCodecKeys, StewardCodec } from '../common/co
 import { describeIssues } from '../common/schemas.js';
 import type { StewardConfig } from '../config/index.js';
 import { connectTemporal } from './temporal-server.js';
-import { usageOf } from './cli-commands.js';
+import { runCommand, usageOf, type HandlersOf } from './cli-commands.js';
 
 /** The replay corpus in this checkout. */
 export const DEFAULT_HISTORIES_DIR = fileURLToPath(new URL('../test/replay/histories/', import.meta.url));
@@ -331,32 +330,8 @@ export interface HistoriesIo {
   err: (s: string) => void;
 }
 
-/** `steward histories record ...`: returns the exit code (0 written, 1 nothing to record or failed, 2 bad arguments). */
-export async function historiesCommand(args: string[], io: HistoriesIo): Promise<number> {
-  const [sub, ...rest] = args;
-  if (sub !== 'record') {
-    io.err(`${sub ? `Unknown histories command: ${sub}\n` : ''}Usage: ${HISTORIES_USAGE}\n`);
-    return 2;
-  }
-  let values: { query?: string | undefined; limit?: string | undefined; out?: string | undefined; prefix?: string | undefined; 'include-running'?: boolean | undefined; force?: boolean | undefined };
-  try {
-    ({ values } = parseArgs({
-      args: rest,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        query: { type: 'string' },
-        limit: { type: 'string' },
-        out: { type: 'string' },
-        prefix: { type: 'string' },
-        'include-running': { type: 'boolean' },
-        force: { type: 'boolean' },
-      },
-    }));
-  } catch (err) {
-    io.err(`steward histories record: ${(err as Error).message}\nUsage: ${HISTORIES_USAGE}\n`);
-    return 2;
-  }
+/** `steward histories record ...` (commander parses it from the command table): 0 written, 1 nothing to record or failed, 2 bad arguments. */
+const record: HandlersOf<'histories', HistoriesIo>['histories']['record'] = async ({ values, io }) => {
   const opts = RecordOptionsSchema.safeParse({
     query: values.query ?? '',
     ...(values.limit !== undefined ? { limit: values.limit } : {}),
@@ -414,4 +389,9 @@ export async function historiesCommand(args: string[], io: HistoriesIo): Promise
     await connection.close();
     await closeNative();
   }
+};
+
+/** `steward histories ...`: returns the exit code (0 written, 1 nothing to record or failed, 2 bad arguments). */
+export function historiesCommand(args: readonly string[], io: HistoriesIo): Promise<number> {
+  return runCommand('histories', args, io, { histories: { record } } satisfies HandlersOf<'histories', HistoriesIo>);
 }

@@ -6,7 +6,6 @@
  * what is wrong and exits 2 without touching anything.
  */
 import { readFile } from 'node:fs/promises';
-import { parseArgs } from 'node:util';
 import { Client } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
 import { z } from 'zod';
@@ -19,7 +18,7 @@ import { formatDoctor, runDoctor, tcpProbe } from './doctor.js';
 import { configuredPayloadCodec } from './histories.js';
 import { connectTemporal } from './temporal-server.js';
 import { buildTrace, formatTrace, TraceNotFoundError } from './trace.js';
-import { usageOf } from './cli-commands.js';
+import { runCommand, UsageError as CliUsageError, type HandlersOf } from './cli-commands.js';
 
 export interface OpsIo {
   /** The configuration (exits on an invalid one, as the other commands do). */
@@ -33,8 +32,10 @@ export interface OpsIo {
   dataConverter?: DataConverter;
 }
 
-
-class UsageError extends Error {}
+/** A bad argument: the message, then the command's usage, and exit 2. */
+class UsageError extends CliUsageError {
+  override readonly withUsage = true;
+}
 
 /** stdout with backpressure: resolves once the chunk is handed to the OS or the buffer drained. */
 export function stdoutWriter(stream: NodeJS.WritableStream = process.stdout): (s: string) => Promise<void> {
@@ -138,23 +139,9 @@ export async function exportReceipts(db: Db, args: ExportArgs, write: (s: string
   return written;
 }
 
-async function receiptsCommand(args: string[], io: OpsIo): Promise<number> {
-  const rest = args[0] === 'export' ? args.slice(1) : args;
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: true,
-    options: {
-      since: { type: 'string' },
-      until: { type: 'string' },
-      chat: { type: 'string' },
-      session: { type: 'string' },
-      run: { type: 'string' },
-      kind: { type: 'string' },
-      limit: { type: 'string' },
-      after: { type: 'string' },
-    },
-  });
-  if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
+type Handlers = HandlersOf<'ops', OpsIo>;
+
+const receiptsExport: Handlers['receipts']['export'] = async ({ values, io }) => {
   const parsed = parse(ExportArgsSchema, values);
   const cfg = io.config();
   const db = createDb(cfg.databaseUrl);
@@ -166,7 +153,7 @@ async function receiptsCommand(args: string[], io: OpsIo): Promise<number> {
     await db.$disconnect();
   }
   return 0;
-}
+};
 
 /** A client of the configured Temporal (TEMPORAL_ADDRESS or the embedded server), or why there is none. */
 async function openTemporal(cfg: StewardConfig, dataConverter: DataConverter | undefined): Promise<{ client: Client; close(): Promise<void> } | { error: string }> {
@@ -182,10 +169,8 @@ async function openTemporal(cfg: StewardConfig, dataConverter: DataConverter | u
   return { client, close: () => connection.close() };
 }
 
-async function traceCommand(args: string[], io: OpsIo): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, chat: { type: 'string' } } });
-  if (positionals.length !== 1) throw new UsageError(positionals.length ? `expected one id, got ${positionals.length}` : 'expected the id of a message, a turn, a workflow or a run');
-  const ref = parse(Id('id'), positionals[0]);
+const trace: Handlers['trace'] = async ({ args: [id], values, io }) => {
+  const ref = parse(Id('id'), id);
   const chat = values.chat === undefined ? undefined : parse(Id('--chat'), values.chat);
   const cfg = io.config();
   const db = createDb(cfg.databaseUrl);
@@ -213,33 +198,27 @@ async function traceCommand(args: string[], io: OpsIo): Promise<number> {
     if ('close' in temporal) await temporal.close().catch(() => undefined);
     await db.$disconnect();
   }
-}
+};
 
-async function doctorCommand(args: string[], io: OpsIo): Promise<number> {
-  const { values, positionals } = parseArgs({ args, allowPositionals: true, options: { json: { type: 'boolean' }, timeout: { type: 'string' }, 'skip-sandbox': { type: 'boolean' } } });
-  if (positionals.length) throw new UsageError(`unexpected argument ${positionals[0]}`);
+const doctor: Handlers['doctor'] = async ({ values, io }) => {
   const timeoutMs = values.timeout === undefined ? 5000 : parseDuration(values.timeout);
   if (timeoutMs === undefined || timeoutMs < 100 || timeoutMs > 120_000) throw new UsageError('--timeout: expected a duration from 100ms to 2m, such as 5s');
   const report = await runDoctor({ env: io.env ?? process.env, timeoutMs, ...(values['skip-sandbox'] ? { skipSandbox: true } : {}) });
   await io.out(values.json ? `${JSON.stringify(report, null, 2)}\n` : formatDoctor(report));
   return report.ok ? 0 : 1;
-}
+};
 
 /** `policy what-if FILE`: past decisions under the policy in force and the file's; writes nothing. */
-async function policyCommand(args: string[], io: OpsIo): Promise<number> {
-  const [sub, ...rest] = args;
-  if (sub !== 'what-if') throw new UsageError(sub ? `unknown subcommand ${sub}` : 'what-if FILE is the subcommand');
-  const { values, positionals } = parseArgs({ args: rest, allowPositionals: true, options: { since: { type: 'string' }, repo: { type: 'string' }, json: { type: 'boolean' }, limit: { type: 'string' } } });
-  if (positionals.length !== 1) throw new UsageError('name one policy file');
+const whatIf: Handlers['policy']['what-if'] = async ({ args: [file = ''], values, io }) => {
   const parsed = parse(WhatIfArgsSchema, values);
   let raw: unknown;
   try {
-    raw = JSON.parse(await readFile(positionals[0]!, 'utf8'));
+    raw = JSON.parse(await readFile(file, 'utf8'));
   } catch (err) {
-    throw new UsageError(`cannot read ${positionals[0]} as JSON: ${(err as Error).message}`);
+    throw new UsageError(`cannot read ${file} as JSON: ${(err as Error).message}`);
   }
   const policy = WhatIfPolicySchema.safeParse(raw);
-  if (!policy.success) throw new UsageError(`${positionals[0]}: ${policy.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}`);
+  if (!policy.success) throw new UsageError(`${file}: ${policy.error.issues.map((i) => `${i.path.join('.') || '(file)'}: ${i.message}`).join('; ')}`);
   const cfg = io.config();
   const db = createDb(cfg.databaseUrl);
   try {
@@ -256,7 +235,7 @@ async function policyCommand(args: string[], io: OpsIo): Promise<number> {
     await db.$disconnect();
   }
   return 0;
-}
+};
 
 const WhatIfArgsSchema = z.object({
   since: Instant('--since').optional(),
@@ -265,17 +244,9 @@ const WhatIfArgsSchema = z.object({
   limit: wholeNumber('--limit', 1).optional(),
 });
 
+const HANDLERS = { receipts: { export: receiptsExport }, trace, doctor, policy: { 'what-if': whatIf } } satisfies Handlers;
+
 /** Run `receipts [export]`, `trace`, `doctor` or `policy what-if`; returns the exit code (2 for bad arguments). */
-export async function opsCommand(command: 'receipts' | 'trace' | 'doctor' | 'policy', args: string[], io: OpsIo): Promise<number> {
-  try {
-    if (command === 'receipts') return await receiptsCommand(args, io);
-    if (command === 'trace') return await traceCommand(args, io);
-    if (command === 'policy') return await policyCommand(args, io);
-    return await doctorCommand(args, io);
-  } catch (err) {
-    const usage = err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
-    if (!usage) throw err;
-    io.err(`steward ${command}: ${(err as Error).message}\nUsage: ${usageOf(command)}\n`);
-    return 2;
-  }
+export function opsCommand(command: 'receipts' | 'trace' | 'doctor' | 'policy', args: readonly string[], io: OpsIo): Promise<number> {
+  return runCommand(command, args, io, HANDLERS);
 }

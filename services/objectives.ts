@@ -36,6 +36,7 @@ import {
   insertObjective,
   latestObjectiveRun,
   listObjectives,
+  listWatchedObjectives,
   recentObjectiveRuns,
   recordObjectiveEvent,
   setObjectivePaused,
@@ -697,6 +698,11 @@ async function showObjective(ctx: ServiceContext, idOrName: string): Promise<Obj
 }
 
 /** The objective service: what the API, the CLI and chat do with objectives (each method validates its input first). */
+/** The directories the objectives with a file trigger watch (objective id -> path), for the directory watchers. */
+export async function watchedDirectories(db: Db): Promise<Map<string, string>> {
+  return new Map((await listWatchedObjectives(db)).map((r) => [r.id, r.watchPath]));
+}
+
 export function createObjectiveService(deps: ObjectiveServiceDeps) {
   const ctx = serviceContext(deps);
   return {

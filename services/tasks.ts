@@ -34,7 +34,7 @@ import { findBinding, lookupBinding, type Actor, type BindingRecord } from '../d
 import { createLimiter, DEFAULT_LIMITS, type Limiter } from '../domain/limits.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { ensureSession } from '../domain/store/sessions.js';
-import { findTask, findTriageSetting, insertTask, listTasks, newTaskId, updateTaskIf, upsertTriageSetting, type TaskRow } from '../domain/store/tasks.js';
+import { findTask, findTriageSetting, insertTask, listTasks, newTaskId, updateTaskIf, type TaskRow } from '../domain/store/tasks.js';
 import { recordedSeq, recordInbound } from '../domain/transcript.js';
 import { faultPoint } from '../common/fault-points.js';
 import type { sessionWorkflow } from '../workflows/chat/session.js';
@@ -44,6 +44,7 @@ import { taskReminderWorkflow } from '../workflows/tasks/reminder.js';
 import { triageWorkflow } from '../workflows/tasks/triage.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 import { ServiceInputError, type Requester } from './requests.js';
+import { createAdminService } from './admin.js';
 
 export class TaskInputError extends ServiceInputError {
   override readonly name = 'TaskInputError';
@@ -384,11 +385,9 @@ export function createTaskService(deps: TaskServiceDeps) {
     /** Switch triage of a binding on (with its model) or off; receipted as a binding change. */
     async setTriage(bindingId: string, input: unknown, by: Requester): Promise<TriageView> {
       const s = parse(TriageSettingSchema, input, 'the triage setting');
-      const binding = await findBinding(db, bindingId);
-      if (!binding) throw new TaskInputError(`no binding ${bindingId}`, 404);
-      const row = await upsertTriageSetting(db, bindingId, { enabled: s.enabled, ...(s.model !== undefined ? { model: s.model } : {}), updatedBy: by.id });
-      await writeReceipt(db, { kind: 'binding.change', actor: by.id, data: { action: 'triage', bindingId, platform: binding.platform, chatId: binding.chatId, enabled: row.enabled, model: row.model, by: by.name } });
-      return { bindingId, enabled: row.enabled, model: row.model };
+      const r = await createAdminService(db).setTriage(by, bindingId, s);
+      if (!r) throw new TaskInputError(`no binding ${bindingId}`, 404);
+      return { bindingId, enabled: r.setting.enabled, model: r.setting.model };
     },
   };
 }

@@ -1,30 +1,17 @@
 /**
  * The operator's administration API (bearer token = the operator): identities and roles,
- * chat bindings, pairing requests and action approvals. The CLI (`steward identities`,
- * `bindings`, `pairing`, `approvals`) uses the same functions or these routes. Every change
- * writes a receipt; every request body is validated with zod before anything changes.
+ * chat bindings, pairing requests and action approvals. Identities and bindings go through
+ * the administration service (services/admin.ts), as the CLI's `steward identities` and
+ * `bindings` do, and that service writes their receipts; `steward pairing` and `approvals`
+ * call these routes. Every request body is validated with zod before anything changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { errorResponses, json } from './common.js';
 import type { Db } from '../../domain/db.js';
-import {
-  bindChat,
-  createIdentity,
-  deleteBinding,
-  deleteIdentity,
-  findBinding,
-  findIdentity,
-  GovernanceError,
-  listApprovals,
-  listBindings,
-  listIdentities,
-  OPERATOR,
-  pendingPairings,
-  updateIdentity,
-  type BindingRow,
-  type IdentityRow,
-} from '../../domain/governance.js';
-import { writeReceipt } from '../../domain/receipts.js';
+import type { ApprovalRecord, BindingRow, IdentityRow } from '../../domain/governance.js';
+import { OPERATOR } from '../../common/roles.js';
+import { createAdminService, type AdminService } from '../../services/admin.js';
+import { ServiceInputError } from '../../services/requests.js';
 import { ROLES, RoleSchema } from '../../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../../common/schemas.js';
 import type { Ingress } from '../../services/chat/intake.js';
@@ -121,7 +108,7 @@ function bindingView(b: BindingRow) {
   return { ...b, mode: b.mode === 'all' ? ('all' as const) : ('mention' as const), createdAt: b.createdAt.toISOString() };
 }
 
-function approvalView(a: Awaited<ReturnType<typeof listApprovals>>[number]) {
+function approvalView(a: ApprovalRecord) {
   let payload: unknown = a.payload;
   try {
     payload = JSON.parse(a.payload);
@@ -152,18 +139,19 @@ export interface AdminDeps {
 
 /** Register the administration routes (identities, bindings, pairings, approvals, in this order). */
 export function registerAdminRoutes(app: OpenAPIHono, deps: AdminDeps): void {
-  registerIdentityRoutes(app, deps.db);
-  registerBindingRoutes(app, deps.db);
-  registerPairingRoutes(app, deps);
-  registerApprovalRoutes(app, deps);
+  const admin = createAdminService(deps.db);
+  registerIdentityRoutes(app, admin);
+  registerBindingRoutes(app, admin);
+  registerPairingRoutes(app, admin, deps.ingress);
+  registerApprovalRoutes(app, admin, deps.ingress);
 }
 
 /** GET/POST /api/v1/identities, PATCH/DELETE /api/v1/identities/{id}: people and their roles. */
-function registerIdentityRoutes(app: OpenAPIHono, db: Db): void {
+function registerIdentityRoutes(app: OpenAPIHono, admin: AdminService): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/identities', summary: 'People Steward knows, with their roles and platform accounts', security: sec, responses: { 200: json(z.object({ identities: z.array(IdentityView) }), 'Identities'), ...errors } }),
     async (c) => {
-      const rows = await listIdentities(db);
+      const rows = await admin.listIdentities();
       return c.json({ identities: rows.map(identityView) }, 200);
     },
   );
@@ -173,13 +161,12 @@ function registerIdentityRoutes(app: OpenAPIHono, db: Db): void {
     async (c) => {
       const b = c.req.valid('json');
       try {
-        const { id } = await createIdentity(db, { name: b.name, role: b.role, accounts: b.accounts, createdBy: OPERATOR.id });
-        await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'create', identityId: id, name: b.name, role: b.role, accounts: b.accounts } });
-        const row = await findIdentity(db, id);
+        const { id } = await admin.addIdentity(OPERATOR, { name: b.name, role: b.role, accounts: b.accounts });
+        const row = await admin.findIdentity(id);
         if (!row) throw new Error(`identity ${id} is gone right after it was created`);
         return c.json(identityView(row), 201);
       } catch (err) {
-        if (err instanceof GovernanceError) return c.json({ error: err.message }, 409);
+        if (err instanceof ServiceInputError && err.status === 409) return c.json({ error: err.message }, 409);
         throw err;
       }
     },
@@ -190,11 +177,9 @@ function registerIdentityRoutes(app: OpenAPIHono, db: Db): void {
     async (c) => {
       const { id } = c.req.valid('param');
       const b = c.req.valid('json');
-      const before = await findIdentity(db, id);
-      if (!before) return c.json({ error: `no identity ${id}` }, 404);
-      const row = await updateIdentity(db, id, { ...(b.name ? { name: b.name } : {}), ...(b.role ? { role: b.role } : {}) });
-      await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'update', identityId: id, before: { name: before.name, role: before.role }, after: { name: row.name, role: row.role } } });
-      return c.json(identityView(row), 200);
+      const r = await admin.changeIdentity(OPERATOR, id, { ...(b.name ? { name: b.name } : {}), ...(b.role ? { role: b.role } : {}) });
+      if (!r) return c.json({ error: `no identity ${id}` }, 404);
+      return c.json(identityView(r.after), 200);
     },
   );
 
@@ -202,19 +187,18 @@ function registerIdentityRoutes(app: OpenAPIHono, db: Db): void {
     createRoute({ method: 'delete', path: '/api/v1/identities/{id}', summary: 'Forget a person (their platform accounts become unknown senders)', security: sec, request: { params: IdParam }, responses: { 200: json(z.object({ deleted: z.boolean() }), 'Deleted'), ...errors } }),
     async (c) => {
       const { id } = c.req.valid('param');
-      if (!(await deleteIdentity(db, id))) return c.json({ error: `no identity ${id}` }, 404);
-      await writeReceipt(db, { kind: 'identity.change', actor: OPERATOR.id, data: { action: 'delete', identityId: id } });
+      if (!(await admin.removeIdentity(OPERATOR, id))) return c.json({ error: `no identity ${id}` }, 404);
       return c.json({ deleted: true }, 200);
     },
   );
 }
 
 /** GET/POST /api/v1/bindings, DELETE /api/v1/bindings/{id}: the chats Steward answers in. */
-function registerBindingRoutes(app: OpenAPIHono, db: Db): void {
+function registerBindingRoutes(app: OpenAPIHono, admin: AdminService): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/bindings', summary: 'Chats Steward answers in', security: sec, responses: { 200: json(z.object({ bindings: z.array(BindingView) }), 'Bindings'), ...errors } }),
     async (c) => {
-      const rows = await listBindings(db);
+      const rows = await admin.listBindings();
       return c.json({ bindings: rows.map(bindingView) }, 200);
     },
   );
@@ -224,22 +208,20 @@ function registerBindingRoutes(app: OpenAPIHono, db: Db): void {
     async (c) => {
       const b = c.req.valid('json');
       try {
-        const r = await bindChat(db, {
+        const r = await admin.bind(OPERATOR, {
           platform: b.platform,
           account: b.account,
           chatId: b.chatId,
-          createdBy: OPERATOR.id,
           ...(b.mode ? { mode: b.mode } : {}),
           ...(b.name ? { name: b.name } : {}),
           ...(b.model ? { model: b.model } : {}),
           ...(b.adminChannel !== undefined ? { adminChannel: b.adminChannel } : {}),
         });
-        await writeReceipt(db, { kind: 'binding.change', actor: OPERATOR.id, data: { action: 'bind', ...r } });
-        const row = await findBinding(db, r.id);
+        const row = await admin.findBinding(r.id);
         if (!row) throw new Error(`binding ${r.id} is gone right after it was made`);
         return c.json(bindingView(row), 201);
       } catch (err) {
-        if (err instanceof GovernanceError) return c.json({ error: err.message }, 409);
+        if (err instanceof ServiceInputError && err.status === 409) return c.json({ error: err.message }, 409);
         throw err;
       }
     },
@@ -249,9 +231,7 @@ function registerBindingRoutes(app: OpenAPIHono, db: Db): void {
     createRoute({ method: 'delete', path: '/api/v1/bindings/{id}', summary: 'Remove a binding', security: sec, request: { params: IdParam }, responses: { 200: json(z.object({ deleted: z.boolean() }), 'Removed'), ...errors } }),
     async (c) => {
       const { id } = c.req.valid('param');
-      const row = await findBinding(db, id);
-      if (!row || !(await deleteBinding(db, id))) return c.json({ error: `no binding ${id}` }, 404);
-      await writeReceipt(db, { kind: 'binding.change', actor: OPERATOR.id, data: { action: 'unbind', id, platform: row.platform, chatId: row.chatId } });
+      if (!(await admin.unbind(OPERATOR, id))) return c.json({ error: `no binding ${id}` }, 404);
       return c.json({ deleted: true }, 200);
     },
   );
@@ -268,12 +248,11 @@ async function decidePairingAsOperator(ingress: Ingress, code: string, decision:
 }
 
 /** GET /api/v1/pairings, POST /api/v1/pairings/{code}/approve|deny: pairing requests. */
-function registerPairingRoutes(app: OpenAPIHono, deps: AdminDeps): void {
-  const { db, ingress } = deps;
+function registerPairingRoutes(app: OpenAPIHono, admin: AdminService, ingress: Ingress): void {
   app.openapi(
     createRoute({ method: 'get', path: '/api/v1/pairings', summary: 'Pending pairing requests (codes are never shown: the requester has theirs)', security: sec, responses: { 200: json(z.object({ pairings: z.array(PairingView) }), 'Pending'), ...errors } }),
     async (c) => {
-      const rows = await pendingPairings(db);
+      const rows = await admin.pendingPairings();
       return c.json(
         { pairings: rows.map((p) => ({ id: p.id, platform: p.platform, userId: p.userId, displayName: p.displayName, status: p.status, expiresAt: p.expiresAt.toISOString(), createdAt: p.createdAt.toISOString() })) },
         200,
@@ -313,8 +292,7 @@ function registerPairingRoutes(app: OpenAPIHono, deps: AdminDeps): void {
 }
 
 /** GET /api/v1/approvals, POST /api/v1/approvals/{id}/approve|deny: actions agents proposed. */
-function registerApprovalRoutes(app: OpenAPIHono, deps: AdminDeps): void {
-  const { db, ingress } = deps;
+function registerApprovalRoutes(app: OpenAPIHono, admin: AdminService, ingress: Ingress): void {
   app.openapi(
     createRoute({
       method: 'get',
@@ -326,7 +304,7 @@ function registerApprovalRoutes(app: OpenAPIHono, deps: AdminDeps): void {
     }),
     async (c) => {
       const { status } = c.req.valid('query');
-      const rows = await listApprovals(db, status ? { status } : {});
+      const rows = await admin.listApprovals(status ? { status } : {});
       return c.json({ approvals: rows.map(approvalView) }, 200);
     },
   );

@@ -10,8 +10,7 @@
  */
 import type { Logger } from 'pino';
 import type { Db } from '../../domain/db.js';
-import { listWatchedObjectives } from '../../domain/store/objectives.js';
-import type { ObjectiveEventResult, ObjectiveService } from '../../services/objectives.js';
+import { watchedDirectories, type ObjectiveEventResult, type ObjectiveService } from '../../services/objectives.js';
 import { startDirectoryWatchers, type FileEventPayload, type WatchSettings } from '../directory-watchers.js';
 
 export type { FileEventPayload, WatchedFile } from '../directory-watchers.js';
@@ -38,7 +37,7 @@ export async function startObjectiveWatchers(opts: ObjectiveWatchersOptions): Pr
     ...settings,
     what: 'objectiveId',
     noun: 'an objective',
-    list: async () => new Map((await listWatchedObjectives(db)).map((r) => [r.id, r.watchPath])),
+    list: () => watchedDirectories(db),
     async deliver(objectiveId: string, eventId: string, payload: FileEventPayload) {
       const result = await objectives.receiveInternalEvent(objectiveId, { source: 'file', eventId, payload });
       opts.log?.info({ objectiveId, eventId, files: payload.files.length, status: result.status, ...('error' in result ? { error: result.error } : { runId: result.runId, duplicate: result.duplicate }) }, 'file event');

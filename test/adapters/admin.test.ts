@@ -11,7 +11,10 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { createDb } from '../../domain/db.js';
 import { bindChat } from '../../domain/governance.js';
+import { OpenAPIHono } from '@hono/zod-openapi';
+import { registerAdminRoutes } from '../../adapters/http/admin.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
+import type { Ingress } from '../../services/chat/intake.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { recordingSender } from '../helpers/recording-sender.js';
@@ -178,6 +181,51 @@ describe('administration API and CLI', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('writes the same receipts from the API and the CLI: both call the administration service', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'steward-cli-'));
+    const url = `file:${path.join(dir, 'same.db')}`;
+    const io = { config: () => loadConfig({ DATABASE_URL: url, STEWARD_DATA_DIR: dir }, dir), out: () => undefined, err: () => undefined };
+    try {
+      // the CLI first (it migrates the database), then the HTTP admin routes on the same database
+      assert.equal(await adminCommand('identities', ['add', '--name', 'Cli', '--role', 'member', '--telegram', '111'], io), 0);
+      assert.equal(await adminCommand('bindings', ['add', '--platform', 'telegram', '--chat=-2001'], io), 0);
+      const db = createDb(url);
+      const app = new OpenAPIHono();
+      // the identity and binding routes never reach the intake (pairing and approval decisions do)
+      registerAdminRoutes(app, { db, ingress: {} as Ingress });
+      const api = (method: string, route: string, body?: unknown) => app.request(route, { method, ...(body !== undefined ? { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) } : {}) });
+      try {
+        const cli = await db.identity.findFirstOrThrow({ where: { name: 'Cli' } });
+        const cliBinding = await db.binding.findFirstOrThrow({ where: { chatId: '-2001' } });
+        assert.equal(await adminCommand('identities', ['set-role', cli.id, 'admin'], io), 0);
+        assert.equal(await adminCommand('bindings', ['remove', cliBinding.id], io), 0);
+        assert.equal(await adminCommand('identities', ['remove', cli.id], io), 0);
+        const made = (await (await api('POST', '/api/v1/identities', { name: 'Api', role: 'member', accounts: [{ platform: 'telegram', userId: '222' }] })).json()) as { id: string };
+        const bound = (await (await api('POST', '/api/v1/bindings', { platform: 'telegram', chatId: '-2002' })).json()) as { id: string };
+        assert.equal((await api('PATCH', `/api/v1/identities/${made.id}`, { role: 'admin' })).status, 200);
+        assert.equal((await api('DELETE', `/api/v1/bindings/${bound.id}`)).status, 200);
+        assert.equal((await api('DELETE', `/api/v1/identities/${made.id}`)).status, 200);
+        const receipts = await db.receipt.findMany({ where: { kind: { in: ['identity.change', 'binding.change'] } }, orderBy: { id: 'asc' } });
+        const shape = (actor: string) =>
+          receipts
+            .filter((r) => r.actor === actor)
+            .map((r) => {
+              const data = JSON.parse(r.data) as Record<string, unknown>;
+              return `${r.kind} ${String(data.action)}: ${Object.keys(data).sort().join(',')}`;
+            })
+            .sort();
+        assert.equal(shape('cli').length, 5);
+        assert.deepEqual(shape('cli'), shape('operator'));
+        const update = receipts.find((r) => r.actor === 'cli' && r.data.includes('"update"'))!;
+        assert.deepEqual(JSON.parse(update.data), { action: 'update', identityId: cli.id, before: { name: 'Cli', role: 'member' }, after: { name: 'Cli', role: 'admin' } });
+        const unbind = receipts.find((r) => r.actor === 'cli' && r.data.includes('"unbind"'))!;
+        assert.deepEqual(JSON.parse(unbind.data), { action: 'unbind', id: cliBinding.id, platform: 'telegram', chatId: '-2001' });
+      } finally {
+        await db.$disconnect();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
-
-
