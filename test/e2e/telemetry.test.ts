@@ -6,9 +6,9 @@
  * delivery as a local activity; the turn runs inside the session), linked by parent ids; `/metrics`
  * serves the Temporal SDK's metrics and Steward's (turns, tokens, model calls) in valid
  * Prometheus text format, on the API (token) and on the metrics listener (no token), and a
- * worker-only process serves its own. Tracing is the worker's: the traced histories replay on
- * the bundle with the tracing interceptors and on the one without, as the untraced history
- * does; every run records the retired patch steward-otel-tracing deprecated (deprecatePatch).
+ * worker-only process serves its own. Tracing is the worker's: no run records the retired
+ * tracing patch, and the traced histories replay on the bundle with the tracing interceptors and
+ * on the one without, as the untraced history does.
  * Without OTLP configured, a turn runs, nothing is exported and nothing logs an error.
  */
 import assert from 'node:assert/strict';
@@ -392,8 +392,9 @@ describe('traces and metrics of the started stack', () => {
         const history = await client.workflow.getHandle(r.workflowId, r.runId).fetchHistory();
         const markers = (history.events ?? []).flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => p.payloads ?? []));
         const marked = (patch: string) => markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(patch));
-        // the retired tracing patch, recorded deprecated: not what decided the tracing (the worker's bundle did)
-        assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [{ id: OTEL_PATCH, deprecated: true }], `${r.workflowId} recorded the retired tracing patch, deprecated`);
+        // the worker's bundle traced the run: no patch decided it
+        assert.ok(patchMarkers(history).some((p) => p.id === INLINE_TURN_PATCH), `${r.workflowId}: its patch markers are read`);
+        assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [], `${r.workflowId} recorded no tracing patch marker`);
         // the traced turn is in this history: the inline-turn patch, the model step, the local delivery
         assert.ok(marked(INLINE_TURN_PATCH), `${r.workflowId} recorded the inline-turn patch marker`);
         const activities = (history.events ?? []).map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name).filter(Boolean);
@@ -436,9 +437,9 @@ describe('the started stack without OTLP configured', () => {
   });
 
   // Without an OTLP endpoint no exporter exists and the workers run the bundle without the
-  // tracing interceptors: runs load no OpenTelemetry and make no spans. The run still records the
-  // retired tracing patch, deprecated, and replays with and without tracing. The turn runs and
-  // nothing complains about sinks or exports.
+  // tracing interceptors: runs load no OpenTelemetry and make no spans. The run records no tracing
+  // patch marker, and replays with and without tracing. The turn runs and nothing complains
+  // about sinks or exports.
   it('runs a turn untraced and logs no error', async () => {
     const ports = { http: await freePort(), temporal: await freePort(), ui: await freePort() };
     steward = spawnProcess('./steward', ['start'], stewardEnv(dataDir, ports, model, {}));
@@ -454,7 +455,8 @@ describe('the started stack without OTLP configured', () => {
       const markers = (history.events ?? []).flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => p.payloads ?? []));
       const marked = (patch: string) => markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(patch));
       assert.ok(marked(INLINE_TURN_PATCH), 'the other patches activate as usual');
-      assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [{ id: OTEL_PATCH, deprecated: true }], 'the retired tracing patch, recorded deprecated');
+      assert.ok(patchMarkers(history).some((p) => p.id === INLINE_TURN_PATCH), 'its patch markers are read');
+      assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [], 'no tracing patch marker');
       for (const [name, bundle] of Object.entries({ untraced: await testBundle(), traced: await testTracingBundle() })) {
         await Worker.runReplayHistory({ workflowBundle: bundle, sinks: droppingWorkflowSinks(), replayName: `telemetry-off-replay-${name}` }, history, 'session:http:default:quiet-chat');
       }
