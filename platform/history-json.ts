@@ -2,7 +2,7 @@
  * Workflow histories and payloads as proto JSON: the JSON that `temporal workflow show -o json`
  * and the Temporal UI write, and the format of the replay corpus (test/replay/histories/).
  *
- * The SDK does this in `@temporalio/common/lib/proto-utils` (protobufjs's protojson), which is
+ * The SDK does this in the proto-utils module of its common package (protobufjs's protojson), which is
  * not part of its public surface; Steward keeps to the public packages, so this module walks the
  * message types of `@temporalio/proto` (the public protobufjs reflection of Temporal's API) with
  * the rules of proto3 JSON that histories need: field JSON names, fields at their default left

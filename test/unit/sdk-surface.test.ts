@@ -20,6 +20,9 @@ const SKIP = new Set(['node_modules', 'generated', '.data', '.git']);
 const CODE = /\.(ts|cts|mts|js|cjs|mjs)$/;
 /** The SDK's scope, kept out of this file's own probe texts (the scan reads this file too). */
 const SDK = '@temporalio';
+/** A quoted module specifier under the SDK's scope, single or double quoted. */
+const q = (spec: string): string => `'${SDK}/${spec}'`;
+const qq = (spec: string): string => `"${SDK}/${spec}"`;
 
 /** The module specifiers of SDK lib modules a source text imports or requires. */
 export function sdkLibImports(text: string): string[] {
@@ -53,14 +56,14 @@ describe('the public Temporal SDK surface only', () => {
 
   it('sees every way of importing a module, and not a path in a comment', () => {
     const text = [
-      `import { a } from '${SDK}/common/lib/proto-utils.js';`,
-      `import type { B } from "${SDK}/worker/lib/worker-options.js";`,
-      `export * from '${SDK}/workflow/lib/workflow';`,
-      `import '${SDK}/worker/lib/side-effect';`,
-      `const c = require('${SDK}/worker/lib/workflow/vm.js');`,
-      `const d = require.resolve('${SDK}/interceptors-opentelemetry/lib/workflow-interceptors');`,
-      `const e = await import('${SDK}/common/lib/time.js');`,
-      `import { f } from '${SDK}/common';`,
+      `import { a } from ${q('common/lib/proto-utils.js')};`,
+      `import type { B } from ${qq('worker/lib/worker-options.js')};`,
+      `export * from ${q('workflow/lib/workflow')};`,
+      `import ${q('worker/lib/side-effect')};`,
+      `const c = require(${q('worker/lib/workflow/vm.js')});`,
+      `const d = require.resolve(${q('interceptors-opentelemetry/lib/workflow-interceptors')});`,
+      `const e = await import(${q('common/lib/time.js')});`,
+      `import { f } from ${q('common')};`,
       `// the SDK does this in ${SDK}/common/lib/proto-utils (a comment)`,
     ].join('\n');
     assert.deepEqual(sdkLibImports(text), [
@@ -77,7 +80,7 @@ describe('the public Temporal SDK surface only', () => {
   it('ESLint refuses an SDK lib/ import in any .ts file, a type import too', async () => {
     const eslint = new ESLint({ cwd: root });
     for (const file of ['platform/histories.ts', 'workflows/otel-tracing.ts', 'test/replay/replay.test.ts', 'scripts/record-histories.ts', 'bench/compare.ts']) {
-      const head = `import { msToTs } from '${SDK}/common/lib/time.js';\nimport type { CompiledWorkerOptions } from '${SDK}/worker/lib/worker-options.js';\n`;
+      const head = `import { msToTs } from ${q('common/lib/time.js')};\nimport type { CompiledWorkerOptions } from ${q('worker/lib/worker-options.js')};\n`;
       const tail = '\nexport type SdkProbe = [typeof msToTs, CompiledWorkerOptions];\n';
       const [result] = await eslint.lintText(`${head}${readFileSync(path.join(root, file), 'utf8')}${tail}`, { filePath: path.join(root, file) });
       const refused = (result?.messages ?? []).filter((m) => m.ruleId === 'no-restricted-imports').map((m) => m.message);
