@@ -4,9 +4,9 @@
  * so a violation fails CI. The rules, by folder:
  *
  * - Workflow code (workflows/, and the workflows the tests and benchmarks bundle) imports only
- *   @temporalio/workflow, @temporalio/common, the workflow side of the OpenTelemetry
- *   interceptors, other workflow modules and the pure modules of common/ (PURE_COMMON). Types
- *   may come from anywhere (`import type` is erased).
+ *   @temporalio/workflow, @temporalio/common, @opentelemetry/api, other workflow modules and the
+ *   pure modules of common/ (PURE_COMMON). Types may come from anywhere (`import type` is
+ *   erased).
  * - The pure modules of common/ import only zod and each other: they run inside workflows.
  * - The repository change policy (common/changes/policy.ts and common/changes/policy/) does no I/O:
  *   no Node built-ins; besides its own modules it imports only zod and the parsers it is built
@@ -28,6 +28,12 @@
  *   prisma/models.prisma, `$transaction`, raw SQL): STORE_MODULES is computed from the source
  *   here, so a domain module that starts owning a table is covered. What an adapter needs from
  *   them it gets from a service (services/), which does the application's work.
+ * - Everywhere (product, workers, tests, scripts, benchmarks): the Temporal SDK's public surface
+ *   only, no import of a package's `lib/` modules (`@temporalio/<package>/lib/...`), types
+ *   included. The one module that reaches SDK internals is named here (SDK_INTERNALS_MODULE,
+ *   workers/sdk-internals.cjs: Steward's workflow threads, docs/performance.md); ESLint skips
+ *   .cjs files, so test/unit/sdk-surface.test.ts holds every .cjs, .mjs and .js file, and every
+ *   `require()` and `import()`, to the same rule.
  * (Later blocks replace an earlier block's rule for the files they name: the stricter come last.)
  * - Everywhere: no floating promises (a promise is awaited, returned, or marked `void`).
  * - Product code: no function over 150 lines (blank lines and comments not counted); the ones
@@ -90,6 +96,15 @@ const NO_RUNTIME = {
 
 const noBuiltins = (why) => builtins.map((name) => ({ name, message: why }));
 
+/** The one module allowed to reach the Temporal SDK's internals (its `lib/` modules). */
+export const SDK_INTERNALS_MODULE = 'workers/sdk-internals.cjs';
+
+/** A module of a Temporal SDK package's `lib/`: not its public surface (see SDK_INTERNALS_MODULE). */
+export const SDK_LIB_IMPORT = {
+  regex: '^@temporalio/[^/]+/lib(/|$)',
+  message: `The Temporal SDK's public surface only: import from the package itself (@temporalio/<package>), not its lib/ modules; only ${SDK_INTERNALS_MODULE} reaches SDK internals.`,
+};
+
 export default tseslint.config(
   { ignores: ['node_modules/**', 'generated/**', '.data/**', 'prisma/engine-bridge/**', '**/*.cjs', '**/*.mjs', 'eslint.config.js'] },
   {
@@ -107,6 +122,12 @@ export default tseslint.config(
         { allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['describe', 'it', 'test', 'suite', 'before', 'after', 'beforeEach', 'afterEach'] }] },
       ],
     },
+  },
+  {
+    // the base rule (the layers' rules below are typescript-eslint's): type imports are refused too
+    files: ['**/*.ts'],
+    ignores: [SDK_INTERNALS_MODULE],
+    rules: { 'no-restricted-imports': ['error', { patterns: [SDK_LIB_IMPORT] }] },
   },
   {
     files: PRODUCT,
@@ -144,7 +165,7 @@ export default tseslint.config(
           paths: noBuiltins('Workflow code is deterministic and has no I/O: no Node built-ins here (do the work in an activity).'),
           patterns: [
             {
-              regex: '^(?!@temporalio/workflow(/|$)|@temporalio/common(/|$)|@temporalio/interceptors-opentelemetry/lib/workflow(/|$)|@opentelemetry/api$|\\.)',
+              regex: '^(?!@temporalio/workflow$|@temporalio/common$|@opentelemetry/api$|\\.)',
               allowTypeImports: true,
               message: 'Workflow code imports only @temporalio/workflow, @temporalio/common and pure modules (types may come from anywhere).',
             },

@@ -15,7 +15,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, rea
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Connection } from '@temporalio/client';
-import { msToTs } from '@temporalio/common/lib/time.js';
+import protoModule from '@temporalio/proto';
 import pg from 'pg';
 import { z } from 'zod';
 import {
@@ -354,7 +354,7 @@ async function prepareNamespace(state: ClusterState): Promise<void> {
     try {
       await connection.workflowService.describeNamespace({ namespace: state.namespace });
     } catch {
-      await connection.workflowService.registerNamespace({ namespace: state.namespace, workflowExecutionRetentionPeriod: msToTs('3 days') });
+      await connection.workflowService.registerNamespace({ namespace: state.namespace, workflowExecutionRetentionPeriod: protoModule.google.protobuf.Duration.fromObject({ seconds: 3 * 24 * 3600 }) });
     }
     const deadline = Date.now() + 30_000;
     for (;;) {

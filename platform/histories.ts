@@ -21,11 +21,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, type Connection } from '@temporalio/client';
 import type { Payload, PayloadCodec } from '@temporalio/common';
-import { historyToJSON, JSONToPayload, payloadToJSON, type JSONPayload } from '@temporalio/common/lib/proto-utils.js';
 import { z } from 'zod';
 import { ENCODING_ENCRYPTED, resolveCodecKeys, StewardCodec } from '../common/codec.js';
 import { describeIssues } from '../common/schemas.js';
 import type { StewardConfig } from '../config/index.js';
+import { historyToJSON, payloadFromJSON, payloadToJSON } from './history-json.js';
 import { connectTemporal } from './temporal-server.js';
 import { runCommand, usageOf, type HandlersOf } from './cli-commands.js';
 
@@ -122,12 +122,12 @@ export function payloadEncoding(p: JsonObject): string | undefined {
 export async function decodeHistoryPayloads(history: Json, codec: PayloadCodec): Promise<{ payloads: number; decoded: number }> {
   const found = findPayloads(history);
   if (found.length === 0) return { payloads: 0, decoded: 0 };
-  const protos: Payload[] = found.map((p) => JSONToPayload(p as JSONPayload));
+  const protos: Payload[] = found.map((p) => payloadFromJSON(p) as Payload);
   const decoded = await codec.decode(protos);
   if (decoded.length !== found.length) throw new Error(`the payload codec returned ${decoded.length} payloads for ${found.length}`);
   let changed = 0;
   found.forEach((target, i) => {
-    const next = payloadToJSON(decoded[i]!) as unknown as JsonObject;
+    const next = payloadToJSON(decoded[i]!) as JsonObject;
     const before = JSON.stringify(target);
     for (const k of Object.keys(target)) delete target[k];
     Object.assign(target, next);

@@ -48,7 +48,7 @@ import { startObjectiveWatchers } from '../adapters/objectives/watchers.js';
 import { startWorkspaceWatchers } from '../adapters/workspaces/watchers.js';
 import { startInboundEmail } from '../adapters/inbound-email.js';
 import { startWorkspaceInboxes } from '../adapters/workspace-inbox.js';
-import { buildWorkflowBundleFile } from '../workers/bundle.js';
+import { buildWorkflowBundleFile, tracingBundlePath } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
 import { compactWorkflowThreads } from '../workers/workflow-threads.js';
 import { workerVersioningFor } from '../workers/versioning.js';
@@ -237,10 +237,11 @@ export async function payloadCodecFor(config: StewardConfig, log?: Logger): Prom
  * source by a child process into a temporary file (`dispose` removes it once the workers have
  * read it), so the bundler's memory is not this process's.
  */
-async function workflowBundleFor(config: StewardConfig): Promise<{ bundle: WorkflowBundleOption; dispose(): void }> {
-  const file = config.workers.bundlePath;
+async function workflowBundleFor(config: StewardConfig, tracing: boolean): Promise<{ bundle: WorkflowBundleOption; dispose(): void }> {
+  // a worker that traces runs the bundle with the tracing interceptors (workers/bundle.ts)
+  const file = config.workers.bundlePath && (tracing ? tracingBundlePath(config.workers.bundlePath) : config.workers.bundlePath);
   if (!file) {
-    const built = await buildWorkflowBundleFile();
+    const built = await buildWorkflowBundleFile({ tracing });
     return { bundle: { codePath: built.file }, dispose: built.dispose };
   }
   try {
@@ -295,7 +296,7 @@ async function workersFor(
           ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}),
           ...(activitiesOnly
             ? { activitiesOnly: true }
-            : { workflowBundle: (bundle ??= await workflowBundleFor(config)).bundle, maxCachedWorkflows: cached, workflowWatchdog: config.temporal.workflowWatchdog, workflowStackTraces: config.temporal.workflowStackTraces }),
+            : { workflowBundle: (bundle ??= await workflowBundleFor(config, opts.telemetry.traceNewRuns === true)).bundle, maxCachedWorkflows: cached, workflowWatchdog: config.temporal.workflowWatchdog, workflowStackTraces: config.temporal.workflowStackTraces }),
           ...(slots > 0 ? { concurrency: { maxConcurrentActivityTaskExecutions: slots, maxConcurrentWorkflowTaskExecutions: slots } } : {}),
         }),
       );

@@ -9,9 +9,10 @@
  * A session run's span ends (and is exported) when the run ends; the turns it starts are its
  * children, so they sit in the trace of the message that started the run, while a later
  * message's request, signal and `HandleSignal` spans form a trace of their own.
- * The workflow interceptor module is always in the workflow bundle (a prebuilt bundle works
- * with or without an exporter). Without one, workers start runs untraced (no spans made), and
- * register an `exporter` sink that drops the spans of traced runs they replay or continue.
+ * Tracing is decided per worker: a worker with an exporter runs the workflow bundle with the
+ * public OpenTelemetry workflow interceptors (workflows/otel-tracing.ts, workers/bundle.ts), a
+ * worker without one the bundle without them, so its runs make no spans. Every worker registers
+ * the `exporter` sink (dropping spans when there is no exporter).
  *
  * Metrics: the Temporal SDK's own (Core's Prometheus exporter on a loopback port chosen at
  * start) and Steward's (platform/metrics.ts), served together in Prometheus text format on
@@ -26,15 +27,15 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { Resource } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor, NoopSpanProcessor, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { WorkflowClientInterceptor } from '@temporalio/client';
-import { OpenTelemetryWorkflowClientInterceptor } from '@temporalio/interceptors-opentelemetry/lib/client/index.js';
 import {
   makeWorkflowExporter,
   OpenTelemetryActivityInboundInterceptor,
   OpenTelemetryActivityOutboundInterceptor,
-} from '@temporalio/interceptors-opentelemetry/lib/worker/index.js';
+  OpenTelemetryWorkflowClientInterceptor,
+  type OpenTelemetryWorkflowExporter,
+} from '@temporalio/interceptors-opentelemetry';
 import type { InjectedSinks, WorkerInterceptors } from '@temporalio/worker';
 import type { WorkflowInfo } from '@temporalio/workflow';
-import type { OpenTelemetryWorkflowExporter } from '@temporalio/interceptors-opentelemetry/lib/workflow/definitions.js';
 import type { MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
 import { enableProcessMetrics, stewardRegistry } from '../common/metrics.js';

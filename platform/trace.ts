@@ -25,8 +25,7 @@
  * of the session that started after the message is taken, and the trace says so.
  */
 import type { Client } from '@temporalio/client';
-import { WorkflowNotFoundError } from '@temporalio/common';
-import { decodeArrayFromPayloads } from '@temporalio/common/lib/internal-non-workflow/index.js';
+import { arrayFromPayloads, WorkflowNotFoundError } from '@temporalio/common';
 import protoModule, { type temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import type { Db } from '../domain/db.js';
@@ -225,7 +224,11 @@ async function readHistory(client: Client, workflowId: string, runId: string): P
 }
 
 async function decodeArgs(client: Client, payloads: temporal.api.common.v1.IPayload[] | null | undefined): Promise<unknown[]> {
-  return decodeArrayFromPayloads(client.workflow.options.loadedDataConverter, payloads ?? []);
+  // as the client decodes a result: through its codecs, last to first, then its payload converter
+  const { payloadConverter, payloadCodecs } = client.workflow.options.loadedDataConverter;
+  let decoded = payloads ?? [];
+  for (const codec of [...payloadCodecs].reverse()) decoded = await codec.decode(decoded);
+  return arrayFromPayloads(payloadConverter, decoded);
 }
 
 /** One payload decoded with the client's data converter (undefined when there is none or it cannot be decoded). */

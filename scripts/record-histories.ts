@@ -48,7 +48,7 @@ import path from 'node:path';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
 import { indexWorkflowId } from '../services/workspaces.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { historyToJSON } from '@temporalio/common/lib/proto-utils.js';
+import { historyToJSON } from '../platform/history-json.js';
 import { bindChat, createIdentity, OPERATOR } from '../domain/governance.js';
 import { McpServerSchema } from '../common/mcp.js';
 import { createMcpTools } from '../domain/mcp/tools.js';

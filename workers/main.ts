@@ -5,12 +5,12 @@
  * agent, gates, promotion), so a long change never holds a chat worker's slot and costs no
  * second workflow sandbox.
  */
+import { readFileSync } from 'node:fs';
 import type { DataConverter } from '@temporalio/common';
 import { Worker, type NativeConnection, type WorkerOptions, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities/index.js';
 import { droppingWorkflowSinks } from '../platform/telemetry.js';
-import { OTEL_PATCH } from '../workflows/otel-interceptors.js';
-import { preloadModules, workflowInterceptorModules, workflowsPath } from './bundle.js';
+import { bundleTraces, preloadModulesFor, workflowModulesFor, workflowsPath } from './bundle.js';
 import { stewardWorkerClass, type WorkflowWatchdog } from './workflow-threads.js';
 
 /** How many tasks of each kind one worker runs at once (SDK defaults when unset). */
@@ -43,11 +43,11 @@ export interface StewardWorkerOptions {
   /** Worker Versioning: deployment name, build id and the default behaviour. */
   workerDeploymentOptions?: WorkerOptions['workerDeploymentOptions'];
   /**
-   * Whether the runs this worker starts trace (true when OTLP is configured). A run's tracing is
-   * decided once, when it first reaches the patch `steward-otel-tracing` live: this worker
-   * activates the patch (recording its marker) or leaves it off (no marker); every later
-   * replay, on any worker, follows the history. Untraced runs load no OpenTelemetry and make
-   * no spans.
+   * Whether this worker's workflows trace (true when OTLP is configured): its bundle has the
+   * OpenTelemetry workflow interceptors (workflows/otel-tracing.ts) or not, chosen here, when
+   * the worker is built. Bundled from source, the bundle follows it; a prebuilt bundle must
+   * match it (workers/bundle.ts writes both). Without tracing, runs load no OpenTelemetry and
+   * make no spans.
    */
   traceNewRuns?: boolean;
 }
@@ -55,16 +55,15 @@ export interface StewardWorkerOptions {
 export async function createStewardWorker(opts: StewardWorkerOptions): Promise<Worker> {
   const fromSource = !opts.workflowBundle && !opts.activitiesOnly;
   // workflow threads without a watchdog thread per sandbox call (workers/workflow-threads.ts), unless per-call is asked for
-  // without an exporter, new runs leave tracing off; every other patch activates as usual
-  const patchesOffForNewRuns = opts.traceNewRuns ? [] : [OTEL_PATCH];
-  // Steward's workflow threads decide those patches themselves (workers/workflow-threads.ts); the SDK's ask the callback below
-  const WorkerClass = opts.workflowWatchdog === 'per-call' ? Worker : stewardWorkerClass({ stackTraces: opts.workflowStackTraces === true, patchesOffForNewRuns });
+  const tracing = opts.traceNewRuns === true;
+  if (opts.workflowBundle && !opts.activitiesOnly) assertBundleTracing(opts.workflowBundle, tracing);
+  const WorkerClass = opts.workflowWatchdog === 'per-call' ? Worker : stewardWorkerClass({ stackTraces: opts.workflowStackTraces === true });
   return WorkerClass.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
     // from source: bundled with the preloaded modules a prebuilt bundle has (workers/bundle.ts)
-    ...(opts.activitiesOnly ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath, bundlerOptions: { preloadModules } }),
+    ...(opts.activitiesOnly ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath, bundlerOptions: { preloadModules: preloadModulesFor(tracing) } }),
     activities: createActivities(opts.deps),
     // Heartbeats reach the server at least this often, so /stop reaches a running model
     // activity within about a third of a second.
@@ -78,11 +77,22 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     ...(opts.dataConverter ? { dataConverter: opts.dataConverter } : {}),
     // bundled here from source: with the interceptor modules a prebuilt bundle has
     ...(opts.interceptors || fromSource
-      ? { interceptors: { ...opts.interceptors, ...(fromSource ? { workflowModules: [...workflowInterceptorModules, ...(opts.interceptors?.workflowModules ?? [])] } : {}) } }
+      ? { interceptors: { ...opts.interceptors, ...(fromSource ? { workflowModules: [...workflowModulesFor(tracing), ...(opts.interceptors?.workflowModules ?? [])] } : {}) } }
       : {}),
     // the bundle's workflow interceptors call the `exporter` sink: always registered (dropping unless given)
     sinks: { ...droppingWorkflowSinks(), ...opts.sinks },
     ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
-    ...(patchesOffForNewRuns.length > 0 ? { patchActivationCallback: ({ patchId }: { patchId: string }) => !patchesOffForNewRuns.includes(patchId) } : {}),
   });
+}
+
+/** A prebuilt bundle has the tracing interceptors exactly when the worker traces (else its runs would trace, or not, against the settings). */
+function assertBundleTracing(bundle: WorkflowBundleOption, tracing: boolean): void {
+  const code = 'code' in bundle ? bundle.code : readFileSync(bundle.codePath, 'utf8');
+  if (bundleTraces(code) === tracing) return;
+  const where = 'codePath' in bundle ? ` (${bundle.codePath})` : '';
+  throw new Error(
+    tracing
+      ? `the workflow bundle${where} has no tracing interceptors but OTLP is configured: use the bundle built for tracing (workers/bundle.ts writes <name>.traced.js beside <name>.js)`
+      : `the workflow bundle${where} is the one built for tracing but OTLP is not configured: use the bundle without tracing (workers/bundle.ts writes <name>.js)`,
+  );
 }

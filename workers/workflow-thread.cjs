@@ -8,9 +8,9 @@
  * same deadlock limit over them (superviseWorkflowThread).
  *
  * It also compacts its heap when the main thread asks (platform/idle-memory.ts: once the
- * process has gone quiet), which only this thread can do for its own isolate; leaves the SDK's
- * promise hook (stack traces of workflow promises) out unless workerData.stewardStackTraces; and
- * decides new runs' patches itself when workerData.stewardPatchesOffForNewRuns lists them.
+ * process has gone quiet), which only this thread can do for its own isolate, and leaves the
+ * SDK's promise hook (stack traces of workflow promises) out unless workerData.stewardStackTraces
+ * (through workers/sdk-internals.cjs, the one module that touches SDK internals).
  *
  * The shared state (workerData.stewardCalls, an Int32Array over a SharedArrayBuffer):
  *   [0] 1 while a call into a sandbox runs, else 0
@@ -76,33 +76,7 @@ function awaitCompaction() {
 }
 awaitCompaction();
 
-// New runs' patch decisions made here: the SDK asks its patchActivationCallback, which lives on
-// the main thread, by posting the question there and blocking this thread (Atomics.wait) until
-// the answer comes back, once per patch per new run; under load every workflow on the thread
-// waits for the busy main thread. Steward's callback is a list of patches left off for new runs
-// (workers/main.ts), so the same answer is given here at once.
-const patchesOffForNewRuns = workerData.stewardPatchesOffForNewRuns;
-if (Array.isArray(patchesOffForNewRuns)) {
-  const decide = function decidePatchInThisThread(_workflowInfo, patchId) {
-    return !patchesOffForNewRuns.includes(patchId);
-  };
-  for (const [path, name] of [
-    ['@temporalio/worker/lib/workflow/reusable-vm.js', 'ReusableVMWorkflowCreator'],
-    ['@temporalio/worker/lib/workflow/vm.js', 'VMWorkflowCreator'],
-  ]) {
-    const Creator = require(path)[name];
-    const create = Creator.create;
-    Creator.create = function createWithPatchesDecidedHere(workflowBundle, isolateExecutionTimeoutMs, registeredActivityNames, patchActivationCallback) {
-      return create.call(this, workflowBundle, isolateExecutionTimeoutMs, registeredActivityNames, patchActivationCallback === undefined ? undefined : decide);
-    };
-  }
-}
-
-// Stack traces of workflow promises (the `__stack_trace` query) only when asked for
-// (workers/workflow-threads.ts, WorkflowThreadSettings): without the SDK's promise hook the
-// workflows run as before and the query says that stack traces are not enabled on this worker.
-if (workerData.stewardStackTraces !== true) {
-  require('@temporalio/worker/lib/workflow/vm-shared.js').globalHandlers.setPromiseHook = function withoutPromiseHook() {};
-}
-
-require('@temporalio/worker/lib/workflow/workflow-worker-thread.js');
+// the SDK's workflow thread, with the promise hook left out unless stack traces are asked for
+// (workers/workflow-threads.ts, WorkflowThreadSettings): the SDK internals it takes are all in
+// workers/sdk-internals.cjs, which checks them when it loads
+require('./sdk-internals.cjs').runSdkWorkflowThread({ stackTraces: workerData.stewardStackTraces === true });

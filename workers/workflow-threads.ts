@@ -14,16 +14,23 @@
  *
  * STEWARD_WORKFLOW_WATCHDOG=per-call keeps the SDK's per-call watchdog (createStewardWorker then
  * uses the SDK's Worker); the SDK's debug mode does too.
+ *
+ * The SDK has no public way to start its workflow threads from a script of one's own: what this
+ * takes from its internals is all in workers/sdk-internals.cjs, which checks it when it loads
+ * (why the threads stay, what they measured and how to remove them: docs/performance.md).
  */
 import { createHash } from 'node:crypto';
 import { Worker as NodeThread } from 'node:worker_threads';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '@temporalio/common';
 import { Worker } from '@temporalio/worker';
-import { ThreadedVMWorkflowCreator, WorkerThreadClient } from '@temporalio/worker/lib/workflow/threaded-vm.js';
-import type { WorkflowCreator } from '@temporalio/worker/lib/workflow/interface.js';
-import type { WorkflowBundleWithSourceMapAndFilename } from '@temporalio/worker/lib/workflow/workflow-worker-thread/input.js';
-import type { CompiledWorkerOptions } from '@temporalio/worker/lib/worker-options.js';
+// every SDK internal these threads rely on, checked when it loads (docs/performance.md)
+import {
+  createThreadedWorkflowCreator,
+  type SdkCompiledWorkerOptions as CompiledWorkerOptions,
+  type SdkWorkflowBundle as WorkflowBundleWithSourceMapAndFilename,
+  type SdkWorkflowCreator as WorkflowCreator,
+} from './sdk-internals.cjs';
 
 const THREAD_SCRIPT = fileURLToPath(new URL('./workflow-thread.cjs', import.meta.url));
 /**
@@ -53,16 +60,9 @@ export type WorkflowWatchdog = 'thread' | 'per-call';
  * it sustained turns/s rose 7.6% (95.0 against 88.3, medians of 3 alternating rounds with
  * BENCH_SECONDS=30). Off, the query answers that stack traces are not enabled on this worker;
  * the run's history, pending activities and search attributes are in the UI as before.
- *
- * patchesOffForNewRuns: the patches a new run leaves off (every other patch activates), decided
- * in the workflow thread; the worker's patchActivationCallback must answer the same (workers/main.ts
- * makes both from one list). Unset: the SDK's way, a blocking round trip to the main thread's
- * callback once per patch per new run, which under load held every workflow on the thread until
- * the busy main thread answered.
  */
 export interface WorkflowThreadSettings {
   stackTraces: boolean;
-  patchesOffForNewRuns?: readonly string[];
 }
 
 const DEFAULT_WORKFLOW_THREAD_SETTINGS: Readonly<WorkflowThreadSettings> = Object.freeze({ stackTraces: false });
@@ -152,31 +152,23 @@ export function superviseWorkflowThread(
  */
 async function createSupervisedCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger, settings: WorkflowThreadSettings): Promise<WorkflowCreator> {
   const count = options.workflowThreadPoolSize;
-  const clients = Array.from({ length: count }, (_, index) => {
+  const threads = Array.from({ length: count }, (_, index) => {
     const calls = workflowThreadState();
     const thread = new NodeThread(THREAD_SCRIPT, {
-      workerData: { stewardCalls: calls.buffer, stewardStackTraces: settings.stackTraces, stewardPatchesOffForNewRuns: settings.patchesOffForNewRuns },
+      workerData: { stewardCalls: calls.buffer, stewardStackTraces: settings.stackTraces },
       resourceLimits: { maxYoungGenerationSizeMb: WORKFLOW_THREAD_YOUNG_GENERATION_MB },
     });
     live.set(thread, calls);
     thread.once('exit', () => live.delete(thread));
     superviseWorkflowThread(thread, calls, { limitMs: options.isolateExecutionTimeoutMs, logger, index });
-    return new WorkerThreadClient(thread, logger, options.patchActivationCallback);
+    return thread;
   });
-  await initThreads(clients, bundle, options);
-  return new ThreadedVMWorkflowCreator(clients);
+  return initThreads(threads, bundle, options, logger);
 }
 
-async function initThreads(clients: WorkerThreadClient[], bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions): Promise<void> {
-  const init = {
-    type: 'init',
-    workflowBundle: bundle,
-    isolateExecutionTimeoutMs: options.isolateExecutionTimeoutMs,
-    reuseV8Context: options.reuseV8Context ?? true,
-    registeredActivityNames: new Set(options.activities.keys()),
-    hasPatchActivationCallback: options.patchActivationCallback !== undefined,
-  } as const;
-  await Promise.all(clients.map((client) => client.send(init)));
+/** The SDK's thread clients over the threads, sent its init message (workers/sdk-internals.cjs). */
+function initThreads(threads: NodeThread[], bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+  return createThreadedWorkflowCreator(threads, bundle, options, logger);
 }
 
 /**
@@ -194,7 +186,6 @@ const shared = new Map<string, SharedThreads>();
 function sharingKey(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, settings: WorkflowThreadSettings): string {
   return JSON.stringify([
     settings.stackTraces,
-    settings.patchesOffForNewRuns ?? null,
     bundle.filename,
     options.workflowThreadPoolSize,
     options.isolateExecutionTimeoutMs,
@@ -234,15 +225,18 @@ export class StewardWorker extends Worker {
   /** The settings of the workflow threads this class's workers run on (stewardWorkerClass makes a class with others). */
   static readonly threadSettings: Readonly<WorkflowThreadSettings> = DEFAULT_WORKFLOW_THREAD_SETTINGS;
 
-  protected static override async createWorkflowCreator(bundle: WorkflowBundleWithSourceMapAndFilename, options: CompiledWorkerOptions, logger: Logger): Promise<WorkflowCreator> {
+  /** The SDK's hook for its workflow creator (protected; its shape is checked by workers/sdk-internals.cjs). */
+  protected static override async createWorkflowCreator(...args: Parameters<typeof Worker.createWorkflowCreator>): ReturnType<typeof Worker.createWorkflowCreator> {
+    const [bundle, options, logger] = args;
     if (options.debugMode) return super.createWorkflowCreator(bundle, options, logger);
-    return sharedCreator(bundle, options, logger, this.threadSettings);
+    // the SDK's own creator (sdk-internals.cjs builds it from the SDK's classes), typed there by the shape Steward uses
+    return (await sharedCreator(bundle, options, logger, this.threadSettings)) as unknown as Awaited<ReturnType<typeof Worker.createWorkflowCreator>>;
   }
 }
 
 /** StewardWorker with these workflow thread settings. */
 export function stewardWorkerClass(settings: WorkflowThreadSettings): typeof StewardWorker {
-  const fixed = Object.freeze({ ...settings, ...(settings.patchesOffForNewRuns ? { patchesOffForNewRuns: Object.freeze([...settings.patchesOffForNewRuns]) } : {}) });
+  const fixed = Object.freeze({ ...settings });
   return class extends StewardWorker {
     static override readonly threadSettings = fixed;
   };

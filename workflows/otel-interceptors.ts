@@ -1,17 +1,29 @@
 /**
- * Workflow interceptors (part of the workflow bundle, not a workflow): OpenTelemetry spans for
- * the workflow run, its signals, updates and queries, and for scheduling activities and child
- * workflows, with the trace context passed on in Temporal headers. The spans leave the
- * sandbox through the `exporter` sink, which every Steward worker registers (dropping them
- * when OTLP is not configured). Span ids come from the workflow's seeded randomness and sink
- * calls are skipped during replay, so a replayed workflow exports nothing twice.
+ * Workflow interceptors in every Steward bundle (part of the bundle, not a workflow): the runs
+ * that an earlier Steward traced by a patch, replayed as they ran, and the run state the tracing
+ * interceptors of a worker that traces (workflows/otel-tracing.ts) share with them.
  *
- * The interceptors change when the workflow's code yields (each wraps its call in a span), so
- * runs recorded before tracing existed must replay without them: tracing is behind the patch
- * `steward-otel-tracing`, decided once per run at its first intercepted call (the run's start).
- * A worker without an exporter declines the patch for the runs it starts (its
- * `patchActivationCallback`, workers/main.ts): no marker, so the run never traces, on any
- * worker that replays it.
+ * Tracing is decided per worker: a worker with an OTLP exporter runs the bundle that has
+ * workflows/otel-tracing.ts (upstream's public OpenTelemetry interceptors), a worker without one
+ * the bundle without it (workers/bundle.ts, workers/main.ts). Those interceptors leave the
+ * run's commands and the points where its code resumes as they are without them, so a run
+ * replays alike on a worker with tracing and on one without.
+ *
+ * Before that, tracing was a runtime switch: `patched('steward-otel-tracing')` at a run's first
+ * intercepted call, declined by a worker without an exporter. Upstream's interceptors, as they
+ * are, change where the workflow's code resumes (each awaits its span around the call), so a run
+ * traced that way replays only with them, and a run that was not only without them (the corpus
+ * has both: test/replay/replay.test.ts). `deprecatePatch` cannot tell the two apart (it answers
+ * nothing), and dropping the call would make the Temporal core fail every replay that meets the
+ * patch's marker. So, at the same first call, and only while the run is replaying, this module
+ * reads the patch (`patched` records nothing then: it only reports the marker): a run that has
+ * it is one traced the old way and is replayed (and continued) with upstream's interceptors as
+ * they ran then, on any worker, its spans exported only by a worker with an exporter. A run
+ * whose first call is live is a new run: it never reads the patch and records no marker.
+ *
+ * Remove the legacy path (LegacyInbound, LegacyOutbound, LegacyInternals and the patch read)
+ * once no run traced by the patch can be replayed: every run with the marker has closed and
+ * left its retention period.
  *
  * Memory. A worker keeps hundreds of runs cached in one V8 context, and every module a run
  * loads is instantiated again for it. Two things here keep a cached run cheap:
@@ -30,32 +42,33 @@
  *   `reuseV8Context: false`), each run has its own storage, as upstream's.
  */
 import type { Context, ContextManager } from '@opentelemetry/api';
-import type * as UpstreamOtel from '@temporalio/interceptors-opentelemetry/lib/workflow/index.js';
-import type {
-  ActivityInput,
-  ContinueAsNewInput,
-  DisposeInput,
-  GetLogAttributesInput,
-  GetMetricTagsInput,
-  LocalActivityInput,
-  Next,
-  QueryInput,
-  SignalInput,
-  SignalWorkflowInput,
-  StartChildWorkflowExecutionInput,
-  StartNexusOperationInput,
-  StartNexusOperationOutput,
-  UpdateInput,
-  WorkflowExecuteInput,
-  WorkflowInboundCallsInterceptor,
-  WorkflowInterceptorsFactory,
-  WorkflowInternalsInterceptor,
-  WorkflowOutboundCallsInterceptor,
+import type * as UpstreamOtel from '@temporalio/interceptors-opentelemetry';
+import {
+  AsyncLocalStorage,
+  patched,
+  workflowInfo,
+  type ActivityInput,
+  type ContinueAsNewInput,
+  type DisposeInput,
+  type GetLogAttributesInput,
+  type GetMetricTagsInput,
+  type LocalActivityInput,
+  type Next,
+  type QueryInput,
+  type SignalInput,
+  type SignalWorkflowInput,
+  type StartChildWorkflowExecutionInput,
+  type StartNexusOperationInput,
+  type StartNexusOperationOutput,
+  type UpdateInput,
+  type WorkflowExecuteInput,
+  type WorkflowInboundCallsInterceptor,
+  type WorkflowInterceptorsFactory,
+  type WorkflowInternalsInterceptor,
+  type WorkflowOutboundCallsInterceptor,
 } from '@temporalio/workflow';
-// the modules the SDK's sandbox itself loads at start (shared by every run), not the package's index
-import { AsyncLocalStorage } from '@temporalio/workflow/lib/cancellation-scope.js';
-import { patched } from '@temporalio/workflow/lib/workflow.js';
 
+/** The retired tracing patch: its marker is in the runs traced the old way. */
 export const OTEL_PATCH = 'steward-otel-tracing';
 
 /**
@@ -65,7 +78,7 @@ export const OTEL_PATCH = 'steward-otel-tracing';
 const spanContextStorage = new AsyncLocalStorage<Context>();
 
 /**
- * Upstream's ContextManager (interceptors-opentelemetry/lib/workflow/context-manager.js) over
+ * Upstream's workflow ContextManager (interceptors-opentelemetry's workflow/context-manager) over
  * the shared storage: the same calls, so a traced run yields exactly where it did.
  */
 class SharedStorageContextManager implements ContextManager {
@@ -93,7 +106,7 @@ class SharedStorageContextManager implements ContextManager {
 }
 
 /** A traced run's OpenTelemetry interceptors (upstream's). */
-interface RunOtel {
+export interface RunOtel {
   inbound: UpstreamOtel.OpenTelemetryInboundInterceptor;
   outbound: UpstreamOtel.OpenTelemetryOutboundInterceptor;
   internals: UpstreamOtel.OpenTelemetryInternalsInterceptor;
@@ -105,9 +118,9 @@ interface RunOtel {
  * a tracer provider with a context manager of their own; its storage is never enabled (nothing
  * calls it once the global one is replaced), and their dispose only disables it.
  */
-function loadRunOtel(): RunOtel {
+export function loadRunOtel(): RunOtel {
   // synchronous: webpack bundles these; loading them adds no yield to the run
-  const upstream = require('@temporalio/interceptors-opentelemetry/lib/workflow/index.js') as typeof UpstreamOtel;
+  const upstream = require('@temporalio/interceptors-opentelemetry') as typeof UpstreamOtel;
   const api = require('@opentelemetry/api') as typeof import('@opentelemetry/api');
   const otel: RunOtel = {
     inbound: new upstream.OpenTelemetryInboundInterceptor(),
@@ -119,23 +132,53 @@ function loadRunOtel(): RunOtel {
   return otel;
 }
 
-/** Whether this run traces: decided (and its marker recorded) at the first call that may record one. */
-class TracingSwitch {
-  private decided: boolean | undefined;
-  private otel: RunOtel | undefined;
-  /** From execute, signals, updates' handlers and outbound calls: may decide. The run's interceptors when it traces. */
-  on(): RunOtel | undefined {
-    this.decided ??= patched(OTEL_PATCH);
-    return this.decided ? (this.otel ??= loadRunOtel()) : undefined;
+/**
+ * One run's tracing state, shared by this module's interceptors and the tracing module's: whether
+ * the run was traced by the retired patch (read once, at its first intercepted call that may
+ * record a command, as the patch was) and its OpenTelemetry interceptors once loaded.
+ */
+export class RunState {
+  private legacyTraced: boolean | undefined;
+  private otelLoaded: RunOtel | undefined;
+  /** Decides at the first call: only a replayed first call can meet a marker (a live one is a new run's). */
+  legacy(): boolean {
+    this.legacyTraced ??= workflowInfo().unsafe.isReplaying ? patched(OTEL_PATCH) : false;
+    return this.legacyTraced;
   }
-  /** From update validators, queries and dispose (no commands allowed): only reads a decision. */
-  peek(): RunOtel | undefined {
-    return this.decided === true ? (this.otel ??= loadRunOtel()) : undefined;
+  /** The decision if made (queries, update validators and dispose record nothing, so never decide). */
+  legacyIfDecided(): boolean | undefined {
+    return this.legacyTraced;
+  }
+  otel(): RunOtel {
+    return (this.otelLoaded ??= loadRunOtel());
+  }
+  loaded(): RunOtel | undefined {
+    return this.otelLoaded;
   }
 }
 
-class Inbound implements WorkflowInboundCallsInterceptor {
-  constructor(private readonly tracing: TracingSwitch) {}
+/**
+ * The state of the run whose interceptors are being made: the SDK calls the bundle's interceptor
+ * factories one after the other, synchronously, for one run; this module's comes first
+ * (workers/bundle.ts), so workflows/otel-tracing.ts's factory finds its run's state here.
+ */
+let runBeingMade: RunState | undefined;
+export function runStateBeingMade(): RunState | undefined {
+  return runBeingMade;
+}
+
+/** A run traced by the retired patch: upstream's interceptors as they ran then. */
+class LegacyTracing {
+  constructor(private readonly run: RunState) {}
+  on(): RunOtel | undefined {
+    return this.run.legacy() ? this.run.otel() : undefined;
+  }
+  peek(): RunOtel | undefined {
+    return this.run.legacyIfDecided() === true ? this.run.otel() : undefined;
+  }
+}
+class LegacyInbound implements WorkflowInboundCallsInterceptor {
+  constructor(private readonly tracing: LegacyTracing) {}
   execute(input: WorkflowExecuteInput, next: Next<WorkflowInboundCallsInterceptor, 'execute'>): Promise<unknown> {
     const otel = this.tracing.on();
     return otel ? otel.inbound.execute(input, next) : next(input);
@@ -159,8 +202,8 @@ class Inbound implements WorkflowInboundCallsInterceptor {
   }
 }
 
-class Outbound implements WorkflowOutboundCallsInterceptor {
-  constructor(private readonly tracing: TracingSwitch) {}
+class LegacyOutbound implements WorkflowOutboundCallsInterceptor {
+  constructor(private readonly tracing: LegacyTracing) {}
   scheduleActivity(input: ActivityInput, next: Next<WorkflowOutboundCallsInterceptor, 'scheduleActivity'>): Promise<unknown> {
     const otel = this.tracing.on();
     return otel ? otel.outbound.scheduleActivity(input, next) : next(input);
@@ -197,8 +240,8 @@ class Outbound implements WorkflowOutboundCallsInterceptor {
   }
 }
 
-class Internals implements WorkflowInternalsInterceptor {
-  constructor(private readonly tracing: TracingSwitch) {}
+class LegacyInternals implements WorkflowInternalsInterceptor {
+  constructor(private readonly tracing: LegacyTracing) {}
   async dispose(input: DisposeInput, next: Next<WorkflowInternalsInterceptor, 'dispose'>): Promise<void> {
     const otel = this.tracing.peek();
     if (otel) await otel.internals.dispose(input, next);
@@ -207,6 +250,8 @@ class Internals implements WorkflowInternalsInterceptor {
 }
 
 export const interceptors: WorkflowInterceptorsFactory = () => {
-  const tracing = new TracingSwitch();
-  return { inbound: [new Inbound(tracing)], outbound: [new Outbound(tracing)], internals: [new Internals(tracing)] };
+  const run = new RunState();
+  runBeingMade = run;
+  const tracing = new LegacyTracing(run);
+  return { inbound: [new LegacyInbound(tracing)], outbound: [new LegacyOutbound(tracing)], internals: [new LegacyInternals(tracing)] };
 };

@@ -16,7 +16,6 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Client } from '@temporalio/client';
-import { historyFromJSON, historyToJSON } from '@temporalio/common/lib/proto-utils.js';
 import { Worker } from '@temporalio/worker';
 import { createModelRegistry } from '../../domain/model.js';
 import { createIngress } from '../../services/chat/intake.js';
@@ -24,6 +23,7 @@ import { codecDataConverter, formatCodecKeys, generateCodecKey, StewardCodec } f
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
 import { ENCRYPTED_ENCODING, findPayloads, payloadEncoding } from '../../platform/histories.js';
+import { historyToJSON } from '../../platform/history-json.js';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
 import { createStewardWorker } from '../../workers/main.js';
 import { lastUserText } from '../helpers/model-server.js';
@@ -56,7 +56,7 @@ function readRecording(dir: string): { ids: Record<string, string>; files: Array
 async function replayAll(dir: string): Promise<number> {
   const { ids, files } = readRecording(dir);
   let replayed = 0;
-  const histories = files.map((f) => ({ workflowId: ids[f.file] ?? f.file, history: historyFromJSON(f.json) }));
+  const histories = files.map((f) => ({ workflowId: ids[f.file] ?? f.file, history: f.json as unknown }));
   // the bundle's workflow interceptors call the `exporter` sink: registered (dropping), as workers do
   for await (const r of Worker.runReplayHistories({ workflowBundle: await testBundle(), replayName: 'histories-record-e2e', sinks: droppingWorkflowSinks() }, histories)) {
     assert.equal(r.error, undefined, `${r.workflowId}: ${String(r.error)}`);

@@ -31,7 +31,6 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, describe, it } from 'node:test';
 import { Client, Connection, type ScheduleDescription } from '@temporalio/client';
-import { tsToMs } from '@temporalio/common/lib/time.js';
 import proto from '@temporalio/proto';
 import { NativeConnection, type Worker } from '@temporalio/worker';
 import type { Db } from '../../domain/db.js';
@@ -100,6 +99,12 @@ async function startWorkers(address: string, db: Db, models: ReturnType<typeof c
   };
 }
 
+/** A protobuf Timestamp in epoch milliseconds. */
+function timestampMs(ts: { seconds?: { toString(): string } | number | null; nanos?: number | null } | null | undefined): number {
+  if (!ts) throw new Error('an event without its time');
+  return Number(String(ts.seconds ?? 0)) * 1000 + Math.floor((ts.nanos ?? 0) / 1_000_000);
+}
+
 /**
  * The scheduler's `now` on its first workflow task after `afterMs`: the WorkflowTaskStarted time
  * of the first completed workflow task (a timed-out sticky attempt has no Started event of its own).
@@ -108,7 +113,7 @@ async function schedulerWakeAfter(client: Client, scheduleId: string, afterMs: n
   const history = await client.workflow.getHandle(`${SCHEDULER_PREFIX}${scheduleId}`).fetchHistory();
   let started: number | undefined;
   for (const e of history.events ?? []) {
-    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED) started = tsToMs(e.eventTime);
+    if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED) started = timestampMs(e.eventTime);
     if (e.eventType === EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED && started !== undefined && started >= afterMs) return started;
   }
   throw new Error(`the scheduler of ${scheduleId} has no workflow task after ${iso(afterMs)}`);

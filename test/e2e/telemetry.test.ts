@@ -6,7 +6,9 @@
  * delivery as a local activity; the turn runs inside the session), linked by parent ids; `/metrics`
  * serves the Temporal SDK's metrics and Steward's (turns, tokens, model calls) in valid
  * Prometheus text format, on the API (token) and on the metrics listener (no token), and a
- * worker-only process serves its own. The traced histories replay with the current bundle.
+ * worker-only process serves its own. Tracing is the worker's: no run records the retired
+ * tracing patch, and the traced histories replay on the bundle with the tracing interceptors and
+ * on the one without, as the untraced history does.
  * Without OTLP configured, a turn runs, nothing is exported and nothing logs an error.
  */
 import assert from 'node:assert/strict';
@@ -19,6 +21,7 @@ import { Client, Connection } from '@temporalio/client';
 import { Worker } from '@temporalio/worker';
 import { ConfigError, loadConfig } from '../../config/index.js';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
+import { buildWorkflowBundle } from '../../workers/bundle.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
@@ -28,6 +31,24 @@ import { freeStewardPorts, startEnv, startSteward, stopSteward, type StewardPort
 import { testBundle } from '../helpers/steward.js';
 
 const TOKEN = 'telemetry-token-0123456789abcdef';
+
+/** The patch markers of a history: each patch id and whether it was recorded deprecated. */
+function patchMarkers(history: { events?: Array<{ markerRecordedEventAttributes?: { markerName?: string | null; details?: Record<string, { payloads?: Array<{ data?: Uint8Array | null }> | null }> | null } | null }> | null }): Array<{ id: string; deprecated: boolean }> {
+  return (history.events ?? []).flatMap((e) => {
+    const m = e.markerRecordedEventAttributes;
+    const data = m?.markerName === 'core_patch' ? m.details?.['patch-data']?.payloads?.[0]?.data : undefined;
+    if (!data) return [];
+    const parsed = JSON.parse(Buffer.from(data).toString('utf8')) as { id?: string; deprecated?: boolean };
+    return [{ id: parsed.id ?? '', deprecated: parsed.deprecated === true }];
+  });
+}
+
+let tracingBundle: ReturnType<typeof buildWorkflowBundle> | undefined;
+/** The bundle of a worker that traces (workflows/otel-tracing.ts in it). */
+function testTracingBundle(): ReturnType<typeof buildWorkflowBundle> {
+  const quiet = { trace: () => undefined, debug: () => undefined, info: () => undefined, log: () => undefined, warn: () => undefined, error: (m: string) => console.error(m) };
+  return (tracingBundle ??= buildWorkflowBundle(quiet, { tracing: true }));
+}
 
 // ------------------------------------------------------------ Prometheus text format
 
@@ -362,17 +383,21 @@ describe('traces and metrics of the started stack', () => {
       }
       assert.ok(runs.some((r) => r.workflowId === sessionId), "the session's first run (closed by /new)");
       assert.deepEqual(runs.filter((r) => r.workflowId.includes(':turn:')), [], 'no turn workflow: the turn ran inside the session');
-      const bundle = await testBundle();
+      const bundles = { untraced: await testBundle(), traced: await testTracingBundle() };
       for (const r of runs) {
         const history = await client.workflow.getHandle(r.workflowId, r.runId).fetchHistory();
         const markers = (history.events ?? []).flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => p.payloads ?? []));
         const marked = (patch: string) => markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(patch));
-        assert.ok(marked(OTEL_PATCH), `${r.workflowId} recorded the tracing patch marker`);
+        // the worker's bundle traced the run: no patch decided it
+        assert.ok(patchMarkers(history).some((p) => p.id === INLINE_TURN_PATCH), `${r.workflowId}: its patch markers are read`);
+        assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [], `${r.workflowId} recorded no tracing patch marker`);
         // the traced turn is in this history: the inline-turn patch, the model step, the local delivery
         assert.ok(marked(INLINE_TURN_PATCH), `${r.workflowId} recorded the inline-turn patch marker`);
         const activities = (history.events ?? []).map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name).filter(Boolean);
         assert.ok(activities.includes('modelStep'), `${r.workflowId} scheduled the model step: ${activities.join(', ')}`);
-        await Worker.runReplayHistory({ workflowBundle: bundle, sinks: droppingWorkflowSinks(), replayName: 'telemetry-replay' }, history, r.workflowId);
+        for (const [name, bundle] of Object.entries(bundles)) {
+          await Worker.runReplayHistory({ workflowBundle: bundle, sinks: droppingWorkflowSinks(), replayName: `telemetry-replay-${name}` }, history, r.workflowId);
+        }
       }
     } finally {
       await connection.close();
@@ -406,9 +431,10 @@ describe('the started stack without OTLP configured', () => {
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
-  // Without an OTLP endpoint no exporter exists and the workers start runs untraced: the run
-  // records no tracing patch marker, so it loads no OpenTelemetry and makes no spans, on this
-  // worker or any that replays it. The turn runs and nothing complains about sinks or exports.
+  // Without an OTLP endpoint no exporter exists and the workers run the bundle without the
+  // tracing interceptors: runs load no OpenTelemetry and make no spans. The run records no tracing
+  // patch marker, and replays with and without tracing. The turn runs and nothing complains
+  // about sinks or exports.
   it('runs a turn untraced and logs no error', async () => {
     const ports = await freeStewardPorts();
     const started = await startSteward(stewardEnv(dataDir, ports, model, {}));
@@ -425,8 +451,11 @@ describe('the started stack without OTLP configured', () => {
       const markers = (history.events ?? []).flatMap((e) => Object.values(e.markerRecordedEventAttributes?.details ?? {}).flatMap((p) => p.payloads ?? []));
       const marked = (patch: string) => markers.some((p) => p.data && Buffer.from(p.data).toString('utf8').includes(patch));
       assert.ok(marked(INLINE_TURN_PATCH), 'the other patches activate as usual');
-      assert.ok(!marked(OTEL_PATCH), 'no tracing patch marker: the run is untraced');
-      await Worker.runReplayHistory({ workflowBundle: await testBundle(), sinks: droppingWorkflowSinks(), replayName: 'telemetry-off-replay' }, history, 'session:http:default:quiet-chat');
+      assert.ok(patchMarkers(history).some((p) => p.id === INLINE_TURN_PATCH), 'its patch markers are read');
+      assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [], 'no tracing patch marker');
+      for (const [name, bundle] of Object.entries({ untraced: await testBundle(), traced: await testTracingBundle() })) {
+        await Worker.runReplayHistory({ workflowBundle: bundle, sinks: droppingWorkflowSinks(), replayName: `telemetry-off-replay-${name}` }, history, 'session:http:default:quiet-chat');
+      }
     } finally {
       await connection.close();
     }

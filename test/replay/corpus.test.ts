@@ -14,8 +14,8 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
+import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';

@@ -3,8 +3,9 @@
  * scripts/record-histories.ts) against the current workflow code. A change that would break
  * running histories fails here before it ships. Sessions are replayed in both shapes: chat turns
  * run inside the session (patch `steward-inline-turn`), and the older histories whose turns were
- * child turn workflows, which the patch must keep replaying as they ran. Reading the JSON histories also guards what
- * `historyFromJSON` needs: `@temporalio/common` (protobufjs/ext/protojson) and
+ * child turn workflows, which the patch must keep replaying as they ran. The files go to the
+ * SDK as parsed JSON (`Worker.runReplayHistories` reads proto JSON itself), which also guards
+ * what its reader needs: `@temporalio/common` (protobufjs/ext/protojson) and
  * `@temporalio/proto` (the message types) must share one protobufjs 8, which is why
  * package.json lists protobufjs 8 itself, so npm installs that one at the top of node_modules
  * and not a 7.x copy another dependency (gRPC's proto-loader, the OTLP exporter) needs.
@@ -12,10 +13,10 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import { Worker } from '@temporalio/worker';
 import { droppingWorkflowSinks } from '../../platform/telemetry.js';
 import { INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
+import { buildWorkflowBundle, bundleTraces } from '../../workers/bundle.js';
 import { testBundle } from '../helpers/steward.js';
 
 const dir = new URL('./histories/', import.meta.url);
@@ -94,7 +95,8 @@ describe('replay of recorded histories', () => {
     const bundle = await testBundle();
     const histories = files.map((f) => ({
       workflowId: ids[f] ?? f,
-      history: historyFromJSON(JSON.parse(readFileSync(new URL(f, dir), 'utf8'))),
+      // proto JSON, as recorded: the SDK reads it (Worker.validateHistory)
+      history: JSON.parse(readFileSync(new URL(f, dir), 'utf8')) as unknown,
     }));
     // one history at a time, in order: each result is the file at its index
     const ok: string[] = [];
@@ -110,5 +112,22 @@ describe('replay of recorded histories', () => {
     assert.ok(ok.some((f) => inlineSessions.includes(f)), `a session history with inline turns replayed (${inlineSessions.join(', ')})`);
     assert.ok(ok.some((f) => childTurnSessions.includes(f)), `a session history with child turns replayed (${childTurnSessions.join(', ')})`);
     assert.deepEqual(ok.filter((f) => sessionShape(f) !== undefined).sort(), [...inlineSessions, ...childTurnSessions].sort(), 'every session history of either shape replayed');
+  });
+
+  // Tracing is the worker's choice (its bundle has workflows/otel-tracing.ts or not); the retired
+  // patch steward-otel-tracing stays replayable through deprecatePatch. Every history, recorded
+  // traced (the marker) or untraced (none), replays on the tracing bundle as on the other.
+  it('replays every history on the bundle of a worker that traces', async () => {
+    const quiet = { trace: () => undefined, debug: () => undefined, info: () => undefined, log: () => undefined, warn: () => undefined, error: (m: string) => console.error(m) };
+    const bundle = await buildWorkflowBundle(quiet, { tracing: true });
+    assert.ok(bundleTraces(bundle.code), 'the tracing bundle has the tracing interceptors');
+    assert.ok(!bundleTraces((await testBundle()).code), 'the default bundle has not');
+    const histories = files.map((f) => ({ workflowId: ids[f] ?? f, history: JSON.parse(readFileSync(new URL(f, dir), 'utf8')) as unknown }));
+    let replayed = 0;
+    for await (const result of Worker.runReplayHistories({ workflowBundle: bundle, replayName: 'steward-replay-traced', sinks: droppingWorkflowSinks() }, histories)) {
+      assert.equal(result.error, undefined, `${files[replayed]} (${result.workflowId}) on the tracing bundle: ${String(result.error)}`);
+      replayed++;
+    }
+    assert.equal(replayed, files.length);
   });
 });

@@ -3,8 +3,8 @@
  * thread each, the deadlock limit kept by the main thread instead. A real worker on the dev
  * server runs workflows on them; a workflow that never yields has its thread stopped with an
  * error that names it; the supervisor alone, on real threads, tells one long call from many
- * short ones. Stack traces of workflow promises are there only when asked for; new runs' patches
- * are decided in the thread.
+ * short ones. Stack traces of workflow promises are there only when asked for; the worker's
+ * patch activation callback is asked as on the SDK's threads.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -180,7 +180,7 @@ describe('workflow threads', () => {
       assert.match(on, /^trace: [\s\S]*waitProbe/, 'the stack shows the workflow function it waits in');
     });
 
-    it("new runs' patches are decided in the workflow thread from the worker's list, with the answers of its callback, which is never asked", async () => {
+    it("new runs' patches are decided by the worker's patch activation callback, asked as on the SDK's own threads", async () => {
       const run = async (WorkerClass: typeof StewardWorker) => {
         const asked: string[] = [];
         const taskQueue = `threads-patch-${randomUUID()}`;
@@ -199,8 +199,6 @@ describe('workflow threads', () => {
       };
       // the SDK's way: a round trip to the callback on the main thread for each patch
       assert.deepEqual(await run(StewardWorker), { answers: [false, true], asked: ['probe-off', 'probe-on'] });
-      // decided in the thread: the same answers, the callback not asked
-      assert.deepEqual(await run(stewardWorkerClass({ stackTraces: false, patchesOffForNewRuns: ['probe-off'] })), { answers: [false, true], asked: [] });
     });
 
     it("per-call: createStewardWorker uses the SDK's Worker and its own threads", async () => {
