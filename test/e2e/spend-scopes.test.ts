@@ -34,6 +34,7 @@ import { lastUserText, type RecordedRequest } from '../helpers/model-server.js';
 import { objectiveRuns } from '../helpers/objective-runs.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { needs } from '../helpers/requirements.js';
+import { testDatabases } from '../helpers/db.js';
 import { useStack, waitFor, withHarness } from '../helpers/steward.js';
 
 /** A ModelSpend that records every request and settle, and lets every call through. */
@@ -185,25 +186,37 @@ describe('every model call reserves with its key, kind and scopes', () => {
     assert.equal(stack.model.requests.length, calls, 'no call reached the model');
     assert.equal(rec.reserved.length, 3);
   });
-
-  it('the installation budget (STEWARD_TOKEN_BUDGET) keys its reservations: a retry before the settle is the same reservation, a second settle changes nothing', async () => {
-    const spend = createSpend({ db: stack.db, budget: { count: 10_000, windowMs: 3_600_000 } });
-    const spent = async () => (await stack.db.spendWindow.findFirst({ where: { scope: 'tokens' }, orderBy: { windowStart: 'desc' } }))?.spent ?? 0;
-    const before = await spent();
-    const req: SpendRequest = { key: `k-${randomUUID()}`, model: 'openai-compatible:test-model', inputTokens: 100, maxOutputTokens: 400, scopes: { chat: 'b1', people: ['p1'] }, kind: 'chat' };
-    const ticket = await spend.reserve(req);
-    assert.equal(await spent(), before + 500);
-    // the worker died before the settle; the retry reserves under the same key: the same reservation
-    assert.deepEqual(await spend.reserve(req), ticket);
-    assert.equal(await spent(), before + 500);
-    await spend.settle(ticket, { inputTokens: 120, outputTokens: 30 });
-    assert.equal(await spent(), before + 150);
-    await spend.settle(ticket, { inputTokens: 120, outputTokens: 30 });
-    assert.equal(await spent(), before + 150, 'settled once');
-    // the activity failed after its call and is retried: a call of its own, reserved again
-    await spend.reserve(req);
-    assert.equal(await spent(), before + 650);
-    await spend.settle(ticket, { inputTokens: 10, outputTokens: 10 });
-    assert.equal(await spent(), before + 170);
-  });
 });
+
+for (const kind of testDatabases()) {
+  describe(`the installation budget keyed by the request (${kind.name})`, () => {
+    const stack = useStack(kind);
+
+    it('the installation budget (STEWARD_TOKEN_BUDGET) keys its reservations: a retry before the settle is the same reservation, a second settle changes nothing', async () => {
+      const spend = createSpend({ db: stack.db, budget: { count: 10_000, windowMs: 3_600_000 } });
+      const spent = async () => (await stack.db.spendWindow.findFirst({ where: { scope: 'tokens' }, orderBy: { windowStart: 'desc' } }))?.spent ?? 0;
+      const before = await spent();
+      const req: SpendRequest = { key: `k-${randomUUID()}`, model: 'openai-compatible:test-model', inputTokens: 100, maxOutputTokens: 400, scopes: { chat: 'b1', people: ['p1'] }, kind: 'chat' };
+      const ticket = await spend.reserve(req);
+      assert.equal(await spent(), before + 500);
+      // the worker died before the settle; the retry reserves under the same key: the same reservation
+      assert.deepEqual(await spend.reserve(req), ticket);
+      assert.equal(await spent(), before + 500);
+      await spend.settle(ticket, { inputTokens: 120, outputTokens: 30 });
+      assert.equal(await spent(), before + 150);
+      await spend.settle(ticket, { inputTokens: 120, outputTokens: 30 });
+      assert.equal(await spent(), before + 150, 'settled once');
+      // the activity failed after its call and is retried: a call of its own, reserved again
+      await spend.reserve(req);
+      assert.equal(await spent(), before + 650);
+      await spend.settle(ticket, { inputTokens: 10, outputTokens: 10 });
+      assert.equal(await spent(), before + 170);
+      // the same key reserved five times at once: one reservation
+      const same = { ...req, key: `k-${randomUUID()}` };
+      await Promise.all([1, 2, 3, 4, 5].map(() => spend.reserve(same)));
+      assert.equal(await spent(), before + 670);
+      await spend.settle({ key: same.key }, { inputTokens: 0, outputTokens: 0 });
+      assert.equal(await spent(), before + 170);
+    });
+  });
+}
