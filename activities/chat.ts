@@ -28,7 +28,7 @@ import type { Db } from '../domain/db.js';
 import { askAdminsToApprove } from '../domain/governance.js';
 import { buildPrompt } from '../domain/prompt.js';
 import { neutralise } from '../common/untrusted.js';
-import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall, type SpendContext, withStepKey } from '../domain/model.js';
+import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall, type SpendContext, type SpendScopes, withStepKey } from '../domain/model.js';
 import { isObjectiveTurn, turnScopes } from '../domain/spend-scopes.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
 import { writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
@@ -273,6 +273,8 @@ interface ChatContext extends ActivityDeps {
   beatMs: number;
   policy: ToolPolicy;
   actions: ReturnType<typeof resolveActionSettings>;
+  /** The spend scopes of recent turns (by turn and requester set): a turn's steps look them up once. */
+  scopesOfTurns: Map<string, Promise<SpendScopes>>;
 }
 
 /** The chat's workspace for the workspace tools, or undefined (no knowledge index, no workspace). */
@@ -365,9 +367,20 @@ function turnSpend(c: ChatContext, input: ModelStepInput): SpendContext {
   return {
     key: stepKeyOf(input),
     kind: isObjectiveTurn(input.turnId) ? 'objective' : 'chat',
-    scopes: async () => {
-      const requesters = input.requesters ?? (await messagesByKeys(c.db, input.inbound)).flatMap((m) => (m.identityId ? [m.identityId] : []));
-      return turnScopes(c.db, { conversation: input.conversation, turnId: input.turnId, requesters });
+    scopes: () => {
+      // looked up once per turn and requester set (a steerer joins it: looked up again)
+      const memo = `${input.turnId}\u0000${(input.requesters ?? []).join('\u0000')}`;
+      const known = c.scopesOfTurns.get(memo);
+      if (known) return known;
+      const found = (async () => {
+        const requesters = input.requesters ?? (await messagesByKeys(c.db, input.inbound)).flatMap((m) => (m.identityId ? [m.identityId] : []));
+        return turnScopes(c.db, { conversation: input.conversation, turnId: input.turnId, requesters });
+      })();
+      // a failed lookup is forgotten; at most 256 turns are remembered
+      void found.catch(() => c.scopesOfTurns.delete(memo));
+      if (c.scopesOfTurns.size >= 256) c.scopesOfTurns.delete(c.scopesOfTurns.keys().next().value as string);
+      c.scopesOfTurns.set(memo, found);
+      return found;
     },
   };
 }
@@ -806,6 +819,7 @@ export function createChatActivities(deps: ActivityDeps) {
   const retriever = deps.knowledge ? createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) : undefined;
   const c: ChatContext = {
     ...deps,
+    scopesOfTurns: new Map(),
     senders: deps.senders ?? {},
     beatMs: deps.heartbeatEveryMs ?? 200,
     policy: deps.toolPolicy ?? DEFAULT_TOOL_POLICY,

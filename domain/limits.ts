@@ -240,18 +240,19 @@ export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders
       const estimate = req.inputTokens + req.maxOutputTokens;
       const now = Date.now();
       const windowStart = windowOf(budget, now);
-      let made = false;
-      if (!(await db.spendWindow.findUnique({ where: { scope_windowStart: { scope, windowStart } }, select: { spent: true } }))) {
+      const increment = () => db.spendWindow.updateMany({ where: { scope, windowStart, spent: { lte: budget.count - estimate } }, data: { spent: { increment: estimate } } });
+      let r = await increment();
+      // nothing incremented: the window has no row yet (its first call), or the estimate does not fit
+      if (r.count === 0 && !(await db.spendWindow.findUnique({ where: { scope_windowStart: { scope, windowStart } }, select: { spent: true } }))) {
         try {
           await db.spendWindow.create({ data: { scope, windowStart } });
-          made = true;
+          // the first call of a window: the earlier windows' reservations are spent
+          await db.limitUse.deleteMany({ where: { scope: { startsWith: 'tokens:key:' }, windowStart: { lt: windowStart } } });
         } catch (err) {
           if (!isUniqueViolation(err)) throw err; // made by a call at the same moment
         }
+        r = await increment();
       }
-      // the first call of a window: the earlier windows' reservations are spent
-      if (made) await db.limitUse.deleteMany({ where: { scope: { startsWith: 'tokens:key:' }, windowStart: { lt: windowStart } } });
-      const r = await db.spendWindow.updateMany({ where: { scope, windowStart, spent: { lte: budget.count - estimate } }, data: { spent: { increment: estimate } } });
       if (r.count === 1) {
         let mine = false;
         if (held) {
