@@ -3,7 +3,7 @@
  * the scopes it is spent for (issue 34): a chat turn (the chat's binding, the requester set), an
  * objective's run (the objective, its chat), a triage classification (the group, the sender), a
  * repository change's intake, planner and built-in coding agent (the repository, the requester),
- * and embeddings (the workspace). The real worker, Temporal, database, git and bubblewrap, the
+ * and embeddings (the workspace: a workspace's indexing activity, a grounded turn's query). The real worker, Temporal, database, git and bubblewrap, the
  * scripted model server; the budget is a recording ModelSpend (Steward's own interface, which
  * records each request and lets it through). A model step that fails after its reservation is
  * retried by Temporal and reserves under the same key. The installation budget
@@ -13,9 +13,13 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, it } from 'node:test';
 import { bindChat, createIdentity, OPERATOR } from '../../domain/governance.js';
 import { createEmbedder } from '../../domain/knowledge/embedder.js';
+import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { createSpend } from '../../domain/limits.js';
 import {
   createModelRegistry,
@@ -155,6 +159,40 @@ describe('every model call reserves with its key, kind and scopes', () => {
       });
     } finally {
       fx.cleanup();
+    }
+  });
+
+  it('a workspace indexed and a turn grounded in it with embeddings on: the indexing activity and the query embedding reserve for the workspace, under their steps', { timeout: 120_000 }, async () => {
+    const rec = recordingSpend();
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-spend-ws-'));
+    try {
+      const model = 'openai-compatible:test-embed';
+      const embedder = createEmbedder(createModelRegistry({ openaiCompatible: { baseURL: stack.model.baseURL } }).embeddingModel(model), model, { spend: rec.spend });
+      const knowledge = knowledgeIndexOpener(stack.database.url, dataDir, { embedder });
+      stack.model.setDefault(() => ({ text: 'Run the rollback job.', usage: { prompt_tokens: 40, completion_tokens: 5 } }));
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, workspaces: { dataDir, knowledge }, spend: rec.spend }, async (h) => {
+        const name = `spend-${randomBytes(3).toString('hex')}`;
+        await h.send(`/workspace create ${name}`);
+        writeFileSync(path.join(dataDir, 'workspaces', name, 'guide.md'), '# Guide\n\n## Rollback\nTo roll back a release, run the rollback job, then restore the previous image tag.\n');
+        await h.send('/workspace reindex');
+        const indexing = await waitFor(() => rec.reserved.find((r) => r.kind === 'embedding' && r.key.startsWith('index:')), 'the indexing run\'s embeddings', 60_000);
+        assert.deepEqual(indexing.scopes, { workspace: name });
+        assert.match(indexing.key, /^index:.+:embed:[0-9a-f]{16}$/);
+        await waitFor(async () => /indexing done/.test((await h.send('/workspace show')).reply ?? '') || undefined, 'the indexing run', 60_000);
+
+        await h.send('how do I roll back?');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Run the rollback job.', { timeoutMs: 30_000 });
+        const step = rec.reserved.find((r) => r.kind === 'chat');
+        assert.ok(step, JSON.stringify(rec.reserved));
+        assert.equal(step.scopes.workspace, name, 'a turn in a chat with a workspace is spent for it');
+        const query = rec.reserved.find((r) => r.kind === 'embedding' && r.key.startsWith(`${step.key}:embed:`));
+        assert.ok(query, `the query embedding keyed under its step: ${JSON.stringify(rec.reserved.map((r) => r.key))}`);
+        assert.deepEqual(query.scopes, { workspace: name });
+        assert.ok(rec.settled.some((x) => x.key === query.key && x.usage.inputTokens > 0), 'settled to the endpoint\'s usage');
+      });
+    } finally {
+      await closeKnowledgeIndexes();
+      rmSync(dataDir, { recursive: true, force: true });
     }
   });
 
