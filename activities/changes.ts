@@ -37,7 +37,8 @@ import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask 
 import type { Db } from '../domain/db.js';
 import { cloneAt, diffWorkTree, resolveBranch } from '../domain/changes/git.js';
 import { askAdminsToApprove } from '../domain/governance.js';
-import { ModelNotConfiguredError } from '../domain/model.js';
+import { ModelNotConfiguredError, type SpendScopes } from '../domain/model.js';
+import { chatBindingId, identityIds, scopesOf } from '../domain/spend-scopes.js';
 import { deliverOnce, type Senders } from '../domain/outbox.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { SandboxRefusedError } from '../domain/sandbox.js';
@@ -110,6 +111,19 @@ async function tellOrigin(c: ChangeContext, changeId: string, key: string, text:
   c.onTranscript?.(row.sessionId, 'system');
 }
 
+/**
+ * Whom a change's model steps are spent for: its repository, its requester and whoever steered
+ * its coding agent (their identities), and the chat it was asked in.
+ */
+async function changeScopes(c: ChangeContext, row: ChangeRow): Promise<SpendScopes> {
+  const steerers = (await steersAfter(c.db, row.id, 0)).map((s) => s.by);
+  const [people, chat] = await Promise.all([
+    identityIds(c.db, [row.requestedBy, ...steerers]),
+    row.platform && row.account && row.chatId ? chatBindingId(c.db, { platform: row.platform, account: row.account, chatId: row.chatId } as ConversationKey) : undefined,
+  ]);
+  return scopesOf({ repository: row.repo, people, ...(chat ? { chat } : {}) });
+}
+
 const draftOf = (row: ChangeRow) => TaskDraftSchema.parse(JSON.parse(row.draft ?? 'null'));
 const draftScope = (row: ChangeRow) => (row.draft ? TaskDraftSchema.parse(JSON.parse(row.draft)).scope : []);
 
@@ -118,7 +132,11 @@ async function changeIntake(c: ChangeContext, input: { changeId: string; answers
   const row = await loadChange(c.db, input.changeId);
   const repo = await loadRepo(c.db, row.repo);
   await setChangePhase(c.db, input.changeId, 'intake');
-  const out = await draftFromRequest(c.models, modelFor(repo, c.settings.defaultModel), { repo, baseBranch: row.baseBranch, request: row.request, answers: input.answers }, control());
+  const out = await draftFromRequest(c.models, modelFor(repo, c.settings.defaultModel), { repo, baseBranch: row.baseBranch, request: row.request, answers: input.answers }, control(), {
+    key: `change:${input.changeId}:intake:${input.answers.length}`,
+    kind: 'change-intake',
+    scopes: () => changeScopes(c, row),
+  });
   const result = buildIntakeResult(row.request, out, input.answers);
   const draft = result.task_draft;
   const planned = result.status === 'planned';
@@ -151,7 +169,7 @@ async function changePlan(c: ChangeContext, input: { changeId: string }): Promis
   const repo = await loadRepo(c.db, row.repo);
   await setChangePhase(c.db, input.changeId, 'plan', { question: null });
   const draft = draftOf(row);
-  const plan = await planFromDraft(c.models, modelFor(repo, c.settings.defaultModel), repo, draft, control());
+  const plan = await planFromDraft(c.models, modelFor(repo, c.settings.defaultModel), repo, draft, control(), { key: `change:${input.changeId}:plan`, kind: 'change-plan', scopes: () => changeScopes(c, row) });
   const planHash = await putBlob(c.db, JSON.stringify(plan, null, 2), 'application/json');
   const details = planDetails(input.changeId, repo.name, draft.goal, plan);
   await recordChange(c.db, input.changeId, { plan, planHash });
@@ -161,7 +179,7 @@ async function changePlan(c: ChangeContext, input: { changeId: string }): Promis
 }
 
 /** The coding agent (external command or built-in) on the clone in `tree`, under the merged policy's limits. */
-async function runAgentOn(c: ChangeContext, repo: RepoRecord, tree: string, task: AgentTask): Promise<AgentRunResult> {
+async function runAgentOn(c: ChangeContext, repo: RepoRecord, row: ChangeRow, tree: string, task: AgentTask): Promise<AgentRunResult> {
   const ctx = Context.current();
   // the repository's own policy file can only tighten the operator's (an invalid one is the gate's to refuse)
   const file = await repoPolicyFile(tree);
@@ -182,7 +200,7 @@ async function runAgentOn(c: ChangeContext, repo: RepoRecord, tree: string, task
   };
   try {
     if ('command' in repo.agent) return await runExternalAgent({ ...common, argv: repo.agent.command, timeoutMs: (repo.agent.timeoutSeconds ?? 3600) * 1000 });
-    return await runBuiltinAgent({ ...common, models: c.models, model: modelFor(repo, c.settings.defaultModel), takeSteers });
+    return await runBuiltinAgent({ ...common, models: c.models, model: modelFor(repo, c.settings.defaultModel), takeSteers, spend: { key: `change:${task.changeId}:agent`, scopes: () => changeScopes(c, row) } });
   } catch (err) {
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
     if (err instanceof SandboxRefusedError && err.reason === 'unavailable') throw ApplicationFailure.create({ type: 'SandboxUnavailable', message: err.message, nonRetryable: true });
@@ -229,7 +247,7 @@ async function changeWork(c: ChangeContext, input: { changeId: string }): Promis
     const tree = path.join(dir, 'tree');
     await cloneAt(repo.cloneUrl, baseSha, tree);
     ctx.heartbeat({ phase: 'cloned' });
-    const run = await runAgentOn(c, repo, tree, task);
+    const run = await runAgentOn(c, repo, row, tree, task);
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? new Error('cancelled');
     const diff = await diffWorkTree(tree, baseSha);
     if (Buffer.byteLength(diff.patch) > MAX_PATCH_BYTES) {

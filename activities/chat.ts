@@ -28,7 +28,8 @@ import type { Db } from '../domain/db.js';
 import { askAdminsToApprove } from '../domain/governance.js';
 import { buildPrompt } from '../domain/prompt.js';
 import { neutralise } from '../common/untrusted.js';
-import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall } from '../domain/model.js';
+import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall, type SpendContext, type SpendScopes, withStepKey } from '../domain/model.js';
+import { isObjectiveTurn, turnScopes } from '../domain/spend-scopes.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
 import { writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
 import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadApprovalRow } from '../domain/store/approvals.js';
@@ -272,6 +273,8 @@ interface ChatContext extends ActivityDeps {
   beatMs: number;
   policy: ToolPolicy;
   actions: ReturnType<typeof resolveActionSettings>;
+  /** The spend scopes of recent turns (by turn and requester set): a turn's steps look them up once. */
+  scopesOfTurns: Map<string, Promise<SpendScopes>>;
 }
 
 /** The chat's workspace for the workspace tools, or undefined (no knowledge index, no workspace). */
@@ -352,6 +355,36 @@ async function mcpCatalogue(c: ChatContext, input: ModelStepInput): Promise<{ ca
   return { catalogue, role };
 }
 
+/** The key of a turn's model step: the turn and the step, the same on every retry of the activity. */
+const stepKeyOf = (input: Pick<ModelStepInput, 'turnId' | 'step'>) => `model:${input.turnId}:${input.step}`;
+
+/**
+ * Whom a turn's model step is spent for: keyed by the turn and its step; the chat's binding, the
+ * requester set's identities (before the set: the batch's senders), the objective of an
+ * objective's run, the chat's workspace.
+ */
+function turnSpend(c: ChatContext, input: ModelStepInput): SpendContext {
+  return {
+    key: stepKeyOf(input),
+    kind: isObjectiveTurn(input.turnId) ? 'objective' : 'chat',
+    scopes: () => {
+      // looked up once per turn and requester set (a steerer joins it: looked up again)
+      const memo = `${input.turnId}\u0000${(input.requesters ?? []).join('\u0000')}`;
+      const known = c.scopesOfTurns.get(memo);
+      if (known) return known;
+      const found = (async () => {
+        const requesters = input.requesters ?? (await messagesByKeys(c.db, input.inbound)).flatMap((m) => (m.identityId ? [m.identityId] : []));
+        return turnScopes(c.db, { conversation: input.conversation, turnId: input.turnId, requesters });
+      })();
+      // a failed lookup is forgotten; at most 256 turns are remembered
+      void found.catch(() => c.scopesOfTurns.delete(memo));
+      if (c.scopesOfTurns.size >= 256) c.scopesOfTurns.delete(c.scopesOfTurns.keys().next().value as string);
+      c.scopesOfTurns.set(memo, found);
+      return found;
+    },
+  };
+}
+
 /** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
 async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelStepResult> {
   const ctx = Context.current();
@@ -422,7 +455,13 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     const mcp = c.mcp ? await mcpCatalogue(c, input) : undefined;
     const out = await runModelStep(
       c.models,
-      { model: input.settings.model, think: input.settings.think, messages: prompt, tools: mcp && mcp.catalogue.tools.size > 0 ? { ...mcp.catalogue.toolSet, ...own } : own },
+      {
+        model: input.settings.model,
+        think: input.settings.think,
+        messages: prompt,
+        tools: mcp && mcp.catalogue.tools.size > 0 ? { ...mcp.catalogue.toolSet, ...own } : own,
+        spend: turnSpend(c, input),
+      },
       {
         signal: ctx.cancellationSignal,
         ...(c.streamModel
@@ -780,6 +819,7 @@ export function createChatActivities(deps: ActivityDeps) {
   const retriever = deps.knowledge ? createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) : undefined;
   const c: ChatContext = {
     ...deps,
+    scopesOfTurns: new Map(),
     senders: deps.senders ?? {},
     beatMs: deps.heartbeatEveryMs ?? 200,
     policy: deps.toolPolicy ?? DEFAULT_TOOL_POLICY,
@@ -801,9 +841,10 @@ export function createChatActivities(deps: ActivityDeps) {
       : {}),
   };
   return {
-    modelStep: (input: ModelStepInput) => modelStep(c, input),
+    // a model call below the step (a search's query embedding) is keyed under it (withStepKey)
+    modelStep: (input: ModelStepInput) => withStepKey(stepKeyOf(input), () => modelStep(c, input)),
     deliver: (input: DeliverInput) => deliver(c, input),
-    runTool: (input: RunToolInput) => runTool(c, input),
+    runTool: (input: RunToolInput) => withStepKey(`tool:${input.turnId}:${input.toolCallId}`, () => runTool(c, input)),
     requestApproval: (input: RequestApprovalInput) => requestApproval(c, input),
     settleApproval: (input: SettleApprovalInput) => settleApproval(c, input),
     updateProgress: (input: ProgressInput) => updateProgress(c, input),

@@ -6,7 +6,7 @@
  * indexed (so full text stays current): Temporal retries it, and the retry embeds only the
  * documents whose vectors are missing.
  */
-import { ApplicationFailure } from '@temporalio/activity';
+import { activityInfo, ApplicationFailure } from '@temporalio/activity';
 import type { Db } from '../domain/db.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { indexWorkspaceFiles } from '../domain/knowledge/indexer.js';
@@ -38,7 +38,10 @@ async function indexWorkspaceBatch(deps: KnowledgeActivityDeps, input: IndexBatc
   const ws = await findWorkspace(deps.db, input.workspace);
   if (!ws) throw ApplicationFailure.create({ type: 'WorkspaceGone', message: `no workspace ${input.workspace}`, nonRetryable: true });
   const index = await deps.knowledge();
-  const r = await indexWorkspaceFiles(index, { name: ws.name, root: ws.root }, { limit: input.limit, ...(input.paths ? { paths: input.paths } : {}) });
+  // the batch's embeddings are spent for the workspace, keyed by this activity (the same on its retries)
+  const info = activityInfo();
+  const spendKey = `index:${info.workflowExecution ? `${info.workflowExecution.workflowId}:${info.workflowExecution.runId}` : input.workspace}:${info.activityId}`;
+  const r = await indexWorkspaceFiles(index, { name: ws.name, root: ws.root }, { limit: input.limit, spendKey, ...(input.paths ? { paths: input.paths } : {}) });
   if (r.embedError !== undefined) {
     throw ApplicationFailure.retryable(`the embeddings model ${index.embedder?.model ?? ''} failed; ${r.indexed.length} documents indexed as text without vectors, to be embedded on retry: ${r.embedError}`, 'EmbeddingsUnavailable');
   }

@@ -13,6 +13,7 @@
  *   connection); iteration again ends normally, so we turn it into an AbortError ourselves.
  * - `maxRetries: 0`: retries belong to Temporal, not to the SDK.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
@@ -50,25 +51,125 @@ export interface ModelProvidersConfig {
 /** A prompt message: the AI SDK's model message (system messages become the instructions). */
 export type ChatMessage = ModelMessage;
 
-/** The spend budget (STEWARD_TOKEN_BUDGET) has not what a call may cost left in this window: the call is not made. */
+/** Where a budget that refused a call stands, for the message people see. */
+export interface BudgetStanding {
+  /** The budget's scope: installation, chat, person, objective, workspace, repository. */
+  scope: string;
+  /** The scope's id (a binding, an identity, ...); absent for the installation. */
+  id?: string;
+  /** day, week, month, total (or a window such as `1h`). */
+  period: string;
+  left: { tokens?: number; money?: number };
+  /** ISO time the budget renews; absent for a total. */
+  renewsAt?: string;
+}
+
+/** A budget has not what a call may cost left: the call is not made (never retried). */
 export class ModelBudgetExceededError extends Error {
   override readonly name = 'ModelBudgetExceededError';
+  constructor(
+    message: string,
+    /** Which budget refused, what is left and when it renews. */
+    readonly budget?: BudgetStanding,
+  ) {
+    super(message);
+  }
+}
+
+/** Who and what a model call is spent for: every budget scope that applies to it (the installation's always does). */
+export interface SpendScopes {
+  /** The binding id of the chat (a session's binding; triage's group). */
+  chat?: string;
+  /** Identity ids: the requester set of the turn (every sender and steerer), the triage sender. */
+  people?: string[];
+  /** Objective id. */
+  objective?: string;
+  /** Workspace id (its name): retrieval and embeddings, and turns grounded in one. */
+  workspace?: string;
+  /** Repository id (its name) of a repository change. */
+  repository?: string;
+}
+
+/** What a model call is for. */
+export type SpendKind = 'chat' | 'objective' | 'triage' | 'change-intake' | 'change-plan' | 'coding-agent' | 'embedding' | 'other';
+
+/** One model call's reservation request. */
+export interface SpendRequest {
+  /** The step's key: stable across retries of the same activity (workflow id + activity id + step index). A second reserve with the same key is the same reservation (never reserved twice). */
+  key: string;
+  /** provider:model */
+  model: string;
+  /** Counted or estimated. */
+  inputTokens: number;
+  /** The call's cap (DEFAULT_OUTPUT_ESTIMATE when the request sets none). */
+  maxOutputTokens: number;
+  /** The installation scope always applies; these add to it. */
+  scopes: SpendScopes;
+  kind: SpendKind;
+}
+
+/** What a call used, as the provider reported it. */
+export interface SpendUsage {
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number;
 }
 
 /** A reservation of spend for one model call, settled once the call ends. */
 export interface SpendTicket {
-  windowStart: number;
-  reserved: number;
+  key: string;
 }
 
 /**
- * The spend budget every model call goes through (domain/limits.ts): `reserve` before the call
- * (throws ModelBudgetExceededError when the estimate does not fit), `settle` after it with what
- * it used.
+ * The spend budget every model call goes through: `reserve` the worst case before the call,
+ * against every scope that applies, atomically (throws ModelBudgetExceededError, with `.budget`,
+ * when any does not fit); `settle` after it to the provider's reported usage (idempotent by key).
  */
 export interface ModelSpend {
-  reserve(model: string, estimate: number): Promise<SpendTicket>;
-  settle(ticket: SpendTicket, used: number): Promise<void>;
+  reserve(req: SpendRequest): Promise<SpendTicket>;
+  settle(ticket: SpendTicket, usage: SpendUsage): Promise<void>;
+}
+
+/**
+ * Whom a model call is spent for, given by its caller: the step's key (stable across retries of
+ * the activity), the call's kind and its scopes. The scopes may be a function: it is asked only
+ * when a budget is configured (no lookups on a Steward without one).
+ */
+export interface SpendContext {
+  key: string;
+  kind: SpendKind;
+  scopes: SpendScopes | (() => Promise<SpendScopes>);
+}
+
+/** A model call reached the model layer without its spend context while a budget is set: a bug of the caller, refused loudly (never retried). */
+export class SpendContextMissingError extends Error {
+  override readonly name = 'SpendContextMissingError';
+}
+
+/** The scopes of a spend context, asked for when a budget needs them. */
+export async function spendScopes(ctx: SpendContext): Promise<SpendScopes> {
+  return typeof ctx.scopes === 'function' ? ctx.scopes() : ctx.scopes;
+}
+
+const stepKeys = new AsyncLocalStorage<string>();
+
+/**
+ * Run `fn` as the step `key`: a model call it causes below layers that do not know their step
+ * (a workspace search's query embedding) is keyed under it, so a retried activity reserves it
+ * under the same key again.
+ */
+export function withStepKey<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  return stepKeys.run(key, fn);
+}
+
+/** The key of the step running now (withStepKey), if any. */
+export function currentStepKey(): string | undefined {
+  return stepKeys.getStore();
+}
+
+/** A rough token count of a text (4 characters a token): what a reservation counts the input at. */
+export function estimateTokens(chars: number): number {
+  return Math.ceil(chars / 4);
 }
 
 /** What a call's answer is reckoned at before it is made, when the request sets no cap. */
@@ -271,6 +372,11 @@ export interface ModelStepRequest {
   maxOutputTokens?: number;
   /** Tools the model may call (declared only: Steward runs them, as activities). */
   tools?: ToolSet;
+  /**
+   * Whom the call is spent for (key, kind, scopes). Required whenever the registry has a spend
+   * budget: without it the call is refused (SpendContextMissingError), never made unbudgeted.
+   */
+  spend?: SpendContext;
 }
 
 export interface ModelToolCall {
@@ -286,7 +392,7 @@ export interface ModelStepOutput {
   text: string;
   /** The AI SDK finish reason: 'stop', 'length', 'content-filter', 'tool-calls', 'error', 'other'. */
   finishReason: string;
-  usage: { inputTokens: number; outputTokens: number; totalTokens: number };
+  usage: { inputTokens: number; outputTokens: number; totalTokens: number; cachedInputTokens?: number };
   /** The model reference the step ran on. */
   model: string;
   /** Tool calls the model made in this step (empty when it answered in text). */
@@ -340,10 +446,11 @@ function toolCallOf(part: { toolCallId: string; toolName: string; input: unknown
   };
 }
 
-function usageOf(u: { inputTokens?: number | undefined; outputTokens?: number | undefined; totalTokens?: number | undefined }): ModelStepOutput['usage'] {
+function usageOf(u: { inputTokens?: number | undefined; outputTokens?: number | undefined; totalTokens?: number | undefined; inputTokenDetails?: { cacheReadTokens?: number | undefined } }): ModelStepOutput['usage'] {
   const input = u.inputTokens ?? 0;
   const output = u.outputTokens ?? 0;
-  return { inputTokens: input, outputTokens: output, totalTokens: u.totalTokens ?? input + output };
+  const cached = u.inputTokenDetails?.cacheReadTokens;
+  return { inputTokens: input, outputTokens: output, totalTokens: u.totalTokens ?? input + output, ...(cached ? { cachedInputTokens: cached } : {}) };
 }
 
 type StepParts = Omit<ModelStepOutput, 'model'>;
@@ -397,20 +504,42 @@ async function streamedStep(call: CallSettings, opts: ModelStepOptions): Promise
  * AbortError-like error when `opts.signal` aborts (the HTTP request is aborted too).
  */
 export async function runModelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions = {}): Promise<ModelStepOutput> {
-  if (!registry.spend) return modelStep(registry, req, opts);
-  // the budget: reserved before the call (the prompt by its length, the answer at its cap), settled after
+  const spend = registry.spend;
+  if (!spend) return modelStep(registry, req, opts);
+  // the budget: the worst case reserved before the call (the prompt counted, the answer at its cap), settled to the provider's usage after
+  if (!req.spend) throw new SpendContextMissingError(`a call to ${req.model} came without its spend context (key, kind, scopes) while a model budget is set: refused (a bug of its caller)`);
   if (opts.signal?.aborted) throw abortError(opts.signal);
-  const promptTokens = Math.ceil(req.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : JSON.stringify(m.content).length), 0) / 4);
-  const ticket = await registry.spend.reserve(req.model, promptTokens + (req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE));
-  let used = promptTokens;
+  const inputTokens = promptTokens(req);
+  const ticket = await spend.reserve({
+    key: req.spend.key,
+    model: req.model,
+    inputTokens,
+    maxOutputTokens: req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE,
+    scopes: await spendScopes(req.spend),
+    kind: req.spend.kind,
+  });
+  // a call that failed may still have been billed for its prompt: settled at the prompt, never less
+  let usage: SpendUsage = { inputTokens, outputTokens: 0 };
   try {
     const out = await modelStep(registry, req, opts);
-    used = out.usage.totalTokens || used;
+    if (out.usage.inputTokens > 0 || out.usage.outputTokens > 0) {
+      usage = { inputTokens: out.usage.inputTokens, outputTokens: out.usage.outputTokens, ...(out.usage.cachedInputTokens ? { cachedInputTokens: out.usage.cachedInputTokens } : {}) };
+    } else if (out.usage.totalTokens > 0) {
+      usage = { inputTokens, outputTokens: Math.max(0, out.usage.totalTokens - inputTokens) };
+    }
     return out;
   } finally {
     // a settle that fails leaves the whole reservation spent: over-counted, never under
-    await registry.spend.settle(ticket, used).catch(() => undefined);
+    await spend.settle(ticket, usage).catch(() => undefined);
   }
+}
+
+/** The input tokens of a request, estimated from its messages and tool declarations (4 characters a token). */
+function promptTokens(req: ModelStepRequest): number {
+  let chars = 0;
+  for (const m of req.messages) chars += typeof m.content === 'string' ? m.content.length : JSON.stringify(m.content).length;
+  for (const [name, t] of Object.entries(req.tools ?? {})) chars += name.length + (typeof t.description === 'string' ? t.description.length : 0);
+  return estimateTokens(chars);
 }
 
 async function modelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions): Promise<ModelStepOutput> {
@@ -565,6 +694,7 @@ export function classifyModelError(err: unknown): ClassifiedModelError {
 
   if (e instanceof ModelNotConfiguredError) return { retryable: false, type: 'ModelNotConfigured', message: e.message };
   if (e instanceof ModelBudgetExceededError) return { retryable: false, type: 'ModelBudgetExceeded', message: e.message };
+  if (e instanceof SpendContextMissingError) return { retryable: false, type: 'SpendContextMissing', message: e.message };
   if (e instanceof InvalidModelRefError) return { retryable: false, type: 'InvalidModelRef', message: redactSecrets(e.message) };
   if (e instanceof Error && e.name === 'TimeoutError') {
     return { retryable: true, type: 'ModelTimeout', message: `The model call${ref ? ` to ${ref}` : ''} timed out.` };

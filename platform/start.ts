@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import { createDb, migrateDatabase, tuneDb, type Db } from '../domain/db.js';
 import type { ActivityDeps } from '../activities/index.js';
 
-import { createModelRegistry, withSpend, type ModelRegistry } from '../domain/model.js';
+import { createModelRegistry, withSpend, type ModelRegistry, type ModelSpend } from '../domain/model.js';
 import type { Senders } from '../domain/outbox.js';
 import { countSessions } from '../domain/store/sessions.js';
 import { createHttpApp, startHttpServer, type HttpDeps } from '../adapters/http/app.js';
@@ -148,9 +148,9 @@ function workerTelemetry(tracing: Tracing): Pick<StewardWorkerOptions, 'intercep
   return { ...(tracing.workerInterceptors ? { interceptors: tracing.workerInterceptors } : {}), sinks: tracing.sinks, traceNewRuns: tracing.enabled };
 }
 
-/** The knowledge index of this Steward: hybrid search when STEWARD_EMBEDDING_MODEL names a model (a failing one is logged). */
-function knowledgeOf(config: StewardConfig, log?: Logger) {
-  const embedder = embedderFor(createModelRegistry(config.model.providers), config.retrieval.embeddingModel);
+/** The knowledge index of this Steward: hybrid search when STEWARD_EMBEDDING_MODEL names a model (a failing one is logged); its embeddings spend from the model budget. */
+function knowledgeOf(config: StewardConfig, log?: Logger, spend?: ModelSpend) {
+  const embedder = embedderFor({ embeddingModel: createModelRegistry(config.model.providers).embeddingModel, ...(spend ? { spend } : {}) }, config.retrieval.embeddingModel);
   return knowledgeIndexOpener(config.databaseUrl, config.dataDir, { ...(embedder ? { embedder } : {}), ...(log ? { warn: (detail: Record<string, unknown>, message: string) => log.warn(detail, message) } : {}) });
 }
 
@@ -172,7 +172,7 @@ function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders): Mode
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
-function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel' | 'limits'> {
+function activityOptions(config: StewardConfig, log?: Logger, spend?: ModelSpend): Pick<ActivityDeps, 'toolPolicy' | 'runLink' | 'repoChanges' | 'actions' | 'knowledge' | 'retrieval' | 'promptFile' | 'skillsDir' | 'memoryApproval' | 'memoryRecall' | 'streamModel' | 'limits'> {
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const rc = config.repoChanges;
   return {
@@ -187,7 +187,7 @@ function activityOptions(config: StewardConfig, log?: Logger): Pick<ActivityDeps
       agentMaxSteps: rc.agentMaxSteps,
     },
     actions: config.actions,
-    knowledge: knowledgeOf(config, log),
+    knowledge: knowledgeOf(config, log, spend),
     retrieval: config.retrieval,
     ...(config.model.promptFile ? { promptFile: config.model.promptFile } : {}),
     skillsDir: config.knowledge.skillsDir,
@@ -586,7 +586,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       log,
       onTranscript,
       senders,
-      ...activityOptions(config, log),
+      ...activityOptions(config, log, models.spend),
       mcp,
       // an approved start_repo_change goes through the change service
       startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
@@ -601,9 +601,9 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       ...(runLink ? { runLink } : {}),
     });
     await startObjectiveTriggers(config, db, objectives, log, cleanups);
-    const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeOf(config, log) });
+    const workspaces = createWorkspaceService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, dataDir: config.dataDir, knowledge: knowledgeOf(config, log, models.spend) });
     cleanups.push(() => closeKnowledgeIndexes());
-    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log), skillsDir: config.knowledge.skillsDir, workspaces, forbidSelfApproval: config.governance.forbidSelfApproval });
+    const knowledge = createKnowledgeService({ db, knowledge: knowledgeOf(config, log, models.spend), skillsDir: config.knowledge.skillsDir, workspaces, forbidSelfApproval: config.governance.forbidSelfApproval });
     const workspaceWatchers = await startWorkspaceWatchers({ workspaces, log });
     cleanups.push(() => workspaceWatchers.stop());
     // the index is derived: catch up on what changed while nothing watched (and rebuild a new layout)
@@ -750,7 +750,7 @@ export async function startWorkerOnly(
     systemPrompt: config.model.systemPrompt,
     log,
     senders,
-    ...activityOptions(config, log),
+    ...activityOptions(config, log, models.spend),
     mcp,
     startRepoChange: (req, by, origin) => changes.startChange(req, by, origin),
   }, { roles: config.workers.queues, dataConverter, telemetry: workerTelemetry(tracing), ...(versioning.options ? { workerDeploymentOptions: versioning.options } : {}) });

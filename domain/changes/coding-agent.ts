@@ -27,7 +27,7 @@ import path from 'node:path';
 import vm from 'node:vm';
 import { tool, type ModelMessage, type ToolModelMessage, type ToolSet } from 'ai';
 import { z } from 'zod';
-import { runModelStep, type ModelRegistry } from '../model.js';
+import { runModelStep, type ModelRegistry, type SpendContext } from '../model.js';
 import { runSandboxed, SandboxRefusedError, type SandboxResult } from '../sandbox.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -99,6 +99,11 @@ export interface BuiltinAgentOptions {
   takeSteers?: () => Promise<string[]>;
   /** Replaces the default system prompt. */
   systemPrompt?: string;
+  /**
+   * Whom the agent's model steps are spent for: step n is keyed `${key}:${n}` (the same on a
+   * retry of the activity), kind 'coding-agent'. Required when the registry has a budget.
+   */
+  spend?: { key: string; scopes: SpendContext['scopes'] };
 }
 
 export interface ExternalAgentOptions {
@@ -892,7 +897,7 @@ export async function runBuiltinAgent(opts: BuiltinAgentOptions): Promise<AgentR
       beat();
       let out: Awaited<ReturnType<typeof runModelStep>>;
       try {
-        out = await runModelStep(opts.models, { model: opts.model, think: 'off', messages, tools: AGENT_TOOLS }, { signal });
+        out = await runModelStep(opts.models, { model: opts.model, think: 'off', messages, tools: AGENT_TOOLS, ...(opts.spend ? { spend: { key: `${opts.spend.key}:${steps}`, kind: 'coding-agent', scopes: opts.spend.scopes } } : {}) }, { signal });
       } catch (e) {
         if (isAbort(e, signal)) throw aborted(e);
         throw e;

@@ -6,7 +6,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { tool, type ModelMessage, type ToolSet } from 'ai';
 import { IntakeModelOutputSchema, PlanSchema, type IntakeModelOutput, type Plan, type TaskDraft } from '../../common/changes.js';
-import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry } from '../model.js';
+import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type SpendContext } from '../model.js';
 import type { RepoRecord } from '../store/changes.js';
 import { wrapUntrusted } from '../../common/untrusted.js';
 
@@ -74,6 +74,8 @@ interface Submission<T> {
   tools: ToolSet;
   toolName: string;
   parse: (v: unknown) => { success: true; data: T } | { success: false; error: { message: string } };
+  /** Whom the step is spent for (the change's repository, requester, chat). */
+  spend: SpendContext;
 }
 
 /** One model step whose answer is a submission through `toolName`, validated; heartbeats while it runs. */
@@ -86,7 +88,7 @@ async function modelSubmission<T>(models: ModelRegistry, opts: Submission<T>, co
     ];
     let out;
     try {
-      out = await runModelStep(models, { model: opts.model, think: 'off', messages, tools: opts.tools }, { signal: control.signal });
+      out = await runModelStep(models, { model: opts.model, think: 'off', messages, tools: opts.tools, spend: opts.spend }, { signal: control.signal });
     } catch (err) {
       if (control.signal.aborted) throw control.signal.reason ?? err;
       throw modelFailure(err);
@@ -104,7 +106,7 @@ const checksLine = (repo: RepoRecord, lead: string, none: string): string =>
   repo.checks.length ? `${lead}: ${repo.checks.map((c) => `${c.name} (${c.argv.join(' ')})`).join('; ')}.` : none;
 
 /** Intake: the request (and the answers so far) as the model's task draft submission. */
-export async function draftFromRequest(models: ModelRegistry, model: string, c: { repo: RepoRecord; baseBranch: string; request: string; answers: string[] }, control: StepControl): Promise<IntakeModelOutput> {
+export async function draftFromRequest(models: ModelRegistry, model: string, c: { repo: RepoRecord; baseBranch: string; request: string; answers: string[] }, control: StepControl, spend: SpendContext): Promise<IntakeModelOutput> {
   const user = [
     `Repository: ${c.repo.name} (base branch ${c.baseBranch}).`,
     checksLine(c.repo, 'Configured checks', 'No checks are configured.'),
@@ -113,11 +115,11 @@ export async function draftFromRequest(models: ModelRegistry, model: string, c: 
     wrapUntrusted('change_request', {}, c.request),
     ...(c.answers.length ? ['', 'Answers to your earlier questions:', ...c.answers.map((a) => wrapUntrusted('answer', {}, a))] : []),
   ].join('\n');
-  return modelSubmission(models, { model, system: INTAKE_SYSTEM, user, tools: INTAKE_TOOLS, toolName: 'submit_task_draft', parse: (v) => IntakeModelOutputSchema.safeParse(v) }, control);
+  return modelSubmission(models, { model, system: INTAKE_SYSTEM, user, tools: INTAKE_TOOLS, toolName: 'submit_task_draft', parse: (v) => IntakeModelOutputSchema.safeParse(v), spend }, control);
 }
 
 /** The planner: the confirmed draft as the model's plan submission. */
-export async function planFromDraft(models: ModelRegistry, model: string, repo: RepoRecord, draft: TaskDraft, control: StepControl): Promise<Plan> {
+export async function planFromDraft(models: ModelRegistry, model: string, repo: RepoRecord, draft: TaskDraft, control: StepControl, spend: SpendContext): Promise<Plan> {
   const user = [`Repository: ${repo.name}.`, checksLine(repo, 'Checks the validation gate runs', ''), 'Task draft:', JSON.stringify(draft, null, 2)].join('\n');
-  return modelSubmission(models, { model, system: PLAN_SYSTEM, user, tools: PLAN_TOOLS, toolName: 'submit_plan', parse: (v) => PlanSchema.safeParse(v) }, control);
+  return modelSubmission(models, { model, system: PLAN_SYSTEM, user, tools: PLAN_TOOLS, toolName: 'submit_plan', parse: (v) => PlanSchema.safeParse(v), spend }, control);
 }

@@ -9,16 +9,31 @@
  * Vectors are stored as Float32 little-endian bytes (SQLite BLOB, PostgreSQL bytea) with the
  * model reference and the dimensions beside each, so vectors of two models are never compared.
  */
+import { createHash, randomUUID } from 'node:crypto';
 import { embedMany, type EmbeddingModel } from 'ai';
-import { redactSecrets, type ModelRegistry } from '../model.js';
+import { currentStepKey, estimateTokens, redactSecrets, SpendContextMissingError, type ModelRegistry, type ModelSpend, type SpendScopes, type SpendTicket } from '../model.js';
+
+/**
+ * Whom an embeddings call is spent for: the key of the step that makes it (each request is
+ * keyed under it by its texts, so a retry of the step reserves the same request under the
+ * same key) and its scopes (the workspace).
+ */
+export interface EmbedSpend {
+  key: string;
+  scopes: SpendScopes;
+}
 
 export interface Embedder {
   /** `provider:model`, stored beside each vector. */
   readonly model: string;
-  /** The vectors of `texts` (each cut to a bound), L2-normalised, in order; throws when the endpoint fails. */
-  embed(texts: string[], opts?: { signal?: AbortSignal }): Promise<Float32Array[]>;
-  /** The vector of a search's query: at most one call per distinct query, within `queryTimeoutMs`. */
-  embedQuery(text: string): Promise<Float32Array>;
+  /** The vectors of `texts` (each cut to a bound), L2-normalised, in order; throws when the endpoint fails. With a budget, `spend` is required. */
+  embed(texts: string[], opts?: { signal?: AbortSignal; spend?: EmbedSpend }): Promise<Float32Array[]>;
+  /**
+   * The vector of a search's query: at most one call per distinct query, within `queryTimeoutMs`.
+   * With a budget it is spent for `scopes`, keyed under the running step (withStepKey), else
+   * under a key of its own (a search outside any activity is never retried).
+   */
+  embedQuery(text: string, scopes?: SpendScopes): Promise<Float32Array>;
 }
 
 export interface EmbedderOptions {
@@ -30,6 +45,8 @@ export interface EmbedderOptions {
   timeoutMs?: number;
   /** The query's request at most this long (default 5 s): a search never waits longer for it. */
   queryTimeoutMs?: number;
+  /** The model budget (the registry's `spend`): every request reserves before and settles after, kind 'embedding'. */
+  spend?: ModelSpend;
 }
 
 /** A vector scaled to length 1 (a zero vector stays zero), as Float32. */
@@ -62,6 +79,12 @@ export function chunkEmbeddingText(c: { heading: string; text: string }): string
   return c.heading ? `${c.heading}\n${c.text}` : c.text;
 }
 
+/** The workspace an index key belongs to (a workspace's own, its skills', its memories'), for the spend scope of a search's query. */
+export function workspaceScopeOf(indexKey: string): SpendScopes {
+  const ws = /^(?:skills:|memory:workspace:)?([a-z0-9][a-z0-9_-]{0,63})$/.exec(indexKey)?.[1];
+  return ws ? { workspace: ws } : {};
+}
+
 /** An embedder over an AI SDK embedding model; `model` is its `provider:model` reference. */
 export function createEmbedder(embeddingModel: EmbeddingModel, model: string, opts: EmbedderOptions = {}): Embedder {
   const maxBatch = Math.max(1, opts.maxBatch ?? 64);
@@ -69,13 +92,28 @@ export function createEmbedder(embeddingModel: EmbeddingModel, model: string, op
   const timeoutMs = opts.timeoutMs ?? 60_000;
   const queryTimeoutMs = opts.queryTimeoutMs ?? 5000;
   const queries = new Map<string, Promise<Float32Array>>();
-  const call = async (values: string[], signal: AbortSignal): Promise<Float32Array[]> => {
+  const budget = opts.spend;
+  const call = async (values: string[], signal: AbortSignal, spend: EmbedSpend | undefined): Promise<Float32Array[]> => {
+    const cut = values.map((v) => v.slice(0, maxChars));
+    const estimate = estimateTokens(cut.reduce((n, v) => n + v.length, 0));
+    let ticket: SpendTicket | undefined;
+    if (budget) {
+      if (!spend) throw new SpendContextMissingError(`an embeddings call to ${model} came without its spend context while a model budget is set: refused (a bug of its caller)`);
+      const digest = createHash('sha256');
+      for (const v of cut) digest.update(v).update('\u0000');
+      ticket = await budget.reserve({ key: `${spend.key}:embed:${digest.digest('hex').slice(0, 16)}`, model, inputTokens: estimate, maxOutputTokens: 0, scopes: spend.scopes, kind: 'embedding' });
+    }
+    // settled to the reported usage; a failed call at its estimate (over-counted, never under)
+    let used = estimate;
     let r: Awaited<ReturnType<typeof embedMany>>;
     try {
-      r = await embedMany({ model: embeddingModel, values: values.map((v) => v.slice(0, maxChars)), maxRetries: 0, maxParallelCalls: 1, abortSignal: signal });
+      r = await embedMany({ model: embeddingModel, values: cut, maxRetries: 0, maxParallelCalls: 1, abortSignal: signal });
+      if (r.usage.tokens > 0) used = r.usage.tokens;
     } catch (err) {
       // the message may quote the request; keys never leave here
       throw new Error(`embeddings ${model}: ${redactSecrets(err instanceof Error ? err.message : String(err))}`, { cause: err });
+    } finally {
+      if (ticket) await budget?.settle(ticket, { inputTokens: used, outputTokens: 0 }).catch(() => undefined);
     }
     if (r.embeddings.length !== values.length) throw new Error(`the embeddings endpoint answered ${r.embeddings.length} vectors for ${values.length} texts`);
     const out = r.embeddings.map(normalise);
@@ -89,12 +127,12 @@ export function createEmbedder(embeddingModel: EmbeddingModel, model: string, op
       const out: Float32Array[] = [];
       for (let i = 0; i < texts.length; i += maxBatch) {
         const signal = o.signal ? AbortSignal.any([o.signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs);
-        out.push(...(await call(texts.slice(i, i + maxBatch), signal)));
+        out.push(...(await call(texts.slice(i, i + maxBatch), signal, o.spend)));
       }
       if (out.length > 0 && out.some((v) => v.length !== out[0]!.length)) throw new Error('the embeddings endpoint changed dimensions within one run');
       return out;
     },
-    embedQuery(text) {
+    embedQuery(text, scopes = {}) {
       const key = text.slice(0, maxChars);
       const known = queries.get(key);
       if (known) {
@@ -104,7 +142,7 @@ export function createEmbedder(embeddingModel: EmbeddingModel, model: string, op
         return known;
       }
       // the promise is kept, so searches of one step running at once share one call; a failure is forgotten
-      const p = call([key], AbortSignal.timeout(queryTimeoutMs)).then(([v]) => v!);
+      const p = call([key], AbortSignal.timeout(queryTimeoutMs), budget ? { key: currentStepKey() ?? `search:${randomUUID()}`, scopes } : undefined).then(([v]) => v!);
       void p.catch(() => {
         if (queries.get(key) === p) queries.delete(key);
       });
@@ -115,7 +153,7 @@ export function createEmbedder(embeddingModel: EmbeddingModel, model: string, op
   };
 }
 
-/** The embedder of `ref` (STEWARD_EMBEDDING_MODEL) from the registry's providers, or undefined when none is set. */
-export function embedderFor(models: Pick<ModelRegistry, 'embeddingModel'>, ref: string | undefined, opts: EmbedderOptions = {}): Embedder | undefined {
-  return ref ? createEmbedder(models.embeddingModel(ref), ref, opts) : undefined;
+/** The embedder of `ref` (STEWARD_EMBEDDING_MODEL) from the registry's providers (and its budget), or undefined when none is set. */
+export function embedderFor(models: Pick<ModelRegistry, 'embeddingModel' | 'spend'>, ref: string | undefined, opts: EmbedderOptions = {}): Embedder | undefined {
+  return ref ? createEmbedder(models.embeddingModel(ref), ref, { ...(models.spend ? { spend: models.spend } : {}), ...opts }) : undefined;
 }

@@ -15,7 +15,7 @@
  * query embedded. A failing or slow embeddings endpoint makes the search full text alone, with
  * a warning: a turn never fails for it.
  */
-import type { Embedder } from './embedder.js';
+import { workspaceScopeOf, type Embedder } from './embedder.js';
 
 /** Per side: the chunks ranked before fusion. */
 export const CANDIDATES = 50;
@@ -135,7 +135,7 @@ export function hybridSearcher(backend: HybridBackend, embedder: Embedder, warn:
     if (m.ids.length === 0) return backend.textSearch(workspace, query, limit);
     let q: Float32Array | undefined;
     try {
-      q = await embedder.embedQuery(query);
+      q = await embedder.embedQuery(query, workspaceScopeOf(workspace));
       if (q.length !== m.dims) throw new Error(`the query's vector has ${q.length} dimensions, the workspace's ${m.dims}`);
     } catch (err) {
       q = undefined;

@@ -18,6 +18,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { chunkDocument, type Chunk, type ChunkOptions } from './chunk.js';
 import { chunkEmbeddingText } from './embedder.js';
+import { currentStepKey } from '../model.js';
 import type { IndexedDocument, KnowledgeIndex } from './index-store.js';
 import { isIndexable, normaliseWorkspacePath, walkWorkspace } from './paths.js';
 
@@ -50,7 +51,7 @@ function textOf(bytes: Buffer): { text: string } | { reason: string } {
   }
 }
 
-export async function indexWorkspaceFiles(index: KnowledgeIndex, workspace: { name: string; root: string }, opts: ChunkOptions & { paths?: string[]; maxFiles?: number; maxBytes?: number; limit?: number } = {}): Promise<IndexRunResult> {
+export async function indexWorkspaceFiles(index: KnowledgeIndex, workspace: { name: string; root: string }, opts: ChunkOptions & { paths?: string[]; maxFiles?: number; maxBytes?: number; limit?: number; spendKey?: string } = {}): Promise<IndexRunResult> {
   const result: IndexRunResult = { indexed: [], remaining: 0, unchanged: 0, removed: [], skipped: [], chunks: 0, embedded: 0 };
   const limit = opts.limit ?? Number.POSITIVE_INFINITY;
   const known = await index.documents(workspace.name);
@@ -69,7 +70,9 @@ export async function indexWorkspaceFiles(index: KnowledgeIndex, workspace: { na
     let vectors: Float32Array[] | undefined;
     if (embedder && chunks.length > 0 && result.embedError === undefined) {
       try {
-        vectors = await embedder.embed(chunks.map(chunkEmbeddingText));
+        // spent for the workspace, keyed under the step that indexes (a retry embeds what is missing, under its own key)
+        const stepKey = opts.spendKey ?? currentStepKey();
+        vectors = await embedder.embed(chunks.map(chunkEmbeddingText), stepKey !== undefined ? { spend: { key: stepKey, scopes: { workspace: workspace.name } } } : {});
         result.embedded += vectors.length;
       } catch (err) {
         // one failure per run: the rest is indexed as text without asking the endpoint again

@@ -12,6 +12,7 @@ import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';
 import { notifyAdmins } from '../governance.js';
 import { runModelStep, type ModelRegistry } from '../model.js';
+import { chatBindingId, identityIds, scopesOf } from '../spend-scopes.js';
 import type { Senders } from '../outbox.js';
 import { writeReceipt } from '../receipts.js';
 import { findTask, insertTask, markTaskReminded, type TaskRow } from '../store/tasks.js';
@@ -67,6 +68,15 @@ export async function classifyMessage(db: Db, models: ModelRegistry, m: TriageMe
         { role: 'system', content: TRIAGE_INSTRUCTIONS },
         { role: 'user', content: wrapUntrusted('chat_message', { from: m.sender, chat: m.chatName ?? m.conversation.chatId }, text) },
       ],
+      // one classification per message (a retry is the same reservation): the group's binding and the sender
+      spend: {
+        key: `triage:${m.sourceKey}`,
+        kind: 'triage',
+        scopes: async () => {
+          const [chat, people] = await Promise.all([chatBindingId(db, m.conversation), identityIds(db, m.senderId ? [m.senderId] : [])]);
+          return scopesOf({ ...(chat ? { chat } : {}), people });
+        },
+      },
     },
     signal ? { signal } : {},
   );

@@ -284,7 +284,7 @@ describe('one wrapper: every untrusted source with every wrapper tag', () => {
       tag: 'change_request',
       prompt: async (v) => {
         model.enqueue({ text: 'no draft' });
-        await draftFromRequest(models(), 'openai-compatible:test-model', { repo: { name: 'demo', cloneUrl: '/x', defaultBranch: 'main', checks: [], policy: {}, agent: { kind: 'builtin' } }, baseBranch: 'main', request: v, answers: [] }, { signal: new AbortController().signal, heartbeat: () => undefined }).catch(() => undefined);
+        await draftFromRequest(models(), 'openai-compatible:test-model', { repo: { name: 'demo', cloneUrl: '/x', defaultBranch: 'main', checks: [], policy: {}, agent: { kind: 'builtin' } }, baseBranch: 'main', request: v, answers: [] }, { signal: new AbortController().signal, heartbeat: () => undefined }, { key: `untrusted:intake:${++n}`, kind: 'change-intake', scopes: {} }).catch(() => undefined);
         return userTextOf(model.requests.at(-1)!.body);
       },
     },

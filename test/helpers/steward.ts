@@ -22,7 +22,7 @@ import type { ActionOptions } from '../../domain/actions.js';
 import { DEFAULT_REPO_CHANGE_SETTINGS, type RepoChangeSettings } from '../../activities/changes.js';
 import { createChangeService, type ChangeService } from '../../services/changes.js';
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
-import { createModelRegistry, withSpend, type ModelProvidersConfig } from '../../domain/model.js';
+import { createModelRegistry, withSpend, type ModelProvidersConfig, type ModelSpend } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
 import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../services/chat/intake.js';
 import type { RateLimits } from '../../common/roles.js';
@@ -91,6 +91,8 @@ export interface HarnessOptions {
   heartbeat?: () => Promise<import('../../domain/heartbeat.js').PartState[]>;
   /** How old a redelivered command's unfinished record must be before it runs again (ingress). */
   commandRetryAfterMs?: number;
+  /** The model budget every model call reserves from (instead of STEWARD_TOKEN_BUDGET's, `limits.tokens`). */
+  spend?: ModelSpend;
 }
 
 export interface Harness {
@@ -127,7 +129,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
   const limits: LimitSettings = { ...DEFAULT_LIMITS, turns: opts.rateLimits ?? {}, ...opts.limits };
   const limiter = createLimiter({ db: opts.db, settings: limits, ...(opts.senders ? { senders: opts.senders } : {}) });
   const registry = createModelRegistry(opts.providers);
-  const models = limits.tokens ? withSpend(registry, createSpend({ db: opts.db, budget: limits.tokens, ...(opts.senders ? { senders: opts.senders } : {}) })) : registry;
+  const models = opts.spend ? withSpend(registry, opts.spend) : limits.tokens ? withSpend(registry, createSpend({ db: opts.db, budget: limits.tokens, ...(opts.senders ? { senders: opts.senders } : {}) })) : registry;
   const worker = await createStewardWorker({
     connection: opts.env.nativeConnection,
     namespace: opts.env.namespace ?? 'default',
