@@ -315,7 +315,7 @@ export const SETTING_DOCS = {
   STEWARD_TOKEN_BUDGET: {
     group: 'Limits',
     description:
-      'Model spend: tokens per fixed window (`tokens/period`, e.g. 2000000/d) over every model call (chat and objective turns, triage, repository changes); each call reserves its estimate first and settles to its usage. off: no cap.',
+      'Model spend: tokens per fixed window (`tokens/period`, e.g. 2000000/d) over every model call (chat and objective turns, triage, repository changes, embeddings); each call reserves its worst case first, keyed by its step (a retry is the same reservation), and settles to its usage. off: no cap.',
   },
   STEWARD_ATTACHMENT_MAX_BYTES: { group: 'Chat platforms', description: 'The largest inbound attachment, in bytes.' },
   STEWARD_ATTACHMENT_TYPES: { group: 'Chat platforms', description: 'The media types of inbound attachments Steward accepts (comma list, `type/*` for a family).' },
