@@ -13,7 +13,8 @@
  * - objective runs: each run (schedule, trigger, event) claims one use of its objective's budget
  *   per fixed window; over it, the run is skipped and the admins are told once per window;
  * - model spend (`createSpend`): every model call reserves its estimated tokens before it is made
- *   and settles to its usage after (STEWARD_TOKEN_BUDGET; off unless set).
+ *   and settles to its usage after (STEWARD_TOKEN_BUDGET; off unless set), through the budget
+ *   ledger (domain/budgets/).
  *
  * A use is claimed by inserting the row of a free slot (LimitUse: scope, window, slot), so two
  * claims at once never share a slot and a budget is never overdrawn, on SQLite and PostgreSQL;
@@ -23,7 +24,9 @@
 import { describeWindow, isAdmin, RoleSchema, type RateLimit, type RateLimits, type Role } from '../common/roles.js';
 import type { ConversationKey } from '../common/ids.js';
 import type { Db } from './db.js';
-import { ModelBudgetExceededError, type ModelSpend } from './model.js';
+import { createBudgetLedger } from './budgets/ledger.js';
+import { createPriceTable } from './budgets/prices.js';
+import type { ModelSpend } from './model.js';
 import { findIdentitiesByIds, notifyAdmins } from './governance.js';
 import type { Senders } from './outbox.js';
 import { isUniqueViolation } from './prisma-errors.js';
@@ -213,38 +216,12 @@ export type Limiter = ReturnType<typeof createLimiter>;
  * The spend budget of every model call (STEWARD_TOKEN_BUDGET): the model registry's `spend`
  * (domain/model.ts), so every path that calls a model (chat and objective turns, triage, a
  * repository change's intake, plan and coding agent) reserves its estimate before the call and
- * settles to what it used after. A reservation is one conditional increment of the window's row
- * (SpendWindow): it succeeds only while the estimate fits, so concurrent calls never overdraw
- * the budget. Refused: the call is not made (ModelBudgetExceededError, not retried), receipted,
- * and the admins are told once per window.
+ * settles to what it used after. It is the budget ledger (domain/budgets/ledger.ts) with the
+ * setting as the installation budget in tokens over the setting's window: a reservation is a
+ * conditional increment that succeeds only while the estimate fits, so concurrent calls never
+ * overdraw the budget. Refused: the call is not made (ModelBudgetExceededError, not retried),
+ * receipted, and the admins are told once per window.
  */
 export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders }): ModelSpend {
-  const { db, budget } = deps;
-  const scope = 'tokens';
-  return {
-    async reserve(model, estimate) {
-      const now = Date.now();
-      const windowStart = windowOf(budget, now);
-      try {
-        await db.spendWindow.upsert({ where: { scope_windowStart: { scope, windowStart } }, create: { scope, windowStart }, update: {} });
-      } catch (err) {
-        if (!isUniqueViolation(err)) throw err; // made by a call at the same moment
-      }
-      const r = await db.spendWindow.updateMany({ where: { scope, windowStart, spent: { lte: budget.count - estimate } }, data: { spent: { increment: estimate } } });
-      if (r.count === 1) return { windowStart: windowStart.getTime(), reserved: estimate };
-      const resetsAt = new Date(windowStart.getTime() + budget.windowMs);
-      const row = await db.spendWindow.findUnique({ where: { scope_windowStart: { scope, windowStart } }, select: { spent: true } });
-      const spent = row?.spent ?? 0;
-      const message = `the model budget of ${budget.count} tokens per ${describeWindow(budget.windowMs)} (STEWARD_TOKEN_BUDGET) has ${Math.max(0, budget.count - spent)} left, and a call to ${model} may need ${estimate}: no model is called until ${hhmm(resetsAt)}`;
-      await writeReceipt(db, { kind: 'limit.refused', actor: 'model-budget', data: { limit: 'tokens', model, estimate, spent, budget: budget.count, windowMs: budget.windowMs, resetsAt: resetsAt.toISOString() } });
-      const first = await claimUse(db, `${scope}:told`, { count: 1, windowMs: budget.windowMs }, `${now}:${Math.random()}`);
-      if (first.ok) await notifyAdmins(db, deps.senders ?? {}, { key: `limit:${scope}:${resetsAt.getTime()}`, text: `**Model budget**: ${spent} of ${budget.count} tokens per ${describeWindow(budget.windowMs)} are spent (STEWARD_TOKEN_BUDGET); calls that do not fit are refused until ${hhmm(resetsAt)}.` }).catch(() => undefined);
-      throw new ModelBudgetExceededError(`Not called: ${message}.`);
-    },
-    async settle(ticket, used) {
-      const delta = used - ticket.reserved;
-      if (delta === 0) return;
-      await db.spendWindow.updateMany({ where: { scope, windowStart: new Date(ticket.windowStart) }, data: { spent: { increment: delta } } });
-    },
-  };
+  return createBudgetLedger({ db: deps.db, prices: createPriceTable(), installationTokens: deps.budget, ...(deps.senders ? { senders: deps.senders } : {}) });
 }

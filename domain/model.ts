@@ -50,25 +50,56 @@ export interface ModelProvidersConfig {
 /** A prompt message: the AI SDK's model message (system messages become the instructions). */
 export type ChatMessage = ModelMessage;
 
-/** The spend budget (STEWARD_TOKEN_BUDGET) has not what a call may cost left in this window: the call is not made. */
+/** A budget has not what a call may cost left in its period: the call is not made. */
 export class ModelBudgetExceededError extends Error {
   override readonly name = 'ModelBudgetExceededError';
+  constructor(
+    message: string,
+    /** The budget that refused the call: which scope and id, its period (day, week, month, none, or the setting's window), what is left (tokens; money in USD) and when it renews (ISO). */
+    readonly budget?: { scope: string; id?: string; period: string; left: { tokens?: number; money?: number }; renewsAt?: string },
+  ) {
+    super(message);
+  }
+}
+
+/** Who and what a model call is spent for: every budget scope that applies to it. */
+export interface SpendScopes {
+  chat?: string; // the binding id of the chat (a session's binding; triage's group)
+  people?: string[]; // identity ids: the requester set of the turn (every sender/steerer), the triage sender
+  objective?: string; // objective id
+  workspace?: string; // workspace id (retrieval/embeddings, and turns grounded in one workspace if known)
+  repository?: string; // repository id of a repository change
+}
+
+/** One model call's reservation request. */
+export interface SpendRequest {
+  /** The step's key: stable across retries of the same activity attempt chain (workflow id + activity id + step index). A second reserve with the same key is the same reservation (never reserved twice). */
+  key: string;
+  model: string; // provider:model
+  inputTokens: number; // counted or estimated
+  maxOutputTokens: number; // the call's cap (DEFAULT_OUTPUT_ESTIMATE when the request sets none)
+  scopes: SpendScopes; // the installation scope always applies; these add to it
+  kind: 'chat' | 'objective' | 'triage' | 'change-intake' | 'change-plan' | 'coding-agent' | 'embedding' | 'other';
+}
+
+/** What a call used, as the provider reports it (`inputTokens` includes the cached ones). */
+export interface SpendUsage {
+  inputTokens: number;
+  outputTokens: number;
+  cachedInputTokens?: number;
 }
 
 /** A reservation of spend for one model call, settled once the call ends. */
 export interface SpendTicket {
-  windowStart: number;
-  reserved: number;
+  key: string;
 }
 
-/**
- * The spend budget every model call goes through (domain/limits.ts): `reserve` before the call
- * (throws ModelBudgetExceededError when the estimate does not fit), `settle` after it with what
- * it used.
- */
+/** The spend budgets every model call goes through (domain/budgets/ledger.ts). */
 export interface ModelSpend {
-  reserve(model: string, estimate: number): Promise<SpendTicket>;
-  settle(ticket: SpendTicket, used: number): Promise<void>;
+  /** Reserve the worst case against every scope that applies, atomically; throws ModelBudgetExceededError (with `.budget` details) when any does not fit. */
+  reserve(req: SpendRequest): Promise<SpendTicket>;
+  /** Settle to the provider's reported usage (idempotent by key). */
+  settle(ticket: SpendTicket, usage: SpendUsage): Promise<void>;
 }
 
 /** What a call's answer is reckoned at before it is made, when the request sets no cap. */
@@ -401,11 +432,12 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   // the budget: reserved before the call (the prompt by its length, the answer at its cap), settled after
   if (opts.signal?.aborted) throw abortError(opts.signal);
   const promptTokens = Math.ceil(req.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : JSON.stringify(m.content).length), 0) / 4);
-  const ticket = await registry.spend.reserve(req.model, promptTokens + (req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE));
-  let used = promptTokens;
+  // (a key of its own per call until the call sites pass the step's key: issue 34's call-site work)
+  const ticket = await registry.spend.reserve({ key: `call:${globalThis.crypto.randomUUID()}`, model: req.model, inputTokens: promptTokens, maxOutputTokens: req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE, scopes: {}, kind: 'other' });
+  let used = { inputTokens: promptTokens, outputTokens: 0 };
   try {
     const out = await modelStep(registry, req, opts);
-    used = out.usage.totalTokens || used;
+    if (out.usage.totalTokens) used = { inputTokens: out.usage.inputTokens, outputTokens: out.usage.totalTokens - out.usage.inputTokens };
     return out;
   } finally {
     // a settle that fails leaves the whole reservation spent: over-counted, never under
