@@ -87,9 +87,10 @@ export async function defineBudget(db: Db, input: unknown, source: 'file' | 'api
   return budgetOf(row);
 }
 
-/** Remove a budget (and its usage); false when there was none. */
+/** Remove a budget and its usage (explicitly: SQLite may not enforce the cascade); false when there was none. */
 export async function removeBudget(db: Db, id: string): Promise<boolean> {
-  return (await db.budget.deleteMany({ where: { id } })).count > 0;
+  const [, removed] = await db.$transaction([db.budgetUsage.deleteMany({ where: { budgetId: id } }), db.budget.deleteMany({ where: { id } })]);
+  return removed.count > 0;
 }
 
 /** Every budget, by scope and id. */

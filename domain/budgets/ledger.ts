@@ -38,7 +38,7 @@ import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
 import { writeReceipt } from '../receipts.js';
 import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.js';
-import { budgetOf, type Budget } from './definitions.js';
+import { budgetOf, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
 import { costMicros, formatMoney, worstCaseMicros, type PriceTable } from './prices.js';
 
@@ -138,7 +138,7 @@ const scopeText = (b: Budget) => (b.scope === 'installation' ? 'the installation
 async function syncEnvBudget(db: Db, setting: RateLimit | null | undefined): Promise<void> {
   if (setting === undefined) return;
   if (setting === null) {
-    await db.budget.deleteMany({ where: { id: ENV_BUDGET_ID } });
+    await removeBudget(db, ENV_BUDGET_ID);
     return;
   }
   const fields = { scope: 'installation', scopeId: null, tokens: BigInt(setting.count), micros: null, period: 'window', timezone: 'UTC', windowSeconds: Math.max(1, Math.round(setting.windowMs / 1000)), source: 'env' };

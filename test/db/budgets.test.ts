@@ -11,11 +11,13 @@
  * PostgreSQL runs when STEWARD_TEST_PG_URL is set (scripts/pg.sh start; scripts/pg.sh url).
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../../domain/budgets/definitions.js';
 import { budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reservationOf, unpricedModelsSeen, type BudgetLedger } from '../../domain/budgets/ledger.js';
 import { createPriceTable } from '../../domain/budgets/prices.js';
-import type { Db } from '../../domain/db.js';
+import { tuneDb, type Db } from '../../domain/db.js';
 import { createSpend } from '../../domain/limits.js';
 import { ModelBudgetExceededError, type SpendRequest } from '../../domain/model.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
@@ -40,6 +42,56 @@ async function budget(db: Db, id: string): Promise<Budget> {
 
 async function usage(db: Db, id: string, at: number) {
   return budgetUsage(db, await budget(db, id), at);
+}
+
+/**
+ * Reserve each batch at once from a ledger in a process of its own (a worker per batch), all
+ * processes let go together once each is ready; each outcome: `reserved` or the error's name.
+ */
+async function reserveInProcesses(url: string, batches: SpendRequest[][]): Promise<string[]> {
+  const script = `
+    const { createDb, tuneDb } = await import('./domain/db.js');
+    const { createBudgetLedger } = await import('./domain/budgets/ledger.js');
+    const { createPriceTable } = await import('./domain/budgets/prices.js');
+    const db = createDb(process.env.BUDGET_DB_URL);
+    await tuneDb(db, process.env.BUDGET_DB_URL);
+    const ledger = createBudgetLedger({ db, prices: createPriceTable() });
+    const reqs = JSON.parse(process.env.BUDGET_REQS);
+    await db.budget.count();
+    process.stdout.write('ready\\n');
+    await new Promise((r) => process.stdin.once('data', r));
+    const out = await Promise.allSettled(reqs.map((r) => ledger.reserve(r)));
+    await db.$disconnect();
+    process.stdout.write(JSON.stringify(out.map((o) => (o.status === 'fulfilled' ? 'reserved' : (o.reason?.name ?? String(o.reason))))));
+    process.exit(0);`;
+  const children = batches.map((reqs) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: fileURLToPath(new URL('../../', import.meta.url)),
+      env: { ...process.env, BUDGET_DB_URL: url, BUDGET_REQS: JSON.stringify(reqs) },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    child.stdin.on('error', () => undefined); // a process that ended early no longer reads
+    let out = '';
+    let err = '';
+    const ready = new Promise<void>((resolve) =>
+      child.stdout.setEncoding('utf8').on('data', (d: string) => {
+        out += d;
+        if (out.startsWith('ready\n')) resolve();
+      }),
+    );
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
+    const done = new Promise<number | null>((resolve) => child.on('close', resolve));
+    return { child, ready, done, out: () => out.slice('ready\n'.length), err: () => err };
+  });
+  // every process ready (or one ended early: its exit code says why below)
+  await Promise.race([Promise.all(children.map((c) => c.ready)), Promise.race(children.map((c) => c.done))]);
+  for (const c of children) c.child.stdin.end('go\n');
+  const outcomes: string[] = [];
+  for (const c of children) {
+    assert.equal(await c.done, 0, c.err());
+    outcomes.push(...(JSON.parse(c.out()) as string[]));
+  }
+  return outcomes;
 }
 
 const receipts = async (db: Db, kind: string, pred: (d: Record<string, unknown>) => boolean = () => true) =>
@@ -125,6 +177,23 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('two worker processes at once on one database: the budget still takes only what it has', { timeout: 120_000 }, async () => {
+      // as Steward opens its databases (SQLite in WAL mode, which the file keeps)
+      await tuneDb(t.db, t.url);
+      const chat = fresh('chat');
+      const id = fresh('b-chat');
+      await defineBudget(t.db, { id, scope: 'chat', scopeId: chat, tokens: 20_000, money: 0.02 }); // 13 calls by tokens, 16 by money
+      const reqs = Array.from({ length: 40 }, () => request({ scopes: { chat } }));
+      const outcomes = await reserveInProcesses(t.url, [reqs.slice(0, 20), reqs.slice(20)]);
+      assert.deepEqual([...new Set(outcomes)].sort(), ['ModelBudgetExceededError', 'reserved']);
+      assert.equal(outcomes.filter((o) => o === 'reserved').length, 13);
+      const u = await usage(t.db, id, Date.now());
+      assert.deepEqual([u.reservedTokens, u.reservedMicros], [13 * 1500, 13 * 1200]);
+      await Promise.all(reqs.flatMap((r) => [ledger.settle({ key: r.key }, { inputTokens: 500, outputTokens: 500 }), ledger.settle({ key: r.key }, { inputTokens: 500, outputTokens: 500 })]));
+      const settled = await usage(t.db, id, Date.now());
+      assert.deepEqual([settled.reservedTokens, settled.usedTokens], [0, 13 * 1000]);
+    });
+
     it('all or nothing across scopes: a budget that does not fit leaves every other untouched', async () => {
       clock = NOON;
       const chat = fresh('chat');
@@ -186,6 +255,9 @@ for (const database of testDatabases()) {
     });
 
     it("a crashed worker's reservation expires and is settled to its worst case, once", async () => {
+      // nothing left open by the tests before
+      clock = NOON + 24 * HOUR;
+      await ledger.sweepExpired();
       clock = NOON;
       const repository = fresh('repo');
       const id = fresh('b-repo');
@@ -285,6 +357,7 @@ for (const database of testDatabases()) {
       const off = createBudgetLedger({ db: t.db, prices: createPriceTable(), now: () => clock, installationTokens: null });
       await off.reserve(request({ scopes: {}, inputTokens: 3000, maxOutputTokens: 1000 }));
       assert.equal((await listBudgets(t.db)).some((b) => b.id === ENV_BUDGET_ID), false);
+      assert.equal(await t.db.budgetUsage.count({ where: { budgetId: ENV_BUDGET_ID } }), 0);
     });
 
     it('a bad budget definition is refused with the field named, and changes nothing', async () => {
@@ -306,7 +379,11 @@ for (const database of testDatabases()) {
         await assert.rejects(defineBudget(t.db, input), (err: unknown) => err instanceof BudgetDefinitionError && err.message.includes(fields[i]!) && /nothing changed/.test(err.message), JSON.stringify(input));
       }
       assert.deepEqual(await listBudgets(t.db), defined);
+      // removed with its usage
+      await ledger.reserve(request({ scopes: { chat: 'c1' }, inputTokens: 10, maxOutputTokens: 10 }));
+      assert.equal(await t.db.budgetUsage.count({ where: { budgetId: id } }), 1);
       assert.equal(await removeBudget(t.db, id), true);
+      assert.equal(await t.db.budgetUsage.count({ where: { budgetId: id } }), 0);
       assert.equal(await removeBudget(t.db, id), false);
     });
   });
