@@ -13,7 +13,8 @@
  * - objective runs: each run (schedule, trigger, event) claims one use of its objective's budget
  *   per fixed window; over it, the run is skipped and the admins are told once per window;
  * - model spend (`createSpend`): every model call reserves its estimated tokens before it is made
- *   and settles to its usage after (STEWARD_TOKEN_BUDGET; off unless set).
+ *   and settles to its usage after (STEWARD_TOKEN_BUDGET; off unless set), through the budget
+ *   ledger (domain/budgets/).
  *
  * A use is claimed by inserting the row of a free slot (LimitUse: scope, window, slot), so two
  * claims at once never share a slot and a budget is never overdrawn, on SQLite and PostgreSQL;
@@ -23,7 +24,9 @@
 import { describeWindow, isAdmin, RoleSchema, type RateLimit, type RateLimits, type Role } from '../common/roles.js';
 import type { ConversationKey } from '../common/ids.js';
 import type { Db } from './db.js';
-import { ModelBudgetExceededError, type ModelSpend } from './model.js';
+import { createBudgetLedger } from './budgets/ledger.js';
+import { createPriceTable } from './budgets/prices.js';
+import type { ModelSpend } from './model.js';
 import { findIdentitiesByIds, notifyAdmins } from './governance.js';
 import type { Senders } from './outbox.js';
 import { isUniqueViolation } from './prisma-errors.js';
@@ -212,83 +215,13 @@ export type Limiter = ReturnType<typeof createLimiter>;
 /**
  * The spend budget of every model call (STEWARD_TOKEN_BUDGET): the model registry's `spend`
  * (domain/model.ts), so every path that calls a model (chat and objective turns, triage, a
- * repository change's intake, plan and coding agent) reserves its worst case before the call and
- * settles to what it used after. A reservation is one conditional increment of the window's row
- * (SpendWindow): it succeeds only while the estimate fits, so concurrent calls never overdraw
- * the budget. Refused: the call is not made (ModelBudgetExceededError, not retried), receipted,
- * and the admins are told once per window. This budget is the installation's alone: the
- * request's other scopes are not its concern.
- *
- * Keyed by the request's `key`: the reservation is remembered in a LimitUse row of its own scope
- * (`tokens:key:<key>`, its window, the tokens reserved as the slot, `reserved` or `settled` as
- * the key), so a retried activity that reserves again with the same key before it was settled
- * (its worker died mid-call) gets the same reservation, and a second settle changes nothing. A
- * key reserved again after its settle is a new call (the activity failed after its model call
- * and is retried): it is reserved again. The window is incremented before the row is
- * written: a crash in between over-counts one reservation, never under-counts.
+ * repository change's intake, plan and coding agent) reserves its estimate before the call and
+ * settles to what it used after. It is the budget ledger (domain/budgets/ledger.ts) with the
+ * setting as the installation budget in tokens over the setting's window: a reservation is a
+ * conditional increment that succeeds only while the estimate fits, so concurrent calls never
+ * overdraw the budget. Refused: the call is not made (ModelBudgetExceededError, not retried),
+ * receipted, and the admins are told once per window.
  */
 export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders }): ModelSpend {
-  const { db, budget } = deps;
-  const scope = 'tokens';
-  const keyScope = (key: string) => `tokens:key:${key}`;
-  const keyed = (key: string) => db.limitUse.findFirst({ where: { scope: keyScope(key) }, select: { windowStart: true, slot: true, key: true } });
-  return {
-    async reserve(req) {
-      const { key, model } = req;
-      const held = await keyed(key);
-      if (held?.key === 'reserved') return { key }; // reserved before and not settled (a retry): the same reservation
-      const estimate = req.inputTokens + req.maxOutputTokens;
-      const now = Date.now();
-      const windowStart = windowOf(budget, now);
-      const increment = () => db.spendWindow.updateMany({ where: { scope, windowStart, spent: { lte: budget.count - estimate } }, data: { spent: { increment: estimate } } });
-      let r = await increment();
-      // nothing incremented: the window has no row yet (its first call), or the estimate does not fit
-      if (r.count === 0 && !(await db.spendWindow.findUnique({ where: { scope_windowStart: { scope, windowStart } }, select: { spent: true } }))) {
-        try {
-          await db.spendWindow.create({ data: { scope, windowStart } });
-          // the first call of a window: the earlier windows' reservations are spent
-          await db.limitUse.deleteMany({ where: { scope: { startsWith: 'tokens:key:' }, windowStart: { lt: windowStart } } });
-        } catch (err) {
-          if (!isUniqueViolation(err)) throw err; // made by a call at the same moment
-        }
-        r = await increment();
-      }
-      if (r.count === 1) {
-        let mine = false;
-        if (held) {
-          // settled before: the retry makes a call of its own, reserved again under the same key
-          mine = (await db.limitUse.updateMany({ where: { scope: keyScope(key), key: 'settled' }, data: { key: 'reserved', slot: estimate, windowStart } })).count === 1;
-        } else {
-          try {
-            await db.limitUse.create({ data: { scope: keyScope(key), windowStart, slot: estimate, key: 'reserved' } });
-            mine = true;
-          } catch (err) {
-            if (!isUniqueViolation(err)) throw err;
-          }
-        }
-        // the same key reserved at the same moment: that reservation stands, this one is given back
-        if (!mine) await db.spendWindow.updateMany({ where: { scope, windowStart }, data: { spent: { decrement: estimate } } });
-        return { key };
-      }
-      const resetsAt = new Date(windowStart.getTime() + budget.windowMs);
-      const row = await db.spendWindow.findUnique({ where: { scope_windowStart: { scope, windowStart } }, select: { spent: true } });
-      const spent = row?.spent ?? 0;
-      const left = Math.max(0, budget.count - spent);
-      const message = `the model budget of ${budget.count} tokens per ${describeWindow(budget.windowMs)} (STEWARD_TOKEN_BUDGET) has ${left} left, and a call to ${model} may need ${estimate}: no model is called until ${hhmm(resetsAt)}`;
-      await writeReceipt(db, { kind: 'limit.refused', actor: 'model-budget', data: { limit: 'tokens', model, estimate, spent, budget: budget.count, windowMs: budget.windowMs, resetsAt: resetsAt.toISOString(), key, kind: req.kind } });
-      const first = await claimUse(db, `${scope}:told`, { count: 1, windowMs: budget.windowMs }, `${now}:${Math.random()}`);
-      if (first.ok) await notifyAdmins(db, deps.senders ?? {}, { key: `limit:${scope}:${resetsAt.getTime()}`, text: `**Model budget**: ${spent} of ${budget.count} tokens per ${describeWindow(budget.windowMs)} are spent (STEWARD_TOKEN_BUDGET); calls that do not fit are refused until ${hhmm(resetsAt)}.` }).catch(() => undefined);
-      throw new ModelBudgetExceededError(`Not called: ${message}.`, { scope: 'installation', period: describeWindow(budget.windowMs), left: { tokens: left }, renewsAt: resetsAt.toISOString() });
-    },
-    async settle(ticket, usage) {
-      const held = await keyed(ticket.key);
-      if (!held || held.key !== 'reserved') return; // settled before (or never reserved)
-      const used = usage.inputTokens + usage.outputTokens;
-      // settled once: only the settle that turns the row from reserved to settled applies the difference
-      const r = await db.limitUse.updateMany({ where: { scope: keyScope(ticket.key), key: 'reserved' }, data: { key: 'settled' } });
-      const delta = used - held.slot;
-      if (r.count !== 1 || delta === 0) return;
-      await db.spendWindow.updateMany({ where: { scope, windowStart: held.windowStart }, data: { spent: { increment: delta } } });
-    },
-  };
+  return createBudgetLedger({ db: deps.db, prices: createPriceTable(), installationTokens: deps.budget, ...(deps.senders ? { senders: deps.senders } : {}) });
 }

@@ -61,7 +61,10 @@ export type ReceiptKind =
   | 'task.close'
   | 'task.remind'
   | 'mcp.change'
-  | 'limit.refused';
+  | 'limit.refused'
+  | 'budget.reserved'
+  | 'budget.settled'
+  | 'budget.exhausted';
 
 export interface ReceiptInput {
   key?: string;

@@ -286,7 +286,7 @@ for (const kind of testDatabases()) {
         const last = lastUserText(req.body);
         return { text: body.includes('Classify the message') ? classification(last) : `spent: ${last.slice(0, 40)}`, usage: { prompt_tokens: 100, completion_tokens: 50 } };
       });
-      const window = await stack.db.spendWindow.findMany();
+      const window = await stack.db.budgetUsage.findMany();
       assert.equal(window.length, 0, 'no model call reserved anything without a budget');
       const HOUR = 3_600_000;
       // a roomy budget: the turn reserves its estimate (prompt and answer cap) and settles to its usage (150)
@@ -294,7 +294,10 @@ for (const kind of testDatabases()) {
         await h.send('first question');
         await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('spent: ') && m.text.includes('first quest'), { timeoutMs: 30_000 });
       });
-      const spent = async () => (await stack.db.spendWindow.findFirstOrThrow({ where: { scope: 'tokens' } })).spent;
+      const spent = async () => {
+        const u = await stack.db.budgetUsage.findFirstOrThrow({ where: { budgetId: 'env:STEWARD_TOKEN_BUDGET' } });
+        return Number(u.usedTokens + u.reservedTokens);
+      };
       assert.equal(await spent(), 150);
       // a tight one: a turn's estimate (at least 4096 for its answer) no longer fits; a classification's (300 for its answer) does
       await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender }, limits: { tokens: { count: 4100, windowMs: HOUR } } }, async (h) => {
