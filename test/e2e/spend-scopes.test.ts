@@ -232,7 +232,11 @@ for (const kind of testDatabases()) {
 
     it('the installation budget (STEWARD_TOKEN_BUDGET) keys its reservations: a retry before the settle is the same reservation, a second settle changes nothing', async () => {
       const spend = createSpend({ db: stack.db, budget: { count: 10_000, windowMs: 3_600_000 } });
-      const spent = async () => (await stack.db.spendWindow.findFirst({ where: { scope: 'tokens' }, orderBy: { windowStart: 'desc' } }))?.spent ?? 0;
+      // the setting is the installation's budget in the ledger: what is used and held in its current window
+      const spent = async () => {
+        const u = await stack.db.budgetUsage.findFirst({ where: { budgetId: 'env:STEWARD_TOKEN_BUDGET' }, orderBy: { periodStart: 'desc' } });
+        return u ? Number(u.usedTokens + u.reservedTokens) : 0;
+      };
       const before = await spent();
       const req: SpendRequest = { key: `k-${randomUUID()}`, model: 'openai-compatible:test-model', inputTokens: 100, maxOutputTokens: 400, scopes: { chat: 'b1', people: ['p1'] }, kind: 'chat' };
       const ticket = await spend.reserve(req);
@@ -244,10 +248,11 @@ for (const kind of testDatabases()) {
       assert.equal(await spent(), before + 150);
       await spend.settle(ticket, { inputTokens: 120, outputTokens: 30 });
       assert.equal(await spent(), before + 150, 'settled once');
-      // the activity failed after its call and is retried: a call of its own, reserved again
-      await spend.reserve(req);
+      // the activity failed after its call and is retried: a call of its own, reserved again (under the key's next attempt)
+      const retried = await spend.reserve(req);
+      assert.equal(retried.key, `${req.key}#2`);
       assert.equal(await spent(), before + 650);
-      await spend.settle(ticket, { inputTokens: 10, outputTokens: 10 });
+      await spend.settle(retried, { inputTokens: 10, outputTokens: 10 });
       assert.equal(await spent(), before + 170);
       // the same key reserved five times at once: one reservation
       const same = { ...req, key: `k-${randomUUID()}` };
