@@ -24,9 +24,8 @@
 import { describeWindow, isAdmin, RoleSchema, type RateLimit, type RateLimits, type Role } from '../common/roles.js';
 import type { ConversationKey } from '../common/ids.js';
 import type { Db } from './db.js';
-import { createBudgetLedger } from './budgets/ledger.js';
+import { createBudgetLedger, type BudgetLedger } from './budgets/ledger.js';
 import { createPriceTable } from './budgets/prices.js';
-import type { ModelSpend } from './model.js';
 import { findIdentitiesByIds, notifyAdmins } from './governance.js';
 import type { Senders } from './outbox.js';
 import { isUniqueViolation } from './prisma-errors.js';
@@ -222,6 +221,6 @@ export type Limiter = ReturnType<typeof createLimiter>;
  * overdraw the budget. Refused: the call is not made (ModelBudgetExceededError, not retried),
  * receipted, and the admins are told once per window.
  */
-export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders }): ModelSpend {
+export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders }): BudgetLedger {
   return createBudgetLedger({ db: deps.db, prices: createPriceTable(), installationTokens: deps.budget, ...(deps.senders ? { senders: deps.senders } : {}) });
 }

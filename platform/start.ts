@@ -40,6 +40,7 @@ import { databaseKind } from '../domain/db.js';
 import { createTaskService, type TaskService } from '../services/tasks.js';
 import { startResumingHandoffs } from '../services/handoff.js';
 import { createLimiter, createSpend, type LimitSettings } from '../domain/limits.js';
+import { startSweepingExpired } from '../domain/budgets/ledger.js';
 import { sessionStartOptions } from '../services/chat/session-start.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -164,11 +165,18 @@ export function limitSettings(config: StewardConfig): LimitSettings {
   };
 }
 
-/** The workers' model registry: every model call reserves from the spend budget when one is set (STEWARD_TOKEN_BUDGET). */
-function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders): ModelRegistry {
+/**
+ * The workers' model registry: every model call reserves from the spend budget when one is set
+ * (STEWARD_TOKEN_BUDGET), and the budget's expired reservations (a crashed worker's) are swept
+ * every minute until `cleanups` run.
+ */
+function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders, cleanups: Cleanups, log: Logger): ModelRegistry {
   const models = createModelRegistry(config.model.providers);
   const budget = limitSettings(config).tokens;
-  return budget ? withSpend(models, createSpend({ db, budget, senders })) : models;
+  if (!budget) return models;
+  const ledger = createSpend({ db, budget, senders });
+  cleanups.push(startSweepingExpired(ledger, log));
+  return withSpend(models, ledger);
 }
 
 /** What the worker's activities need from configuration besides the database and models. */
@@ -576,7 +584,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
 
     // Worker
     const senders = await createSenders(config, log);
-    const models = modelsWithBudget(config, db, senders);
+    const models = modelsWithBudget(config, db, senders, cleanups, log);
     const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
     const workers = await startLocalWorkers(config, role, temporal, {
@@ -739,8 +747,8 @@ export async function startWorkerOnly(
   const client = clientFor(config, connection, dataConverter, tracing);
   const changes = changeServiceFor(config, client, db, runLink, log);
   const senders = await createSenders(config, log);
-  const models = modelsWithBudget(config, db, senders);
   const mcpCleanups: Cleanups = [];
+  const models = modelsWithBudget(config, db, senders, mcpCleanups, log);
   const mcp = await startMcp(config, db, log, mcpCleanups, false);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
   const versioning = await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log);

@@ -426,3 +426,26 @@ export async function budgetUsage(db: Db, budget: Budget, at: number = Date.now(
 export async function unpricedModelsSeen(db: Db): Promise<string[]> {
   return (await directSql(db).query('SELECT DISTINCT "model" FROM "BudgetReservation" WHERE "micros" IS NULL ORDER BY "model"', [])).map((r) => String(r.model));
 }
+
+/**
+ * Sweep the expired reservations every `everyMs` (a minute by default): a crashed worker's
+ * reservation is settled to its worst case within a minute of its expiry. Returns the stop.
+ */
+export function startSweepingExpired(ledger: Pick<BudgetLedger, 'sweepExpired'>, log: { info(o: object, m: string): void; warn(o: object, m: string): void }, everyMs = 60_000): () => Promise<void> {
+  let running: Promise<void> = Promise.resolve();
+  const timer = setInterval(() => {
+    running = running.then(async () => {
+      try {
+        const n = await ledger.sweepExpired();
+        if (n > 0) log.info({ settled: n }, 'expired budget reservations were settled to their worst case');
+      } catch (err) {
+        log.warn({ err }, 'the sweep of expired budget reservations failed');
+      }
+    });
+  }, everyMs);
+  timer.unref();
+  return async () => {
+    clearInterval(timer);
+    await running;
+  };
+}

@@ -15,7 +15,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../../domain/budgets/definitions.js';
-import { budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reservationOf, unpricedModelsSeen, type BudgetLedger } from '../../domain/budgets/ledger.js';
+import { budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reservationOf, startSweepingExpired, unpricedModelsSeen, type BudgetLedger } from '../../domain/budgets/ledger.js';
 import { createPriceTable } from '../../domain/budgets/prices.js';
 import { tuneDb, type Db } from '../../domain/db.js';
 import { createSpend } from '../../domain/limits.js';
@@ -391,6 +391,25 @@ for (const database of testDatabases()) {
       assert.equal(await removeBudget(t.db, id), true);
       assert.equal(await t.db.budgetUsage.count({ where: { budgetId: id } }), 0);
       assert.equal(await removeBudget(t.db, id), false);
+    });
+
+    it('the running sweep settles an expired reservation by itself (what the workers start with the budget)', async () => {
+      const workspace = fresh('ws-sweep');
+      await defineBudget(t.db, { id: fresh('b-sweep'), scope: 'workspace', scopeId: workspace, tokens: 100_000 });
+      const quick = createBudgetLedger({ db: t.db, prices: createPriceTable(), reservationTtlMs: 1 });
+      const r = request({ scopes: { workspace } });
+      await quick.reserve(r);
+      const stop = startSweepingExpired(quick, { info: () => undefined, warn: () => undefined }, 50);
+      try {
+        const deadline = Date.now() + 10_000;
+        while ((await reservationOf(t.db, r.key))?.settledAt == null) {
+          assert.ok(Date.now() < deadline, 'the sweep settled the expired reservation within 10 s');
+          await new Promise((res) => setTimeout(res, 50));
+        }
+      } finally {
+        await stop();
+      }
+      assert.equal((await reservationOf(t.db, r.key))?.settledTokens, 1500, 'settled to its worst case');
     });
   });
 }
