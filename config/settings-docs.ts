@@ -120,7 +120,7 @@ export const SETTING_DOCS = {
   STEWARD_MODEL_PRICES: {
     group: 'Models',
     description:
-      'Prices for the cost metric (steward_model_cost_usd_total): `provider:model=input/output` in USD per million tokens, comma list. A model without a price has no cost sample.',
+      'Model prices, `provider:model=input/output` in USD per million tokens, comma list: merged over the default prices of the budget ledger (domain/budgets/prices.ts), and the prices of the cost metric (steward_model_cost_usd_total). A model without a price counts tokens only in budgets (`steward doctor` warns) and has no cost sample.',
     example: 'openai:gpt-4.1=2/8,anthropic:claude-sonnet-4-5=3/15',
   },
   STEWARD_SESSION_MAX_TURNS: {

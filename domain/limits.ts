@@ -25,7 +25,7 @@ import { describeWindow, isAdmin, RoleSchema, type RateLimit, type RateLimits, t
 import type { ConversationKey } from '../common/ids.js';
 import type { Db } from './db.js';
 import { createBudgetLedger, type BudgetLedger } from './budgets/ledger.js';
-import { createPriceTable } from './budgets/prices.js';
+import { createPriceTable, type ModelPrice } from './budgets/prices.js';
 import { findIdentitiesByIds, notifyAdmins } from './governance.js';
 import type { Senders } from './outbox.js';
 import { isUniqueViolation } from './prisma-errors.js';
@@ -221,6 +221,7 @@ export type Limiter = ReturnType<typeof createLimiter>;
  * overdraw the budget. Refused: the call is not made (ModelBudgetExceededError, not retried),
  * receipted, and the admins are told once per window.
  */
-export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders }): BudgetLedger {
-  return createBudgetLedger({ db: deps.db, prices: createPriceTable(), installationTokens: deps.budget, ...(deps.senders ? { senders: deps.senders } : {}) });
+export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders; prices?: Record<string, ModelPrice> }): BudgetLedger {
+  // the operator's prices (STEWARD_MODEL_PRICES) merged over the defaults
+  return createBudgetLedger({ db: deps.db, prices: createPriceTable(deps.prices ?? {}), installationTokens: deps.budget, ...(deps.senders ? { senders: deps.senders } : {}) });
 }

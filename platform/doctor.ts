@@ -4,7 +4,8 @@
  * creates no database, registers nothing and starts nothing.
  *
  * Checks: configuration, Temporal reachable, namespace, search attributes, database reachable,
- * migrations applied, sandbox, model provider, Telegram and Discord tokens. `ok` is false when
+ * migrations applied, sandbox, model provider, model prices (a model without one counts tokens
+ * only), Telegram and Discord tokens. `ok` is false when
  * any check fails; warnings (the embedded Temporal server not running, no sandbox) do not.
  * The report ends with one line naming the features this machine cannot offer (capabilities.ts).
  */
@@ -18,6 +19,7 @@ import protoModule from '@temporalio/proto';
 import { z } from 'zod';
 import { databaseKind, pgConfig, sqlitePath } from '../domain/db.js';
 import { sandboxAvailable } from '../domain/sandbox.js';
+import { createPriceTable } from '../domain/budgets/prices.js';
 import { ConfigError, loadConfig, type StewardConfig } from '../config/index.js';
 import { connectTemporal, indexedValueTypeName, SEARCH_ATTRIBUTES } from './temporal-server.js';
 import { unavailableFeatures, unavailableLine } from './capabilities.js';
@@ -28,7 +30,7 @@ export const CHECK_STATUSES = ['ok', 'warn', 'fail', 'skip'] as const;
 export type CheckStatus = (typeof CHECK_STATUSES)[number];
 
 export const DoctorCheckSchema = z.object({
-  /** Stable id: config, temporal, namespace, search-attributes, database, migrations, sandbox, model, telegram, discord, inbox, mcp. */
+  /** Stable id: config, temporal, namespace, search-attributes, database, migrations, sandbox, model, prices, telegram, discord, inbox, mcp. */
   id: z.string(),
   title: z.string(),
   status: z.enum(CHECK_STATUSES),
@@ -68,6 +70,7 @@ const TITLES: Record<string, string> = {
   discord: 'Discord bot token',
   inbox: 'Workspace inboxes (IMAP)',
   mcp: 'MCP servers',
+  prices: 'Model prices',
 };
 
 const check = (id: string, status: CheckStatus, message: string, fix: string | null = null): DoctorCheck => ({ id, title: TITLES[id] ?? id, status, message, fix });
@@ -507,6 +510,24 @@ export async function mcpCheck(cfg: StewardConfig, timeoutMs: number): Promise<D
   );
 }
 
+/**
+ * The models Steward is configured to call (the default model, the embedding model) against
+ * the price table (the defaults with STEWARD_MODEL_PRICES merged over them): a model without a
+ * price counts tokens only, so a money budget does not apply to it (domain/budgets/).
+ */
+export function pricesCheck(cfg: Pick<StewardConfig, 'model' | 'retrieval'>): DoctorCheck {
+  const prices = createPriceTable(cfg.model.prices);
+  const models = [...new Set([cfg.model.default, ...(cfg.retrieval.embeddingModel ? [cfg.retrieval.embeddingModel] : [])])];
+  const unpriced = models.filter((m) => !prices.priceOf(m));
+  if (unpriced.length === 0) return check('prices', 'ok', `Every configured model has a price (${models.join(', ')}): budgets count tokens and money.`);
+  return check(
+    'prices',
+    'warn',
+    `No price for ${unpriced.join(', ')}: its calls count tokens only, and money budgets do not apply to them.`,
+    `Set STEWARD_MODEL_PRICES (e.g. ${unpriced[0]}=2/8, USD per million input/output tokens) if a money budget should hold them.`,
+  );
+}
+
 /** Run every check. */
 export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport> {
   const timeoutMs = opts.timeoutMs ?? 5000;
@@ -543,7 +564,7 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
     guard(['mcp'], mcpCheck(cfg, timeoutMs).then((c) => [c])),
     unavailableFeatures(opts.skipSandbox ? { sandbox: async () => ({ ok: true }) } : {}),
   ]);
-  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...telegram, ...discord, ...inbox, ...mcp];
+  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, pricesCheck(cfg), ...telegram, ...discord, ...inbox, ...mcp];
   return { ok: checks.every((c) => c.status !== 'fail'), checks, unavailable };
 }
 

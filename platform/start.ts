@@ -174,7 +174,7 @@ function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders, clean
   const models = createModelRegistry(config.model.providers);
   const budget = limitSettings(config).tokens;
   if (!budget) return models;
-  const ledger = createSpend({ db, budget, senders });
+  const ledger = createSpend({ db, budget, senders, prices: config.model.prices });
   cleanups.push(startSweepingExpired(ledger, log));
   return withSpend(models, ledger);
 }

@@ -380,12 +380,15 @@ describe('steward doctor', () => {
     const env = healthy();
     const report = await runDoctor({ env, cwd: dir });
     DoctorReportSchema.parse(report);
-    assert.deepEqual(report.checks.map((c) => c.id), ['config', 'temporal', 'namespace', 'search-attributes', 'database', 'migrations', 'sandbox', 'model', 'telegram', 'discord', 'inbox', 'mcp']);
+    assert.deepEqual(report.checks.map((c) => c.id), ['config', 'temporal', 'namespace', 'search-attributes', 'database', 'migrations', 'sandbox', 'model', 'prices', 'telegram', 'discord', 'inbox', 'mcp']);
     // no workspace has an IMAP inbox here (test/e2e/inbox.test.ts checks a failing one), no MCP server is registered
     assert.equal(byId(report, 'inbox').status, 'skip');
     assert.equal(byId(report, 'mcp').status, 'skip');
+    // the scripted model has no price: its calls count tokens only, and doctor says how to price it
+    assert.equal(byId(report, 'prices').status, 'warn');
+    assert.match(byId(report, 'prices').message, /No price for openai-compatible:test-model/);
     for (const c of report.checks) {
-      if (c.id === 'sandbox' || c.id === 'inbox' || c.id === 'mcp') continue;
+      if (c.id === 'sandbox' || c.id === 'inbox' || c.id === 'mcp' || c.id === 'prices') continue;
       assert.equal(c.status, 'ok', `${c.id}: ${c.message}`);
       assert.equal(c.fix, null);
     }
@@ -404,7 +407,7 @@ describe('steward doctor', () => {
     const human = await cli(['doctor', '--skip-sandbox'], env);
     assert.equal(human.code, 0, human.stdout + human.stderr);
     assert.match(human.stdout, /^\[ok {2}\] Temporal reachable/m);
-    assert.match(human.stdout, /Steward is ready: 9 ok, 3 skip\./);
+    assert.match(human.stdout, /Steward is ready: 9 ok, 1 warn, 3 skip\./);
     // the one line on what this machine cannot do: none where the sandbox works
     if (sandbox.status === 'ok') {
       assert.deepEqual(fromCli.unavailable, []);
