@@ -5,8 +5,12 @@
  *
  * Cost: `steward_model_cost_usd_total` counts tokens times the operator's prices
  * (STEWARD_MODEL_PRICES, USD per million tokens); a model without a price has no cost sample.
+ *
+ * Budgets: `steward_budget_used`, `steward_budget_reserved` and `steward_budget_limit` give each
+ * budget's standing in its current period, per scope and unit (tokens, usd), read from the
+ * ledger when the metrics are scraped (`setBudgetStandings`: the process that has the database).
  */
-import { collectDefaultMetrics, Counter, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export const stewardRegistry = new Registry();
 
@@ -92,6 +96,60 @@ export function recordTurn(outcome: TurnOutcome): void {
 /** A validation gate verdict (recorded once per verdict, where its receipt is first written). */
 export function recordGateVerdict(verdict: string, stage: 'validation' | 'revalidation'): void {
   gateVerdicts.inc({ verdict, stage });
+}
+
+/** One budget's standing in its current period (domain/budgets/), for the budget gauges. */
+export interface BudgetGaugeRow {
+  budget: string;
+  scope: string;
+  /** The scope's id; empty for the installation. */
+  scopeId: string;
+  period: string;
+  used: { tokens: number; usd: number };
+  reserved: { tokens: number; usd: number };
+  /** null: not limited in that unit. */
+  limit: { tokens: number | null; usd: number | null };
+}
+
+let budgetStandings: (() => Promise<BudgetGaugeRow[]>) | undefined;
+let lastRead: { at: number; rows: Promise<BudgetGaugeRow[]> } | undefined;
+const BUDGET_LABELS = ['budget', 'scope', 'scope_id', 'period', 'unit'] as const;
+
+/** The standings of one scrape: the three gauges collect at once (prom-client asks them in parallel), from one read. */
+function standingsOfThisScrape(): Promise<BudgetGaugeRow[]> {
+  const now = Date.now();
+  if (!lastRead || now - lastRead.at > 1000) lastRead = { at: now, rows: (budgetStandings?.() ?? Promise.resolve([])).catch(() => []) };
+  return lastRead.rows;
+}
+
+/** A budget gauge: its samples, per budget and unit, from the scrape's standings. */
+function budgetGauge(name: string, help: string, value: (row: BudgetGaugeRow, unit: 'tokens' | 'usd') => number | null): Gauge<(typeof BUDGET_LABELS)[number]> {
+  const gauge: Gauge<(typeof BUDGET_LABELS)[number]> = new Gauge({
+    name,
+    help,
+    labelNames: BUDGET_LABELS,
+    registers: [stewardRegistry],
+    async collect() {
+      gauge.reset();
+      for (const row of await standingsOfThisScrape()) {
+        for (const unit of ['tokens', 'usd'] as const) {
+          const v = value(row, unit);
+          if (v !== null) gauge.set({ budget: row.budget, scope: row.scope, scope_id: row.scopeId, period: row.period, unit }, v);
+        }
+      }
+    },
+  });
+  return gauge;
+}
+
+budgetGauge('steward_budget_used', "Model spend settled in the budget's current period, by budget, scope, scope id, period and unit (tokens, usd).", (r, u) => r.used[u]);
+budgetGauge('steward_budget_reserved', "Model spend held by reservations not yet settled in the budget's current period, by budget, scope, scope id, period and unit (tokens, usd).", (r, u) => r.reserved[u]);
+budgetGauge('steward_budget_limit', "A budget's limit per period, by budget, scope, scope id, period and unit (tokens, usd); no sample for a unit it does not limit.", (r, u) => r.limit[u]);
+
+/** Where the budget gauges read the budgets' standing from when scraped (undefined: no budget gauges). */
+export function setBudgetStandings(read: (() => Promise<BudgetGaugeRow[]>) | undefined): void {
+  budgetStandings = read;
+  lastRead = undefined;
 }
 
 let processMetrics = false;

@@ -40,7 +40,7 @@ import { databaseKind } from '../domain/db.js';
 import { createTaskService, type TaskService } from '../services/tasks.js';
 import { startResumingHandoffs } from '../services/handoff.js';
 import { createLimiter, createSpend, type LimitSettings } from '../domain/limits.js';
-import { startSweepingExpired } from '../domain/budgets/ledger.js';
+import { budgetStandings, startSweepingExpired } from '../domain/budgets/ledger.js';
 import { sessionStartOptions } from '../services/chat/session-start.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -53,7 +53,7 @@ import { buildWorkflowBundleFile, tracingBundlePath } from '../workers/bundle.js
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
 import { compactWorkflowThreads } from '../workers/workflow-threads.js';
 import { workerVersioningFor } from '../workers/versioning.js';
-import { setModelPrices } from '../common/metrics.js';
+import { setBudgetStandings, setModelPrices } from '../common/metrics.js';
 import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { freePort } from './ports.js';
@@ -420,6 +420,8 @@ async function openDatabase(databaseUrl: string, cleanups: Cleanups): Promise<Db
   const db = createDb(databaseUrl);
   cleanups.push(() => db.$disconnect());
   await tuneDb(db, databaseUrl);
+  // the budget gauges read the ledger when /metrics is scraped
+  setBudgetStandings(() => budgetStandings(db));
   return db;
 }
 
@@ -742,6 +744,7 @@ export async function startWorkerOnly(
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
   await tuneDb(db, config.databaseUrl);
+  setBudgetStandings(() => budgetStandings(db));
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
   const client = clientFor(config, connection, dataConverter, tracing);

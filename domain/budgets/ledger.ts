@@ -32,6 +32,7 @@
  * No Temporal imports: the model step (domain/model.ts) calls it.
  */
 import { z } from 'zod';
+import type { BudgetGaugeRow } from '../../common/metrics.js';
 import type { RateLimit } from '../../common/roles.js';
 import type { Db } from '../db.js';
 import { notifyAdmins } from '../governance.js';
@@ -40,7 +41,7 @@ import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
 import { writeReceipt } from '../receipts.js';
 import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.js';
-import { budgetOf, removeBudget, type Budget } from './definitions.js';
+import { budgetOf, listBudgets, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
 import { costMicros, formatMoney, worstCaseMicros, type PriceTable } from './prices.js';
 
@@ -420,6 +421,24 @@ export async function budgetUsage(db: Db, budget: Budget, at: number = Date.now(
     usedMicros: u ? sqlInt(u.usedMicros) : 0,
     reservedMicros: u ? sqlInt(u.reservedMicros) : 0,
   };
+}
+
+/** Every budget's standing in its current period: for the budget gauges (common/metrics.ts) and the views. */
+export async function budgetStandings(db: Db, at: number = Date.now()): Promise<BudgetGaugeRow[]> {
+  const rows: BudgetGaugeRow[] = [];
+  for (const b of await listBudgets(db)) {
+    const u = await budgetUsage(db, b, at);
+    rows.push({
+      budget: b.id,
+      scope: b.scope,
+      scopeId: b.scopeId ?? '',
+      period: periodName(b),
+      used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
+      reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
+      limit: { tokens: b.tokens, usd: b.micros === null ? null : b.micros / 1_000_000 },
+    });
+  }
+  return rows;
 }
 
 /** The models calls were reserved for without a price (they counted tokens only), from every process: for `doctor`. */

@@ -15,7 +15,8 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../../domain/budgets/definitions.js';
-import { budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reservationOf, startSweepingExpired, unpricedModelsSeen, type BudgetLedger } from '../../domain/budgets/ledger.js';
+import { setBudgetStandings, stewardRegistry } from '../../common/metrics.js';
+import { budgetStandings, budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reservationOf, startSweepingExpired, unpricedModelsSeen, type BudgetLedger } from '../../domain/budgets/ledger.js';
 import { createPriceTable } from '../../domain/budgets/prices.js';
 import { tuneDb, type Db } from '../../domain/db.js';
 import { createSpend } from '../../domain/limits.js';
@@ -410,6 +411,35 @@ for (const database of testDatabases()) {
         await stop();
       }
       assert.equal((await reservationOf(t.db, r.key))?.settledTokens, 1500, 'settled to its worst case');
+    });
+
+    it('the Prometheus gauges show each budget in its current period: used, reserved and its limit, per unit', async () => {
+      const workspace = fresh('ws-gauge');
+      const id = fresh('b-gauge');
+      await defineBudget(t.db, { id, scope: 'workspace', scopeId: workspace, tokens: 100_000, money: 2, period: 'day' });
+      const live = createBudgetLedger({ db: t.db, prices: createPriceTable() });
+      const done = request({ scopes: { workspace } });
+      await live.reserve(done);
+      await live.settle(done, { inputTokens: 1000, outputTokens: 100 });
+      await live.reserve(request({ scopes: { workspace } }));
+      setBudgetStandings(() => budgetStandings(t.db));
+      try {
+        const text = await stewardRegistry.metrics();
+        const sample = (name: string, unit: string) => {
+          const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(`budget="${id}"`) && l.includes(`unit="${unit}"`));
+          assert.ok(line, `${name} ${unit} of ${id}`);
+          assert.match(line, new RegExp(`scope="workspace",scope_id="${workspace}",period="day"`));
+          return Number(line.split(' ').at(-1));
+        };
+        assert.equal(sample('steward_budget_used', 'tokens'), 1100);
+        assert.equal(sample('steward_budget_reserved', 'tokens'), 1500);
+        assert.equal(sample('steward_budget_limit', 'tokens'), 100_000);
+        assert.equal(sample('steward_budget_used', 'usd'), 0.00056);
+        assert.equal(sample('steward_budget_limit', 'usd'), 2);
+      } finally {
+        setBudgetStandings(undefined);
+      }
+      assert.doesNotMatch(await stewardRegistry.metrics(), new RegExp(`budget="${id}"`), 'no reader: no budget samples');
     });
   });
 }
