@@ -127,6 +127,12 @@ for (const database of testDatabases()) {
         ],
       );
 
+      // the OpenAPI document describes the routes, each behind the operator token
+      const doc = (await (await api('GET', '/api/openapi.json')).json()) as { paths: Record<string, Record<string, { security?: unknown[]; requestBody?: unknown }>> };
+      assert.ok(doc.paths['/api/v1/budgets']?.get?.security);
+      assert.ok(doc.paths['/api/v1/budgets/{id}']?.put?.requestBody);
+      assert.ok(doc.paths['/api/v1/budgets/{id}']?.delete?.security);
+
       // an id with a slash goes percent-encoded
       assert.equal((await api('PUT', '/api/v1/budgets/repo%2Fmain', { scope: 'repository', scopeId: 'main', tokens: 5 })).status, 201);
       assert.equal((await one('repo/main'))?.scopeId, 'main');
