@@ -64,7 +64,8 @@ export type ReceiptKind =
   | 'limit.refused'
   | 'budget.reserved'
   | 'budget.settled'
-  | 'budget.exhausted';
+  | 'budget.exhausted'
+  | 'budget.change';
 
 export interface ReceiptInput {
   key?: string;

@@ -2,7 +2,8 @@
  * The administration commands of the `steward` CLI: one handler per command and subcommand of
  * the command table (platform/cli-commands.ts), which commander parses. Identities, bindings,
  * triage and shells go through the administration service (services/admin.ts, as the HTTP
- * admin routes do) on the database directly, so the first overlord can be added before
+ * admin routes do), and budgets through the budget service (services/budgets.ts, as the HTTP
+ * budget routes do), on the database directly, so the first overlord can be added before
  * Steward ever starts; everything else goes through the running Steward's API, because
  * deciding it tells people in chat or signals a workflow. Flag values are validated with the
  * same zod schemas as the API; a bad argument changes nothing and exits 2.
@@ -14,6 +15,7 @@ import { createDb, migrateDatabase } from '../domain/db.js';
 import { RoleSchema } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
 import { createAdminService, type AdminService } from '../services/admin.js';
+import { createBudgetService, type BudgetService, type BudgetView } from '../services/budgets.js';
 import { ServiceInputError, type Requester } from '../services/requests.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';
 import { runCommand, UsageError, usageOf, type HandlersOf } from './cli-commands.js';
@@ -45,6 +47,39 @@ async function withAdmin<T>(io: CliIo, fn: (admin: AdminService) => Promise<T>):
   } finally {
     await db.$disconnect();
   }
+}
+
+/** The budget service on the configured database (migrated first), for `fn`. */
+async function withBudgets<T>(io: CliIo, fn: (budgets: BudgetService) => Promise<T>): Promise<T> {
+  const cfg = io.config();
+  await migrateDatabase(cfg.databaseUrl);
+  const db = createDb(cfg.databaseUrl);
+  try {
+    return await fn(createBudgetService(db));
+  } finally {
+    await db.$disconnect();
+  }
+}
+
+/** `--tokens`/`--money` as a number when it reads as one; otherwise as given, for the budget's schema to refuse by name. */
+const numberFlag = (v: string | undefined): number | string | undefined => (v === undefined ? undefined : /^\s*[0-9]+(\.[0-9]+)?\s*$/.test(v) ? Number(v) : v);
+
+/** A budget's amounts for the table: `1000 tokens`, `$5.00`, both, or `-`. */
+const amounts = (tokens: number | null, money: number | null) => [tokens === null ? '' : `${tokens} tokens`, money === null ? '' : `$${money.toFixed(2)}`].filter(Boolean).join(' + ') || '-';
+
+function budgetRow(b: BudgetView): string[] {
+  const u = b.usage;
+  return [
+    b.id,
+    b.scope === 'installation' ? 'installation' : `${b.scope} ${b.scopeId ?? ''}`,
+    amounts(b.tokens, b.money),
+    b.period === 'none' ? 'total' : b.period === 'window' ? u.period : `${b.period} (${b.timezone})`,
+    amounts(b.tokens === null ? null : u.used.tokens, b.money === null ? null : u.used.money),
+    amounts(b.tokens === null ? null : u.reserved.tokens, b.money === null ? null : u.reserved.money),
+    amounts(u.left.tokens, u.left.money),
+    u.renews ?? '-',
+    b.source,
+  ];
 }
 
 type Api = { url: string; token: string };
@@ -286,6 +321,53 @@ const HANDLERS = {
           return 1;
         }
         io.out(`Removed binding ${id}.\n`);
+        return 0;
+      }),
+  },
+
+  budgets: {
+    list: ({ values, io }) =>
+      withBudgets(io, async (budgets) => {
+        const rows = await budgets.list();
+        if (values.json) io.out(`${JSON.stringify({ budgets: rows }, null, 2)}\n`);
+        else io.out(rows.length === 0 ? 'No budgets.\n' : table([['ID', 'SCOPE', 'LIMIT', 'PERIOD', 'USED', 'RESERVED', 'LEFT', 'RENEWS', 'SOURCE'], ...rows.map(budgetRow)]));
+        return 0;
+      }),
+    set: ({ args: [id = ''], values, io }) => {
+      const input = {
+        scope: values.scope,
+        ...(values['scope-id'] !== undefined ? { scopeId: values['scope-id'] } : {}),
+        ...(values.tokens !== undefined ? { tokens: numberFlag(values.tokens) } : {}),
+        ...(values.money !== undefined ? { money: numberFlag(values.money) } : {}),
+        ...(values.period !== undefined ? { period: values.period } : {}),
+        ...(values.timezone !== undefined ? { timezone: values.timezone } : {}),
+      };
+      return withBudgets(io, async (budgets) => {
+        try {
+          const { created, budget: b } = await budgets.set(CLI, id, input, 'cli');
+          io.out(`${created ? 'Defined' : 'Changed'} the budget ${b.id}: ${budgetRow(b).slice(1, 4).join(', ')}; ${amounts(b.usage.left.tokens, b.usage.left.money)} left${b.usage.renews ? ` until ${b.usage.renews}` : ''}.\n`);
+          return 0;
+        } catch (err) {
+          if (!(err instanceof ServiceInputError)) throw err;
+          if (err.status === 400) throw new UsageError(err.message);
+          io.err(`${err.message}.\n`);
+          return 1;
+        }
+      });
+    },
+    remove: ({ args: [id = ''], io }) =>
+      withBudgets(io, async (budgets) => {
+        try {
+          if (!(await budgets.remove(CLI, id))) {
+            io.err(`No budget ${id}.\n`);
+            return 1;
+          }
+        } catch (err) {
+          if (!(err instanceof ServiceInputError)) throw err;
+          io.err(`${err.message}.\n`);
+          return 1;
+        }
+        io.out(`Removed the budget ${id} and its usage.\n`);
         return 0;
       }),
   },

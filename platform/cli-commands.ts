@@ -191,6 +191,29 @@ export const CLI_COMMANDS = [
     notes: ['A negative Telegram group id goes as --chat=-100123.'],
   },
   {
+    name: 'budgets',
+    subs: [
+      { name: 'list', usage: '[--json]', flags: [JSON_OUT] },
+      {
+        name: 'set',
+        usage: 'ID --scope S [--scope-id X] [--tokens N] [--money USD] [--period day|week|month|none] [--timezone TZ]',
+        args: '<id>',
+        flags: [
+          needed('scope', 'S', 'installation, chat, person, objective, workspace or repository'),
+          flag('scope-id', 'X', 'the binding, identity, objective, workspace or repository id (none for the installation)'),
+          flag('tokens', 'N', 'tokens per period'),
+          flag('money', 'USD', 'US dollars per period'),
+          flag('period', 'day|week|month|none', 'the period (default none: a total)'),
+          flag('timezone', 'TZ', 'the IANA time zone the period is counted in (default UTC)'),
+        ],
+      },
+      { name: 'remove', usage: 'ID', args: '<id>' },
+    ],
+    runner: 'admin',
+    summary: "Model spend budgets in tokens and money per scope, each with its current period's usage (used, reserved, left, when it renews); `set` defines or changes one (the whole definition). Works without a running Steward.",
+    notes: ['A budget limits tokens, money or both; --scope-id names the chat (binding id), person (identity id), objective, workspace or repository.'],
+  },
+  {
     name: 'pairing',
     common: API,
     subs: [

@@ -15,6 +15,8 @@ import { sessionWorkflowId } from '../../common/ids.js';
 import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
+import { registerBudgetRoutes } from './budgets.js';
+import { createBudgetService } from '../../services/budgets.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
@@ -172,7 +174,7 @@ export interface HttpDeps {
   log?: Logger;
   /** The account name HTTP chats belong to. */
   account?: string;
-  /** The administration API (identities, bindings, pairing, approvals). */
+  /** The administration API (identities, bindings, pairing, approvals, budgets). */
   admin?: Omit<AdminDeps, 'ingress'>;
   /** Repositories and governed changes. */
   changes?: ChangeService;
@@ -278,6 +280,7 @@ export function createHttpApp(deps: HttpDeps) {
     return undefined;
   });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
+  if (deps.admin) registerBudgetRoutes(app, createBudgetService(deps.admin.db));
   if (deps.changes) registerChangeRoutes(app, deps.changes);
   if (deps.workspaces) registerWorkspaceRoutes(app, deps.workspaces);
   if (deps.knowledge) registerMemoryRoutes(app, deps.knowledge);

@@ -40,6 +40,7 @@ const FEATURES: Record<string, string[]> = {
   inbox: ['inbox', 'imap'],
   mcp: ['mcp'],
   heartbeat: ['heartbeat'],
+  budgets: ['budget'],
   approvals: ['approval'],
   actions: ['action', 'proposal'],
   tools: ['tool'],
