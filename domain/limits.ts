@@ -221,7 +221,7 @@ export type Limiter = ReturnType<typeof createLimiter>;
  * overdraw the budget. Refused: the call is not made (ModelBudgetExceededError, not retried),
  * receipted, and the admins are told once per window.
  */
-export function createSpend(deps: { db: Db; budget: RateLimit; senders?: Senders; prices?: Record<string, ModelPrice> }): BudgetLedger {
+export function createSpend(deps: { db: Db; budget: RateLimit | null; senders?: Senders; prices?: Record<string, ModelPrice> }): BudgetLedger {
   // the operator's prices (STEWARD_MODEL_PRICES) merged over the defaults
   return createBudgetLedger({ db: deps.db, prices: createPriceTable(deps.prices ?? {}), installationTokens: deps.budget, ...(deps.senders ? { senders: deps.senders } : {}) });
 }

@@ -128,6 +128,8 @@ export interface SpendTicket {
 export interface ModelSpend {
   reserve(req: SpendRequest): Promise<SpendTicket>;
   settle(ticket: SpendTicket, usage: SpendUsage): Promise<void>;
+  /** False while no budget exists at all: the call needs no reservation (absent: always true). */
+  applies?(): Promise<boolean>;
 }
 
 /**
@@ -505,7 +507,7 @@ async function streamedStep(call: CallSettings, opts: ModelStepOptions): Promise
  */
 export async function runModelStep(registry: ModelRegistry, req: ModelStepRequest, opts: ModelStepOptions = {}): Promise<ModelStepOutput> {
   const spend = registry.spend;
-  if (!spend) return modelStep(registry, req, opts);
+  if (!spend || (spend.applies && !(await spend.applies()))) return modelStep(registry, req, opts);
   // the budget: the worst case reserved before the call (the prompt counted, the answer at its cap), settled to the provider's usage after
   if (!req.spend) throw new SpendContextMissingError(`a call to ${req.model} came without its spend context (key, kind, scopes) while a model budget is set: refused (a bug of its caller)`);
   if (opts.signal?.aborted) throw abortError(opts.signal);

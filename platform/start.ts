@@ -166,15 +166,14 @@ export function limitSettings(config: StewardConfig): LimitSettings {
 }
 
 /**
- * The workers' model registry: every model call reserves from the spend budget when one is set
- * (STEWARD_TOKEN_BUDGET), and the budget's expired reservations (a crashed worker's) are swept
+ * The workers' model registry: every model call reserves from the budget ledger while any budget
+ * exists (defined by `steward budgets`, the API, or STEWARD_TOKEN_BUDGET as the installation's;
+ * unset, that budget is removed), and the expired reservations (a crashed worker's) are swept
  * every minute until `cleanups` run.
  */
 function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders, cleanups: Cleanups, log: Logger): ModelRegistry {
   const models = createModelRegistry(config.model.providers);
-  const budget = limitSettings(config).tokens;
-  if (!budget) return models;
-  const ledger = createSpend({ db, budget, senders, prices: config.model.prices });
+  const ledger = createSpend({ db, budget: limitSettings(config).tokens ?? null, senders, prices: config.model.prices });
   cleanups.push(startSweepingExpired(ledger, log));
   return withSpend(models, ledger);
 }

@@ -50,6 +50,9 @@ export const ENV_BUDGET_ID = 'env:STEWARD_TOKEN_BUDGET';
 
 /** How long a reservation holds before the sweep takes it for a crashed worker's (longer than any one model call). */
 export const DEFAULT_RESERVATION_TTL_MS = 30 * 60_000;
+/** How long the ledger trusts what it read of whether any budget exists (a budget defined elsewhere applies within it). */
+const BUDGETS_SEEN_MS = 5_000;
+
 /** The attempts of one step's key that each reserve anew once the one before was settled (a retried activity's own calls). */
 const MAX_ATTEMPT_KEYS = 50;
 
@@ -318,7 +321,27 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
       throw err;
     }));
 
+  // whether any budget exists, read at most every BUDGETS_SEEN_MS: a Steward without budgets reserves nothing
+  let seen: { at: number; any: Promise<boolean> } | undefined;
+  const anyBudget = (): Promise<boolean> => {
+    const at = Date.now();
+    if (!seen || at - seen.at > BUDGETS_SEEN_MS) {
+      seen = {
+        at,
+        any: ready()
+          .then(async () => (await directSql(db).query('SELECT 1 AS "one" FROM "Budget" LIMIT 1', [])).length > 0)
+          .catch((err: unknown) => {
+            seen = undefined;
+            throw err;
+          }),
+      };
+    }
+    return seen.any;
+  };
+
   return {
+    applies: anyBudget,
+
     async reserve(input) {
       const req = SpendRequestSchema.parse(input) as SpendRequest;
       const ticket: SpendTicket = { key: req.key };

@@ -97,7 +97,7 @@ export function createEmbedder(embeddingModel: EmbeddingModel, model: string, op
     const cut = values.map((v) => v.slice(0, maxChars));
     const estimate = estimateTokens(cut.reduce((n, v) => n + v.length, 0));
     let ticket: SpendTicket | undefined;
-    if (budget) {
+    if (budget && (!budget.applies || (await budget.applies()))) {
       if (!spend) throw new SpendContextMissingError(`an embeddings call to ${model} came without its spend context while a model budget is set: refused (a bug of its caller)`);
       const digest = createHash('sha256');
       for (const v of cut) digest.update(v).update('\u0000');

@@ -20,6 +20,7 @@ import { describe, it } from 'node:test';
 import { bindChat, createIdentity, OPERATOR } from '../../domain/governance.js';
 import { createEmbedder } from '../../domain/knowledge/embedder.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
+import { defineBudget, removeBudget } from '../../domain/budgets/definitions.js';
 import { createSpend } from '../../domain/limits.js';
 import {
   createModelRegistry,
@@ -260,6 +261,30 @@ for (const kind of testDatabases()) {
       assert.equal(await spent(), before + 670);
       await spend.settle({ key: same.key }, { inputTokens: 0, outputTokens: 0 });
       assert.equal(await spent(), before + 170);
+    });
+
+    it('a budget defined in the database holds the turns without STEWARD_TOKEN_BUDGET: the turn ends naming it, no model is called; without any budget nothing is reserved', async () => {
+      // the ledger as the started platform builds it: on, with no setting
+      const ledger = createSpend({ db: stack.db, budget: null });
+      const id = `test-installation-${randomUUID().slice(0, 8)}`;
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend: ledger }, async (h) => {
+        // no budget exists: the call is made and nothing is reserved
+        assert.equal(await ledger.applies?.(), false);
+        const held = await stack.db.budgetReservation.count();
+        await h.send('a question before any budget');
+        await h.waitForMessage((m) => m.role === 'assistant', { timeoutMs: 30_000 });
+        assert.equal(await stack.db.budgetReservation.count(), held, 'no budget, no reservation');
+        await defineBudget(stack.db, { id, scope: 'installation', tokens: 100, period: 'day' });
+        assert.equal(await createSpend({ db: stack.db, budget: null }).applies?.(), true);
+        // the harness's ledger reads whether a budget exists at most every 5 s
+        await new Promise((r) => setTimeout(r, 5_100));
+        const calls = stack.model.requests.length;
+        await h.send('a question over the budget');
+        const notice = await h.waitForMessage((m) => m.role === 'system' && m.text.includes('Not called'), { timeoutMs: 30_000 });
+        assert.match(notice.text, /Not called: the budget of the installation, 100 tokens per day \(UTC\), has \d+ tokens left/);
+        assert.equal(stack.model.requests.length, calls, 'the refused turn called no model');
+      });
+      await removeBudget(stack.db, id);
     });
   });
 }
