@@ -18,11 +18,11 @@ import { historyCost } from './phases.js';
 /** The API token every bench stack is started with. */
 export const BENCH_TOKEN = 'bench-token-0123456789abcdef';
 
-const PASSED_THROUGH = ['DATABASE_URL', 'STEWARD_IDLE_MEMORY_RELEASE', 'STEWARD_MALLOC_TRIM_INTERVAL'] as const;
+const PASSED_THROUGH = ['DATABASE_URL', 'STEWARD_IDLE_MEMORY_RELEASE', 'STEWARD_MALLOC_TRIM_INTERVAL', 'STEWARD_TOKEN_BUDGET'] as const;
 
 /**
  * A bench's Steward configuration: a fresh data directory, free ports, the Temporal UI off,
- * the scripted model at `modelBaseURL`, DATABASE_URL and the memory settings when set in the
+ * the scripted model at `modelBaseURL`, DATABASE_URL, the memory settings and STEWARD_TOKEN_BUDGET (budgets on) when set in the
  * environment (STEWARD_IDLE_MEMORY_RELEASE, STEWARD_MALLOC_TRIM_INTERVAL: to compare them), then `extraEnv`.
  */
 export async function benchConfig(modelBaseURL: string, extraEnv: Record<string, string> = {}, prefix = 'steward-bench-'): Promise<{ config: StewardConfig; dataDir: string }> {
