@@ -7,8 +7,7 @@
  * (intake.ts) has already decided that the sender may use the command (role, chat, admin
  * channel) when one runs.
  */
-import { WithStartWorkflowOperation, WorkflowUpdateFailedError, type Client } from '@temporalio/client';
-import type { Db } from '../../domain/db.js';
+import { WithStartWorkflowOperation, WorkflowUpdateFailedError } from '@temporalio/client';
 import {
   bindChat,
   GovernanceError,
@@ -29,18 +28,16 @@ import { parseModelRef, type NormalizedInbound, type Provider } from '../../comm
 import { newTaskSignal, settingsUpdate, steerUpdate, stopSignal } from '../../workflows/messages.js';
 import { sessionWorkflow } from '../../workflows/chat/session.js';
 import type { SettingsChange } from '../../workflows/types.js';
-import { ChangeInputError, type ChangeService } from '../changes.js';
+import { ChangeInputError } from '../changes.js';
 import type { SessionStatusView } from './status.js';
 import type { SessionStart } from './session-start.js';
 import { ObjectiveInputError, type ObjectiveService } from '../objectives.js';
-import { OPEN_MAX_BYTES, type WorkspaceService } from '../workspaces.js';
-import type { PromptLayers } from '../../domain/knowledge/prompt-layers.js';
+import { OPEN_MAX_BYTES } from '../workspaces.js';
 import { deleteChatPrompt, upsertChatPrompt } from '../../domain/store/prompts.js';
 import { memoryLine } from '../../domain/knowledge/memory.js';
-import type { KnowledgeService } from '../knowledge.js';
 import { ServiceInputError } from '../requests.js';
 import type { PartState } from '../../domain/heartbeat.js';
-import type { TaskService } from '../tasks.js';
+import type { IngressDeps } from './intake.js';
 import { isAdmin } from '../../common/roles.js';
 import { taskLine } from '../../common/tasks.js';
 
@@ -66,22 +63,7 @@ export interface CommandCall {
 }
 
 /** What the handlers use: the intake's dependencies and its session and decision helpers. */
-export interface CommandEnv {
-  client: Client;
-  db: Db;
-  configuredProviders: () => Provider[];
-  changes?: ChangeService;
-  objectives?: ObjectiveService;
-  workspaces?: WorkspaceService;
-  /** The system prompt's layers (/prompt show); its chat layer is set here. */
-  promptLayers?: PromptLayers;
-  /** Skills and memories (/skills, /memory). */
-  knowledge?: KnowledgeService;
-  /** The heartbeat's states (admins see them in /status). */
-  heartbeat?: () => Promise<PartState[]>;
-  runLink?: (workflowId: string) => string | undefined;
-  /** Triage and tasks (/tasks, /task, /route, /triage). */
-  tasks?: TaskService;
+export interface CommandEnv extends Pick<IngressDeps, 'client' | 'db' | 'configuredProviders' | 'changes' | 'objectives' | 'workspaces' | 'promptLayers' | 'knowledge' | 'heartbeat' | 'runLink' | 'tasks'> {
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
   decidePairing(code: string, decision: { approve: Role } | 'deny', by: Actor): Promise<PairingDecision>;
