@@ -13,6 +13,13 @@ import { createServer } from 'node:net';
 
 /** The lowest port drawn; below it lie many well-known services' ports. */
 const LOWEST = 10_000;
+/**
+ * Ports from here up to the ephemeral range are never drawn: they are left for blocks of fixed
+ * ports a caller lays out itself (a test's `steward cluster`, whose nodes keep their ports
+ * across a restart). A port drawn by another process while a node is down would otherwise be
+ * the one the node cannot get back.
+ */
+export const BLOCKS_LOW = 21_000;
 /** Draws before falling back to a kernel-chosen port. */
 const ATTEMPTS = 50;
 
@@ -47,9 +54,9 @@ export async function portFree(port: number, host = '127.0.0.1'): Promise<boolea
   return (await listenOn(port, host)) === port;
 }
 
-/** A port free on `host` now, outside the ephemeral range where there is room below it. */
+/** A port free on `host` now, below the ephemeral range and the blocks' ports where there is room. */
 export async function freePort(host = '127.0.0.1'): Promise<number> {
-  const high = ephemeralLow() - 1;
+  const high = Math.min(ephemeralLow(), BLOCKS_LOW) - 1;
   return freePortIn(high - LOWEST >= 1_000 ? { low: LOWEST, high } : undefined, host);
 }
 

@@ -5,12 +5,12 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { readState, type ClusterState } from '../../platform/cluster.js';
 import { nodePorts, readComposeTopology } from '../../platform/cluster-plan.js';
+import { BLOCKS_LOW, portFree } from '../../platform/ports.js';
 import type { ModelServer } from './model-server.js';
 import { freePort, repoRoot } from './process.js';
 
@@ -27,18 +27,15 @@ export function clusterMissing(): string | undefined {
   return undefined;
 }
 
-async function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
-
-/** A base port whose two nodes' ports, the frontend's and Steward's are all free (below 32768: Temporal keeps members' ports as SQL smallints). */
+/**
+ * A base port whose two nodes' ports, the frontend's and Steward's are all free (below 32768:
+ * Temporal keeps members' ports as SQL smallints), in the blocks' range that `freePort` never
+ * draws from: a node killed by a test gets its ports back when it restarts.
+ */
 async function freeBase(): Promise<number> {
+  const slots = Math.floor((32_767 - 212 - BLOCKS_LOW) / 40);
   for (let i = 0; i < 50; i++) {
-    const base = 21000 + 40 * Math.floor(Math.random() * 250);
+    const base = BLOCKS_LOW + 40 * Math.floor(Math.random() * slots);
     const ports = [0, 1].flatMap((n) => Object.values(nodePorts(base, n))).concat([100, 200, 201, 202, 210, 211, 212].map((d) => base + d));
     let ok = true;
     for (const p of ports) if (!(await portFree(p))) ok = false;

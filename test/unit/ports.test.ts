@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:net';
 import { describe, it } from 'node:test';
-import { ephemeralLow, freePort, freePortIn } from '../../platform/ports.js';
+import { BLOCKS_LOW, ephemeralLow, freePort, freePortIn } from '../../platform/ports.js';
 
 function listen(port: number): Promise<Server> {
   return new Promise((resolve, reject) => {
@@ -27,12 +27,12 @@ describe('free ports', () => {
     );
   });
 
-  it('hands out ports below the ephemeral range, each once, each free to listen on', async () => {
-    const low = ephemeralLow();
+  it('hands out ports below the ephemeral range and the fixed blocks, each once, each free to listen on', async () => {
+    const low = Math.min(ephemeralLow(), BLOCKS_LOW);
     const ports: number[] = [];
     for (let i = 0; i < 40; i++) ports.push(await freePort());
     assert.equal(new Set(ports).size, ports.length, 'no port handed out twice');
-    for (const port of ports) assert.ok(port >= 10_000 && port < low, `${port} lies below the ephemeral range (${low})`);
+    for (const port of ports) assert.ok(port >= 10_000 && port < low, `${port} lies below the ephemeral range and the blocks (${low})`);
     const servers = await Promise.all(ports.map(listen));
     await Promise.all(servers.map(close));
   });
