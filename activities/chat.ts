@@ -254,6 +254,8 @@ const ZERO: TokenUsage = { input: 0, output: 0, total: 0 };
 
 /** Map a classified model error to the Temporal failure type the turn's retry policy knows. */
 function failureType(status: number | undefined, retryable: boolean, fallback: string): string {
+  // a budget refusal keeps its type: the turn waits for a raise on it (workflows/chat/turn-loop.ts)
+  if (fallback === 'ModelBudgetExceeded') return fallback;
   if (status === 401 || status === 403) return 'ModelAuth';
   if (status === 404) return 'ModelNotFound';
   if (!retryable) return 'ModelBadRequest';
@@ -522,6 +524,8 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       type: failureType(e.status, e.retryable, e.type),
       message: e.message,
       nonRetryable: !e.retryable,
+      // which budget refused, what is left and when it renews (no secrets: ids, amounts, times)
+      ...(e.budget ? { details: [e.budget] } : {}),
     });
   } finally {
     clearInterval(beat);

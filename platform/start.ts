@@ -627,7 +627,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     }
 
     // Triage and tasks: their workflows on the background queue; a task handed to the agent is a turn in its chat
-    const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun };
+    const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun, budgetWaitMs: config.session.budgetWaitMs };
     // one limiter for every path that causes a model call (messages, tasks, triage; objective runs in the workers)
     const limiter = createLimiter({ db, settings: limitSettings(config), senders });
     const tasks = createTaskService({
@@ -658,7 +658,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       taskQueue: config.temporal.taskQueue,
       defaultModel: config.model.default,
       configuredProviders: () => models.configuredProviders(),
-      limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun },
+      limits: sessionLimits,
       log,
       onTranscript,
       senders,
