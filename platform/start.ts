@@ -58,6 +58,7 @@ import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer,
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { freePort } from './ports.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
+import { wakeBudgetWaiters } from '../services/budget-waiters.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
 import { startIdleMemoryRelease, type IdleReleaseOptions } from './idle-memory.js';
 import { startMallocTrim, trimMalloc } from './malloc-trim.js';
@@ -489,6 +490,8 @@ function healthCheck(config: StewardConfig, role: 'all' | 'api', workers: Worker
 /** What the HTTP app serves from: the ingress, the services, and what the codec endpoint and the embedded UI need. */
 interface ApiAppParts {
   ingress: Ingress;
+  /** Budget changes wake the turns waiting on them (services/budget-waiters.ts). */
+  client: Client;
   token: string;
   db: Db;
   changes: ChangeService;
@@ -512,7 +515,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
+  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const app = createHttpApp({
     ingress,
@@ -522,6 +525,10 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     metrics: renderMetrics,
     ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
     admin: { db },
+    budgetOptions: {
+      wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(client, config.temporal.namespace, budgetId),
+      onWakeError: (budgetId, err) => log.warn({ err, budgetId }, 'waking the turns waiting on a budget failed (they re-check by themselves)'),
+    },
     changes,
     objectives,
     workspaces,
@@ -677,7 +684,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // redelivery came) is handed over at start and every minute, once (services/handoff.ts)
     cleanups.push(startResumingHandoffs({ messages: (o) => ingress.resumeHandoffs(o), events: (o) => objectives.resumeEventRuns(o) }, log));
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
+    const { app, signIn } = createApiApp(config, { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;

@@ -9,7 +9,8 @@
  * field is refused with ServiceInputError (400) and changes nothing. STEWARD_TOKEN_BUDGET's
  * installation budget belongs to the setting: changing or removing it here is refused (409).
  * The ledger reads budgets on every reservation, so a change applies to the next model call;
- * the usage of the current period is kept.
+ * the usage of the current period is kept. A change wakes the chat turns waiting on the budget
+ * (`wakeBudgetWaiters`, services/budget-waiters.ts, when given): they try their model step again.
  */
 import type { Db } from '../domain/db.js';
 import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../domain/budgets/definitions.js';
@@ -93,8 +94,28 @@ function refuseEnvBudget(id: string, what: string): void {
 
 export type BudgetService = ReturnType<typeof createBudgetService>;
 
-export function createBudgetService(db: Db, opts: { now?: () => number } = {}) {
+export interface BudgetServiceOptions {
+  now?: () => number;
+  /**
+   * Wake the turns waiting on a budget (services/budget-waiters.ts with the Temporal client);
+   * the number woken. Absent (no Temporal at hand): the waiting turns re-check by themselves.
+   */
+  wakeBudgetWaiters?: (budgetId: string) => Promise<number>;
+  /** Told when waking fails (the change stands: the turns re-check by themselves). */
+  onWakeError?: (budgetId: string, err: unknown) => void;
+}
+
+export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
   const now = opts.now ?? Date.now;
+  /** The change is made and receipted: wake its waiting turns (a failure does not undo it). */
+  const wake = async (id: string): Promise<void> => {
+    if (!opts.wakeBudgetWaiters) return;
+    try {
+      await opts.wakeBudgetWaiters(id);
+    } catch (err) {
+      opts.onWakeError?.(id, err);
+    }
+  };
   return {
     /** Every budget with its current period's usage, by scope and id. */
     async list(): Promise<BudgetView[]> {
@@ -126,6 +147,7 @@ export function createBudgetService(db: Db, opts: { now?: () => number } = {}) {
         throw err;
       }
       await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
+      await wake(id);
       return { created: !before, budget: await budgetView(db, after, now()) };
     },
 
@@ -136,6 +158,7 @@ export function createBudgetService(db: Db, opts: { now?: () => number } = {}) {
       if (!before || !(await removeBudget(db, id))) return undefined;
       const view = definitionView(before);
       await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
+      await wake(id);
       return view;
     },
   };
