@@ -222,6 +222,8 @@ export interface DeliverInput {
   attachments?: AttachmentRef[];
   usage?: TokenUsage;
   steps?: number;
+  /** A turn's end: how it ended (replied, budget-refused, ...), for its `turn.end` receipt (absent in older histories). */
+  outcome?: string;
 }
 
 /** A platform failure as the Temporal failure the retry policy acts on (a 429 waits as long as asked). */
@@ -567,7 +569,7 @@ async function deliver(c: ChatContext, input: DeliverInput): Promise<{ sent: boo
       },
     },
     ...(input.turnId
-      ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 } }]
+      ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0, ...(input.outcome ? { outcome: input.outcome } : {}) } }]
       : []),
   ]);
   if (input.turnId) {

@@ -54,8 +54,8 @@ async function withAdmin<T>(io: CliIo, fn: (admin: AdminService) => Promise<T>):
 /**
  * The budget service on the configured database (migrated first), for `fn`. A change wakes the
  * chat turns waiting on the budget through the configured Temporal, reached only then; when it is
- * not reachable (Steward not running), the change stands and the waiting turns re-check by
- * themselves.
+ * not reachable (Steward not running) or the wake-up fails, the change stands and the waiting
+ * turns re-check by themselves (within BUDGET_RECHECK_MS).
  */
 async function withBudgets<T>(io: CliIo, fn: (budgets: BudgetService) => Promise<T>): Promise<T> {
   const cfg = io.config();
@@ -72,7 +72,8 @@ async function withBudgets<T>(io: CliIo, fn: (budgets: BudgetService) => Promise
     return wakeBudgetWaiters(temporal.client, cfg.temporal.namespace, budgetId);
   };
   try {
-    return await fn(createBudgetService(db, { wakeBudgetWaiters: wakeWaiters, onWakeError: (id, err) => io.err(`Note: the turns waiting on the budget ${id} were not woken (${(err as Error).message}); they try again by themselves within minutes.\n`) }));
+    // a failed wake-up is not the change's failure: the waiting turns re-check by themselves
+    return await fn(createBudgetService(db, { wakeBudgetWaiters: wakeWaiters }));
   } finally {
     await temporal?.close().catch(() => undefined);
     await db.$disconnect();

@@ -527,6 +527,8 @@ export class TurnLoop {
       ...(attachments.length > 0 ? { attachments } : {}),
       usage: status.usage,
       steps: status.step,
+      // how the turn ended, for its receipt (an activity's input: not part of the replay check)
+      ...(outcome === 'budget-refused' ? { outcome } : {}),
     };
     await outboxActs.deliver.executeWithOptions(named(finalHash ? 'reply' : 'notice'), [deliverInput]);
     if (input.progress) {
