@@ -13,7 +13,7 @@ import type { MemoryApproval } from '../domain/knowledge/memory.js';
 import { createSkillMatcher } from '../domain/knowledge/skills.js';
 import { createTurnKnowledge, type SkillUse, type TurnKnowledge } from '../domain/knowledge/turn-knowledge.js';
 import { readFile } from 'node:fs/promises';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
@@ -526,8 +526,9 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       type: failureType(e.status, e.retryable, e.type),
       message: e.message,
       nonRetryable: !e.retryable,
-      // which budget refused, what is left and when it renews (no secrets: ids, amounts, times)
-      ...(e.budget ? { details: [e.budget] } : {}),
+      // which budget refused, what is left and when it renews (no secrets: ids, amounts, times);
+      // an expected outcome, not a fault: logged at debug level, not counted as a failed activity
+      ...(e.budget ? { details: [e.budget], category: ApplicationFailureCategory.BENIGN } : {}),
     });
   } finally {
     clearInterval(beat);
