@@ -5,13 +5,18 @@
  * is left and when it renews, names the budget in its session's `StewardBudget` search
  * attribute, and waits; a raise through PUT /api/v1/budgets (the budget service, which wakes
  * the waiting runs through services/budget-waiters.ts) lets its step go through, and the reply
- * arrives once. No raise within the wait: the turn ends with the refusal's message (outcome
+ * arrives once; so does one through `steward budgets set`. No raise within the wait: the turn ends with the refusal's message (outcome
  * `budget-refused`, receipted). /stop ends the wait at once. No model is called while it waits.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, it } from 'node:test';
 import { createHttpApp } from '../../adapters/http/app.js';
+import { loadConfig } from '../../config/index.js';
+import { adminCommand } from '../../platform/admin-cli.js';
 import { bindChat, OPERATOR } from '../../domain/governance.js';
 import { createSpend } from '../../domain/limits.js';
 import type { Db } from '../../domain/db.js';
@@ -124,6 +129,35 @@ for (const kind of testDatabases()) {
         assert.deepEqual(ends.map((t) => [t.kind, t.outcome]), [['notice', 'budget-refused']]);
         assert.equal(await budgetAttr(stack, h), undefined, 'the run no longer names the budget');
       });
+    });
+
+    it('`steward budgets set` raising the limit wakes the waiting turn through the configured Temporal', { timeout: 120_000 }, async () => {
+      answer();
+      const id = `chat-cli-${randomUUID().slice(0, 6)}`;
+      const dir = mkdtempSync(path.join(tmpdir(), 'steward-budget-wait-'));
+      try {
+        const config = loadConfig({ DATABASE_URL: stack.database.url, STEWARD_DATA_DIR: dir, TEMPORAL_ADDRESS: stack.env.address, TEMPORAL_NAMESPACE: stack.env.namespace ?? 'default' }, dir);
+        const cli = async (...args: string[]) => {
+          const out: string[] = [];
+          const err: string[] = [];
+          const code = await adminCommand('budgets', args, { config: () => config, out: (x) => void out.push(x), err: (x) => void err.push(x) });
+          return { code, out: out.join(''), err: err.join('') };
+        };
+        await withHarness({ env: stack.env, db: stack.db, providers: providers(), spend: createSpend({ db: stack.db, budget: null }), budgetWaitMs: 5 * 60_000 }, async (h) => {
+          await tightChatBudget(stack.db, h, id);
+          await h.send('hello from the command line');
+          await h.waitForMessage((m) => m.role === 'system' && m.text.startsWith('Waiting for a budget'), { timeoutMs: 30_000 });
+          await waitFor(async () => ((await waiters(stack, id)).includes(h.sessionId) ? true : undefined), 'the waiting session in visibility', 30_000);
+          const binding = await stack.db.binding.findFirstOrThrow({ where: { account: h.account, chatId: h.chatId } });
+          const r = await cli('set', id, '--scope', 'chat', '--scope-id', binding.id, '--tokens', '1000000', '--period', 'day', '--timezone', 'UTC');
+          assert.equal(r.code, 0, r.err);
+          assert.equal(r.err, '');
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('hello from'), { timeoutMs: 30_000 });
+          assert.equal((await h.ingress.transcript(h.sessionId, { limit: 100 })).filter((x) => x.role === 'assistant').length, 1);
+        });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     it('/stop during the wait ends the turn at once', { timeout: 120_000 }, async () => {
