@@ -33,7 +33,7 @@ const MAX_REFUSED_PER_CALL = 50;
 export const RaiseAmountSchema = z
   .strictObject({
     tokens: z.number().int('tokens: a whole number').positive('tokens: more than 0').max(Number.MAX_SAFE_INTEGER).optional(),
-    money: z.number().finite().positive('money: more than 0').max(1e9).optional(),
+    money: z.number().finite().positive('money: more than 0').max(1e9).refine((m) => Math.round(m * 1_000_000) >= 1, 'money: at least $0.000001').optional(),
   })
   .refine((r) => r.tokens !== undefined || r.money !== undefined, { message: 'a raise gives tokens, money or both' });
 export type RaiseAmount = z.infer<typeof RaiseAmountSchema>;

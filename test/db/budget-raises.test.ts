@@ -114,7 +114,7 @@ for (const database of testDatabases()) {
       await ledger.reserve(request({ scopes: { people: [who] } }));
       const second = request({ scopes: { people: [who] } });
       await assert.rejects(ledger.reserve(second), ModelBudgetExceededError);
-      for (const bad of [{ tokens: 0 }, { tokens: -5 }, { tokens: 1.5 }, { money: 0 }, { money: Number.NaN }, {}, { tokens: 1000 } /* not limited */]) {
+      for (const bad of [{ tokens: 0 }, { tokens: -5 }, { tokens: 1.5 }, { money: 0 }, { money: 1e-9 }, { money: Number.NaN }, {}, { tokens: 1000 } /* not limited */]) {
         await assert.rejects(raiseBudget(t.db, { budgetId: id, ...bad, at: clock }), BudgetRaiseError, JSON.stringify(bad));
       }
       assert.equal((await row(t.db, id, clock)).raisedMicros, 0, 'nothing changed');
@@ -178,7 +178,7 @@ for (const database of testDatabases()) {
       assert.equal(refused.at(-1)?.actor, hitter.id);
 
       // bad input: 400, nothing changed, nothing receipted
-      const bad: Array<Record<string, unknown>> = [{ tokens: 0 }, { tokens: -1 }, { tokens: '1000' }, { tokens: 2.5 }, { money: -1 }, {}, { money: 1 } /* not limited */, { periodStart: 'yesterday', tokens: 5 }];
+      const bad: Array<Record<string, unknown>> = [{ tokens: 0 }, { tokens: -1 }, { money: 1e-9 }, { tokens: '1000' }, { tokens: 2.5 }, { money: -1 }, {}, { money: 1 } /* not limited */, { periodStart: 'yesterday', tokens: 5 }];
       for (const b of bad) await assert.rejects(service.raise({ budgetId: id, ...b, by: other } as Parameters<BudgetService['raise']>[0]), status(400, /nothing changed|Invalid|date/i), JSON.stringify(b));
       await assert.rejects(service.raise({ budgetId: id, tokens: 5, extra: true, by: other } as Parameters<BudgetService['raise']>[0]), status(400, /extra|Unrecognized/i));
       await assert.rejects(service.raise({ budgetId: '', tokens: 5, by: other }), status(400, /budgetId/));
