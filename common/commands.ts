@@ -51,6 +51,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'memory', args: [arg('action', 'list, show, forget, approve or reject', false, { choices: ['list', 'show', 'forget', 'approve', 'reject'] }), arg('id', 'The memory, such as m-1a2b3c4d', false)], description: 'What the agent remembers here: list, show or forget; admins approve or reject proposals.', minRole: 'member', where: 'any' },
   { name: 'tasks', args: [arg('lane', 'Only this lane', false, { choices: LANES })], description: "List open tasks (an admin's list has every chat's).", minRole: 'viewer', where: 'any' },
   { name: 'task', args: [arg('text', 'The task; or: hand <id>, close <id>', true, { rest: true })], description: 'Make a task by hand; hand one to the agent (a turn in its chat) or close it.', minRole: 'member', where: 'any' },
+  { name: 'budget', args: [arg('action', 'show (the default) or raise (admins)', false, { choices: ['show', 'raise'] }), arg('budget', 'For raise: the budget id', false), arg('amount', 'For raise: tokens (5000) and/or USD ($2.50)', false, { rest: true })], description: "Show the model budgets of you and this chat (admins: all); admins raise one for its period.", minRole: 'viewer', where: 'any' },
   { name: 'workspace', args: [arg('action', 'show, list, create, use, off or reindex', false, { choices: ['show', 'list', 'create', 'use', 'off', 'reindex'] }), arg('name', 'The workspace', false), arg('folder', 'Not from chat: the operator names folders (steward workspaces create --folder)', false)], description: "Show, create or choose this chat's workspace of Markdown and text knowledge.", minRole: 'admin', where: 'any' },
   { name: 'prompt', args: [arg('action', 'show, set or clear', false, { choices: ['show', 'set', 'clear'] }), arg('text', 'For set: the instructions for this chat', false, { rest: true })], description: "Show the system prompt's layers, or set or clear this chat's own.", minRole: 'admin', where: 'any' },
   { name: 'pair', args: [], description: 'Ask for access: you get a one-time code for an admin.', minRole: null, where: 'dm' },
@@ -104,6 +105,8 @@ export type ParsedCommand =
   | { kind: 'task'; action: 'hand' | 'close'; id: string }
   | { kind: 'route'; id: string; class: TriageClass; priority?: Priority; due?: string }
   | { kind: 'triage'; state?: 'on' | 'off'; model?: string }
+  | { kind: 'budget'; action: 'show' }
+  | { kind: 'budget'; action: 'raise'; id: string; tokens?: number; money?: number }
   | { kind: 'invalid'; name: string; error: string }
   | { kind: 'unknown'; name: string };
 
@@ -260,6 +263,27 @@ function parseTaskCommand(name: 'tasks' | 'task' | 'route' | 'triage', rest: str
   }
 }
 
+/** /budget [show], /budget raise <budget> <amount>: tokens (`5000`) and/or USD (`$2.50`, `2.50usd`). */
+function parseBudgetCommand(words: string[]): ParsedCommand {
+  const invalid = (error: string): ParsedCommand => ({ kind: 'invalid', name: 'budget', error });
+  const [action = 'show', id, ...amounts] = words;
+  const a = action.toLowerCase();
+  if (a === 'show') return id === undefined ? { kind: 'budget', action: 'show' } : invalid(usage('budget'));
+  if (a !== 'raise') return invalid(`${usage('budget')} (/budget, or /budget raise <budget> <tokens and/or $usd>)`);
+  if (!id || amounts.length === 0 || amounts.length > 2) return invalid('usage: /budget raise <budget> <amount>, the amount in tokens (5000), USD ($2.50) or both (5000 $2.50)');
+  if (id.length > 200 || !/^[A-Za-z0-9._:@/-]+$/.test(id)) return invalid('a budget id uses letters, digits and . _ : @ / -');
+  let tokens: number | undefined;
+  let money: number | undefined;
+  for (const w of amounts) {
+    const usd = /^\$(\d+(?:\.\d+)?)$|^(\d+(?:\.\d+)?)(?:\$|usd)$/i.exec(w);
+    if (usd && money === undefined) money = Number(usd[1] ?? usd[2]);
+    else if (/^\d+$/.test(w) && tokens === undefined) tokens = Number(w);
+    else return invalid(`${w}: an amount is tokens (5000) or USD ($2.50)`);
+  }
+  if ((tokens !== undefined && (!Number.isSafeInteger(tokens) || tokens <= 0)) || (money !== undefined && !(money > 0 && money <= 1e9))) return invalid('the amount must be more than 0');
+  return { kind: 'budget', action: 'raise', id, ...(tokens === undefined ? {} : { tokens }), ...(money === undefined ? {} : { money }) };
+}
+
 function parseCommand(name: string, rest: string): ParsedCommand {
   const words = rest ? rest.split(/\s+/) : [];
   const invalid = (error: string): ParsedCommand => ({ kind: 'invalid', name, error });
@@ -387,6 +411,8 @@ function parseCommand(name: string, rest: string): ParsedCommand {
     case 'route':
     case 'triage':
       return parseTaskCommand(name, rest, words);
+    case 'budget':
+      return parseBudgetCommand(words);
     case 'admin-channel': {
       const w = (words[0] ?? 'on').toLowerCase();
       if (words.length > 1 || (w !== 'on' && w !== 'off')) return invalid(usage(name));

@@ -65,7 +65,9 @@ export type ReceiptKind =
   | 'budget.reserved'
   | 'budget.settled'
   | 'budget.exhausted'
-  | 'budget.change';
+  | 'budget.change'
+  | 'budget.raised'
+  | 'budget.raise.refused';
 
 export interface ReceiptInput {
   key?: string;

@@ -12,7 +12,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { createDb, migrateDatabase } from '../domain/db.js';
-import { RoleSchema } from '../common/roles.js';
+import { OPERATOR, RoleSchema, type Actor } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
 import { createAdminService, type AdminService } from '../services/admin.js';
 import type { Client } from '@temporalio/client';
@@ -32,6 +32,8 @@ export interface CliIo {
 
 /** Who the command line acts as in receipts and rows. */
 const CLI: Requester = { id: 'cli', name: 'cli' };
+/** The command line where the service asks for an Actor (a raise): the operator, named cli. */
+const CLI_ACTOR: Actor = { ...OPERATOR, name: 'cli' };
 
 function check<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
   const r = schema.safeParse(value);
@@ -66,7 +68,7 @@ async function withBudgets<T>(io: CliIo, fn: (budgets: BudgetService) => Promise
     if (!temporal) {
       const { openTemporal } = await import('./ops-cli.js');
       const opened = await openTemporal(cfg, undefined);
-      if ('error' in opened) return 0;
+      if ('error' in opened) throw new Error(opened.error);
       temporal = opened;
     }
     return wakeBudgetWaiters(temporal.client, cfg.temporal.namespace, budgetId);
@@ -91,7 +93,8 @@ function budgetRow(b: BudgetView): string[] {
   return [
     b.id,
     b.scope === 'installation' ? 'installation' : `${b.scope} ${b.scopeId ?? ''}`,
-    amounts(b.tokens, b.money),
+    // a raise of the current period shows beside the limit
+    `${amounts(b.tokens, b.money)}${u.raised.tokens || u.raised.money ? ` (+${amounts(u.raised.tokens || null, u.raised.money || null)} raised)` : ''}`,
     b.period === 'none' ? 'total' : b.period === 'window' ? u.period : `${b.period} (${b.timezone})`,
     amounts(b.tokens === null ? null : u.used.tokens, b.money === null ? null : u.used.money),
     amounts(b.tokens === null ? null : u.reserved.tokens, b.money === null ? null : u.reserved.money),
@@ -389,6 +392,25 @@ const HANDLERS = {
         io.out(`Removed the budget ${id} and its usage.\n`);
         return 0;
       }),
+    raise: ({ args: [id = ''], values, io }) => {
+      if (values.tokens === undefined && values.money === undefined) throw new UsageError(`usage: ${usageOf('budgets')} (raise: --tokens N, --money USD or both)`);
+      const amount = {
+        ...(values.tokens !== undefined ? { tokens: numberFlag(values.tokens) as number } : {}),
+        ...(values.money !== undefined ? { money: numberFlag(values.money) as number } : {}),
+      };
+      return withBudgets(io, async (budgets) => {
+        try {
+          const r = await budgets.raise({ budgetId: id, ...amount, by: CLI_ACTOR });
+          io.out(`${r.message}\n`);
+          return 0;
+        } catch (err) {
+          if (!(err instanceof ServiceInputError)) throw err;
+          if (err.status === 400) throw new UsageError(err.message);
+          io.err(`${err.message}\n`);
+          return 1;
+        }
+      });
+    },
   },
 
   shells: {

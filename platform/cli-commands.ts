@@ -208,10 +208,19 @@ export const CLI_COMMANDS = [
         ],
       },
       { name: 'remove', usage: 'ID', args: '<id>' },
+      {
+        name: 'raise',
+        usage: 'ID --tokens N | --money USD',
+        args: '<id>',
+        flags: [flag('tokens', 'N', 'tokens added to the current period'), flag('money', 'USD', 'US dollars added to the current period')],
+      },
     ],
     runner: 'admin',
-    summary: "Model spend budgets in tokens and money per scope, each with its current period's usage (used, reserved, left, when it renews); `set` defines or changes one (the whole definition). Works without a running Steward.",
-    notes: ['A budget limits tokens, money or both; --scope-id names the chat (binding id), person (identity id), objective, workspace or repository.'],
+    summary: "Model spend budgets in tokens and money per scope, each with its current period's usage (used, reserved, raised, left, when it renews); `set` defines or changes one (the whole definition); `raise` raises one for its current period only. Works without a running Steward.",
+    notes: [
+      'A budget limits tokens, money or both; --scope-id names the chat (binding id), person (identity id), objective, workspace or repository.',
+      '`raise` adds to the current period (receipted budget.raised); the next period starts from the limit again.',
+    ],
   },
   {
     name: 'pairing',

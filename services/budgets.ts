@@ -9,14 +9,26 @@
  * field is refused with ServiceInputError (400) and changes nothing. STEWARD_TOKEN_BUDGET's
  * installation budget belongs to the setting: changing or removing it here is refused (409).
  * The ledger reads budgets on every reservation, so a change applies to the next model call;
- * the usage of the current period is kept. A change wakes the chat turns waiting on the budget
- * (`wakeBudgetWaiters`, services/budget-waiters.ts, when given): they try their model step again.
+ * the usage of the current period is kept. A change (set, remove) wakes the chat turns waiting
+ * on the budget (`wakeBudgetWaiters`, services/budget-waiters.ts, when given): they try their
+ * model step again.
+ *
+ * `raise` raises a budget for its current period only (domain/budgets/raises.ts): admins only,
+ * never by a person whose call the budget refused in the period (no self-raise), receipted
+ * `budget.raised` (a refusal `budget.raise.refused`), then the runs waiting for the budget are
+ * woken through the injected `wakeBudgetWaiters`. The chat's `/budget raise`, the admins'
+ * Raise button (services/chat/budgets.ts), POST /api/v1/budgets/{id}/raise and
+ * `steward budgets raise` all call it. `visibleTo` is what `/budget` shows a person.
  */
+import { z } from 'zod';
 import type { Db } from '../domain/db.js';
 import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../domain/budgets/definitions.js';
 import { budgetUsage, ENV_BUDGET_ID } from '../domain/budgets/ledger.js';
-import { describeRenewal, periodName } from '../domain/budgets/periods.js';
-import { writeReceipt } from '../domain/receipts.js';
+import { describeRenewal, periodName, periodOf } from '../domain/budgets/periods.js';
+import { formatMoney } from '../domain/budgets/prices.js';
+import { BudgetRaiseError, raiseBudget, RaiseAmountSchema, refusedPeople } from '../domain/budgets/raises.js';
+import { receiptsByKeys, writeReceipt } from '../domain/receipts.js';
+import { isAdmin, type Actor } from '../common/roles.js';
 import { ServiceInputError, type Requester } from './requests.js';
 
 /** Tokens and USD (null: not limited). */
@@ -51,7 +63,9 @@ export interface BudgetView {
     used: { tokens: number; money: number };
     /** Held by calls not settled yet. */
     reserved: { tokens: number; money: number };
-    /** What a call may still take (0 at least); null where the budget does not limit. */
+    /** What admins raised this period by (it ends with the period). */
+    raised: { tokens: number; money: number };
+    /** What a call may still take (the limit and the period's raise, less used and reserved; 0 at least); null where the budget does not limit. */
     left: Amounts;
   };
 }
@@ -67,8 +81,8 @@ function definitionView(b: Budget): BudgetDefinitionView {
 
 async function budgetView(db: Db, b: Budget, at: number): Promise<BudgetView> {
   const u = await budgetUsage(db, b, at);
-  const left = (limit: number | null, used: number, reserved: number) => (limit === null ? null : Math.max(0, limit - used - reserved));
-  const leftMicros = left(b.micros, u.usedMicros, u.reservedMicros);
+  const left = (limit: number | null, raised: number, used: number, reserved: number) => (limit === null ? null : Math.max(0, limit + raised - used - reserved));
+  const leftMicros = left(b.micros, u.raisedMicros, u.usedMicros, u.reservedMicros);
   return {
     ...definitionView(b),
     usage: {
@@ -78,7 +92,8 @@ async function budgetView(db: Db, b: Budget, at: number): Promise<BudgetView> {
       renews: u.period.end ? describeRenewal(b, u.period.end) : null,
       used: { tokens: u.usedTokens, money: usd(u.usedMicros) },
       reserved: { tokens: u.reservedTokens, money: usd(u.reservedMicros) },
-      left: { tokens: left(b.tokens, u.usedTokens, u.reservedTokens), money: leftMicros === null ? null : usd(leftMicros) },
+      raised: { tokens: u.raisedTokens, money: usd(u.raisedMicros) },
+      left: { tokens: left(b.tokens, u.raisedTokens, u.usedTokens, u.reservedTokens), money: leftMicros === null ? null : usd(leftMicros) },
     },
   };
 }
@@ -92,18 +107,43 @@ function refuseEnvBudget(id: string, what: string): void {
   if (id === ENV_BUDGET_ID) throw new ServiceInputError(`The budget ${ENV_BUDGET_ID} is the STEWARD_TOKEN_BUDGET setting's: ${what} the setting (nothing changed)`, 409);
 }
 
-export type BudgetService = ReturnType<typeof createBudgetService>;
+/** A raise as the caller asks for it (checked by zod: a bad field changes nothing). */
+const RaiseInputSchema = z.strictObject({
+  budgetId: z.string().trim().min(1, 'budgetId: the budget to raise').max(200),
+  tokens: z.unknown().optional(),
+  money: z.unknown().optional(),
+  /** The period the raise is meant for (a button's): refused when the budget is in another period by now. */
+  periodStart: z.coerce.date().optional(),
+  /** Raise at most once under this key (a notice's button: its budget and period); a second raise under it is refused. */
+  once: z.string().min(1).max(300).optional(),
+});
+
+/** A raise that was applied. */
+export interface RaiseResult {
+  budget: BudgetView;
+  /** This raise (null where it gave none of the unit). */
+  raise: { tokens: number | null; money: number | null };
+  /** The period's raise in total after it. */
+  raisedInPeriod: { tokens: number; money: number };
+  /** How many waiting turns were woken (null: no waker, or it failed). */
+  woken: number | null;
+  /** The outcome in a sentence, for chat. */
+  message: string;
+}
 
 export interface BudgetServiceOptions {
   now?: () => number;
   /**
-   * Wake the turns waiting on a budget (services/budget-waiters.ts with the Temporal client);
-   * the number woken. Absent (no Temporal at hand): the waiting turns re-check by themselves.
+   * Wake the runs waiting for this budget (services/budget-waiters.ts with the Temporal client):
+   * called after a raise, a set and a remove. How many were woken. Absent (no Temporal at hand):
+   * the waiting turns re-check by themselves.
    */
   wakeBudgetWaiters?: (budgetId: string) => Promise<number>;
-  /** Told when waking fails (the change stands: the turns re-check by themselves). */
+  /** Told when waking fails after a set or remove (the change stands: the turns re-check by themselves). */
   onWakeError?: (budgetId: string, err: unknown) => void;
 }
+
+export type BudgetService = ReturnType<typeof createBudgetService>;
 
 export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
   const now = opts.now ?? Date.now;
@@ -149,6 +189,98 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
       await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
       await wake(id);
       return { created: !before, budget: await budgetView(db, after, now()) };
+    },
+
+    /**
+     * The budgets a person may see: every budget for an admin (and the operator); for anyone
+     * else the installation's, their own (person scope: their identity) and their chat's (chat
+     * scope: `chat`, the chat's binding id).
+     */
+    async visibleTo(by: Actor, chat?: string): Promise<BudgetView[]> {
+      const at = now();
+      const all = await listBudgets(db);
+      const mine = isAdmin(by.role) ? all : all.filter((b) => b.scope === 'installation' || (b.scope === 'person' && b.scopeId === by.id) || (b.scope === 'chat' && chat !== undefined && b.scopeId === chat));
+      return Promise.all(mine.map((b) => budgetView(db, b, at)));
+    },
+
+    /**
+     * Raise a budget for its current period by tokens and/or money (USD): admins only, and not
+     * by a person whose call the budget refused in this period (no self-raise). A bad field
+     * throws ServiceInputError (400); an unknown budget 404; a refusal by these rules, or a
+     * `periodStart` that is no longer the budget's period, 409 and a `budget.raise.refused`
+     * receipt. Nothing changes on a refusal. Applied: a `budget.raised` receipt (who, how much,
+     * the period), then the runs waiting for the budget are woken (`wakeBudgetWaiters`).
+     */
+    async raise(input: { budgetId: string; tokens?: number; money?: number; periodStart?: Date | string; once?: string; by: Actor }): Promise<RaiseResult> {
+      const { by, ...rest } = input;
+      const parsed = RaiseInputSchema.safeParse(rest);
+      if (!parsed.success) throw new ServiceInputError(`Raise refused (nothing changed): ${parsed.error.issues.map((i) => `${i.path.length ? `${i.path.map(String).join('.')}: ` : ''}${i.message}`).join('; ')}.`);
+      const { budgetId, periodStart, once } = parsed.data;
+      const amount = RaiseAmountSchema.safeParse({ ...(parsed.data.tokens === undefined ? {} : { tokens: parsed.data.tokens }), ...(parsed.data.money === undefined ? {} : { money: parsed.data.money }) });
+      if (!amount.success) throw new ServiceInputError(`Raise refused (nothing changed): ${amount.error.issues.map((i) => `${i.path.length ? `${i.path.map(String).join('.')}: ` : ''}${i.message}`).join('; ')}.`);
+      const refuse = async (why: string, status: 404 | 409 = 409): Promise<never> => {
+        await writeReceipt(db, { kind: 'budget.raise.refused', actor: by.id, data: { budget: budgetId, by: by.name, ...amount.data, why } });
+        throw new ServiceInputError(why, status);
+      };
+      if (!isAdmin(by.role)) return refuse(`Raising a budget needs the admin role; you are ${by.role === 'operator' ? 'an' : 'a'} ${by.role}. Nothing changed.`);
+      const at = now();
+      const b = await findBudget(db, budgetId);
+      if (!b) throw new ServiceInputError(`No budget has the id ${budgetId}.`, 404);
+      const period = periodOf(b, at);
+      if (periodStart && periodStart.getTime() !== period.start.getTime()) {
+        return refuse(`The period of ${b.id} that began ${periodStart.toISOString()} is over (the budget renewed${period.start.getTime() > periodStart.getTime() ? ` at ${describeRenewal(b, period.start)}` : ''}); nothing changed.`);
+      }
+      if (by.kind === 'person' && (await refusedPeople(db, b.id, period)).includes(by.id)) {
+        return refuse(`You may not raise ${b.id}: it refused a model call of yours in this period (no self-raise); another admin can. Nothing changed.`);
+      }
+      if (amount.data.tokens !== undefined && b.tokens === null) throw new ServiceInputError(`Raise refused (nothing changed): the budget ${b.id} does not limit tokens.`);
+      if (amount.data.money !== undefined && b.micros === null) throw new ServiceInputError(`Raise refused (nothing changed): the budget ${b.id} does not limit money.`);
+      const raise = { tokens: amount.data.tokens ?? null, money: amount.data.money ?? null };
+      // the receipt first: under a `once` key it is the claim (a second click finds it taken and raises nothing)
+      const receipted = await writeReceipt(db, {
+        ...(once ? { key: `budget.raised:${once}` } : {}),
+        kind: 'budget.raised',
+        actor: by.id,
+        data: {
+          budget: b.id,
+          scope: b.scope,
+          ...(b.scopeId ? { scopeId: b.scopeId } : {}),
+          by: by.name,
+          ...(raise.tokens === null ? {} : { tokens: raise.tokens }),
+          ...(raise.money === null ? {} : { money: raise.money }),
+          period: periodName(b),
+          periodStart: period.start.toISOString(),
+          renewsAt: period.end ? period.end.toISOString() : null,
+        },
+      });
+      if (!receipted) {
+        const [first] = await receiptsByKeys(db, [`budget.raised:${once}`]);
+        const by1 = (first?.data as { by?: unknown } | undefined)?.by;
+        const who = typeof by1 === 'string' ? by1 : 'an admin';
+        throw new ServiceInputError(`Already raised by ${who} from this notice for this period; /budget raise ${b.id} <amount> raises it more. Nothing changed.`, 409);
+      }
+      let raised;
+      try {
+        raised = await raiseBudget(db, { budgetId: b.id, ...amount.data, at });
+      } catch (err) {
+        if (err instanceof BudgetRaiseError) throw new ServiceInputError(err.message);
+        throw err;
+      }
+      if (!raised) throw new ServiceInputError(`No budget has the id ${budgetId}.`, 404);
+      let woken: number | null = null;
+      if (opts.wakeBudgetWaiters) woken = await opts.wakeBudgetWaiters(b.id).catch(() => null);
+      const view = await budgetView(db, b, at);
+      const amountText = [raise.tokens === null ? undefined : `${raise.tokens} tokens`, raise.money === null ? undefined : formatMoney(Math.round(raise.money * 1_000_000))].filter(Boolean).join(' and ');
+      const leftText = [view.usage.left.tokens === null ? undefined : `${view.usage.left.tokens} tokens`, view.usage.left.money === null ? undefined : formatMoney(Math.round(view.usage.left.money * 1_000_000))].filter(Boolean).join(' and ');
+      const until = view.usage.renews ? `until ${view.usage.renews}` : 'in total (it does not renew)';
+      const wokeText = woken ? ` ${woken} waiting turn${woken === 1 ? '' : 's'} woken.` : '';
+      return {
+        budget: view,
+        raise,
+        raisedInPeriod: { tokens: raised.raisedTokens, money: usd(raised.raisedMicros) },
+        woken,
+        message: `Raised ${b.id} by ${amountText} ${until}: ${leftText} left now.${wokeText}`,
+      };
     },
 
     /** Remove the budget `id` and its usage; undefined when there is none. Receipted `budget.change`. */

@@ -16,7 +16,7 @@ import { MAX_MESSAGE_CHARS } from '../../common/schemas.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { registerAdminRoutes, type AdminDeps } from './admin.js';
 import { registerBudgetRoutes } from './budgets.js';
-import { createBudgetService, type BudgetServiceOptions } from '../../services/budgets.js';
+import { createBudgetService, type BudgetService } from '../../services/budgets.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
 import { bearerMatches } from './sign-in.js';
 import { registerChangeRoutes } from './changes.js';
@@ -176,8 +176,6 @@ export interface HttpDeps {
   account?: string;
   /** The administration API (identities, bindings, pairing, approvals, budgets). */
   admin?: Omit<AdminDeps, 'ingress'>;
-  /** Budgets: what a budget change does after it, for the turns waiting on it (services/budgets.ts). */
-  budgetOptions?: BudgetServiceOptions;
   /** Repositories and governed changes. */
   changes?: ChangeService;
   /** Objectives on Temporal Schedules. */
@@ -193,6 +191,8 @@ export interface HttpDeps {
   mcp?: McpService;
   /** Triage and tasks (/api/v1/tasks, /api/v1/bindings/{id}/triage). */
   tasks?: TaskService;
+  /** Budgets (/api/v1/budgets), with the admin API; absent: one over the admin API's database. */
+  budgets?: BudgetService;
   /** Prometheus metrics in text format, served on `GET /metrics` behind the API token. */
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
@@ -282,7 +282,7 @@ export function createHttpApp(deps: HttpDeps) {
     return undefined;
   });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
-  if (deps.admin) registerBudgetRoutes(app, createBudgetService(deps.admin.db, deps.budgetOptions ?? {}));
+  if (deps.admin) registerBudgetRoutes(app, deps.budgets ?? createBudgetService(deps.admin.db));
   if (deps.changes) registerChangeRoutes(app, deps.changes);
   if (deps.workspaces) registerWorkspaceRoutes(app, deps.workspaces);
   if (deps.knowledge) registerMemoryRoutes(app, deps.knowledge);

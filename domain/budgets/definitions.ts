@@ -89,7 +89,7 @@ export async function defineBudget(db: Db, input: unknown, source: 'file' | 'api
 
 /** Remove a budget and its usage (explicitly: SQLite may not enforce the cascade); false when there was none. */
 export async function removeBudget(db: Db, id: string): Promise<boolean> {
-  const [, removed] = await db.$transaction([db.budgetUsage.deleteMany({ where: { budgetId: id } }), db.budget.deleteMany({ where: { id } })]);
+  const [, , removed] = await db.$transaction([db.budgetRefusal.deleteMany({ where: { budgetId: id } }), db.budgetUsage.deleteMany({ where: { budgetId: id } }), db.budget.deleteMany({ where: { id } })]);
   return removed.count > 0;
 }
 

@@ -7,8 +7,9 @@
  * provider reported.
  *
  * - All or nothing: one transaction holds the call against every budget, each by a conditional
- *   increment of the period's usage row (`used + reserved + amount <= limit`, and nothing once
- *   `used + reserved` reaches the limit), in the order of the budgets' ids. On SQLite the
+ *   increment of the period's usage row (`used + reserved + amount <= limit + raised`, and nothing
+ *   once `used + reserved` reaches it; `raised` is what admins raised the period by, raises.ts),
+ *   in the order of the budgets' ids. On SQLite the
  *   transactions of a process run one at a time (and the database lock orders processes); on
  *   PostgreSQL the row lock makes a concurrent increment wait and re-check the condition
  *   (READ COMMITTED), so two calls never both take the last of a budget. A budget that does not
@@ -21,8 +22,9 @@
  * - A crashed worker's reservation expires (`reservationTtlMs`) and `sweepExpired` settles it to
  *   its worst case, once.
  * - Refused: ModelBudgetExceededError with the budget (scope, id, period, what is left, when it
- *   renews); a `limit.refused` receipt for each refusal, and once per budget and period a
- *   `budget.exhausted` receipt and a notice to the admins.
+ *   renews); a `limit.refused` receipt for each refusal, the call's people recorded as refused
+ *   on the budget for the period (they may not raise it: raises.ts), and once per budget and
+ *   period a `budget.exhausted` receipt and a notice to the admins with a Raise button.
  * - Receipts: `budget.reserved`, `budget.settled` (keyed by the step's key: written once).
  * - Money: from the price table (prices.ts); a model without a price counts tokens only (money
  *   limits do not apply to it; `unpricedModels` lists the ones seen).
@@ -44,6 +46,7 @@ import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.
 import { budgetOf, listBudgets, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
 import { costMicros, formatMoney, worstCaseMicros, type PriceTable } from './prices.js';
+import { raiseButtons, recordRefusal } from './raises.js';
 
 /** The id of STEWARD_TOKEN_BUDGET's installation budget. */
 export const ENV_BUDGET_ID = 'env:STEWARD_TOKEN_BUDGET';
@@ -192,12 +195,12 @@ async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | nul
   const fits: string[] = [];
   const values: Array<number | string | Date> = [tokens, micros ?? 0, b.id, p.start];
   if (b.tokens !== null) {
-    fits.push('"usedTokens" + "reservedTokens" + ? <= ?', '"usedTokens" + "reservedTokens" < ?');
+    fits.push('"usedTokens" + "reservedTokens" + ? <= ? + "raisedTokens"', '"usedTokens" + "reservedTokens" < ? + "raisedTokens"');
     values.push(tokens, b.tokens, b.tokens);
   }
   // a money limit applies only to a priced model's call
   if (b.micros !== null && micros !== null) {
-    fits.push('"usedMicros" + "reservedMicros" + ? <= ?', '"usedMicros" + "reservedMicros" < ?');
+    fits.push('"usedMicros" + "reservedMicros" + ? <= ? + "raisedMicros"', '"usedMicros" + "reservedMicros" < ? + "raisedMicros"');
     values.push(micros, b.micros, b.micros);
   }
   const changed = await tx.execute(
@@ -281,11 +284,13 @@ function refusalTexts(b: Budget, p: Period, model: string, need: { tokens: numbe
 }
 
 /** A refused call: what is left, the receipts, the admins told once per budget and period, and the error. */
-async function refuse(db: Db, senders: Senders | undefined, req: SpendRequest, h: Hold, need: { tokens: number; micros: number | null }): Promise<never> {
+async function refuse(db: Db, senders: Senders | undefined, req: SpendRequest, h: Hold, need: { tokens: number; micros: number | null }, at: number): Promise<never> {
   const { budget: b, period: p } = h;
-  const [u] = await directSql(db).query('SELECT "usedTokens", "reservedTokens", "usedMicros", "reservedMicros" FROM "BudgetUsage" WHERE "budgetId" = ? AND "periodStart" = ?', [b.id, p.start]);
+  const [u] = await directSql(db).query('SELECT "usedTokens", "reservedTokens", "usedMicros", "reservedMicros", "raisedTokens", "raisedMicros" FROM "BudgetUsage" WHERE "budgetId" = ? AND "periodStart" = ?', [b.id, p.start]);
   const spent = { tokens: u ? sqlInt(u.usedTokens) + sqlInt(u.reservedTokens) : 0, micros: u ? sqlInt(u.usedMicros) + sqlInt(u.reservedMicros) : 0 };
-  const leftUnits = { ...(b.tokens === null ? {} : { tokens: Math.max(0, b.tokens - spent.tokens) }), ...(b.micros === null ? {} : { micros: Math.max(0, b.micros - spent.micros) }) };
+  // the period's raise (raises.ts) counts as limit
+  const raised = { tokens: u ? sqlInt(u.raisedTokens) : 0, micros: u ? sqlInt(u.raisedMicros) : 0 };
+  const leftUnits = { ...(b.tokens === null ? {} : { tokens: Math.max(0, b.tokens + raised.tokens - spent.tokens) }), ...(b.micros === null ? {} : { micros: Math.max(0, b.micros + raised.micros - spent.micros) }) };
   const left = { ...(leftUnits.tokens === undefined ? {} : { tokens: leftUnits.tokens }), ...(leftUnits.micros === undefined ? {} : { money: leftUnits.micros / 1_000_000 }) };
   const { message, notice } = refusalTexts(b, p, req.model, need, spent, leftUnits);
   const detail = {
@@ -298,10 +303,12 @@ async function refuse(db: Db, senders: Senders | undefined, req: SpendRequest, h
     left,
   };
   const limit = b.id === ENV_BUDGET_ID ? 'tokens' : 'budget';
+  // whose call it refused: they may not raise it for this period (no self-raise)
+  await recordRefusal(db, b.id, p, req.scopes.people ?? [], at);
   await writeReceipt(db, { kind: 'limit.refused', actor: 'model-budget', data: { limit, ...detail, model: req.model, kind: req.kind, need: { tokens: need.tokens, ...(need.micros === null ? {} : { micros: need.micros }) } } });
   // the first refusal of the budget's period: receipted and told once
   if (await writeReceipt(db, { key: `budget.exhausted:${b.id}:${p.start.getTime()}`, kind: 'budget.exhausted', actor: 'model-budget', data: detail })) {
-    await notifyAdmins(db, senders ?? {}, { key: `budget:${b.id}:${p.start.getTime()}`, text: notice }).catch(() => undefined);
+    await notifyAdmins(db, senders ?? {}, { key: `budget:${b.id}:${p.start.getTime()}`, text: notice, buttons: raiseButtons(b, p) }).catch(() => undefined);
   }
   throw new ModelBudgetExceededError(message, { budget: b.id, scope: b.scope, ...(b.scopeId ? { id: b.scopeId } : {}), period: periodName(b), left, ...(p.end ? { renewsAt: p.end.toISOString() } : {}) });
 }
@@ -369,7 +376,7 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
           }
           return { key };
         }
-        if (outcome.refused) return refuse(db, opts.senders, req, outcome.refused, { tokens, micros });
+        if (outcome.refused) return refuse(db, opts.senders, req, outcome.refused, { tokens, micros }, at);
         break;
       }
       await writeReceipt(db, {
@@ -434,15 +441,17 @@ export async function reservationOf(db: Db, key: string): Promise<{ tokens: numb
 }
 
 /** One budget's use in the period containing `at`: used and reserved, tokens and micro-USD (zeros when nothing was reserved yet). */
-export async function budgetUsage(db: Db, budget: Budget, at: number = Date.now()): Promise<{ period: Period; usedTokens: number; reservedTokens: number; usedMicros: number; reservedMicros: number }> {
+export async function budgetUsage(db: Db, budget: Budget, at: number = Date.now()): Promise<{ period: Period; usedTokens: number; reservedTokens: number; usedMicros: number; reservedMicros: number; raisedTokens: number; raisedMicros: number }> {
   const period = periodOf(budget, at);
-  const [u] = await directSql(db).query('SELECT "usedTokens", "reservedTokens", "usedMicros", "reservedMicros" FROM "BudgetUsage" WHERE "budgetId" = ? AND "periodStart" = ?', [budget.id, period.start]);
+  const [u] = await directSql(db).query('SELECT "usedTokens", "reservedTokens", "usedMicros", "reservedMicros", "raisedTokens", "raisedMicros" FROM "BudgetUsage" WHERE "budgetId" = ? AND "periodStart" = ?', [budget.id, period.start]);
   return {
     period,
     usedTokens: u ? sqlInt(u.usedTokens) : 0,
     reservedTokens: u ? sqlInt(u.reservedTokens) : 0,
     usedMicros: u ? sqlInt(u.usedMicros) : 0,
     reservedMicros: u ? sqlInt(u.reservedMicros) : 0,
+    raisedTokens: u ? sqlInt(u.raisedTokens) : 0,
+    raisedMicros: u ? sqlInt(u.raisedMicros) : 0,
   };
 }
 

@@ -2,7 +2,7 @@
  * The handlers of the chat commands, one per command of the catalog (common/commands.ts),
  * registered by feature: the session's (stop, new, steer, model, think, status), access and
  * governance (whoami, help, pair, pairing and action decisions, bindings), repository changes
- * (change, answer) and objectives (objectives, objective). The table's type names every kind
+ * (change, answer), objectives (objectives, objective) and budgets (budget). The table's type names every kind
  * the parser produces, so a command without a handler does not compile. The intake
  * (intake.ts) has already decided that the sender may use the command (role, chat, admin
  * channel) when one runs.
@@ -40,6 +40,8 @@ import type { PartState } from '../../domain/heartbeat.js';
 import type { IngressDeps } from './intake.js';
 import { isAdmin } from '../../common/roles.js';
 import { taskLine } from '../../common/tasks.js';
+import type { BudgetService } from '../budgets.js';
+import { budgetReport, raiseFromChat } from './budgets.js';
 
 type CommandKind = ParsedCommand['kind'];
 type CommandOf<K extends CommandKind> = Extract<ParsedCommand, { kind: K }>;
@@ -64,6 +66,7 @@ export interface CommandCall {
 
 /** What the handlers use: the intake's dependencies and its session and decision helpers. */
 export interface CommandEnv extends Pick<IngressDeps, 'client' | 'db' | 'configuredProviders' | 'changes' | 'objectives' | 'workspaces' | 'promptLayers' | 'knowledge' | 'heartbeat' | 'runLink' | 'tasks'> {
+  budgets: BudgetService;
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
   decidePairing(code: string, decision: { approve: Role } | 'deny', by: Actor): Promise<PairingDecision>;
@@ -502,6 +505,16 @@ function taskCommands(env: CommandEnv): Handlers<'tasks' | 'task' | 'route' | 't
   };
 }
 
+/** /budget: the model budgets one may see (budgets.ts); /budget raise: an admin raises one for its period. */
+function budgetCommands(env: CommandEnv): Handlers<'budget'> {
+  return {
+    async budget(cmd, call) {
+      if (cmd.action === 'raise') return raiseFromChat(env.budgets, call.actor, cmd);
+      return budgetReport(env.budgets, call.actor, call.binding?.id);
+    },
+  };
+}
+
 /** What the parser could not take: a known command with bad arguments, or an unknown one. */
 function parseFailures(): Handlers<'invalid' | 'unknown'> {
   return {
@@ -524,6 +537,7 @@ export function commandHandlers(env: CommandEnv): { run(cmd: ParsedCommand, call
     ...workspaceCommands(env),
     ...memoryCommands(env),
     ...taskCommands(env),
+    ...budgetCommands(env),
     ...parseFailures(),
   };
   return {

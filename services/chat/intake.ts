@@ -14,7 +14,7 @@
  * (pairing.ts), authorise) -> persist (recorded once; files: attachments.ts) -> route (a turn
  * for a message, handed over by services/handoff.ts; a command to its handler in commands.ts).
  * The chat feature's other parts: approvals.ts (decisions on waiting actions and their
- * buttons), status.ts, transcript.ts, deliveries.ts (what the intake sends; the senders'
+ * buttons), budgets.ts (/budget and the Raise button of a spent budget's notice), status.ts, transcript.ts, deliveries.ts (what the intake sends; the senders'
  * contract), resume.ts (the handoff sweep), session-start.ts.
  */
 import type { Client } from '@temporalio/client';
@@ -31,6 +31,7 @@ import type { ConversationKey } from '../../common/ids.js';
 import type { RateLimits, Role } from '../../common/roles.js';
 import type { InboundMessage, NormalizedInbound, Provider } from '../../common/schemas.js';
 import type { SessionLimits } from '../../workflows/types.js';
+import { createBudgetService, type BudgetService } from '../budgets.js';
 import type { ChangeService } from '../changes.js';
 import type { ResumeOptions } from '../handoff.js';
 import type { KnowledgeService } from '../knowledge.js';
@@ -38,6 +39,8 @@ import type { ObjectiveService } from '../objectives.js';
 import type { TaskService } from '../tasks.js';
 import type { WorkspaceService } from '../workspaces.js';
 import { decideApprovalAs, handleApprovalButton, type ActionResult, type InboundAction } from './approvals.js';
+import { handleRaiseButton } from './budgets.js';
+import { isRaiseButton } from '../../domain/budgets/raises.js';
 import { DEFAULT_ATTACHMENT_LIMITS, storeAttachments, type AttachmentLimits, type PendingAttachment } from './attachments.js';
 import { commandHandlers } from './commands.js';
 import { deliverAnswer, type DeliveryContext, type Senders } from './deliveries.js';
@@ -162,6 +165,8 @@ export interface IngressDeps {
   commandRetryAfterMs?: number;
   /** Triage and tasks: group messages that do not address Steward are sorted into work where a binding has triage on (/tasks, /task, /route, /triage). */
   tasks?: TaskService;
+  /** Model budgets (/budget, the Raise button of a spent budget's notice). Absent: one over `db` (a raise then wakes no waiting run). */
+  budgets?: BudgetService;
 }
 
 /** The one way in from every chat platform and the API: `handle` runs the pipeline (pipeline.ts); buttons, transcripts and status for the adapters. */
@@ -185,6 +190,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
   const status = (sessionId: string) => sessionStatus(client, deps.defaultModel, sessionId);
   const decideApprovalImpl = (id: string, decision: 'approve' | 'deny', by: Actor, reason?: string) => decideApprovalAs(db, client, id, decision, by, reason);
   const decidePairingImpl = (code: string, decision: { approve: Role } | 'deny', by: Actor) => decidePairingAs(delivery, code, decision, by);
+  const budgets = deps.budgets ?? createBudgetService(db);
 
   async function recordSystem(sessionId: string, key: string, text: string): Promise<void> {
     if (await recordSystemMessage(db, sessionId, key, text)) deps.onTranscript?.(sessionId, 'system');
@@ -202,6 +208,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
     ...(deps.heartbeat ? { heartbeat: deps.heartbeat } : {}),
     ...(deps.runLink ? { runLink: deps.runLink } : {}),
     ...(deps.tasks ? { tasks: deps.tasks } : {}),
+    budgets,
     status,
     formatStatus,
     decidePairing: decidePairingImpl,
@@ -261,7 +268,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
       return result;
     },
 
-    handleAction: (action) => handleApprovalButton(db, action, decideApprovalImpl),
+    handleAction: (action) => (isRaiseButton(action.data) ? handleRaiseButton(db, budgets, action) : handleApprovalButton(db, action, decideApprovalImpl)),
     transcript: (sessionId, opts = {}) => transcriptOf(db, sessionId, opts),
     status,
     decidePairing: decidePairingImpl,

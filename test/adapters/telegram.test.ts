@@ -532,7 +532,7 @@ describe('Telegram adapter (recording ingress)', () => {
       [{ type: 'default' }, { type: 'all_private_chats' }, { type: 'chat', chat_id: adminGroup.id }],
     );
     const names = (scope: Parameters<TelegramDouble['commands']>[0]) => tg.commands(scope).map((c) => c.command);
-    const everyone = ['stop', 'steer', 'new', 'model', 'think', 'status', 'whoami', 'help', 'change', 'answer', 'objectives', 'objective', 'search', 'open', 'skills', 'memory', 'tasks', 'task'];
+    const everyone = ['stop', 'steer', 'new', 'model', 'think', 'status', 'whoami', 'help', 'change', 'answer', 'objectives', 'objective', 'search', 'open', 'skills', 'memory', 'tasks', 'task', 'budget'];
     const admin = ['workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'bind', 'unbind', 'admin_channel', 'route', 'triage'];
     assert.deepEqual(names({ type: 'default' }), everyone);
     assert.deepEqual(names({ type: 'all_private_chats' }), [...everyone, 'pair']);

@@ -70,7 +70,7 @@ for (const kind of testDatabases()) {
         apiToken: TOKEN,
         health: async () => ({ ok: true, checks: {} }),
         admin: { db: stack.db },
-        budgetOptions: { wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(stack.env.client, namespace, budgetId) },
+        budgets: createBudgetService(stack.db, { wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(stack.env.client, namespace, budgetId) }),
       });
       await withHarness({ env: stack.env, db: stack.db, providers: providers(), spend: createSpend({ db: stack.db, budget: null }), budgetWaitMs: 5 * 60_000 }, async (h) => {
         await tightChatBudget(stack.db, h, id);
