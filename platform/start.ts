@@ -488,11 +488,19 @@ function healthCheck(config: StewardConfig, role: 'all' | 'api', workers: Worker
   };
 }
 
+/** Budgets: one service for the API and chat (/budget, the Raise button); a change or a raise wakes the turns waiting on the budget. */
+function budgetServiceFor(config: StewardConfig, client: Client, db: Db, log: Logger): BudgetService {
+  return createBudgetService(db, {
+    wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(client, config.temporal.namespace, budgetId),
+    onWakeError: (budgetId, err) => log.warn({ err, budgetId }, 'waking the turns waiting on a budget failed (they re-check by themselves)'),
+  });
+}
+
 /** What the HTTP app serves from: the ingress, the services, and what the codec endpoint and the embedded UI need. */
 interface ApiAppParts {
   ingress: Ingress;
-  /** Budgets (/api/v1/budgets): the service whose changes and raises wake the turns waiting on them, as chat's. */
-  budgets: BudgetService;
+  /** Budgets (/api/v1/budgets): their changes and raises wake the turns waiting on them, as chat's do. */
+  client: Client;
   token: string;
   db: Db;
   changes: ChangeService;
@@ -516,7 +524,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, budgets, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
+  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const app = createHttpApp({
     ingress,
@@ -526,7 +534,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     metrics: renderMetrics,
     ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
     admin: { db },
-    budgets,
+    budgets: budgetServiceFor(config, client, db, log),
     changes,
     objectives,
     workspaces,
@@ -655,14 +663,9 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       mcpProbes(db),
     ];
     const heartbeat = createHeartbeat({ db, senders, probes: heartbeatProbes, thresholdMs: config.heartbeat.thresholdMs });
-    // budgets: one service for the API and chat (/budget, the Raise button); a change or raise wakes the turns waiting on the budget
-    const budgets = createBudgetService(db, {
-      wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(client, config.temporal.namespace, budgetId),
-      onWakeError: (budgetId, err) => log.warn({ err, budgetId }, 'waking the turns waiting on a budget failed (they re-check by themselves)'),
-    });
     // HTTP API
     const ingress = createIngress({
-      budgets,
+      budgets: budgetServiceFor(config, client, db, log),
       heartbeat: () => heartbeat.current(),
       client,
       db,
@@ -688,7 +691,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // redelivery came) is handed over at start and every minute, once (services/handoff.ts)
     cleanups.push(startResumingHandoffs({ messages: (o) => ingress.resumeHandoffs(o), events: (o) => objectives.resumeEventRuns(o) }, log));
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, budgets, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
+    const { app, signIn } = createApiApp(config, { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;
