@@ -104,7 +104,7 @@ for (const kind of testDatabases()) {
         assert.equal(rows.filter((r) => r.role === 'assistant').length, 1, 'the reply arrives exactly once');
         assert.equal(rows.filter((r) => r.role === 'system').length, 1, 'told once');
         assert.equal(stack.model.requests.length, calls + 1, 'one model call, after the raise');
-        assert.equal(await budgetAttr(stack, h), undefined, 'the run no longer names the budget');
+        await waitFor(async () => ((await budgetAttr(stack, h)) === undefined ? true : undefined), 'the run no longer naming the budget (the task after the turn\'s last local activity)', 20_000);
         assert.deepEqual(await waiters(stack, id).then((w) => w.filter((x) => x === h.sessionId)), []);
         const usage = await stack.db.budgetUsage.findFirstOrThrow({ where: { budgetId: id } });
         assert.equal(Number(usage.usedTokens), 150, 'the step reserved once the budget was raised and settled to its usage');
@@ -127,7 +127,7 @@ for (const kind of testDatabases()) {
         await waitFor(async () => ((await turnEnds(stack.db, h.sessionId)).length > 0 ? true : undefined), 'the turn.end receipt', 20_000);
         const ends = await turnEnds(stack.db, h.sessionId);
         assert.deepEqual(ends.map((t) => [t.kind, t.outcome]), [['notice', 'budget-refused']]);
-        assert.equal(await budgetAttr(stack, h), undefined, 'the run no longer names the budget');
+        await waitFor(async () => ((await budgetAttr(stack, h)) === undefined ? true : undefined), 'the run no longer naming the budget (the task after the turn\'s last local activity)', 20_000);
       });
     });
 
@@ -173,7 +173,7 @@ for (const kind of testDatabases()) {
         assert.ok(Date.now() - asked < 15_000, 'at once, not at the end of the wait');
         const status = await stack.env.client.workflow.getHandle(h.sessionId).query(statusQuery);
         assert.equal(status.running, null);
-        assert.equal(await budgetAttr(stack, h), undefined, 'the run no longer names the budget');
+        await waitFor(async () => ((await budgetAttr(stack, h)) === undefined ? true : undefined), 'the run no longer naming the budget (the task after the turn\'s last local activity)', 20_000);
         assert.equal((await h.ingress.transcript(h.sessionId, { limit: 100 })).filter((r) => r.role === 'assistant').length, 0);
       });
     });

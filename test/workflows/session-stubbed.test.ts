@@ -376,7 +376,7 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         assert.equal(named(calls, 'modelStep').length, 2, 'the same step once more');
         assert.equal(named(calls, 'modelStep')[1]!.input.step, 1);
         assert.deepEqual(named(calls, 'deliver').map((c) => c.input.kind), ['notice', 'reply']);
-        assert.equal((await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr), undefined, 'cleared once the step went through');
+        await until('the run no longer naming the budget', async () => (await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr) === undefined);
       },
     );
   });
@@ -400,7 +400,7 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         assert.match(String(end!.text), /^No reply: the budget b-day was not raised within 2 seconds\. Not called: the budget of chat c-1, 100 tokens per day \(UTC\), has 100 tokens left, .*until 2099-01-01 00:00 UTC\.$/);
         assert.doesNotMatch(String(end!.text), /The model call failed/);
         assert.equal(named(calls, 'modelStep').length, 2, 'refused, then tried once more at the end of the wait');
-        assert.equal((await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr), undefined);
+        await until('the run no longer naming the budget', async () => (await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr) === undefined);
 
         // another conversation's turn, stopped while it waits
         const other = conversation(taskQueue, started, { budgetWaitMs: 10 * 60_000 });
@@ -413,7 +413,7 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         assert.ok(Date.now() - asked < 10_000, 'at once, not at the end of the wait');
         assert.equal(named(calls, 'modelStep').length, before + 1);
         assert.equal((await other.handle().query(statusQuery)).running, null);
-        assert.equal((await other.handle().describe()).typedSearchAttributes.get(BudgetAttr), undefined);
+        await until('the run no longer naming the budget', async () => (await other.handle().describe()).typedSearchAttributes.get(BudgetAttr) === undefined);
       },
     );
   });
