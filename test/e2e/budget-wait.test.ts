@@ -5,7 +5,7 @@
  * is left and when it renews, names the budget in its session's `StewardBudget` search
  * attribute, and waits; a raise through PUT /api/v1/budgets (the budget service, which wakes
  * the waiting runs through services/budget-waiters.ts) lets its step go through, and the reply
- * arrives once; so does one through `steward budgets set`. No raise within the wait: the turn ends with the refusal's message (outcome
+ * arrives once; so does one through `steward budgets set`, and an admin's raise for the period. No raise within the wait: the turn ends with the refusal's message (outcome
  * `budget-refused`, receipted). /stop ends the wait at once. No model is called while it waits.
  */
 import assert from 'node:assert/strict';
@@ -17,6 +17,7 @@ import { describe, it } from 'node:test';
 import { createHttpApp } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
+import type { Actor } from '../../common/roles.js';
 import { bindChat, OPERATOR } from '../../domain/governance.js';
 import { createSpend } from '../../domain/limits.js';
 import type { Db } from '../../domain/db.js';
@@ -109,6 +110,29 @@ for (const kind of testDatabases()) {
         const usage = await stack.db.budgetUsage.findFirstOrThrow({ where: { budgetId: id } });
         assert.equal(Number(usage.usedTokens), 150, 'the step reserved once the budget was raised and settled to its usage');
         assert.deepEqual((await turnEnds(stack.db, h.sessionId)).map((t) => t.kind), ['reply']);
+      });
+    });
+
+    it('an admin\'s raise for the period wakes the waiting turn; the raise counts it as woken and the reply arrives once', { timeout: 120_000 }, async () => {
+      answer();
+      const id = `chat-raise-${randomUUID().slice(0, 6)}`;
+      const budgets = createBudgetService(stack.db, { wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(stack.env.client, stack.env.namespace ?? 'default', budgetId) });
+      const admin: Actor = { kind: 'person', id: `id-${randomUUID().slice(0, 8)}`, name: 'Ada', role: 'admin' };
+      await withHarness({ env: stack.env, db: stack.db, providers: providers(), spend: createSpend({ db: stack.db, budget: null }), budgetWaitMs: 5 * 60_000 }, async (h) => {
+        await tightChatBudget(stack.db, h, id);
+        const calls = stack.model.requests.length;
+        await h.send('hello, raise me');
+        await h.waitForMessage((m) => m.role === 'system' && m.text.startsWith('Waiting for a budget'), { timeoutMs: 30_000 });
+        await waitFor(async () => ((await waiters(stack, id)).includes(h.sessionId) ? true : undefined), 'the waiting session in visibility', 30_000);
+        const r = await budgets.raise({ budgetId: id, tokens: 10_000, by: admin });
+        assert.equal(r.woken, 1, r.message);
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('hello, rais'), { timeoutMs: 30_000 });
+        await waitFor(async () => ((await budgetAttr(stack, h)) === undefined ? true : undefined), 'the run no longer naming the budget', 20_000);
+        assert.equal((await h.ingress.transcript(h.sessionId, { limit: 100 })).filter((x) => x.role === 'assistant').length, 1, 'the reply arrives exactly once');
+        assert.equal(stack.model.requests.length, calls + 1);
+        const usage = await stack.db.budgetUsage.findFirstOrThrow({ where: { budgetId: id } });
+        assert.equal(Number(usage.usedTokens), 150, 'reserved within the raise and settled to its usage');
+        assert.equal(Number(usage.raisedTokens), 10_000);
       });
     });
 
