@@ -288,9 +288,8 @@ export class TurnLoop {
     this.budgetDeadline ??= now + waitMs;
     if (now >= this.budgetDeadline) return false;
     const { input, status } = this;
+    // a refusal without the budget's id (a worker from before the details): waits for the re-check
     const id = r.budget ?? 'unnamed';
-    // before anything is awaited: a signal that arrives while the chat is told already counts
-    this.budgetWake = false;
     if (!this.waitingOn.includes(id)) {
       this.waitingOn.push(id);
       upsertSearchAttributes([{ key: BudgetAttr, value: [...this.waitingOn] }]);
@@ -299,16 +298,18 @@ export class TurnLoop {
     status.budget = id;
     if (!this.toldBudgets.has(id)) {
       this.toldBudgets.add(id);
-      const text = `Waiting for a budget: ${r.message} An admin was asked to raise the budget ${id}; this turn goes on as soon as it is raised${r.renewsAt ? ' or renews' : ''}, and waits up to ${describeWait(waitMs)} (/stop ends it now).`;
+      const text = `Waiting for a budget: ${r.message} An admin was asked to raise ${r.budget ? `the budget ${r.budget}` : 'it'}; this turn goes on as soon as it is raised${r.renewsAt ? ' or renews' : ''}, and waits up to ${describeWait(waitMs)} (/stop ends it now).`;
       await acts.outboxActs.deliver.executeWithOptions(this.named(`budget ${id}: waiting`), [
         { key: `${input.turnId}:budget-wait:${id}`, sessionId: input.sessionId, conversation: input.conversation, kind: 'notice' as const, text },
       ]);
-      await this.progress(acts, `Waiting for the budget ${id} to be raised…`);
+      await this.progress(acts, `Waiting for ${r.budget ? `the budget ${r.budget}` : 'a budget'} to be raised…`);
     }
     const left = this.budgetDeadline - Date.now();
     const renewal = r.renewsAt ? Date.parse(r.renewsAt) + 1000 - Date.now() : NaN;
     const timeout = Math.max(1, Math.min(left, BUDGET_RECHECK_MS, Number.isFinite(renewal) && renewal > 0 ? renewal : BUDGET_RECHECK_MS));
     await condition(() => this.budgetWake, timeout);
+    // taken: a raise signalled while the step is tried again wakes the next wait at once
+    this.budgetWake = false;
     // raised, renewed, re-checked or the deadline: the step is tried once more (a refusal past the deadline ends the turn)
     status.phase = 'model';
     return true;
