@@ -174,7 +174,7 @@ export function estimateTokens(chars: number): number {
   return Math.ceil(chars / 4);
 }
 
-/** What a call's answer is reckoned at before it is made, when the request sets no cap. */
+/** A call's output cap under a budget when the request sets none: reserved before the call, and asked of the provider (max_tokens). */
 export const DEFAULT_OUTPUT_ESTIMATE = 4096;
 
 /** The model registry with a spend budget: every model step through it reserves before and settles after. */
@@ -512,18 +512,20 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   if (!req.spend) throw new SpendContextMissingError(`a call to ${req.model} came without its spend context (key, kind, scopes) while a model budget is set: refused (a bug of its caller)`);
   if (opts.signal?.aborted) throw abortError(opts.signal);
   const inputTokens = promptTokens(req);
+  // the output the call is held to at the provider is the output reserved: a call without its own cap gets the default one
+  const maxOutputTokens = req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE;
   const ticket = await spend.reserve({
     key: req.spend.key,
     model: req.model,
     inputTokens,
-    maxOutputTokens: req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE,
+    maxOutputTokens: maxOutputTokens + thinkingTokens(req),
     scopes: await spendScopes(req.spend),
     kind: req.spend.kind,
   });
   // a call that failed may still have been billed for its prompt: settled at the prompt, never less
   let usage: SpendUsage = { inputTokens, outputTokens: 0 };
   try {
-    const out = await modelStep(registry, req, opts);
+    const out = await modelStep(registry, { ...req, maxOutputTokens }, opts);
     if (out.usage.inputTokens > 0 || out.usage.outputTokens > 0) {
       usage = { inputTokens: out.usage.inputTokens, outputTokens: out.usage.outputTokens, ...(out.usage.cachedInputTokens ? { cachedInputTokens: out.usage.cachedInputTokens } : {}) };
     } else if (out.usage.totalTokens > 0) {
@@ -534,6 +536,13 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     // a settle that fails leaves the whole reservation spent: over-counted, never under
     await spend.settle(ticket, usage).catch(() => undefined);
   }
+}
+
+/** The thinking tokens a provider adds to a call's output cap (Anthropic's thinking budget goes on top of max_tokens); none for a bad reference (the call fails as it would). */
+function thinkingTokens(req: ModelStepRequest): number {
+  if (req.think === 'off') return 0;
+  const ref = ModelRefSchema.safeParse(req.model);
+  return ref.success && parseModelRef(req.model).provider === 'anthropic' ? ANTHROPIC_BUDGET[req.think] : 0;
 }
 
 /** The input tokens of a request, estimated from its messages and tool declarations (4 characters a token). */

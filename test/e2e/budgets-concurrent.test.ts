@@ -3,11 +3,14 @@
  * 34), on SQLite and PostgreSQL: 50 chats post at once over the HTTP API (a real server on
  * 127.0.0.1), the real worker and Temporal run the turns, every model step reserves from the
  * budget ledger (the started platform's: on, no STEWARD_TOKEN_BUDGET), and the scripted model
- * reports fixed usage, a little under each call's worst case. The budget is defined through the
- * API, after a probe turn has measured a turn's worst case W, at 5.5 W.
+ * reports fixed usage: its prompt a little under the estimate, its answer up to the request's
+ * output cap (long without one, as a provider writes). The budget is defined through the API,
+ * after a probe turn has measured a turn's worst case W, at 5.5 W.
  * - the overshoot bound: what is used and held never exceeds the limit while the turns run
  *   (sampled), so at most one reservation over it (none here: the worst case is held before each
- *   call and the usage is under it);
+ *   call, and the call is held at the provider to the output it reserved: `max_tokens`. Before,
+ *   a turn's call reserved 4096 output tokens and asked for no cap: five answers of 8000 went
+ *   3.6 reservations over the limit);
  * - no model call starts once the budget is spent: each model request is a reservation that
  *   fit (their counts are equal), at most the budget's worth of calls are made, and a turn sent
  *   after the flood calls no model;
@@ -64,11 +67,18 @@ for (const kind of testDatabases()) {
           const W = Number(probe.tokens);
           assert.ok(W > 4096, `W: ${W}`);
 
-          // the budget: five and a half worst cases on top of the probe's use; each call reports W - 100
+          // the budget: five and a half worst cases on top of the probe's use. The scripted model
+          // writes as a provider does: up to the request's max_tokens, long (8000) without one; its
+          // prompt is counted a little under the estimate. Held to the reserved cap, a call uses W - 50.
           const limit = 110 + Math.floor(5.5 * W);
           await define(limit);
-          const perCall = W - 100;
-          stack.model.setDefault((req) => ({ text: `answered: ${lastUserText(req.body).slice(0, 40)}`, usage: { prompt_tokens: perCall - 50, completion_tokens: 50 }, firstTokenDelayMs: 300 }));
+          const perCall = W - 50;
+          const caps: Array<number | undefined> = [];
+          stack.model.setDefault((req) => {
+            const cap = (req.body as { max_tokens?: number }).max_tokens;
+            caps.push(cap);
+            return { text: `answered: ${lastUserText(req.body).slice(0, 40)}`, usage: { prompt_tokens: W - 4096 - 50, completion_tokens: Math.min(cap ?? 8000, 8000) }, firstTokenDelayMs: 300 };
+          });
           const callsBefore = chatCalls();
 
           // used + held, sampled while the turns run
@@ -86,7 +96,19 @@ for (const kind of testDatabases()) {
           const started = Date.now();
           const posted = await Promise.all(chats.map((c, i) => api('POST', `/api/v1/chats/${c}/messages`, { text: `turn ${i}: what is the status?`, user: `person-${i}` })));
           assert.deepEqual([...new Set(posted.map((r) => r.status))], [202]);
-          const ends = await Promise.all(chats.map((c) => outcome(c, 90_000)));
+          // the turns' ends, polled a round of chats at a time (not 50 pollers at once)
+          const found = new Map<string, { role: string; text: string }>();
+          const ends = await waitFor(
+            async () => {
+              for (const c of chats.filter((x) => !found.has(x))) {
+                const end = (await transcript(c)).find((m) => m.role === 'assistant' || (m.role === 'system' && m.text.includes('Not called')));
+                if (end) found.set(c, end);
+              }
+              return found.size === chats.length ? chats.map((c) => found.get(c)!) : undefined;
+            },
+            `the ends of ${TURNS} turns`,
+            90_000,
+          );
           sampling = false;
           await sampler;
           const answered = ends.filter((m) => m.role === 'assistant');
@@ -97,6 +119,7 @@ for (const kind of testDatabases()) {
           assert.ok(peak <= limit, `used and held peaked at ${peak} of ${limit}`);
           const calls = chatCalls() - callsBefore;
           assert.equal(calls, answered.length, 'one model call per answered turn, none for a refused one');
+          assert.deepEqual([...new Set(caps)], [4096], 'each call is held at the provider to the output it reserved');
           const reserved = (await stack.db.budgetReservation.findMany({ where: { kind: 'chat' } })).filter((r) => r.key !== probe.key);
           assert.equal(reserved.length, calls, 'every call reserved first');
           assert.ok(reserved.every((r) => r.settledAt !== null && Number(r.settledTokens) === perCall));
