@@ -32,11 +32,13 @@ import {
   StreamProviderError,
   TypeValidationError,
   UnsupportedFunctionalityError,
+  asSchema,
   generateText,
   streamText,
   type EmbeddingModel,
   type LanguageModel,
   type ModelMessage,
+  type Tool,
   type ToolSet,
 } from 'ai';
 import { ModelRefSchema, parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
@@ -511,7 +513,7 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   // the budget: the worst case reserved before the call (the prompt counted, the answer at its cap), settled to the provider's usage after
   if (!req.spend) throw new SpendContextMissingError(`a call to ${req.model} came without its spend context (key, kind, scopes) while a model budget is set: refused (a bug of its caller)`);
   if (opts.signal?.aborted) throw abortError(opts.signal);
-  const inputTokens = promptTokens(req);
+  const inputTokens = await promptTokens(req);
   // the output the call is held to at the provider is the output reserved: a call without its own cap gets the default one
   const maxOutputTokens = req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE;
   const ticket = await spend.reserve({
@@ -545,11 +547,31 @@ function thinkingTokens(req: ModelStepRequest): number {
   return ref.success && parseModelRef(req.model).provider === 'anthropic' ? ANTHROPIC_BUDGET[req.think] : 0;
 }
 
-/** The input tokens of a request, estimated from its messages and tool declarations (4 characters a token). */
-function promptTokens(req: ModelStepRequest): number {
+/** The characters of each tool's input schema as the provider is sent it (JSON Schema), per tool object: a turn's tools are the same objects step after step. */
+const schemaChars = new WeakMap<Tool, Promise<number>>();
+function toolSchemaChars(t: Tool): Promise<number> {
+  let n = schemaChars.get(t);
+  if (!n) {
+    n = Promise.resolve()
+      .then(() => asSchema(t.inputSchema).jsonSchema)
+      .then(
+        (schema) => JSON.stringify(schema).length,
+        () => 0,
+      );
+    schemaChars.set(t, n);
+  }
+  return n;
+}
+
+/**
+ * The input tokens of a request, estimated from what is sent (4 characters a token): its
+ * messages and its tools' names, descriptions and input schemas (the schemas were most of a
+ * turn's prompt, and went uncounted: a call used more than it held).
+ */
+async function promptTokens(req: ModelStepRequest): Promise<number> {
   let chars = 0;
   for (const m of req.messages) chars += typeof m.content === 'string' ? m.content.length : JSON.stringify(m.content).length;
-  for (const [name, t] of Object.entries(req.tools ?? {})) chars += name.length + (typeof t.description === 'string' ? t.description.length : 0);
+  for (const [name, t] of Object.entries(req.tools ?? {})) chars += name.length + (typeof t.description === 'string' ? t.description.length : 0) + (await toolSchemaChars(t));
   return estimateTokens(chars);
 }
 

@@ -1,5 +1,8 @@
 /**
- * Under a budget, a model call is held at the provider to the output it reserved (issue 34):
+ * The worst case a budgeted call reserves is what it may use (issue 34). Its prompt is estimated
+ * from all that is sent: the messages, and each tool's name, description and input schema (the
+ * schemas went uncounted before, most of a turn's prompt with its tools). And it is held at the
+ * provider to the output it reserved:
  * the worst case the ledger holds is the prompt plus the call's output cap, so the call asks the
  * provider for that cap (`max_tokens`): the request's own, else DEFAULT_OUTPUT_ESTIMATE. Before,
  * a call without its own cap (a chat turn, an objective's, a repository change's) reserved 4096
@@ -10,6 +13,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { tool, zodSchema } from 'ai';
+import { z } from 'zod';
 import { createModelRegistry, DEFAULT_OUTPUT_ESTIMATE, ModelBudgetExceededError, runModelStep, withSpend, type ModelSpend, type SpendRequest } from '../../domain/model.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 
@@ -30,7 +35,7 @@ function recordingSpend(refuse = false) {
 const messages = [{ role: 'user' as const, content: 'How long may the answer be?' }];
 const spendFor = (key: string) => ({ key, kind: 'chat' as const, scopes: {} });
 
-describe('a budgeted call is held to the output it reserved', () => {
+describe('a budgeted call reserves what it may use', () => {
   let server: ModelServer;
   before(async () => {
     server = await startModelServer();
@@ -67,6 +72,20 @@ describe('a budgeted call is held to the output it reserved', () => {
     await assert.rejects(runModelStep(models, { model: 'anthropic:claude-sonnet-4-5', think: 'off', messages, maxOutputTokens: 500, spend: spendFor('k5') }), ModelBudgetExceededError);
     assert.deepEqual(rec.reserved.map((r) => r.maxOutputTokens), [DEFAULT_OUTPUT_ESTIMATE + 24_576, 500]);
     assert.equal(server.requests.length, calls, 'refused: no call made');
+  });
+
+  it("the prompt's estimate counts each tool's input schema as it is sent", async () => {
+    const rec = recordingSpend();
+    const models = withSpend(createModelRegistry({ openaiCompatible: { baseURL: server.baseURL } }), rec.spend);
+    const params = z.object(Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`field_${i}`, z.string().describe(`the ${i}th field of a long form, described at some length`)])));
+    const tools = { fill_form: tool({ description: 'Fill the form.', inputSchema: zodSchema(params) }) };
+    await runModelStep(models, { model: 'openai-compatible:test-model', think: 'off', messages, spend: spendFor('k6') });
+    await runModelStep(models, { model: 'openai-compatible:test-model', think: 'off', messages, tools, spend: spendFor('k7') });
+    const sent = JSON.stringify((server.requests.at(-1)!.body as { tools: unknown[] }).tools);
+    const [without, withTools] = rec.reserved.map((r) => r.inputTokens);
+    // the schema as sent, in JSON: what the provider counts (4 characters a token)
+    assert.ok(withTools! - without! >= Math.floor(JSON.stringify(z.toJSONSchema(params)).length / 4), `${without} -> ${withTools}; tools sent: ${sent.length} characters`);
+    assert.ok(withTools! - without! <= Math.ceil(sent.length / 4), 'no more than was sent');
   });
 
   it('without a budget the call asks for no cap (as before)', async () => {
