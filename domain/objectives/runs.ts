@@ -176,7 +176,7 @@ export async function prepareObjectiveRun(
       : { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'running', turnId },
   );
   if (skip) {
-    await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...opts.execution(), data: { objectiveId: obj.id, name: obj.name, scheduledAt, skipped, ...(spent ? budgetData(spent) : {}) } });
+    await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...opts.execution(), data: { objectiveId: obj.id, name: obj.name, scheduledAt: scheduledAt?.toISOString() ?? null, skipped, ...(spent ? budgetData(spent) : {}) } });
     if (spent) await tellBudgetSkip(db, opts.senders, obj, spent);
     return { kind: 'skip', reason: skipped };
   }
@@ -191,7 +191,7 @@ export async function prepareObjectiveRun(
   } catch (err) {
     if (!isUniqueViolation(err)) throw err; // recorded by an earlier attempt
   }
-  await writeReceipt(db, { key: `objective-run:${input.runId}:start`, kind: 'objective.run', ...opts.execution(), sessionId, data: { objectiveId: obj.id, name: obj.name, scheduledAt, turnId } });
+  await writeReceipt(db, { key: `objective-run:${input.runId}:start`, kind: 'objective.run', ...opts.execution(), sessionId, data: { objectiveId: obj.id, name: obj.name, scheduledAt: scheduledAt?.toISOString() ?? null, turnId } });
   return {
     kind: 'run',
     name: obj.name,
