@@ -119,11 +119,18 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
     selfApprovalRefusal: 'the requester may not approve their own change, nor may anyone who shaped it (the turn that proposed it, an answer, steering) (policy forbidSelfApproval)',
   });
 
+  // who shaped the change besides its requester (the proposing turn's requester set, answerers,
+  // steerers): its model calls are spent for them too. Only in activity inputs (not compared on
+  // replay): no patch needed
+  const shapers = new Set<string>(input.requesters ?? []);
+  const shaped = () => (shapers.size > 0 ? { shapedBy: [...shapers] } : {});
+
   setHandler(changeStatusQuery, () => ({ ...status }));
   setHandler(changeSteerSignal, (note) => {
     status.steers++;
     // read only by the approval's validator (validators do not run on replay): no patch needed
     approvals.addRequester(steererOf(note));
+    shapers.add(steererOf(note));
   });
   setHandler(
     changeAnswerUpdate,
@@ -131,6 +138,7 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
       answer = a;
       // whoever answers a clarifying question shapes the change too
       approvals.addRequester(a.by);
+      shapers.add(a.by);
       delete status.question;
       return { message: 'Thanks: the change continues with your answer.' };
     },
@@ -168,7 +176,7 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   try {
     // ---- intake: nothing executes before it is closed ----
     const answers: string[] = [];
-    let intake = await modelActs.changeIntake({ changeId, answers });
+    let intake = await modelActs.changeIntake({ changeId, answers, ...shaped() });
     let asked = 0;
     while (intake.status === 'needs_clarification') {
       if (asked >= input.maxQuestions || !intake.question) {
@@ -195,17 +203,17 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
       answers.push(answer.text);
       answer = undefined;
       status.phase = 'intake';
-      intake = await modelActs.changeIntake({ changeId, answers });
+      intake = await modelActs.changeIntake({ changeId, answers, ...shaped() });
     }
 
     // ---- planner ----
     status.phase = 'plan';
-    const plan = await modelActs.changePlan({ changeId });
+    const plan = await modelActs.changePlan({ changeId, ...shaped() });
     setCurrentDetails(plan.details);
 
     // ---- isolated worker ----
     status.phase = 'work';
-    const work = await workActs.changeWork({ changeId });
+    const work = await workActs.changeWork({ changeId, ...shaped() });
     if (!work.patchHash) {
       const outcome: RepoChangeOutcome = { status: 'failed', phase: 'work', reason: `the coding agent left no change (${work.summary})` };
       await finish(outcome);
