@@ -1,7 +1,8 @@
 /**
- * The activities of an objective's run: record it (or skip it: a budget of its turn is spent, ...), put its prompt into the
- * destination chat's transcript as the turn's inbound message, and record the result; a failed
- * run tells the admins with the run's link. Keyed by the run's workflow id: a retry repeats
+ * The activities of an objective's run: record it (or skip it, e.g. when a model budget of its
+ * turn is spent), put its prompt into the destination chat's transcript as the turn's inbound
+ * message, and record the result (a turn a budget refused: skipped); a failed run tells the
+ * admins with the run's link. Keyed by the run's workflow id: a retry repeats
  * nothing. The work is domain/objectives/runs.ts; these name the workflow execution and turn a
  * vanished run into a non-retryable failure.
  */

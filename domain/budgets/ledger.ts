@@ -517,6 +517,7 @@ export async function spentBudgets(db: Db, scopes: SpendScopes, at: number = Dat
   const spent: SpentBudget[] = [];
   for (const b of await budgetsFor(db, scopes)) {
     const u = await budgetUsage(db, b, at);
+    // the limit `reserve` holds against (a raise for the period, where one is kept, adds to it)
     const tokensSpent = b.tokens !== null && u.usedTokens + u.reservedTokens >= b.tokens;
     const moneySpent = b.micros !== null && u.usedMicros + u.reservedMicros >= b.micros;
     if (!tokensSpent && !moneySpent) continue;

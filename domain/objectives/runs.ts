@@ -137,7 +137,7 @@ async function runPromptText(db: Db, obj: ObjectiveRow, event: PrepareRunInput['
   return event && payload !== undefined ? `${prompt}\n\n${EVENT_NOTE}\n${wrapUntrusted('event', { source: event.source, id: event.id }, payload)}` : prompt;
 }
 
-/** Record the run; skip it when the objective is gone or its scheduled time was chosen to be skipped; else its prompt goes into the chat and the turn is described. */
+/** Record the run; skip it when the objective is gone, its scheduled time was chosen to be skipped, a budget of its turn is spent or its run limit is reached; else its prompt goes into the chat and the turn is described. */
 export async function prepareObjectiveRun(
   db: Db,
   input: PrepareRunInput,
