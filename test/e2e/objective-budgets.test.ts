@@ -10,20 +10,21 @@
  *   fit) is recorded the same way: skipped, not failed, so the schedule does not pause on failure.
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { defineBudget, removeBudget } from '../../domain/budgets/definitions.js';
-import { OPERATOR } from '../../domain/governance.js';
+import { createIdentity, OPERATOR } from '../../domain/governance.js';
 import { createSpend } from '../../domain/limits.js';
 import { objectiveSpentBudget } from '../../domain/objectives/runs.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { testDatabases } from '../helpers/db.js';
 import { lastUserText, type RecordedRequest } from '../helpers/model-server.js';
 import { objectiveRuns } from '../helpers/objective-runs.js';
+import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, withHarness } from '../helpers/steward.js';
 
 const OP = { id: OPERATOR.id, name: OPERATOR.name };
@@ -48,7 +49,10 @@ for (const kind of testDatabases()) {
       // the run's model call reports 19,000 + 1,000 tokens: the 20,000-token budget is spent by it
       stack.model.setDefault((req: RecordedRequest) => (lastUserText(req.body).includes(name) ? { text: `report of ${name}`, usage: { prompt_tokens: 19_000, completion_tokens: 1_000 } } : { text: 'ok' }));
       const ledger = createSpend({ db: stack.db, budget: null });
-      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend: ledger }, async (h) => {
+      const sender = recordingSender();
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend: ledger, senders: { telegram: sender } }, async (h) => {
+        const adminId = String(randomInt(1e8, 1e9));
+        await createIdentity(stack.db, { name: 'Ada', role: 'admin', accounts: [{ platform: 'telegram', userId: adminId, dmChatId: adminId, dmAccount: String(randomInt(1e8, 1e9)) }], createdBy: 'test' });
         const o = await h.objectives.create({ name, prompt: `Report the queue (${name})`, platform: 'http', account: h.account, chatId: h.chatId, schedule: { cron: '0 0 1 1 *' }, paused: true }, OP);
         await defineBudget(stack.db, { id: budgetId, scope: 'objective', scopeId: o.id, tokens: 20_000, period: 'day' });
         // active (its schedule's next run is on January 1st: the runs here are triggered)
@@ -94,6 +98,9 @@ for (const kind of testDatabases()) {
         });
         const result: unknown = await stack.env.client.workflow.getHandle(second.id).result();
         assert.deepEqual(result, { status: 'skipped', reason: status });
+        // the admins are told (once per objective, budget and period)
+        const told = await sender.waitForPost((p) => p.chatId === adminId && p.text.includes(`Objective ${name} skipped`));
+        assert.ok(told.text.includes(`the model budget ${budgetId} (objective ${o.id}) is spent; its runs are skipped until ${until}`), told.text);
 
         // chat: the list and the show
         assert.match((await h.send('/objectives')).reply ?? '', new RegExp(`${name}: cron 0 0 1 1 \\*.*, ${status.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}, last skipped`));
