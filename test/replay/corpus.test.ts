@@ -19,6 +19,7 @@ import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
+import { OBJECTIVE_BUDGET_SKIP_PATCH } from '../../workflows/objectives/objective.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();
@@ -150,6 +151,17 @@ describe('replay corpus', () => {
       const input = findPayloads((f.raw as { events: unknown[] }).events[0] as Parameters<typeof findPayloads>[0]).find((p) => payloadEncoding(p) === 'json/plain');
       assert.ok(input, `${f.file}: its start has a json/plain payload`);
     }
+  });
+
+  it('has objective runs a model budget skipped: refused mid-way (steward-objective-budget-skip, completed skipped) and before the turn', () => {
+    const objectives = fixtures.filter((f) => f.type === 'objectiveRunWorkflow');
+    const completedSkipped = (f: Fixture) => {
+      const end = f.events.at(-1) as { eventType: string; workflowExecutionCompletedEventAttributes?: { result?: { payloads?: PayloadJson[] } } } | undefined;
+      return end?.eventType === 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED' && (plain(end.workflowExecutionCompletedEventAttributes?.result?.payloads?.[0]) as { status?: string } | undefined)?.status === 'skipped';
+    };
+    const refused = objectives.filter((f) => patchesOf(f).includes(OBJECTIVE_BUDGET_SKIP_PATCH) && childrenOf(f, 'turnWorkflow') === 1 && completedSkipped(f));
+    assert.ok(refused.length > 0, `an objective run whose turn a budget refused, with the ${OBJECTIVE_BUDGET_SKIP_PATCH} marker; record one with scripts/record-histories.ts budgets`);
+    assert.ok(objectives.some((f) => childrenOf(f, 'turnWorkflow') === 0 && completedSkipped(f)), 'an objective run skipped before its turn');
   });
 
   it('has inline sessions recorded traced and untraced (the steward-otel-tracing marker present and absent)', () => {
