@@ -467,7 +467,7 @@ export async function budgetStandings(db: Db, at: number = Date.now()): Promise<
       period: periodName(b),
       used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
       reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
-      limit: { tokens: b.tokens, usd: b.micros === null ? null : b.micros / 1_000_000 },
+      limit: { tokens: b.tokens === null ? null : b.tokens + u.raisedTokens, usd: b.micros === null ? null : (b.micros + u.raisedMicros) / 1_000_000 },
     });
   }
   return rows;
@@ -526,9 +526,9 @@ export async function spentBudgets(db: Db, scopes: SpendScopes, at: number = Dat
   const spent: SpentBudget[] = [];
   for (const b of await budgetsFor(db, scopes)) {
     const u = await budgetUsage(db, b, at);
-    // the limit `reserve` holds against (a raise for the period, where one is kept, adds to it)
-    const tokensSpent = b.tokens !== null && u.usedTokens + u.reservedTokens >= b.tokens;
-    const moneySpent = b.micros !== null && u.usedMicros + u.reservedMicros >= b.micros;
+    // the limit `reserve` holds against: the budget's, plus the period's raise
+    const tokensSpent = b.tokens !== null && u.usedTokens + u.reservedTokens >= b.tokens + u.raisedTokens;
+    const moneySpent = b.micros !== null && u.usedMicros + u.reservedMicros >= b.micros + u.raisedMicros;
     if (!tokensSpent && !moneySpent) continue;
     spent.push({
       id: b.id,
