@@ -37,7 +37,7 @@ import { runBuiltinAgent, runExternalAgent, type AgentRunResult, type AgentTask 
 import type { Db } from '../domain/db.js';
 import { cloneAt, diffWorkTree, resolveBranch } from '../domain/changes/git.js';
 import { askAdminsToApprove } from '../domain/governance.js';
-import { ModelNotConfiguredError, type SpendScopes } from '../domain/model.js';
+import { ModelBudgetExceededError, ModelNotConfiguredError, type SpendScopes } from '../domain/model.js';
 import { chatBindingId, identityIds, scopesOf } from '../domain/spend-scopes.js';
 import { deliverOnce, type Senders } from '../domain/outbox.js';
 import { writeReceipt } from '../domain/receipts.js';
@@ -112,30 +112,45 @@ async function tellOrigin(c: ChangeContext, changeId: string, key: string, text:
 }
 
 /**
- * Whom a change's model steps are spent for: its repository, its requester and whoever steered
- * its coding agent (their identities), and the chat it was asked in.
+ * Whom a change's model steps are spent for: its repository; the people who shaped it (their
+ * identities): its requester, the requester set of the turn that proposed it and whoever answered
+ * its clarifying questions (`shapedBy`: the workflow knows them and passes them in its activities'
+ * input) and whoever steered it (read at each call: a steer reaches a running coding agent
+ * through the database); and the chat it was asked in.
  */
-async function changeScopes(c: ChangeContext, row: ChangeRow): Promise<SpendScopes> {
-  const steerers = (await steersAfter(c.db, row.id, 0)).map((s) => s.by);
+async function changeScopes(c: ChangeContext, row: ChangeRow, shapedBy: readonly string[] = []): Promise<SpendScopes> {
+  // a note kept before its steerer's id was: the name (an identity id only by chance, then dropped)
+  const steerers = (await steersAfter(c.db, row.id, 0)).map((s) => s.byId ?? s.by);
   const [people, chat] = await Promise.all([
-    identityIds(c.db, [row.requestedBy, ...steerers]),
+    identityIds(c.db, [row.requestedBy, ...shapedBy, ...steerers]),
     row.platform && row.account && row.chatId ? chatBindingId(c.db, { platform: row.platform, account: row.account, chatId: row.chatId } as ConversationKey) : undefined,
   ]);
   return scopesOf({ repository: row.repo, people, ...(chat ? { chat } : {}) });
+}
+
+/** The input of a change's steps that call a model. */
+export interface ChangeStepInput {
+  changeId: string;
+  /**
+   * Who shaped the change besides its requester, as the workflow knows them: the requester set
+   * of the turn that proposed it, whoever answered its questions or steered it so far (identity
+   * ids). Its model calls are spent for them too. Absent in runs before it was passed.
+   */
+  shapedBy?: string[];
 }
 
 const draftOf = (row: ChangeRow) => TaskDraftSchema.parse(JSON.parse(row.draft ?? 'null'));
 const draftScope = (row: ChangeRow) => (row.draft ? TaskDraftSchema.parse(JSON.parse(row.draft)).scope : []);
 
 /** Intake: the request (and the answers so far) become a task draft, or one question. */
-async function changeIntake(c: ChangeContext, input: { changeId: string; answers: string[] }): Promise<{ status: IntakeResult['status']; question?: string; plannable: boolean; gap?: string }> {
+async function changeIntake(c: ChangeContext, input: ChangeStepInput & { answers: string[] }): Promise<{ status: IntakeResult['status']; question?: string; plannable: boolean; gap?: string }> {
   const row = await loadChange(c.db, input.changeId);
   const repo = await loadRepo(c.db, row.repo);
   await setChangePhase(c.db, input.changeId, 'intake');
   const out = await draftFromRequest(c.models, modelFor(repo, c.settings.defaultModel), { repo, baseBranch: row.baseBranch, request: row.request, answers: input.answers }, control(), {
     key: `change:${input.changeId}:intake:${input.answers.length}`,
     kind: 'change-intake',
-    scopes: () => changeScopes(c, row),
+    scopes: () => changeScopes(c, row, input.shapedBy),
   });
   const result = buildIntakeResult(row.request, out, input.answers);
   const draft = result.task_draft;
@@ -164,12 +179,12 @@ async function changeAsk(c: ChangeContext, input: { changeId: string; question: 
 }
 
 /** The planner: a model step that turns the draft into a plan, stored as an artifact. */
-async function changePlan(c: ChangeContext, input: { changeId: string }): Promise<{ planHash: string; details: string }> {
+async function changePlan(c: ChangeContext, input: ChangeStepInput): Promise<{ planHash: string; details: string }> {
   const row = await loadChange(c.db, input.changeId);
   const repo = await loadRepo(c.db, row.repo);
   await setChangePhase(c.db, input.changeId, 'plan', { question: null });
   const draft = draftOf(row);
-  const plan = await planFromDraft(c.models, modelFor(repo, c.settings.defaultModel), repo, draft, control(), { key: `change:${input.changeId}:plan`, kind: 'change-plan', scopes: () => changeScopes(c, row) });
+  const plan = await planFromDraft(c.models, modelFor(repo, c.settings.defaultModel), repo, draft, control(), { key: `change:${input.changeId}:plan`, kind: 'change-plan', scopes: () => changeScopes(c, row, input.shapedBy) });
   const planHash = await putBlob(c.db, JSON.stringify(plan, null, 2), 'application/json');
   const details = planDetails(input.changeId, repo.name, draft.goal, plan);
   await recordChange(c.db, input.changeId, { plan, planHash });
@@ -179,7 +194,7 @@ async function changePlan(c: ChangeContext, input: { changeId: string }): Promis
 }
 
 /** The coding agent (external command or built-in) on the clone in `tree`, under the merged policy's limits. */
-async function runAgentOn(c: ChangeContext, repo: RepoRecord, row: ChangeRow, tree: string, task: AgentTask): Promise<AgentRunResult> {
+async function runAgentOn(c: ChangeContext, repo: RepoRecord, row: ChangeRow, tree: string, task: AgentTask, shapedBy: readonly string[] = []): Promise<AgentRunResult> {
   const ctx = Context.current();
   // the repository's own policy file can only tighten the operator's (an invalid one is the gate's to refuse)
   const file = await repoPolicyFile(tree);
@@ -200,11 +215,12 @@ async function runAgentOn(c: ChangeContext, repo: RepoRecord, row: ChangeRow, tr
   };
   try {
     if ('command' in repo.agent) return await runExternalAgent({ ...common, argv: repo.agent.command, timeoutMs: (repo.agent.timeoutSeconds ?? 3600) * 1000 });
-    return await runBuiltinAgent({ ...common, models: c.models, model: modelFor(repo, c.settings.defaultModel), takeSteers, spend: { key: `change:${task.changeId}:agent`, scopes: () => changeScopes(c, row) } });
+    return await runBuiltinAgent({ ...common, models: c.models, model: modelFor(repo, c.settings.defaultModel), takeSteers, spend: { key: `change:${task.changeId}:agent`, scopes: () => changeScopes(c, row, shapedBy) } });
   } catch (err) {
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
     if (err instanceof SandboxRefusedError && err.reason === 'unavailable') throw ApplicationFailure.create({ type: 'SandboxUnavailable', message: err.message, nonRetryable: true });
-    if (err instanceof ModelNotConfiguredError) throw modelFailure(err);
+    // a model budget's refusal is not retried (the activity's retry would be refused again)
+    if (err instanceof ModelNotConfiguredError || err instanceof ModelBudgetExceededError) throw modelFailure(err);
     throw err;
   }
 }
@@ -226,7 +242,7 @@ type WorkResult = { baseSha: string; patchHash?: string; files: number; blocked:
  * the coding agent in the sandbox, and the patch it leaves. The directory is removed when
  * the activity ends, whatever the outcome.
  */
-async function changeWork(c: ChangeContext, input: { changeId: string }): Promise<WorkResult> {
+async function changeWork(c: ChangeContext, input: ChangeStepInput): Promise<WorkResult> {
   const ctx = Context.current();
   const attempt = activityInfo().attempt;
   const row = await loadChange(c.db, input.changeId);
@@ -247,7 +263,7 @@ async function changeWork(c: ChangeContext, input: { changeId: string }): Promis
     const tree = path.join(dir, 'tree');
     await cloneAt(repo.cloneUrl, baseSha, tree);
     ctx.heartbeat({ phase: 'cloned' });
-    const run = await runAgentOn(c, repo, row, tree, task);
+    const run = await runAgentOn(c, repo, row, tree, task, input.shapedBy);
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? new Error('cancelled');
     const diff = await diffWorkTree(tree, baseSha);
     if (Buffer.byteLength(diff.patch) > MAX_PATCH_BYTES) {
@@ -463,12 +479,12 @@ export function createRepoChangeActivities(deps: RepoChangeDeps) {
   };
   const c: ChangeContext = { ...deps, secret };
   return {
-    changeIntake: (input: { changeId: string; answers: string[] }) => changeIntake(c, input),
+    changeIntake: (input: ChangeStepInput & { answers: string[] }) => changeIntake(c, input),
     changeAsk: (input: { changeId: string; question: string; round: number }) => changeAsk(c, input),
     /** A notice about the change in its chat (keyed). */
     changeNote: (input: { changeId: string; key: string; text: string }) => tellOrigin(c, input.changeId, input.key, `Change ${input.changeId}: ${input.text}`),
-    changePlan: (input: { changeId: string }) => changePlan(c, input),
-    changeWork: (input: { changeId: string }) => changeWork(c, input),
+    changePlan: (input: ChangeStepInput) => changePlan(c, input),
+    changeWork: (input: ChangeStepInput) => changeWork(c, input),
     changeValidate: (input: { changeId: string; baseSha: string; patchHash: string }) => changeValidate(c, input),
     changeRequestApproval: (input: { changeId: string; approvalId: string; timeoutMs: number }) => changeRequestApproval(c, input),
     changePromote: (input: PromoteInput) => changePromote(c, input),

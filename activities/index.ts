@@ -25,6 +25,8 @@ export function createActivities(deps: ActivityDeps) {
       senders,
       defaultModel: deps.defaultModel ?? deps.repoChanges?.defaultModel ?? DEFAULT_REPO_CHANGE_SETTINGS.defaultModel,
       limiter: createLimiter({ db: deps.db, settings: deps.limits ?? DEFAULT_LIMITS, senders }),
+      // the model budgets hold the objective's turn: a run whose budget is spent is skipped before it
+      ...(deps.models.spend ? { budgets: true } : {}),
       ...common,
     }),
     ...createRepoChangeActivities({ db: deps.db, models: deps.models, senders, settings: deps.repoChanges ?? DEFAULT_REPO_CHANGE_SETTINGS, ...common }),

@@ -45,9 +45,9 @@ export function createTaskActivities(deps: TaskActivityDeps) {
       return recordTriage(db, senders, input.message, input.result, execution());
     },
 
-    /** The classification failed for good: receipted, the admins told. */
-    async triageFailed(input: { message: TriageMessage; error: string }): Promise<void> {
-      await recordTriageFailure(db, senders, input.message, input.error, execution());
+    /** The classification failed for good: receipted, the admins told (of a budget's refusal: once, by the ledger). */
+    async triageFailed(input: { message: TriageMessage; error: string; budget?: boolean }): Promise<void> {
+      await recordTriageFailure(db, senders, input.message, input.error, execution(), { budget: input.budget === true });
     },
 
     /** The task came due: remind the admins once if it is still open; or say it ended, or is due later. */

@@ -32,11 +32,13 @@ import {
   StreamProviderError,
   TypeValidationError,
   UnsupportedFunctionalityError,
+  asSchema,
   generateText,
   streamText,
   type EmbeddingModel,
   type LanguageModel,
   type ModelMessage,
+  type Tool,
   type ToolSet,
 } from 'ai';
 import { ModelRefSchema, parseModelRef, type Provider, type ThinkLevel } from '../common/schemas.js';
@@ -176,7 +178,7 @@ export function estimateTokens(chars: number): number {
   return Math.ceil(chars / 4);
 }
 
-/** What a call's answer is reckoned at before it is made, when the request sets no cap. */
+/** A call's output cap under a budget when the request sets none: reserved before the call, and asked of the provider (max_tokens). */
 export const DEFAULT_OUTPUT_ESTIMATE = 4096;
 
 /** The model registry with a spend budget: every model step through it reserves before and settles after. */
@@ -513,19 +515,21 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   // the budget: the worst case reserved before the call (the prompt counted, the answer at its cap), settled to the provider's usage after
   if (!req.spend) throw new SpendContextMissingError(`a call to ${req.model} came without its spend context (key, kind, scopes) while a model budget is set: refused (a bug of its caller)`);
   if (opts.signal?.aborted) throw abortError(opts.signal);
-  const inputTokens = promptTokens(req);
+  const inputTokens = await promptTokens(req);
+  // the output the call is held to at the provider is the output reserved: a call without its own cap gets the default one
+  const maxOutputTokens = req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE;
   const ticket = await spend.reserve({
     key: req.spend.key,
     model: req.model,
     inputTokens,
-    maxOutputTokens: req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE,
+    maxOutputTokens: maxOutputTokens + thinkingTokens(req),
     scopes: await spendScopes(req.spend),
     kind: req.spend.kind,
   });
   // a call that failed may still have been billed for its prompt: settled at the prompt, never less
   let usage: SpendUsage = { inputTokens, outputTokens: 0 };
   try {
-    const out = await modelStep(registry, req, opts);
+    const out = await modelStep(registry, { ...req, maxOutputTokens }, opts);
     if (out.usage.inputTokens > 0 || out.usage.outputTokens > 0) {
       usage = { inputTokens: out.usage.inputTokens, outputTokens: out.usage.outputTokens, ...(out.usage.cachedInputTokens ? { cachedInputTokens: out.usage.cachedInputTokens } : {}) };
     } else if (out.usage.totalTokens > 0) {
@@ -538,11 +542,38 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   }
 }
 
-/** The input tokens of a request, estimated from its messages and tool declarations (4 characters a token). */
-function promptTokens(req: ModelStepRequest): number {
+/** The thinking tokens a provider adds to a call's output cap (Anthropic's thinking budget goes on top of max_tokens); none for a bad reference (the call fails as it would). */
+function thinkingTokens(req: ModelStepRequest): number {
+  if (req.think === 'off') return 0;
+  const ref = ModelRefSchema.safeParse(req.model);
+  return ref.success && parseModelRef(req.model).provider === 'anthropic' ? ANTHROPIC_BUDGET[req.think] : 0;
+}
+
+/** The characters of each tool's input schema as the provider is sent it (JSON Schema), per tool object: a turn's tools are the same objects step after step. */
+const schemaChars = new WeakMap<Tool, Promise<number>>();
+function toolSchemaChars(t: Tool): Promise<number> {
+  let n = schemaChars.get(t);
+  if (!n) {
+    n = Promise.resolve()
+      .then(() => asSchema(t.inputSchema).jsonSchema)
+      .then(
+        (schema) => JSON.stringify(schema).length,
+        () => 0,
+      );
+    schemaChars.set(t, n);
+  }
+  return n;
+}
+
+/**
+ * The input tokens of a request, estimated from what is sent (4 characters a token): its
+ * messages and its tools' names, descriptions and input schemas (the schemas were most of a
+ * turn's prompt, and went uncounted: a call used more than it held).
+ */
+async function promptTokens(req: ModelStepRequest): Promise<number> {
   let chars = 0;
   for (const m of req.messages) chars += typeof m.content === 'string' ? m.content.length : JSON.stringify(m.content).length;
-  for (const [name, t] of Object.entries(req.tools ?? {})) chars += name.length + (typeof t.description === 'string' ? t.description.length : 0);
+  for (const [name, t] of Object.entries(req.tools ?? {})) chars += name.length + (typeof t.description === 'string' ? t.description.length : 0) + (await toolSchemaChars(t));
   return estimateTokens(chars);
 }
 

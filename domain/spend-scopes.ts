@@ -64,3 +64,14 @@ export async function turnScopes(db: Db, t: { conversation: ConversationKey; tur
   ]);
   return scopesOf({ ...(chat ? { chat } : {}), people, ...(objective ? { objective } : {}), ...(ws ? { workspace: ws.workspace } : {}) });
 }
+
+/**
+ * The scopes of an objective run's turn, known before it starts: the objective, the binding of
+ * the chat it posts to and that chat's workspace (the run's prompt has no sender: no person),
+ * as `turnScopes` finds them for the run's model steps.
+ */
+export async function objectiveRunScopes(db: Db, o: { id: string; platform: string; account: string; chatId: string }): Promise<SpendScopes> {
+  const conversation = { platform: o.platform, account: o.account, chatId: o.chatId } as ConversationKey;
+  const [chat, ws] = await Promise.all([chatBindingId(db, conversation), findWorkspaceBinding(db, conversation)]);
+  return scopesOf({ ...(chat ? { chat } : {}), objective: o.id, ...(ws ? { workspace: ws.workspace } : {}) });
+}

@@ -202,7 +202,7 @@ const TaskIdArg = z.string().regex(/^t-[a-z0-9]{8}$/i, 'a task id looks like t-1
 const ApprovalIdArg = z.string().regex(/^[a-z0-9]{4,16}$/i, 'an approval id is 8 letters and digits');
 const PairingCodeArg = z.string().regex(/^[A-Za-z0-9-]{4,16}$/, 'a pairing code is 8 letters and digits');
 
-type ObjectiveView = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; triggers?: { webhook: boolean; watch: string | null; email: string | null }; nextRuns: string[]; lastRun: { status: string } | null };
+type ObjectiveView = { id: string; name: string; paused: boolean; schedule: { every?: string; cron?: string | string[]; timezone?: string }; triggers?: { webhook: boolean; watch: string | null; email: string | null }; nextRuns: string[]; status?: string; lastRun: { status: string } | null };
 const when = (o: ObjectiveView) =>
   [
     o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : '',
@@ -522,8 +522,8 @@ const HANDLERS = {
     list: async ({ values, io }) => {
       const r = await api(io, values, 'GET', '/api/v1/objectives');
       const rows = (r.json.objectives ?? []) as ObjectiveView[];
-      const line = (o: ObjectiveView) => [o.name, o.id, when(o), o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-'];
-      io.out(rows.length === 0 ? 'No objectives.\n' : table([['NAME', 'ID', 'SCHEDULE', 'ZONE', 'NEXT RUN', 'LAST'], ...rows.map(line)]));
+      const line = (o: ObjectiveView) => [o.name, o.id, when(o), o.schedule.timezone ?? '-', o.paused ? 'paused' : (o.nextRuns[0] ?? '-'), o.lastRun?.status ?? '-', o.status ?? '-'];
+      io.out(rows.length === 0 ? 'No objectives.\n' : table([['NAME', 'ID', 'SCHEDULE', 'ZONE', 'NEXT RUN', 'LAST', 'STATUS'], ...rows.map(line)]));
       return 0;
     },
     show: async ({ args: [id], values, io }) => done(io, await api(io, values, 'GET', objective(id)), (j) => `${JSON.stringify(j, null, 2)}\n`, 200),

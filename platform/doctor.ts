@@ -511,21 +511,34 @@ export async function mcpCheck(cfg: StewardConfig, timeoutMs: number): Promise<D
 }
 
 /**
- * The models Steward is configured to call (the default model, the embedding model) against
- * the price table (the defaults with STEWARD_MODEL_PRICES merged over them): a model without a
- * price counts tokens only, so a money budget does not apply to it (domain/budgets/).
+ * The models Steward is configured to call (the default model, the embedding model), and the
+ * models the budget ledger has reserved calls for without a price (`seen`: a chat's or triage's
+ * own model too), against the price table (the defaults with STEWARD_MODEL_PRICES merged over
+ * them): a model without a price counts tokens only, so a money budget does not apply to it
+ * (domain/budgets/).
  */
-export function pricesCheck(cfg: Pick<StewardConfig, 'model' | 'retrieval'>): DoctorCheck {
+export function pricesCheck(cfg: Pick<StewardConfig, 'model' | 'retrieval'>, seen: readonly string[] = []): DoctorCheck {
   const prices = createPriceTable(cfg.model.prices);
   const models = [...new Set([cfg.model.default, ...(cfg.retrieval.embeddingModel ? [cfg.retrieval.embeddingModel] : [])])];
-  const unpriced = models.filter((m) => !prices.priceOf(m));
+  const unpriced = [...new Set([...models, ...seen])].filter((m) => !prices.priceOf(m));
   if (unpriced.length === 0) return check('prices', 'ok', `Every configured model has a price (${models.join(', ')}): budgets count tokens and money.`);
   return check(
     'prices',
     'warn',
-    `No price for ${unpriced.join(', ')}: its calls count tokens only, and money budgets do not apply to them.`,
+    `No price for ${unpriced.join(', ')}: ${unpriced.length === 1 ? 'its' : 'their'} calls count tokens only, and money budgets do not apply to them.`,
     `Set STEWARD_MODEL_PRICES (e.g. ${unpriced[0]}=2/8, USD per million input/output tokens) if a money budget should hold them.`,
   );
+}
+
+/** The prices check with the models the ledger reserved calls for without a price (read from the database; none when it cannot be read). */
+export async function modelPricesCheck(cfg: StewardConfig, timeoutMs: number): Promise<DoctorCheck> {
+  let seen: string[] = [];
+  try {
+    seen = ((await readRows<{ model: string }>(cfg, 'SELECT DISTINCT "model" FROM "BudgetReservation" WHERE "micros" IS NULL ORDER BY "model"', timeoutMs)) ?? []).map((r) => String(r.model));
+  } catch {
+    // no database yet, or not migrated: the configured models only (the database check says why)
+  }
+  return pricesCheck(cfg, seen);
 }
 
 /** Run every check. */
@@ -553,18 +566,19 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
       return ids.map((id, i) => (i === 0 ? check(id, 'fail', `The check itself failed: ${errText(err)}.`, 'Run again with STEWARD_LOG_LEVEL=debug and report the error.') : check(id, 'skip', 'An earlier check failed.')));
     }
   };
-  const [temporal, database, sandbox, model, telegram, discord, inbox, mcp, unavailable] = await Promise.all([
+  const [temporal, database, sandbox, model, prices, telegram, discord, inbox, mcp, unavailable] = await Promise.all([
     guard(['temporal', 'namespace', 'search-attributes'], temporalChecks(cfg, timeoutMs)),
     guard(['database', 'migrations'], databaseChecks(cfg, timeoutMs)),
     opts.skipSandbox ? Promise.resolve([check('sandbox', 'skip', 'Not checked (--skip-sandbox).')]) : guard(['sandbox'], sandboxCheck().then((c) => [c])),
     guard(['model'], modelCheck(cfg, timeoutMs).then((c) => [c])),
+    guard(['prices'], modelPricesCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['telegram'], telegramCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['discord'], discordCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['inbox'], inboxCheck(cfg, timeoutMs).then((c) => [c])),
     guard(['mcp'], mcpCheck(cfg, timeoutMs).then((c) => [c])),
     unavailableFeatures(opts.skipSandbox ? { sandbox: async () => ({ ok: true }) } : {}),
   ]);
-  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, pricesCheck(cfg), ...telegram, ...discord, ...inbox, ...mcp];
+  const checks = [configCheck, ...temporal, ...database, ...sandbox, ...model, ...prices, ...telegram, ...discord, ...inbox, ...mcp];
   return { ok: checks.every((c) => c.status !== 'fail'), checks, unavailable };
 }
 

@@ -20,6 +20,10 @@
  *   by the validation gate.
  * - objectives (files `objective-ob-NN.json`, `turn-ob-NN.json`): objective runs started by
  *   their Temporal Schedule (a trigger, a backfilled run, a skipped run) with their turns.
+ * - budgets (files `objective-ob-bs-NN.json`, `turn-ob-bs-NN.json`): objective runs and a
+ *   model budget (patch `steward-objective-budget-skip`): a run whose turn the ledger refused
+ *   mid-way (no call fits in the objective's budget), recorded as skipped, and a run skipped
+ *   before its turn (the budget spent).
  * - workspaces (files `workspace-ws-NN.json`): workspace indexing runs: a whole small
  *   workspace, one of 250 files (two batches), and a run for reported paths (a changed file
  *   and a deleted one).
@@ -36,7 +40,7 @@
  *   into a task (its classification, the task's record and its reminder started), the reminder
  *   whose timer fired and reminded the admins, and one ended by a signal (the task was closed).
  *
- * - budgets (files `session-bw-NN.json`): a chat turn refused by a budget (patch
+ * - budget-wait (files `session-bw-NN.json`): a chat turn refused by a budget (patch
  *   `steward-budget-wait`): it tells the chat, names the budget in `StewardBudget` and waits;
  *   the budget raised (its waiters signalled `budgetRaised`), it replies; a second turn waits
  *   past its wait and ends `budget-refused`; a third is stopped while it waits; then /new.
@@ -50,12 +54,13 @@ import { randomInt, randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { defineBudget, removeBudget } from '../domain/budgets/definitions.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge/open.js';
+import { createSpend } from '../domain/limits.js';
 import { indexWorkflowId } from '../services/workspaces.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '../platform/history-json.js';
 import { bindChat, createIdentity, OPERATOR } from '../domain/governance.js';
-import { createSpend } from '../domain/limits.js';
 import { budgetWaitersQuery, wakeBudgetWaiters } from '../services/budget-waiters.js';
 import { createBudgetService } from '../services/budgets.js';
 import { McpServerSchema } from '../common/mcp.js';
@@ -76,7 +81,7 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge', 'mcp', 'tasks', 'intake', 'budgets'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, workspaces, knowledge, mcp, tasks, intake or budgets`);
+if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 'workspaces', 'knowledge', 'mcp', 'tasks', 'intake'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, budgets, budget-wait, workspaces, knowledge, mcp, tasks or intake`);
 /**
  * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
  * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
@@ -87,7 +92,7 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'workspaces', 'knowledge',
  * `steward-requester-set` (the requester set goes to the approval request and the tool run),
  * beside `session-ch-inl-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-rs-', repo: 'rc-', objectives: 'ob-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-', budgets: 'bw-' };
+const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-rs-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -423,6 +428,37 @@ async function objectives(m: ModelServer): Promise<void> {
   });
 }
 
+async function objectiveBudgets(m: ModelServer): Promise<void> {
+  // the ledger as the started platform builds it (on, no STEWARD_TOKEN_BUDGET)
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, spend: createSpend({ db: dbh.db, budget: null }) }, async (h) => {
+    const op = { id: 'operator', name: 'the operator' };
+    m.setDefault(() => ({ text: 'Here is the digest.', usage: { prompt_tokens: 10, completion_tokens: 5 } }));
+    const o = await h.objectives.create({ name: `budgeted-${randomInt(1e5, 1e6)}`, prompt: 'Write the digest', chatId: h.chatId, account: h.account, schedule: { cron: '0 9 * * *', timezone: 'UTC' }, paused: true }, op);
+    const budget = `record-${o.id}`;
+    // 100 tokens: not spent, but no call fits (its output cap alone is larger): the turn is refused mid-way
+    await defineBudget(dbh.db, { id: budget, scope: 'objective', scopeId: o.id, tokens: 100, period: 'day' });
+    const settled = (n: number) =>
+      waitFor(async () => {
+        const runs = await dbh.db.objectiveRun.findMany({ where: { objectiveId: o.id }, orderBy: { createdAt: 'asc' } });
+        return runs.length >= n && runs.every((r) => r.status !== 'running') ? runs : undefined;
+      }, `${n} runs`, 60_000);
+    await h.objectives.trigger(o.id, op);
+    await settled(1);
+    // spent: the next run is skipped before its turn
+    await dbh.db.budgetUsage.updateMany({ where: { budgetId: budget }, data: { usedTokens: 100 } });
+    await new Promise((r) => setTimeout(r, 1_100));
+    await h.objectives.trigger(o.id, op);
+    const runs = await settled(2);
+    for (const r of runs) await env.client.workflow.getHandle(r.id).result();
+    await exportRunIds(env, [
+      ...runs.map((r) => ({ workflowId: r.id, kind: 'objective' })),
+      ...runs.flatMap((r) => (r.turnId ? [{ workflowId: r.turnId, kind: 'turn' }] : [])),
+    ]);
+    await h.objectives.remove(o.id, op);
+    await removeBudget(dbh.db, budget);
+  });
+}
+
 async function workspaces(m: ModelServer): Promise<void> {
   const dataDir = await mkdtemp(path.join(tmpdir(), 'steward-record-ws-'));
   const knowledge = knowledgeIndexOpener(dbh.url, dataDir);
@@ -556,12 +592,13 @@ try {
   if (scenario === 'foundation') await foundation(model);
   else if (scenario === 'tasks') await tasksScenario(model);
   else if (scenario === 'intake') await intake(model);
-  else if (scenario === 'budgets') await budgetWait(model);
+  else if (scenario === 'budget-wait') await budgetWait(model);
   else if (scenario === 'mcp') await mcpSession(model);
   else if (scenario === 'knowledge') await knowledgeSession(model);
   else if (scenario === 'workspaces') await workspaces(model);
   else if (scenario === 'channels') await channels(model);
   else if (scenario === 'repo') await repoChanges(model);
+  else if (scenario === 'budgets') await objectiveBudgets(model);
   else await objectives(model);
 } finally {
   await model.close();

@@ -366,7 +366,7 @@ async function stopInChat(deps: ChangeServiceDeps, conversation: ConversationKey
 async function steerInChat(deps: ChangeServiceDeps, conversation: ConversationKey, text: string, by: Requester): Promise<string | undefined> {
   const r = await store.newestRunningChangeInChat(deps.db, conversation, ['plan', 'work']);
   if (!r) return undefined;
-  await store.addSteer(deps.db, r.id, text, by.name);
+  await store.addSteer(deps.db, r.id, text, by.name, by.id);
   try {
     await deps.client.workflow.getHandle(r.workflowId).signal(changeSteerSignal, { text: text.slice(0, 200), by: by.name, byId: by.id });
   } catch (err) {

@@ -22,6 +22,7 @@ import type { Db } from '../domain/db.js';
 import { describeIssues } from '../common/schemas.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { lookupBinding } from '../domain/governance.js';
+import { budgetSkipText, objectiveSpentBudget } from '../domain/objectives/runs.js';
 import { receiptExists, receiptIdsByKeys, writeReceipt } from '../domain/receipts.js';
 import { faultPoint } from '../common/fault-points.js';
 import {
@@ -115,6 +116,14 @@ export interface ObjectiveView {
   /** Its event triggers: a signed webhook, a watched workspace directory, an inbound email address. */
   triggers: { webhook: boolean; watch: string | null; email: string | null };
   nextRuns: string[];
+  /**
+   * Where it stands: `paused`; `skipped: budget <id> spent until <renewal>` while a model budget
+   * its runs are spent for (the installation's, its own, its chat's binding's or workspace's) is
+   * spent (its runs are skipped, no model is called); else `active`.
+   */
+  status: string;
+  /** The spent budget its runs are skipped for, if any (`renewsAt` null: a total, until it is raised). */
+  spentBudget: { id: string; scope: string; scopeId: string | null; period: string; renewsAt: string | null } | null;
   lastRun: { id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null; at: string } | null;
   runsTaken: number;
   scheduleId: string;
@@ -657,6 +666,8 @@ async function view(ctx: ServiceContext, o: ObjectiveRow): Promise<ObjectiveView
     if (!(err instanceof ScheduleNotFoundError)) throw err;
   }
   const last = await latestObjectiveRun(ctx.db, o.id);
+  // a paused objective runs nothing: no budget is asked
+  const spent = o.paused ? undefined : await objectiveSpentBudget(ctx.db, o);
   return {
     id: o.id,
     name: o.name,
@@ -672,6 +683,8 @@ async function view(ctx: ServiceContext, o: ObjectiveRow): Promise<ObjectiveView
     webhook: o.webhookSecretRef !== null,
     triggers: { webhook: o.webhookSecretRef !== null, watch: o.watchPath, email: o.inboundEmail },
     nextRuns,
+    status: o.paused ? 'paused' : spent ? budgetSkipText(spent) : 'active',
+    spentBudget: spent ? { id: spent.id, scope: spent.scope, scopeId: spent.scopeId, period: spent.period, renewsAt: spent.renewsAt?.toISOString() ?? null } : null,
     lastRun: last ? { id: last.id, scheduledAt: last.scheduledAt?.toISOString() ?? null, status: last.status, outcome: last.outcome, error: last.error, at: last.updatedAt.toISOString() } : null,
     runsTaken,
     scheduleId: objectiveScheduleId(o.id),

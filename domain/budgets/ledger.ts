@@ -467,7 +467,7 @@ export async function budgetStandings(db: Db, at: number = Date.now()): Promise<
       period: periodName(b),
       used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
       reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
-      limit: { tokens: b.tokens, usd: b.micros === null ? null : b.micros / 1_000_000 },
+      limit: { tokens: b.tokens === null ? null : b.tokens + u.raisedTokens, usd: b.micros === null ? null : (b.micros + u.raisedMicros) / 1_000_000 },
     });
   }
   return rows;
@@ -499,4 +499,45 @@ export function startSweepingExpired(ledger: Pick<BudgetLedger, 'sweepExpired'>,
     clearInterval(timer);
     await running;
   };
+}
+
+/** A budget that refuses every call now: what is used and held in its period has reached its limit. */
+export interface SpentBudget {
+  id: string;
+  scope: Budget['scope'];
+  scopeId: string | null;
+  /** day, week, month, none (a total), or the window's length. */
+  period: string;
+  /** When its period renews; null for a total (it renews only when it is raised). */
+  renewsAt: Date | null;
+  /** When it renews, for people: `2026-11-29 00:00 UTC`, or `it is raised` for a total. */
+  until: string;
+}
+
+/**
+ * The budgets that apply to a call of these scopes (the installation's always) and are spent in
+ * the period containing `at`: used and held have reached the limit (tokens, or money), so the
+ * ledger refuses every call for them (`reserve` takes nothing once `used + reserved` reaches the
+ * limit) until the period renews or the limit is raised. Read-only (no row is made or locked);
+ * by budget id. For a run that asks before it starts whether any of its calls could be made
+ * (an objective's run: domain/objectives/runs.ts).
+ */
+export async function spentBudgets(db: Db, scopes: SpendScopes, at: number = Date.now()): Promise<SpentBudget[]> {
+  const spent: SpentBudget[] = [];
+  for (const b of await budgetsFor(db, scopes)) {
+    const u = await budgetUsage(db, b, at);
+    // the limit `reserve` holds against: the budget's, plus the period's raise
+    const tokensSpent = b.tokens !== null && u.usedTokens + u.reservedTokens >= b.tokens + u.raisedTokens;
+    const moneySpent = b.micros !== null && u.usedMicros + u.reservedMicros >= b.micros + u.raisedMicros;
+    if (!tokensSpent && !moneySpent) continue;
+    spent.push({
+      id: b.id,
+      scope: b.scope,
+      scopeId: b.scopeId,
+      period: periodName(b),
+      renewsAt: u.period.end ?? null,
+      until: u.period.end ? describeRenewal(b, u.period.end) : 'it is raised',
+    });
+  }
+  return spent;
 }

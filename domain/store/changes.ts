@@ -212,13 +212,13 @@ export async function markChangeStartFailed(db: Db, id: string, error: string): 
 // Steering
 // ---------------------------------------------------------------------------------------------
 
-export async function addSteer(db: Db, changeId: string, text: string, by: string): Promise<void> {
-  await db.changeSteer.create({ data: { changeId, text, by } });
+export async function addSteer(db: Db, changeId: string, text: string, by: string, byId?: string): Promise<void> {
+  await db.changeSteer.create({ data: { changeId, text, by, ...(byId ? { byId } : {}) } });
 }
 
-/** The steering notes after `afterId`, oldest first. */
-export async function steersAfter(db: Db, changeId: string, afterId: number): Promise<Array<{ id: number; text: string; by: string }>> {
-  return db.changeSteer.findMany({ where: { changeId, id: { gt: afterId } }, orderBy: { id: 'asc' }, select: { id: true, text: true, by: true } });
+/** The steering notes after `afterId`, oldest first (`byId`: the steerer's identity id, when kept). */
+export async function steersAfter(db: Db, changeId: string, afterId: number): Promise<Array<{ id: number; text: string; by: string; byId: string | null }>> {
+  return db.changeSteer.findMany({ where: { changeId, id: { gt: afterId } }, orderBy: { id: 'asc' }, select: { id: true, text: true, by: true, byId: true } });
 }
 
 // ---------------------------------------------------------------------------------------------

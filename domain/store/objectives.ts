@@ -96,16 +96,16 @@ export function findObjectiveRun(db: Db, id: string): Promise<ObjectiveRunRow | 
   return db.objectiveRun.findUnique({ where: { id } });
 }
 
-/** Record a run as running (with its turn) or skipped, once: a run recorded already is left as it is. */
+/** Record a run as running (with its turn) or skipped (with why, when given), once: a run recorded already is left as it is. */
 export async function recordRunStarted(
   db: Db,
-  run: { id: string; objectiveId: string; scheduledAt: Date | null } & ({ status: 'running'; turnId: string } | { status: 'skipped' }),
+  run: { id: string; objectiveId: string; scheduledAt: Date | null } & ({ status: 'running'; turnId: string } | { status: 'skipped'; outcome?: string; error?: string }),
 ): Promise<void> {
   await db.objectiveRun.upsert({ where: { id: run.id }, create: run, update: {} });
 }
 
-/** Record how a run ended. */
-export async function recordRunFinished(db: Db, id: string, end: { status: 'done' | 'failed'; outcome: string | null; error: string | null }): Promise<void> {
+/** Record how a run ended (skipped: its turn was refused by a model budget). */
+export async function recordRunFinished(db: Db, id: string, end: { status: 'done' | 'failed' | 'skipped'; outcome: string | null; error: string | null }): Promise<void> {
   await db.objectiveRun.update({ where: { id }, data: end });
 }
 

@@ -141,16 +141,21 @@ export async function recordTriage(db: Db, senders: Senders, m: TriageMessage, r
   return { taskId: task.id, ...(task.dueAt && task.status === 'open' ? { dueAt: task.dueAt.toISOString() } : {}) };
 }
 
-/** The classification could not be had (the model failed or never answered well): receipted, and the admins told once. */
-export async function recordTriageFailure(db: Db, senders: Senders, m: TriageMessage, error: string, execution: { workflowId?: string; runId?: string }): Promise<void> {
+/**
+ * The classification could not be had (the model failed or never answered well): receipted, and
+ * the admins told once. Refused by a model budget (`budget`): receipted, and the admins are not
+ * told of each message (the ledger tells them once per budget and period; a flooded group would
+ * otherwise post a notice per message).
+ */
+export async function recordTriageFailure(db: Db, senders: Senders, m: TriageMessage, error: string, execution: { workflowId?: string; runId?: string }, opts: { budget?: boolean } = {}): Promise<void> {
   const fresh = await writeReceipt(db, {
     key: `${m.sourceKey}:classify`,
     kind: 'task.classify',
     ...execution,
     actor: 'triage',
-    data: { sourceKey: m.sourceKey, platform: m.conversation.platform, account: m.conversation.account, chatId: m.conversation.chatId, sender: m.sender, model: m.model, failed: error.slice(0, 500) },
+    data: { sourceKey: m.sourceKey, platform: m.conversation.platform, account: m.conversation.account, chatId: m.conversation.chatId, sender: m.sender, model: m.model, failed: error.slice(0, 500), ...(opts.budget ? { refusedBy: 'budget' } : {}) },
   });
-  if (!fresh) return;
+  if (!fresh || opts.budget) return;
   const text = await getBlobText(db, m.textHash).catch(() => '');
   await notifyAdmins(db, senders, {
     key: `triage:${m.sourceKey}:failed`,

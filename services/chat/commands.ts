@@ -270,6 +270,7 @@ function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'
         return [
           `${o.name} (${o.id}): ${o.prompt}`,
           `Schedule: ${JSON.stringify(o.schedule)}, overlap ${o.overlap}${o.paused ? ', paused' : ''}`,
+          `Status: ${o.status}`,
           `Next: ${o.nextRuns.slice(0, 3).join(', ') || '-'}`,
           ...o.runs.slice(0, 5).map((r) => `- ${r.scheduledAt ?? 'triggered'}: ${r.status}${r.error ? ` (${r.error.slice(0, 80)})` : ''}`),
         ].join('\n');
@@ -300,7 +301,7 @@ function objectiveCommands(env: CommandEnv): Handlers<'objectives' | 'objective'
         .map((o) => {
           const when = o.schedule.every ? `every ${o.schedule.every}` : o.schedule.cron !== undefined ? `cron ${String(o.schedule.cron)}` : 'no schedule';
           const on = [o.triggers.webhook ? 'webhook' : '', o.triggers.watch ? `files in ${o.triggers.watch}` : '', o.triggers.email ? `mail to ${o.triggers.email}` : ''].filter(Boolean).join(', ');
-          return `${o.name}: ${when}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}${on ? `, on ${on}` : ''}, ${o.paused ? 'paused' : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`;
+          return `${o.name}: ${when}${o.schedule.timezone ? ` (${o.schedule.timezone})` : ''}${on ? `, on ${on}` : ''}, ${o.paused ? 'paused' : o.spentBudget ? o.status : `next ${o.nextRuns[0] ?? '-'}`}, last ${o.lastRun ? `${o.lastRun.status}${o.lastRun.error ? ` (${o.lastRun.error.slice(0, 80)})` : ''}` : 'none'}`;
         })
         .join('\n');
     },

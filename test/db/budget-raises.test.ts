@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { defineBudget, listBudgets, removeBudget, type Budget } from '../../domain/budgets/definitions.js';
-import { budgetUsage, createBudgetLedger, type BudgetLedger } from '../../domain/budgets/ledger.js';
+import { budgetUsage, createBudgetLedger, spentBudgets, type BudgetLedger } from '../../domain/budgets/ledger.js';
 import { createPriceTable } from '../../domain/budgets/prices.js';
 import { periodOf } from '../../domain/budgets/periods.js';
 import { BudgetRaiseError, MAX_REFUSED_PEOPLE, parseRaiseButton, raiseBudget, raiseButtons, recordRefusal, refusedPeople } from '../../domain/budgets/raises.js';
@@ -78,8 +78,10 @@ for (const database of testDatabases()) {
       await ledger.reserve(request({ scopes: { chat } }));
       const third = request({ scopes: { chat } });
       await assert.rejects(ledger.reserve(third), ModelBudgetExceededError);
+      assert.deepEqual((await spentBudgets(t.db, { chat }, clock)).map((b) => b.id), [id], 'spent before the raise');
 
       const r = await raiseBudget(t.db, { budgetId: id, tokens: 1500, at: clock });
+      assert.deepEqual(await spentBudgets(t.db, { chat }, clock), [], 'the raise counts: not spent (an objective run would not skip)');
       assert.equal(r?.raisedTokens, 1500);
       assert.equal(r?.period.start.toISOString(), '2026-11-28T00:00:00.000Z');
       // the same call (a new attempt of the refused step) fits now, and exactly: nothing more does

@@ -19,6 +19,7 @@ import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
 import { BUDGET_WAIT_PATCH, REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
+import { OBJECTIVE_BUDGET_SKIP_PATCH } from '../../workflows/objectives/objective.js';
 
 const dir = new URL('./histories/', import.meta.url);
 const entries = readdirSync(dir).sort();
@@ -152,6 +153,17 @@ describe('replay corpus', () => {
     }
   });
 
+  it('has objective runs a model budget skipped: refused mid-way (steward-objective-budget-skip, completed skipped) and before the turn', () => {
+    const objectives = fixtures.filter((f) => f.type === 'objectiveRunWorkflow');
+    const completedSkipped = (f: Fixture) => {
+      const end = f.events.at(-1) as { eventType: string; workflowExecutionCompletedEventAttributes?: { result?: { payloads?: PayloadJson[] } } } | undefined;
+      return end?.eventType === 'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED' && (plain(end.workflowExecutionCompletedEventAttributes?.result?.payloads?.[0]) as { status?: string } | undefined)?.status === 'skipped';
+    };
+    const refused = objectives.filter((f) => patchesOf(f).includes(OBJECTIVE_BUDGET_SKIP_PATCH) && childrenOf(f, 'turnWorkflow') === 1 && completedSkipped(f));
+    assert.ok(refused.length > 0, `an objective run whose turn a budget refused, with the ${OBJECTIVE_BUDGET_SKIP_PATCH} marker; record one with scripts/record-histories.ts budgets`);
+    assert.ok(objectives.some((f) => childrenOf(f, 'turnWorkflow') === 0 && completedSkipped(f)), 'an objective run skipped before its turn');
+  });
+
   it('has inline sessions recorded traced and untraced (the steward-otel-tracing marker present and absent)', () => {
     // a worker with an OTLP exporter records the marker at a run's start; one without leaves it out
     const traced = inlineSessions.filter((f) => patchesOf(f).includes(OTEL_PATCH));
@@ -196,7 +208,7 @@ describe('replay corpus', () => {
   it('has an inline session whose turn a budget refused (steward-budget-wait): woken by budgetRaised, one whose wait ran out, one stopped while it waited', () => {
     const signals = (f: Fixture) => f.events.flatMap((e) => (e.workflowExecutionSignaledEventAttributes?.signalName ? [e.workflowExecutionSignaledEventAttributes.signalName] : []));
     const waited = inlineSessions.filter((f) => patchesOf(f).includes(BUDGET_WAIT_PATCH));
-    assert.ok(waited.length > 0, `an inline session with the ${BUDGET_WAIT_PATCH} marker; record one with scripts/record-histories.ts budgets`);
+    assert.ok(waited.length > 0, `an inline session with the ${BUDGET_WAIT_PATCH} marker; record one with scripts/record-histories.ts budget-wait`);
     assert.ok(waited.some((f) => signals(f).includes('budgetRaised')), 'a waiting turn woken by budgetRaised');
     assert.ok(waited.some((f) => f.events.some((e) => e.eventType === 'EVENT_TYPE_TIMER_FIRED')), 'a wait that ran out (its timer fired): the turn ended budget-refused');
     assert.ok(waited.some((f) => signals(f).includes('stop')), 'a turn stopped while it waited');

@@ -404,7 +404,7 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
           objectivePrepareRun: async () => prepared(turnId),
           modelStep: async () => reply('h-digest'),
           deliver: async () => ({ sent: true, messageSeq: 1 }),
-          objectiveFinishRun: async () => undefined,
+          objectiveFinishRun: async () => ({ status: 'done' }),
         },
         async ({ taskQueue, calls }) => {
           const r = await env.client.workflow.execute(objectiveRunWorkflow, { taskQueue, workflowId: `obj-${randomUUID()}`, args: [{ objectiveId: 'o1', maxSteps: 3 }] });
@@ -421,7 +421,7 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
           objectivePrepareRun: async () => prepared(failing),
           modelStep: async () => ({ kind: 'not-configured', message: 'no model configured', usage: { input: 0, output: 0, total: 0 } }),
           deliver: async () => ({ sent: true, messageSeq: 1 }),
-          objectiveFinishRun: async () => undefined,
+          objectiveFinishRun: async () => ({ status: 'failed' }),
         },
         async ({ taskQueue, calls }) => {
           await assert.rejects(
@@ -429,6 +429,23 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
             (err: Error) => err instanceof WorkflowFailedError && /objective digest: the turn ended not-configured/.test(String(err.cause?.message)),
           );
           assert.deepEqual(calls.at(-1)!.input, { runId: calls.at(-1)!.input.runId, status: 'failed', reason: 'the turn ended not-configured', outcome: 'not-configured' });
+        },
+      );
+      // a turn whose model step a budget refused: the run asks to be recorded as skipped, and completes skipped (no failure)
+      const refused = `turn-${randomUUID()}`;
+      await withWorker(
+        {
+          objectivePrepareRun: async () => prepared(refused),
+          modelStep: async () => {
+            throw ApplicationFailure.create({ type: 'ModelBudgetExceeded', message: 'Not called: the budget of objective o1 has 0 tokens left', nonRetryable: true });
+          },
+          deliver: async () => ({ sent: true, messageSeq: 1 }),
+          objectiveFinishRun: async (input) => (input.skipOnBudget ? { status: 'skipped', reason: 'skipped: budget b1 spent until 2026-11-29 00:00 UTC' } : { status: 'failed' }),
+        },
+        async ({ taskQueue, calls }) => {
+          const r = await env.client.workflow.execute(objectiveRunWorkflow, { taskQueue, workflowId: `obj-${randomUUID()}`, args: [{ objectiveId: 'o1', maxSteps: 3 }] });
+          assert.deepEqual(r, { status: 'skipped', turnId: refused, outcome: 'failed', reason: 'skipped: budget b1 spent until 2026-11-29 00:00 UTC' });
+          assert.deepEqual(calls.at(-1)!.input, { runId: calls.at(-1)!.input.runId, status: 'failed', reason: 'the turn ended failed', outcome: 'failed', skipOnBudget: true });
         },
       );
     });

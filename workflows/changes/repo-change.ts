@@ -105,6 +105,16 @@ function failureType(err: unknown): string | undefined {
   return e instanceof ApplicationFailure ? (e.type ?? undefined) : undefined;
 }
 
+/**
+ * The `shapedBy` of a change's model steps' input: everyone who shaped it (its requester set: the
+ * requester, the proposing turn's requester set, answerers, steerers), whom its model calls are
+ * spent for; none while only the requester did. Activity inputs only (not compared on replay): no patch.
+ */
+function shapedBy(approvals: ApprovalBook): { shapedBy?: string[] } {
+  const set = approvals.requesterSet();
+  return set.length > 1 ? { shapedBy: set } : {};
+}
+
 export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoChangeOutcome> {
   const { changeId } = input;
   const { modelActs, noteActs, workActs, gateActs, promoteActs } = changeActivities(input.activityQueue);
@@ -122,7 +132,7 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   setHandler(changeStatusQuery, () => ({ ...status }));
   setHandler(changeSteerSignal, (note) => {
     status.steers++;
-    // read only by the approval's validator (validators do not run on replay): no patch needed
+    // read by the approval's validator (not run on replay) and the steps' inputs (not compared on replay): no patch needed
     approvals.addRequester(steererOf(note));
   });
   setHandler(
@@ -168,7 +178,7 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
   try {
     // ---- intake: nothing executes before it is closed ----
     const answers: string[] = [];
-    let intake = await modelActs.changeIntake({ changeId, answers });
+    let intake = await modelActs.changeIntake({ changeId, answers, ...shapedBy(approvals) });
     let asked = 0;
     while (intake.status === 'needs_clarification') {
       if (asked >= input.maxQuestions || !intake.question) {
@@ -195,17 +205,17 @@ export async function repoChangeWorkflow(input: RepoChangeInput): Promise<RepoCh
       answers.push(answer.text);
       answer = undefined;
       status.phase = 'intake';
-      intake = await modelActs.changeIntake({ changeId, answers });
+      intake = await modelActs.changeIntake({ changeId, answers, ...shapedBy(approvals) });
     }
 
     // ---- planner ----
     status.phase = 'plan';
-    const plan = await modelActs.changePlan({ changeId });
+    const plan = await modelActs.changePlan({ changeId, ...shapedBy(approvals) });
     setCurrentDetails(plan.details);
 
     // ---- isolated worker ----
     status.phase = 'work';
-    const work = await workActs.changeWork({ changeId });
+    const work = await workActs.changeWork({ changeId, ...shapedBy(approvals) });
     if (!work.patchHash) {
       const outcome: RepoChangeOutcome = { status: 'failed', phase: 'work', reason: `the coding agent left no change (${work.summary})` };
       await finish(outcome);

@@ -5,7 +5,10 @@
  * skip missed runs, runs the prompt as a turn (a child workflow: the same agent loop, tools and
  * approvals as chat) whose reply goes to the objective's chat through the outbox, and records
  * the result. A failed run fails the workflow, so the schedule's pause-on-failure applies, and
- * the admins are told with the run's link. Deterministic: no I/O here.
+ * the admins are told with the run's link. A model budget of its turn spent: the run is skipped
+ * before its turn (the prepare activity), or, refused mid-way, recorded as skipped (not a
+ * failure: the schedule goes on, and runs again once the budget renews or is raised).
+ * Deterministic: no I/O here.
  */
 import {
   ApplicationFailure,
@@ -13,6 +16,7 @@ import {
   ChildWorkflowFailure,
   executeChild,
   isCancellation,
+  patched,
   proxyActivities,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -23,6 +27,13 @@ import { ChatAttr, KindAttr, PlatformAttr } from '../search-attributes.js';
 import { turnWorkflow } from '../chat/turn.js';
 
 type Activities = ReturnType<typeof createActivities>;
+
+/**
+ * A turn refused by a model budget (outcome `budget-refused`, or `failed` at a budget's refusal)
+ * makes a skipped run: the run completes instead of failing (no pause on failure, no failure
+ * notice). Runs that recorded their end before it failed, and replay so.
+ */
+export const OBJECTIVE_BUDGET_SKIP_PATCH = 'steward-objective-budget-skip';
 
 /** Set by the Temporal server on runs a schedule starts. */
 const ScheduledStartAttr = defineSearchAttributeKey('TemporalScheduledStartTime', SearchAttributeType.DATETIME);
@@ -73,7 +84,10 @@ export async function objectiveRunWorkflow(input: ObjectiveRunInput): Promise<Ob
     failure = reasonOf(err);
   }
   if (failure !== undefined) {
-    await acts.objectiveFinishRun({ runId: info.workflowId, status: 'failed', reason: failure, ...(outcome ? { outcome } : {}) });
+    // a turn a model budget refused makes a skipped run, not a failed one (runs recorded before this patch failed)
+    const budgetSkip = (outcome === 'failed' || outcome === 'budget-refused') && patched(OBJECTIVE_BUDGET_SKIP_PATCH);
+    const ended = await acts.objectiveFinishRun({ runId: info.workflowId, status: 'failed', reason: failure, ...(outcome ? { outcome } : {}), ...(budgetSkip ? { skipOnBudget: true } : {}) });
+    if (budgetSkip && ended.status === 'skipped') return { status: 'skipped', turnId: prep.turn.turnId, ...(outcome ? { outcome } : {}), ...(ended.reason ? { reason: ended.reason } : {}) };
     // failing the run lets the schedule pause on failure, and shows it failed in the UI
     throw ApplicationFailure.create({ type: 'ObjectiveRunFailed', message: `objective ${prep.name}: ${failure}`, nonRetryable: true });
   }

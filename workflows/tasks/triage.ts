@@ -33,6 +33,14 @@ function reasonOf(err: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
+/** The classification was refused by a model budget (the ledger told the admins once already). */
+function refusedByBudget(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof ActivityFailure || e instanceof ApplicationFailure; e = e.cause) {
+    if (e instanceof ApplicationFailure && e.type === 'ModelBudgetExceeded') return true;
+  }
+  return false;
+}
+
 export async function triageWorkflow(input: TriageInput): Promise<TriageResult> {
   const queue = input.activityQueue ? { taskQueue: input.activityQueue } : {};
   const classify = proxyActivities<Activities>({
@@ -50,7 +58,8 @@ export async function triageWorkflow(input: TriageInput): Promise<TriageResult> 
     result = await classify.triageClassify(input.message);
   } catch (err) {
     const failed = reasonOf(err);
-    await acts.triageFailed({ message: input.message, error: failed });
+    // the activity's input only (no new command): replay-safe
+    await acts.triageFailed({ message: input.message, error: failed, ...(refusedByBudget(err) ? { budget: true } : {}) });
     return { failed };
   }
   const decision = await acts.triageRecord({ message: input.message, result });

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "ChangeSteer" ADD COLUMN "byId" TEXT;
