@@ -444,8 +444,9 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         },
         async ({ taskQueue, calls }) => {
           const r = await env.client.workflow.execute(objectiveRunWorkflow, { taskQueue, workflowId: `obj-${randomUUID()}`, args: [{ objectiveId: 'o1', maxSteps: 3 }] });
-          assert.deepEqual(r, { status: 'skipped', turnId: refused, outcome: 'failed', reason: 'skipped: budget b1 spent until 2026-11-29 00:00 UTC' });
-          assert.deepEqual(calls.at(-1)!.input, { runId: calls.at(-1)!.input.runId, status: 'failed', reason: 'the turn ended failed', outcome: 'failed', skipOnBudget: true });
+          // the turn ends budget-refused at the refusal (patch steward-budget-wait; `failed` before it)
+          assert.deepEqual(r, { status: 'skipped', turnId: refused, outcome: 'budget-refused', reason: 'skipped: budget b1 spent until 2026-11-29 00:00 UTC' });
+          assert.deepEqual(calls.at(-1)!.input, { runId: calls.at(-1)!.input.runId, status: 'failed', reason: 'the turn ended budget-refused', outcome: 'budget-refused', skipOnBudget: true });
         },
       );
     });
