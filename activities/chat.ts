@@ -13,7 +13,7 @@ import type { MemoryApproval } from '../domain/knowledge/memory.js';
 import { createSkillMatcher } from '../domain/knowledge/skills.js';
 import { createTurnKnowledge, type SkillUse, type TurnKnowledge } from '../domain/knowledge/turn-knowledge.js';
 import { readFile } from 'node:fs/promises';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import { tool, zodSchema, type ModelMessage, type ToolSet } from 'ai';
 import type { Logger } from 'pino';
 import { approvalIdFor, type ConversationKey } from '../common/ids.js';
@@ -222,6 +222,8 @@ export interface DeliverInput {
   attachments?: AttachmentRef[];
   usage?: TokenUsage;
   steps?: number;
+  /** A turn's end: how it ended (replied, budget-refused, ...), for its `turn.end` receipt (absent in older histories). */
+  outcome?: string;
 }
 
 /** A platform failure as the Temporal failure the retry policy acts on (a 429 waits as long as asked). */
@@ -254,6 +256,8 @@ const ZERO: TokenUsage = { input: 0, output: 0, total: 0 };
 
 /** Map a classified model error to the Temporal failure type the turn's retry policy knows. */
 function failureType(status: number | undefined, retryable: boolean, fallback: string): string {
+  // a budget refusal keeps its type: the turn waits for a raise on it (workflows/chat/turn-loop.ts)
+  if (fallback === 'ModelBudgetExceeded') return fallback;
   if (status === 401 || status === 403) return 'ModelAuth';
   if (status === 404) return 'ModelNotFound';
   if (!retryable) return 'ModelBadRequest';
@@ -522,6 +526,9 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       type: failureType(e.status, e.retryable, e.type),
       message: e.message,
       nonRetryable: !e.retryable,
+      // which budget refused, what is left and when it renews (no secrets: ids, amounts, times);
+      // an expected outcome, not a fault: logged at debug level, not counted as a failed activity
+      ...(e.budget ? { details: [e.budget], category: ApplicationFailureCategory.BENIGN } : {}),
     });
   } finally {
     clearInterval(beat);
@@ -563,7 +570,7 @@ async function deliver(c: ChatContext, input: DeliverInput): Promise<{ sent: boo
       },
     },
     ...(input.turnId
-      ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0 } }]
+      ? [{ key: `${input.turnId}:end`, kind: 'turn.end' as const, ...wf, data: { turnId: input.turnId, kind: input.kind, usage: input.usage ?? ZERO, steps: input.steps ?? 0, ...(input.outcome ? { outcome: input.outcome } : {}) } }]
       : []),
   ]);
   if (input.turnId) {

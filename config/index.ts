@@ -365,6 +365,7 @@ export const ConfigEnvSchema = z.object(documented({
         return z.NEVER;
       }
     }),
+  STEWARD_BUDGET_WAIT: offOrDuration('30m', 1000, 7 * 86_400_000, 'how long a chat turn refused by a budget waits for it to be raised, from 1s to 7d (such as 30m or 2h), or off'),
   STEWARD_TOKEN_BUDGET: z
     .string()
     .trim()
@@ -526,7 +527,11 @@ export interface StewardConfig {
     };
     configuredProviders: Provider[];
   };
-  session: { maxTurnsPerRun: number };
+  session: {
+    maxTurnsPerRun: number;
+    /** STEWARD_BUDGET_WAIT: how long a chat turn refused by a budget waits for a raise (0: it ends at once). */
+    budgetWaitMs: number;
+  };
   /** Grounding: the workspace sections before each model step (STEWARD_RETRIEVAL_*). */
   retrieval: {
     results: number;
@@ -965,7 +970,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     dataDir,
     http: httpSection(e),
     model,
-    session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS },
+    session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS, budgetWaitMs: e.STEWARD_BUDGET_WAIT },
     retrieval: {
       results: e.STEWARD_RETRIEVAL_RESULTS,
       excerptBytes: e.STEWARD_RETRIEVAL_EXCERPT_BYTES,

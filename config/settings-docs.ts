@@ -312,6 +312,11 @@ export const SETTING_DOCS = {
     group: 'Limits',
     description: 'Runs of one objective per fixed window (schedule, trigger, events); over it, runs are skipped.',
   },
+  STEWARD_BUDGET_WAIT: {
+    group: 'Limits',
+    description:
+      'How long a chat turn whose model call a budget refused waits for the budget to be raised (PUT /api/v1/budgets, `steward budgets set`, a raise) or renewed: the chat is told at once which budget, what is left and when it renews, and the turn goes on when it fits; /stop ends the wait. off: the turn ends at once with that message. Objective runs never wait. Taken by a conversation\'s session when it starts (a running session keeps its value across continue-as-new).',
+  },
   STEWARD_TOKEN_BUDGET: {
     group: 'Limits',
     description:

@@ -55,6 +55,8 @@ export type ChatMessage = ModelMessage;
 
 /** Where a budget that refused a call stands, for the message people see. */
 export interface BudgetStanding {
+  /** The budget's own id (what `steward budgets set` and PUT /api/v1/budgets/{id} name). */
+  budget?: string;
   /** The budget's scope: installation, chat, person, objective, workspace, repository. */
   scope: string;
   /** The scope's id (a binding, an identity, ...); absent for the installation. */
@@ -625,6 +627,8 @@ export interface ClassifiedModelError {
   /** One line for people; never holds API keys. */
   message: string;
   status?: number;
+  /** A budget refusal (ModelBudgetExceeded): which budget, what is left, when it renews; the activity passes it on as the failure's details. */
+  budget?: BudgetStanding;
 }
 
 const MAX_DETAIL = 300;
@@ -726,7 +730,7 @@ export function classifyModelError(err: unknown): ClassifiedModelError {
   }
 
   if (e instanceof ModelNotConfiguredError) return { retryable: false, type: 'ModelNotConfigured', message: e.message };
-  if (e instanceof ModelBudgetExceededError) return { retryable: false, type: 'ModelBudgetExceeded', message: e.message };
+  if (e instanceof ModelBudgetExceededError) return { retryable: false, type: 'ModelBudgetExceeded', message: e.message, ...(e.budget ? { budget: e.budget } : {}) };
   if (e instanceof SpendContextMissingError) return { retryable: false, type: 'SpendContextMissing', message: e.message };
   if (e instanceof InvalidModelRefError) return { retryable: false, type: 'InvalidModelRef', message: redactSecrets(e.message) };
   if (e instanceof Error && e.name === 'TimeoutError') {

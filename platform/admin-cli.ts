@@ -15,6 +15,8 @@ import { createDb, migrateDatabase } from '../domain/db.js';
 import { OPERATOR, RoleSchema, type Actor } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
 import { createAdminService, type AdminService } from '../services/admin.js';
+import type { Client } from '@temporalio/client';
+import { wakeBudgetWaiters } from '../services/budget-waiters.js';
 import { createBudgetService, type BudgetService, type BudgetView } from '../services/budgets.js';
 import { ServiceInputError, type Requester } from '../services/requests.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';
@@ -51,14 +53,31 @@ async function withAdmin<T>(io: CliIo, fn: (admin: AdminService) => Promise<T>):
   }
 }
 
-/** The budget service on the configured database (migrated first), for `fn`. */
+/**
+ * The budget service on the configured database (migrated first), for `fn`. A change wakes the
+ * chat turns waiting on the budget through the configured Temporal, reached only then; when it is
+ * not reachable (Steward not running) or the wake-up fails, the change stands and the waiting
+ * turns re-check by themselves (within BUDGET_RECHECK_MS).
+ */
 async function withBudgets<T>(io: CliIo, fn: (budgets: BudgetService) => Promise<T>): Promise<T> {
   const cfg = io.config();
   await migrateDatabase(cfg.databaseUrl);
   const db = createDb(cfg.databaseUrl);
+  let temporal: { client: Client; close(): Promise<void> } | undefined;
+  const wakeWaiters = async (budgetId: string): Promise<number> => {
+    if (!temporal) {
+      const { openTemporal } = await import('./ops-cli.js');
+      const opened = await openTemporal(cfg, undefined);
+      if ('error' in opened) throw new Error(opened.error);
+      temporal = opened;
+    }
+    return wakeBudgetWaiters(temporal.client, cfg.temporal.namespace, budgetId);
+  };
   try {
-    return await fn(createBudgetService(db));
+    // a failed wake-up is not the change's failure: the waiting turns re-check by themselves
+    return await fn(createBudgetService(db, { wakeBudgetWaiters: wakeWaiters }));
   } finally {
+    await temporal?.close().catch(() => undefined);
     await db.$disconnect();
   }
 }

@@ -156,7 +156,7 @@ const receiptsExport: Handlers['receipts']['export'] = async ({ values, io }) =>
 };
 
 /** A client of the configured Temporal (TEMPORAL_ADDRESS or the embedded server), or why there is none. */
-async function openTemporal(cfg: StewardConfig, dataConverter: DataConverter | undefined): Promise<{ client: Client; close(): Promise<void> } | { error: string }> {
+export async function openTemporal(cfg: StewardConfig, dataConverter: DataConverter | undefined): Promise<{ client: Client; close(): Promise<void> } | { error: string }> {
   const address = cfg.temporal.address ?? `127.0.0.1:${cfg.temporal.embedded.port}`;
   const probe = await tcpProbe(address, 3000);
   if (!probe.ok) return { error: `Temporal at ${address} is not reachable (${probe.error})` };

@@ -58,6 +58,8 @@ import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer,
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { freePort } from './ports.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
+import { wakeBudgetWaiters } from '../services/budget-waiters.js';
+import { createBudgetService, type BudgetService } from '../services/budgets.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
 import { startIdleMemoryRelease, type IdleReleaseOptions } from './idle-memory.js';
 import { startMallocTrim, trimMalloc } from './malloc-trim.js';
@@ -486,9 +488,19 @@ function healthCheck(config: StewardConfig, role: 'all' | 'api', workers: Worker
   };
 }
 
+/** Budgets: one service for the API and chat (/budget, the Raise button); a change or a raise wakes the turns waiting on the budget. */
+function budgetServiceFor(config: StewardConfig, client: Client, db: Db, log: Logger): BudgetService {
+  return createBudgetService(db, {
+    wakeBudgetWaiters: (budgetId) => wakeBudgetWaiters(client, config.temporal.namespace, budgetId),
+    onWakeError: (budgetId, err) => log.warn({ err, budgetId }, 'waking the turns waiting on a budget failed (they re-check by themselves)'),
+  });
+}
+
 /** What the HTTP app serves from: the ingress, the services, and what the codec endpoint and the embedded UI need. */
 interface ApiAppParts {
   ingress: Ingress;
+  /** Budgets (/api/v1/budgets): their changes and raises wake the turns waiting on them, as chat's do. */
+  client: Client;
   token: string;
   db: Db;
   changes: ChangeService;
@@ -512,7 +524,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
+  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const app = createHttpApp({
     ingress,
@@ -522,6 +534,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     metrics: renderMetrics,
     ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
     admin: { db },
+    budgets: budgetServiceFor(config, client, db, log),
     changes,
     objectives,
     workspaces,
@@ -627,7 +640,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     }
 
     // Triage and tasks: their workflows on the background queue; a task handed to the agent is a turn in its chat
-    const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun };
+    const sessionLimits = { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun, budgetWaitMs: config.session.budgetWaitMs };
     // one limiter for every path that causes a model call (messages, tasks, triage; objective runs in the workers)
     const limiter = createLimiter({ db, settings: limitSettings(config), senders });
     const tasks = createTaskService({
@@ -652,13 +665,14 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     const heartbeat = createHeartbeat({ db, senders, probes: heartbeatProbes, thresholdMs: config.heartbeat.thresholdMs });
     // HTTP API
     const ingress = createIngress({
+      budgets: budgetServiceFor(config, client, db, log),
       heartbeat: () => heartbeat.current(),
       client,
       db,
       taskQueue: config.temporal.taskQueue,
       defaultModel: config.model.default,
       configuredProviders: () => models.configuredProviders(),
-      limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun },
+      limits: sessionLimits,
       log,
       onTranscript,
       senders,
@@ -677,7 +691,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // redelivery came) is handed over at start and every minute, once (services/handoff.ts)
     cleanups.push(startResumingHandoffs({ messages: (o) => ingress.resumeHandoffs(o), events: (o) => objectives.resumeEventRuns(o) }, log));
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
+    const { app, signIn } = createApiApp(config, { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;

@@ -40,6 +40,11 @@
  *   into a task (its classification, the task's record and its reminder started), the reminder
  *   whose timer fired and reminded the admins, and one ended by a signal (the task was closed).
  *
+ * - budget-wait (files `session-bw-NN.json`): a chat turn refused by a budget (patch
+ *   `steward-budget-wait`): it tells the chat, names the budget in `StewardBudget` and waits;
+ *   the budget raised (its waiters signalled `budgetRaised`), it replies; a second turn waits
+ *   past its wait and ends `budget-refused`; a third is stopped while it waits; then /new.
+ *
  * A scenario replaces only its own files (`<kind>-<tag>NN.json`): histories recorded by earlier
  * code stay, so replay keeps proving that today's code can continue runs that older code
  * started. When a workflow change alters the shape of a scenario's histories, give the scenario
@@ -56,6 +61,8 @@ import { indexWorkflowId } from '../services/workspaces.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '../platform/history-json.js';
 import { bindChat, createIdentity, OPERATOR } from '../domain/governance.js';
+import { budgetWaitersQuery, wakeBudgetWaiters } from '../services/budget-waiters.js';
+import { createBudgetService } from '../services/budgets.js';
 import { McpServerSchema } from '../common/mcp.js';
 import { createMcpTools } from '../domain/mcp/tools.js';
 import { insertMcpServer } from '../domain/store/mcp.js';
@@ -74,7 +81,7 @@ import { createTestEnvironment } from '../test/helpers/temporal.js';
 
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
-if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'workspaces', 'knowledge', 'mcp', 'tasks', 'intake'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, budgets, workspaces, knowledge, mcp, tasks or intake`);
+if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 'workspaces', 'knowledge', 'mcp', 'tasks', 'intake'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, budgets, budget-wait, workspaces, knowledge, mcp, tasks or intake`);
 /**
  * The scenario's file tag: `inl` marks the chat scenarios recorded with turns inside the
  * session; `nt` the foundation scenario recorded untraced (workers without an OTLP exporter
@@ -85,7 +92,7 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'workspaces', '
  * `steward-requester-set` (the requester set goes to the approval request and the tool run),
  * beside `session-ch-inl-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-rs-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
+const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-rs-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -189,6 +196,41 @@ async function intake(m: ModelServer): Promise<void> {
     await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'The second message, answered.');
     const status = await session.query(statusQuery);
     if (status.turnsStarted !== 2) throw new Error(`expected 2 turns, the session started ${status.turnsStarted}`);
+    await h.send('/new');
+    await h.waitForMessage((x) => x.text.startsWith('New task started'));
+    await exportRuns(env, h.sessionId);
+  });
+}
+
+async function budgetWait(m: ModelServer): Promise<void> {
+  const spend = createSpend({ db: dbh.db, budget: null });
+  const budgets = createBudgetService(dbh.db, { wakeBudgetWaiters: (id) => wakeBudgetWaiters(env.client, env.namespace ?? 'default', id) });
+  await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: m.baseURL } }, spend, budgetWaitMs: 8000 }, async (h) => {
+    const binding = await bindChat(dbh.db, { platform: 'http', account: h.account, chatId: h.chatId, createdBy: 'record' });
+    const id = `chat-${randomUUID().slice(0, 6)}`;
+    const limit = (tokens: number) => budgets.set(OPERATOR, id, { scope: 'chat', scopeId: binding.id, tokens, period: 'day', timezone: 'UTC' }, 'api');
+    await limit(100);
+    // Turn 1: refused, told, waits; raised: it replies.
+    m.enqueue({ text: 'Answered after the raise.' });
+    await h.send('hello under a budget');
+    await h.waitForMessage((x) => x.role === 'system' && x.text.startsWith('Waiting for a budget'));
+    // listed by its budget first, so the raise's signal (not the wait's end) wakes it
+    await waitFor(async () => {
+      for await (const wf of env.client.workflow.list({ query: budgetWaitersQuery(id) })) if (wf.workflowId === h.sessionId) return true;
+      return undefined;
+    }, 'the waiting session in visibility');
+    await limit(1_000_000);
+    await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'Answered after the raise.');
+    // Turn 2: refused again (the limit back below what is spent); no raise: it ends budget-refused.
+    await limit(100);
+    await h.send('and now?');
+    await h.waitForMessage((x) => x.role === 'system' && x.text.startsWith('No reply'), { timeoutMs: 30_000 });
+    // Turn 3: stopped while it waits.
+    const told = (await h.ingress.transcript(h.sessionId, { limit: 100 })).filter((x) => x.text.startsWith('Waiting for a budget')).length;
+    await h.send('one more');
+    await waitFor(async () => ((await h.ingress.transcript(h.sessionId, { limit: 100 })).filter((x) => x.text.startsWith('Waiting for a budget')).length > told ? true : undefined), 'the third turn to wait');
+    await h.send('/stop');
+    await h.waitForMessage((x) => x.text.startsWith('Stopped the running turn'));
     await h.send('/new');
     await h.waitForMessage((x) => x.text.startsWith('New task started'));
     await exportRuns(env, h.sessionId);
@@ -550,6 +592,7 @@ try {
   if (scenario === 'foundation') await foundation(model);
   else if (scenario === 'tasks') await tasksScenario(model);
   else if (scenario === 'intake') await intake(model);
+  else if (scenario === 'budget-wait') await budgetWait(model);
   else if (scenario === 'mcp') await mcpSession(model);
   else if (scenario === 'knowledge') await knowledgeSession(model);
   else if (scenario === 'workspaces') await workspaces(model);

@@ -9,7 +9,9 @@
  * field is refused with ServiceInputError (400) and changes nothing. STEWARD_TOKEN_BUDGET's
  * installation budget belongs to the setting: changing or removing it here is refused (409).
  * The ledger reads budgets on every reservation, so a change applies to the next model call;
- * the usage of the current period is kept.
+ * the usage of the current period is kept. A change (set, remove) wakes the chat turns waiting
+ * on the budget (`wakeBudgetWaiters`, services/budget-waiters.ts, when given): they try their
+ * model step again.
  *
  * `raise` raises a budget for its current period only (domain/budgets/raises.ts): admins only,
  * never by a person whose call the budget refused in the period (no self-raise), receipted
@@ -131,14 +133,29 @@ export interface RaiseResult {
 
 export interface BudgetServiceOptions {
   now?: () => number;
-  /** Wake the runs waiting for this budget (services/budget-waiters.ts): called after a raise. How many were woken. */
+  /**
+   * Wake the runs waiting for this budget (services/budget-waiters.ts with the Temporal client):
+   * called after a raise, a set and a remove. How many were woken. Absent (no Temporal at hand):
+   * the waiting turns re-check by themselves.
+   */
   wakeBudgetWaiters?: (budgetId: string) => Promise<number>;
+  /** Told when waking fails after a set or remove (the change stands: the turns re-check by themselves). */
+  onWakeError?: (budgetId: string, err: unknown) => void;
 }
 
 export type BudgetService = ReturnType<typeof createBudgetService>;
 
 export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
   const now = opts.now ?? Date.now;
+  /** The change is made and receipted: wake its waiting turns (a failure does not undo it). */
+  const wake = async (id: string): Promise<void> => {
+    if (!opts.wakeBudgetWaiters) return;
+    try {
+      await opts.wakeBudgetWaiters(id);
+    } catch (err) {
+      opts.onWakeError?.(id, err);
+    }
+  };
   return {
     /** Every budget with its current period's usage, by scope and id. */
     async list(): Promise<BudgetView[]> {
@@ -170,6 +187,7 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
         throw err;
       }
       await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
+      await wake(id);
       return { created: !before, budget: await budgetView(db, after, now()) };
     },
 
@@ -272,6 +290,7 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
       if (!before || !(await removeBudget(db, id))) return undefined;
       const view = definitionView(before);
       await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
+      await wake(id);
       return view;
     },
   };

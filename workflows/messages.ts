@@ -41,6 +41,14 @@ export const settingsUpdate = defineUpdate<SettingsResult, [SettingsChange]>('se
 /** /status. */
 export const statusQuery = defineQuery<SessionStatus>('status');
 
+/** A budget was raised (or changed, or removed): a turn waiting on it tries its model step again. */
+export interface BudgetRaised {
+  /** The budget's id. */
+  budgetId: string;
+}
+/** Sent to every run whose `StewardBudget` names the budget (services/budget-waiters.ts). */
+export const budgetRaisedSignal = defineSignal<[BudgetRaised]>('budgetRaised');
+
 /** Session -> running turn: steering to take in before the next model step. */
 export const turnSteerSignal = defineSignal<[SteerNote]>('turnSteer');
 export const turnStatusQuery = defineQuery<TurnStatus>('turnStatus');

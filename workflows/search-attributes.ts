@@ -11,5 +11,11 @@ export const RepoAttr = defineSearchAttributeKey('StewardRepo', SearchAttributeT
 /** Repo changes: the validation gate's verdict (pass, fail) once it is known. */
 export const GateAttr = defineSearchAttributeKey('StewardGate', SearchAttributeType.KEYWORD);
 
+/**
+ * Sessions: the ids of the budgets whose refusal the running turn waits on to be raised (absent
+ * while none); a raise signals the runs that name its budget (services/budget-waiters.ts).
+ */
+export const BudgetAttr = defineSearchAttributeKey('StewardBudget', SearchAttributeType.KEYWORD_LIST);
+
 /** Every Steward search attribute, for servers and test environments to register. */
-export const ALL_SEARCH_ATTRIBUTES = [PlatformAttr, ChatAttr, KindAttr, RepoAttr, GateAttr, UserAttr];
+export const ALL_SEARCH_ATTRIBUTES = [PlatformAttr, ChatAttr, KindAttr, RepoAttr, GateAttr, UserAttr, BudgetAttr];

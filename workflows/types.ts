@@ -58,6 +58,12 @@ export interface SessionLimits {
   maxTurnsPerRun: number;
   /** Model steps a turn may take. */
   maxSteps: number;
+  /**
+   * How long a turn whose model step a budget refused waits for the budget to be raised or to
+   * renew (STEWARD_BUDGET_WAIT); 0: it ends at once. Absent (sessions started before the
+   * setting): DEFAULT_BUDGET_WAIT_MS.
+   */
+  budgetWaitMs?: number;
 }
 
 export interface SessionInput {
@@ -135,7 +141,11 @@ export interface ApprovalDecisionResult {
   message: string;
 }
 
-export type TurnOutcome = 'replied' | 'budget-exhausted' | 'not-configured' | 'failed';
+/**
+ * `budget-exhausted`: the turn used its model steps without a reply; `budget-refused`: a spend
+ * budget refused its model call (and no raise came while it waited).
+ */
+export type TurnOutcome = 'replied' | 'budget-exhausted' | 'budget-refused' | 'not-configured' | 'failed';
 
 export interface TurnResult {
   outcome: TurnOutcome;
@@ -154,11 +164,13 @@ export interface TurnResult {
 export interface TurnStatus {
   turnId: string;
   step: number;
-  phase: 'starting' | 'model' | 'tool' | 'approval' | 'delivering' | 'done' | 'stopping';
+  phase: 'starting' | 'model' | 'tool' | 'approval' | 'budget' | 'delivering' | 'done' | 'stopping';
   /** The tool running or waiting for approval. */
   tool?: string;
   /** The approval the turn waits for. */
   approvalId?: string;
+  /** The budget (its id) the turn waits on to be raised (phase `budget`). */
+  budget?: string;
   startedAt: string;
   usage: TokenUsage;
 }

@@ -310,7 +310,7 @@ async function refuse(db: Db, senders: Senders | undefined, req: SpendRequest, h
   if (await writeReceipt(db, { key: `budget.exhausted:${b.id}:${p.start.getTime()}`, kind: 'budget.exhausted', actor: 'model-budget', data: detail })) {
     await notifyAdmins(db, senders ?? {}, { key: `budget:${b.id}:${p.start.getTime()}`, text: notice, buttons: raiseButtons(b, p) }).catch(() => undefined);
   }
-  throw new ModelBudgetExceededError(message, { scope: b.scope, ...(b.scopeId ? { id: b.scopeId } : {}), period: periodName(b), left, ...(p.end ? { renewsAt: p.end.toISOString() } : {}) });
+  throw new ModelBudgetExceededError(message, { budget: b.id, scope: b.scope, ...(b.scopeId ? { id: b.scopeId } : {}), period: periodName(b), left, ...(p.end ? { renewsAt: p.end.toISOString() } : {}) });
 }
 
 /** The budget ledger over the database (see the module comment). */

@@ -31,7 +31,7 @@ export interface SessionStatusView {
 export function formatStatus(s: SessionStatusView): string {
   if (!s.exists) return `No session yet. Model: ${s.model}, thinking: ${s.think}.`;
   const r = s.running;
-  const what = r ? (r.phase === 'approval' ? `waiting for approval ${r.approvalId ?? ''}`.trim() : r.phase === 'tool' ? `running ${r.tool ?? 'a tool'}` : r.phase) : '';
+  const what = r ? (r.phase === 'approval' ? `waiting for approval ${r.approvalId ?? ''}`.trim() : r.phase === 'tool' ? `running ${r.tool ?? 'a tool'}` : r.phase === 'budget' ? 'waiting for a budget to be raised' : r.phase) : '';
   const lines = [
     r ? `Running: turn ${r.turnId.split(':turn:')[1]?.split(':')[0] ?? '?'}, step ${r.step} (${what}), since ${r.startedAt}` : 'Idle: no turn is running.',
     `Queue: ${s.queueLength} message${s.queueLength === 1 ? '' : 's'}`,

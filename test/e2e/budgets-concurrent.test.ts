@@ -39,7 +39,7 @@ for (const kind of testDatabases()) {
 
     it(`${TURNS} chats post at once over the HTTP API: the budget is never overdrawn, no call once it is spent, each refused turn names the budget`, { timeout: 150_000 }, async () => {
       const spend = createSpend({ db: stack.db, budget: null });
-      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend }, async (h) => {
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend, budgetWaitMs: 0 }, async (h) => {
         const app = createHttpApp({ ingress: h.ingress, apiToken: TOKEN, account: h.account, health: async () => ({ ok: true, checks: {} }), admin: { db: stack.db } });
         const server = await startHttpServer(app, { host: '127.0.0.1', port: 0 });
         try {
@@ -134,7 +134,7 @@ for (const kind of testDatabases()) {
 
           // each refused turn told its person, naming the budget, what is left and when it renews
           for (const m of refused) {
-            // H2: refused turn (today the turn ends at once with "The model call failed: ...")
+            // a refused turn that does not wait (budgetWaitMs 0) ends with the refusal: "No reply: the budget ... Not called: ..."
             assert.match(m.text, new RegExp(`Not called: the budget of the installation, ${limit} tokens per day \\(UTC\\), has \\d+ tokens left, and a call to openai-compatible:test-model may need \\d+ tokens: no model is called for it until \\d{4}-\\d{2}-\\d{2} 00:00 UTC`));
           }
           for (const c of chats.filter((_, i) => ends[i]!.role === 'system')) assert.equal((await transcript(c)).filter((m) => m.role === 'assistant').length, 0);
@@ -151,7 +151,7 @@ for (const kind of testDatabases()) {
             late = await outcome(c);
             if (late.role === 'assistant') lateCalls++;
           }
-          assert.equal(late?.role, 'system', 'the budget stops the turns'); // H2: refused turn
+          assert.equal(late?.role, 'system', 'the budget stops the turns');
           assert.equal(chatCalls() - callsBefore, calls + lateCalls, 'no call for the refused turn');
           const end = await usage();
           assert.deepEqual([end.usedTokens, end.reservedTokens], [110 + sum(reported), 0]);

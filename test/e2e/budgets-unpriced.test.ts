@@ -40,7 +40,7 @@ for (const kind of testDatabases()) {
       const budget = await defineBudget(stack.db, { id: `unpriced-${kind.name}`, scope: 'installation', tokens: 1_000_000, money: 0.001, period: 'day' });
       const spend = createSpend({ db: stack.db, budget: null, senders: { telegram: sender }, prices: { [PRICED]: { input: 2, output: 8 } } });
       stack.model.setDefault(() => ({ text: 'counted in tokens', usage: USAGE }));
-      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, model: PRICED, senders: { telegram: sender }, spend }, async (h) => {
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, model: PRICED, senders: { telegram: sender }, spend, budgetWaitMs: 0 }, async (h) => {
         const account = `bot${randomUUID().slice(0, 6)}`;
         const stamp = Date.now() % 1e9;
         const unpricedGroup = `-910${stamp}`;
@@ -74,7 +74,7 @@ for (const kind of testDatabases()) {
         const calls = stack.model.requests.length;
         assert.equal((await send(pricedGroup, 'and this one?')).kind, 'message');
         const notice = await sender.waitForPost((p) => p.chatId === pricedGroup && p.text.includes('Not called'), 30_000);
-        // H2: refused turn (today the turn ends at once with "The model call failed: ...")
+        // a refused turn that does not wait (budgetWaitMs 0) ends with the refusal: "No reply: the budget ... Not called: ..."
         assert.match(notice.text, new RegExp(`Not called: the budget of the installation, 1000000 tokens and \\$0\\.001 per day \\(UTC\\), has \\d+ tokens and \\$[0-9.]+ left, and a call to ${PRICED} may need \\d+ tokens \\(\\$[0-9.]+\\)`));
         assert.equal(stack.model.requests.length, calls, 'the priced turn called no model');
 

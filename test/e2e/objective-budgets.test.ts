@@ -161,7 +161,8 @@ for (const kind of testDatabases()) {
           objectiveId: o.id,
           name,
           status: 'skipped',
-          outcome: 'failed',
+          // the turn ends budget-refused at the ledger's refusal (patch steward-budget-wait; `failed` before it)
+          outcome: 'budget-refused',
           skipped: status,
           reason: 'budget',
           budget: budgetId,
@@ -171,7 +172,7 @@ for (const kind of testDatabases()) {
           renewsAt: nextUtcMidnight().toISOString(),
         });
         const result: unknown = await stack.env.client.workflow.getHandle(run!.id).result();
-        assert.deepEqual(result, { status: 'skipped', turnId: `${run!.id}:turn`, outcome: 'failed', reason: status });
+        assert.deepEqual(result, { status: 'skipped', turnId: `${run!.id}:turn`, outcome: 'budget-refused', reason: status });
         const view = await h.objectives.show(o.id);
         assert.equal(view.paused, false, 'a skipped run does not pause the schedule on failure');
         assert.deepEqual([view.lastRun?.status, view.lastRun?.error], ['skipped', status]);

@@ -397,7 +397,7 @@ describe('steward doctor', () => {
     assert.ok(sandbox.status === 'ok' || (sandbox.status === 'warn' && sandbox.fix), sandbox.message);
     assert.equal(report.ok, true);
     assert.match(byId(report, 'telegram').message, /@steward_test_bot/);
-    assert.match(byId(report, 'search-attributes').message, /All 6 Steward search attributes are registered/);
+    assert.match(byId(report, 'search-attributes').message, /All 7 Steward search attributes are registered/);
     assert.match(byId(report, 'migrations').message, /All \d+ migrations are applied/);
 
     const r = await cli(['doctor', '--json'], env);
@@ -463,8 +463,8 @@ describe('steward doctor', () => {
     }, 'the new namespace', 30_000);
     const sa = byId(bare, 'search-attributes');
     assert.equal(sa.status, 'fail', sa.message);
-    assert.equal(sa.message, `Missing in namespace ${ns}: StewardPlatform, StewardChat, StewardKind, StewardRepo, StewardGate, StewardUser.`);
-    assertFix(sa.fix, /`temporal operator search-attribute create --namespace \S+ --address \S+ --name StewardPlatform --type Keyword && .* --name StewardUser --type KeywordList`/);
+    assert.equal(sa.message, `Missing in namespace ${ns}: StewardPlatform, StewardChat, StewardKind, StewardRepo, StewardGate, StewardUser, StewardBudget.`);
+    assertFix(sa.fix, /`temporal operator search-attribute create --namespace \S+ --address \S+ --name StewardPlatform --type Keyword && .* --name StewardUser --type KeywordList && .* --name StewardBudget --type KeywordList`/);
     assert.equal(bare.ok, false);
 
     const register = /`(temporal operator search-attribute create [^`]+)`/.exec(sa.fix!)![1]!.replaceAll('temporal operator', `${JSON.stringify(cliPath)} operator`);

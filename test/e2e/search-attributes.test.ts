@@ -50,9 +50,10 @@ describe('search attributes on an existing cluster', () => {
     await env?.teardown();
   });
 
-  it('declares StewardUser as a KeywordList, the others as Keywords', () => {
+  it('declares StewardUser and StewardBudget as KeywordLists, the others as Keywords', () => {
     assert.equal(SEARCH_ATTRIBUTES.StewardUser, 'KeywordList');
-    for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) assert.equal(type, name === 'StewardUser' ? 'KeywordList' : 'Keyword', name);
+    assert.equal(SEARCH_ATTRIBUTES.StewardBudget, 'KeywordList');
+    for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) assert.equal(type, name === 'StewardUser' || name === 'StewardBudget' ? 'KeywordList' : 'Keyword', name);
   });
 
   it('registers the missing ones with their types, and a second run is a no-op', async () => {

@@ -267,7 +267,7 @@ for (const kind of testDatabases()) {
       // the ledger as the started platform builds it: on, with no setting
       const ledger = createSpend({ db: stack.db, budget: null });
       const id = `test-installation-${randomUUID().slice(0, 8)}`;
-      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend: ledger }, async (h) => {
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, spend: ledger, budgetWaitMs: 0 }, async (h) => {
         // no budget exists: the call is made and nothing is reserved
         assert.equal(await ledger.applies?.(), false);
         const held = await stack.db.budgetReservation.count();

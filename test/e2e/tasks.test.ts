@@ -300,7 +300,7 @@ for (const kind of testDatabases()) {
       };
       assert.equal(await spent(), 150);
       // a tight one: a turn's estimate (at least 4096 for its answer) no longer fits; a classification's (300 for its answer) does
-      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender }, limits: { tokens: { count: 4100, windowMs: HOUR } } }, async (h) => {
+      await withHarness({ env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, senders: { telegram: sender }, limits: { tokens: { count: 4100, windowMs: HOUR } }, budgetWaitMs: 0 }, async (h) => {
         const account = `bot${randomUUID().slice(0, 6)}`;
         const group = `-700${Date.now() % 1e9}`;
         const admins = `-800${Date.now() % 1e9}`;
@@ -312,7 +312,7 @@ for (const kind of testDatabases()) {
         const calls = stack.model.requests.length;
         await h.send('second question');
         const notice = await h.waitForMessage((m) => m.role === 'system' && /model budget/.test(m.text), { timeoutMs: 30_000 });
-        assert.match(notice.text, /The model call failed: Not called: the model budget of 4100 tokens per hour \(STEWARD_TOKEN_BUDGET\) has 3950 left, and a call to openai-compatible:test-model may need \d+: no model is called until/);
+        assert.match(notice.text, /^No reply: the budget env:STEWARD_TOKEN_BUDGET refused this turn's model call\. Not called: the model budget of 4100 tokens per hour \(STEWARD_TOKEN_BUDGET\) has 3950 left, and a call to openai-compatible:test-model may need \d+: no model is called until/);
         assert.equal(stack.model.requests.length, calls, 'the refused turn called no model');
         assert.equal(await spent(), 150, 'a refused call spends nothing');
         const refused = (await stack.db.receipt.findMany({ where: { kind: 'limit.refused' } })).map((r) => JSON.parse(r.data) as { limit: string }).filter((d) => d.limit === 'tokens');

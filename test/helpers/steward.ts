@@ -93,6 +93,8 @@ export interface HarnessOptions {
   commandRetryAfterMs?: number;
   /** The model budget every model call reserves from (instead of STEWARD_TOKEN_BUDGET's, `limits.tokens`). */
   spend?: ModelSpend;
+  /** STEWARD_BUDGET_WAIT of the harness's sessions (absent: the workflow's default). */
+  budgetWaitMs?: number;
 }
 
 export interface Harness {
@@ -210,7 +212,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ? createWorkspaceService({ client: opts.env.client, db: opts.db, taskQueue: backgroundQueue, dataDir: opts.workspaces.dataDir, knowledge: opts.workspaces.knowledge })
     : undefined;
   const knowledge = workspaces ? createKnowledgeService({ ...(opts.toolPolicy?.forbidSelfApproval === false ? { forbidSelfApproval: false } : {}), db: opts.db, knowledge: opts.workspaces!.knowledge, ...(opts.workspaces!.skillsDir ? { skillsDir: opts.workspaces!.skillsDir } : {}), workspaces }) : undefined;
-  const sessionLimits = { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 };
+  const sessionLimits = { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100, ...(opts.budgetWaitMs !== undefined ? { budgetWaitMs: opts.budgetWaitMs } : {}) };
   const tasks = createTaskService({
     client: opts.env.client,
     db: opts.db,
@@ -231,7 +233,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     taskQueue,
     defaultModel: opts.model ?? 'openai-compatible:test-model',
     configuredProviders: () => models.configuredProviders(),
-    limits: { maxSteps: opts.maxSteps ?? 4, maxTurnsPerRun: opts.maxTurnsPerRun ?? 100 },
+    limits: sessionLimits,
     ...(opts.senders ? { senders: opts.senders } : {}),
     limiter,
     ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),

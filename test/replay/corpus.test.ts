@@ -18,7 +18,7 @@ import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLO
 import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
-import { REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
+import { BUDGET_WAIT_PATCH, REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
 import { OBJECTIVE_BUDGET_SKIP_PATCH } from '../../workflows/objectives/objective.js';
 
 const dir = new URL('./histories/', import.meta.url);
@@ -203,6 +203,15 @@ describe('replay corpus', () => {
       inlineSessions.some((f) => !patchesOf(f).includes(REQUESTER_SET_PATCH) && asked(f).length > 0),
       `an inline session with an approval from before ${REQUESTER_SET_PATCH} (its single requester): keep those files`,
     );
+  });
+
+  it('has an inline session whose turn a budget refused (steward-budget-wait): woken by budgetRaised, one whose wait ran out, one stopped while it waited', () => {
+    const signals = (f: Fixture) => f.events.flatMap((e) => (e.workflowExecutionSignaledEventAttributes?.signalName ? [e.workflowExecutionSignaledEventAttributes.signalName] : []));
+    const waited = inlineSessions.filter((f) => patchesOf(f).includes(BUDGET_WAIT_PATCH));
+    assert.ok(waited.length > 0, `an inline session with the ${BUDGET_WAIT_PATCH} marker; record one with scripts/record-histories.ts budget-wait`);
+    assert.ok(waited.some((f) => signals(f).includes('budgetRaised')), 'a waiting turn woken by budgetRaised');
+    assert.ok(waited.some((f) => f.events.some((e) => e.eventType === 'EVENT_TYPE_TIMER_FIRED')), 'a wait that ran out (its timer fired): the turn ended budget-refused');
+    assert.ok(waited.some((f) => signals(f).includes('stop')), 'a turn stopped while it waited');
   });
 
   it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {

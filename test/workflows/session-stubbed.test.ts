@@ -15,7 +15,9 @@ import { WorkflowUpdateFailedError, type WorkflowHandle } from '@temporalio/clie
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
 import { replyKey, sessionWorkflowId, turnWorkflowId, type ConversationKey } from '../../common/ids.js';
-import { inboundSignal, statusQuery, steerUpdate, stopSignal } from '../../workflows/messages.js';
+import { ApplicationFailure } from '@temporalio/common';
+import { budgetRaisedSignal, inboundSignal, statusQuery, steerUpdate, stopSignal } from '../../workflows/messages.js';
+import { BudgetAttr } from '../../workflows/search-attributes.js';
 import { sessionWorkflow } from '../../workflows/chat/session.js';
 import type { InboundRef, SessionInput } from '../../workflows/types.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
@@ -76,13 +78,13 @@ describe('the session workflow with stubbed activities (dev server)', () => {
   }
 
   /** A conversation of its own per test, its session's input, and a way to send it a message (signal-with-start, as the ingress does). */
-  function conversation(taskQueue: string, started: Array<WorkflowHandle<typeof sessionWorkflow>>, over: { platform?: ConversationKey['platform']; maxTurnsPerRun?: number } = {}) {
+  function conversation(taskQueue: string, started: Array<WorkflowHandle<typeof sessionWorkflow>>, over: { platform?: ConversationKey['platform']; maxTurnsPerRun?: number; budgetWaitMs?: number } = {}) {
     const key: ConversationKey = { platform: over.platform ?? 'http', account: 'default', chatId: `c-${randomUUID().slice(0, 8)}` };
     const workflowId = sessionWorkflowId(key);
     const input: SessionInput = {
       conversation: key,
       settings: { model: 'openai-compatible:stub', think: 'off' },
-      limits: { maxTurnsPerRun: over.maxTurnsPerRun ?? 50, maxSteps: 4 },
+      limits: { maxTurnsPerRun: over.maxTurnsPerRun ?? 50, maxSteps: 4, ...(over.budgetWaitMs !== undefined ? { budgetWaitMs: over.budgetWaitMs } : {}) },
     };
     let n = 0;
     const send = async (user = 'pat', key = `in-${++n}`): Promise<InboundRef> => {
@@ -326,6 +328,92 @@ describe('the session workflow with stubbed activities (dev server)', () => {
           named(calls, 'deliver').map((c) => c.input.kind),
           ['reply', 'reply', 'reply'],
         );
+      },
+    );
+  });
+  /** The model activity's refusal by a budget, as activities/chat.ts raises it (its details name the budget). */
+  const refused = (budget: string) =>
+    ApplicationFailure.create({
+      type: 'ModelBudgetExceeded',
+      nonRetryable: true,
+      message: `Not called: the budget of chat c-1, 100 tokens per day (UTC), has 100 tokens left, and a call to openai-compatible:stub may need 4500 tokens: no model is called for it until 2099-01-01 00:00 UTC.`,
+      details: [{ budget, scope: 'chat', id: 'c-1', period: 'day', left: { tokens: 100 }, renewsAt: '2099-01-01T00:00:00.000Z' }],
+    });
+
+  it('a step refused by a budget: the chat is told, the run names the budget, a budgetRaised signal for it (not for another) retries the step, and the reply goes out once', async () => {
+    let raised = false;
+    await withWorker(
+      {
+        modelStep: async () => {
+          if (!raised) throw refused('b-chat');
+          return reply('h-after');
+        },
+        deliver: async () => delivered,
+        updateProgress: async () => 'ok',
+        clearProgress: async () => 'ok',
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { platform: 'telegram', budgetWaitMs: 10 * 60_000 });
+        await chat.send('pat');
+        await until('the chat told', () => named(calls, 'deliver').length === 1);
+        const told = named(calls, 'deliver')[0]!.input;
+        assert.equal(told.kind, 'notice');
+        assert.equal(told.turnId, undefined, 'not the turn\'s end');
+        assert.match(String(told.text), /^Waiting for a budget: Not called: .* An admin was asked to raise the budget b-chat; this turn goes on as soon as it is raised or renews, and waits up to 10 minutes \(\/stop ends it now\)\.$/);
+        assert.ok(named(calls, 'updateProgress').some((c) => String(c.input.text).includes('Waiting for the budget b-chat')), 'the panel says so');
+        const status = await chat.handle().query(statusQuery);
+        assert.equal(status.running?.turn?.phase, 'budget');
+        assert.equal(status.running?.turn?.budget, 'b-chat');
+        assert.deepEqual((await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr), ['b-chat']);
+        // another budget's raise: not this turn's
+        await chat.handle().signal(budgetRaisedSignal, { budgetId: 'b-other' });
+        await new Promise((r) => setTimeout(r, 500));
+        assert.equal(named(calls, 'modelStep').length, 1, 'still waiting');
+        raised = true;
+        await chat.handle().signal(budgetRaisedSignal, { budgetId: 'b-chat' });
+        await until('the reply', () => named(calls, 'deliver').some((c) => c.input.kind === 'reply'));
+        await until('the panel cleared', () => named(calls, 'clearProgress').length === 1);
+        assert.equal(named(calls, 'modelStep').length, 2, 'the same step once more');
+        assert.equal(named(calls, 'modelStep')[1]!.input.step, 1);
+        assert.deepEqual(named(calls, 'deliver').map((c) => c.input.kind), ['notice', 'reply']);
+        await until('the run no longer naming the budget', async () => (await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr) === undefined);
+      },
+    );
+  });
+
+  it('a budget not raised within the wait: the same step is tried once more at its end, then the turn ends budget-refused with the message; /stop ends a wait at once', async () => {
+    await withWorker(
+      {
+        modelStep: async () => {
+          throw refused('b-day');
+        },
+        deliver: async () => delivered,
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { budgetWaitMs: 2000 });
+        await chat.send('pat');
+        await until('the turn ended', () => named(calls, 'deliver').some((c) => c.input.turnId !== undefined), 20_000);
+        const [told, end] = named(calls, 'deliver').map((c) => c.input);
+        assert.match(String(told!.text), /^Waiting for a budget: /);
+        assert.equal(end!.kind, 'notice');
+        assert.equal(end!.outcome, 'budget-refused');
+        assert.match(String(end!.text), /^No reply: the budget b-day was not raised within 2 seconds\. Not called: the budget of chat c-1, 100 tokens per day \(UTC\), has 100 tokens left, .*until 2099-01-01 00:00 UTC\.$/);
+        assert.doesNotMatch(String(end!.text), /The model call failed/);
+        assert.equal(named(calls, 'modelStep').length, 2, 'refused, then tried once more at the end of the wait');
+        await until('the run no longer naming the budget', async () => (await chat.handle().describe()).typedSearchAttributes.get(BudgetAttr) === undefined);
+
+        // another conversation's turn, stopped while it waits
+        const other = conversation(taskQueue, started, { budgetWaitMs: 10 * 60_000 });
+        const before = named(calls, 'modelStep').length;
+        await other.send('pat');
+        await until('the turn waits', async () => (await other.handle().query(statusQuery)).running?.turn?.phase === 'budget');
+        const asked = Date.now();
+        await other.handle().signal(stopSignal, { by: 'pat' });
+        await until('stopped', () => named(calls, 'deliver').some((c) => String(c.input.text).startsWith('Stopped the running turn')), 10_000);
+        assert.ok(Date.now() - asked < 10_000, 'at once, not at the end of the wait');
+        assert.equal(named(calls, 'modelStep').length, before + 1);
+        assert.equal((await other.handle().query(statusQuery)).running, null);
+        await until('the run no longer naming the budget', async () => (await other.handle().describe()).typedSearchAttributes.get(BudgetAttr) === undefined);
       },
     );
   });

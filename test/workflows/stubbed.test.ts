@@ -238,6 +238,26 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         },
       );
     });
+
+    it('a step refused by a budget in a turn that does not wait (an objective’s run): ends budget-refused with the budget, what is left and when it renews; not retried', async () => {
+      const message = 'Not called: the budget of objective o-1, 100 tokens per day (UTC), has 0 tokens left, and a call to openai-compatible:stub may need 4500 tokens: no model is called for it until 2026-11-29 00:00 UTC.';
+      await withWorker(
+        {
+          modelStep: async () => {
+            throw ApplicationFailure.create({ type: 'ModelBudgetExceeded', message, nonRetryable: true, details: [{ budget: 'b-objective', scope: 'objective', id: 'o-1', period: 'day', left: { tokens: 0 }, renewsAt: '2026-11-29T00:00:00.000Z' }] });
+          },
+          deliver: async () => delivered,
+        },
+        async ({ taskQueue, calls }) => {
+          const input = turnInput();
+          const r = await env.client.workflow.execute(turnWorkflow, { taskQueue, workflowId: input.turnId, args: [input] });
+          assert.equal(r.outcome, 'budget-refused');
+          assert.deepEqual(names(calls), ['modelStep', 'deliver'], 'tried once, no wait');
+          assert.equal(calls[1]!.input.text, `No reply: the budget b-objective refused this turn's model call. ${message}`);
+          assert.equal(calls[1]!.input.outcome, 'budget-refused');
+        },
+      );
+    });
   });
 
   describe('the repo change', () => {
@@ -424,8 +444,9 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         },
         async ({ taskQueue, calls }) => {
           const r = await env.client.workflow.execute(objectiveRunWorkflow, { taskQueue, workflowId: `obj-${randomUUID()}`, args: [{ objectiveId: 'o1', maxSteps: 3 }] });
-          assert.deepEqual(r, { status: 'skipped', turnId: refused, outcome: 'failed', reason: 'skipped: budget b1 spent until 2026-11-29 00:00 UTC' });
-          assert.deepEqual(calls.at(-1)!.input, { runId: calls.at(-1)!.input.runId, status: 'failed', reason: 'the turn ended failed', outcome: 'failed', skipOnBudget: true });
+          // the turn ends budget-refused at the refusal (patch steward-budget-wait; `failed` before it)
+          assert.deepEqual(r, { status: 'skipped', turnId: refused, outcome: 'budget-refused', reason: 'skipped: budget b1 spent until 2026-11-29 00:00 UTC' });
+          assert.deepEqual(calls.at(-1)!.input, { runId: calls.at(-1)!.input.runId, status: 'failed', reason: 'the turn ended budget-refused', outcome: 'budget-refused', skipOnBudget: true });
         },
       );
     });

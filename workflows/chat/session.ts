@@ -29,6 +29,7 @@ import { turnWorkflowId } from '../../common/ids.js';
 import { SessionState } from './session-state.js';
 import {
   approvalDecisionUpdate,
+  budgetRaisedSignal,
   inboundSignal,
   newTaskSignal,
   settingsUpdate,
@@ -39,7 +40,7 @@ import {
 } from '../messages.js';
 import { ChatAttr, KindAttr, PlatformAttr, UserAttr } from '../search-attributes.js';
 import { turnWorkflow } from './turn.js';
-import { TurnLoop } from './turn-loop.js';
+import { DEFAULT_BUDGET_WAIT_MS, TurnLoop } from './turn-loop.js';
 import type { SessionInput, SessionStatus, SteerNote, TurnInput, TurnResult } from '../types.js';
 
 /**
@@ -172,6 +173,11 @@ class SessionRun {
 
     // any task re-checks `timeToContinue`, which includes a changed current version
     setHandler(upgradeCheckSignal, () => undefined);
+
+    // a budget was raised: the running turn, when it waits on that budget, tries its step again
+    setHandler(budgetRaisedSignal, (r) => {
+      this.running?.loop?.budgetRaised(r);
+    });
 
     setHandler(stopSignal, async ({ by, key }) => {
       // a command that a redelivery ran again: this session took it before
@@ -334,7 +340,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       let result: TurnResult;
       if (patched(INLINE_TURN_PATCH)) {
         session.listUsers(batch.flatMap((m) => (m.identityId ? [m.identityId] : [])));
-        const loop = new TurnLoop(turnInput, { startedAt: turn.startedAt, inline: true, label: `Turn ${turnNumber}` });
+        const loop = new TurnLoop(turnInput, { startedAt: turn.startedAt, inline: true, label: `Turn ${turnNumber}`, budgetWaitMs: input.limits.budgetWaitMs ?? DEFAULT_BUDGET_WAIT_MS });
         turn.loop = loop;
         setCurrentDetails(`Running: ${summary}`);
         result = await turn.scope.run(() => loop.run());

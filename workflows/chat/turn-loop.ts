@@ -18,15 +18,19 @@ import {
   ActivityFailure,
   ApplicationFailure,
   CancellationScope,
+  condition,
   isCancellation,
   patched,
   proxyActivities,
   proxyLocalActivities,
+  upsertSearchAttributes,
 } from '@temporalio/workflow';
 import type { createActivities } from '../../activities/index.js';
 import { ApprovalBook, requesterOf, settlement, steererOf } from '../approvals.js';
 import { approvalIdFor, replyKey } from '../../common/ids.js';
 import type { AttachmentRef } from '../../common/schemas.js';
+import type { BudgetRaised } from '../messages.js';
+import { BudgetAttr } from '../search-attributes.js';
 import type {
   ApprovalDecision,
   ApprovalDecisionResult,
@@ -50,6 +54,64 @@ type Activities = ReturnType<typeof createActivities>;
  * requester, the sender of the batch's last message.
  */
 export const REQUESTER_SET_PATCH = 'steward-requester-set';
+
+/**
+ * A model step refused by a spend budget (the activity's ApplicationFailure `ModelBudgetExceeded`,
+ * its details naming the budget): an interactive chat turn (TurnLoopOptions.budgetWaitMs) tells
+ * the chat at once which budget, what is left and when it renews, names the budget in the
+ * session's `StewardBudget` search attribute, and waits for a `budgetRaised` signal (or the
+ * budget's renewal, or a periodic re-check) up to its wait; then it tries the step again (a new
+ * reservation). No raise in time, or a turn that does not wait (an objective's run): the turn
+ * ends with outcome `budget-refused` and the refusal's message. Decided at the first refusal of
+ * the run: histories recorded before this patch end such a turn as `failed`.
+ */
+export const BUDGET_WAIT_PATCH = 'steward-budget-wait';
+
+/** STEWARD_BUDGET_WAIT's default, for sessions started before the setting. */
+export const DEFAULT_BUDGET_WAIT_MS = 30 * 60_000;
+
+/**
+ * A waiting turn tries its step again at least this often without a signal: a raise whose signal
+ * did not reach it (the search attribute not yet visible, `steward budgets set` without a
+ * reachable Temporal) is seen within this time.
+ */
+export const BUDGET_RECHECK_MS = 5 * 60_000;
+
+/** What a budget refusal's details tell the workflow (domain/model.ts BudgetStanding). */
+export interface BudgetRefusal {
+  /** The refusal's message: the budget, what is left, when it renews. */
+  message: string;
+  /** The budget's id, when the ledger named it. */
+  budget?: string;
+  scope?: string;
+  /** ISO time the budget renews; absent for a total. */
+  renewsAt?: string;
+}
+
+/** The budget refusal behind a failed model step, or undefined for any other failure (read through the SDK's failure types only). */
+export function budgetRefusal(err: unknown): BudgetRefusal | undefined {
+  let e: unknown = err;
+  while (e instanceof ActivityFailure && e.cause) e = e.cause;
+  if (!(e instanceof ApplicationFailure) || e.type !== 'ModelBudgetExceeded') return undefined;
+  const d: unknown = e.details?.[0];
+  const field = (k: string): string | undefined => {
+    const v = d && typeof d === 'object' ? (d as Record<string, unknown>)[k] : undefined;
+    return typeof v === 'string' && v.length > 0 ? v : undefined;
+  };
+  const budget = field('budget');
+  const scope = field('scope');
+  const renewsAt = field('renewsAt');
+  return { message: e.message, ...(budget ? { budget } : {}), ...(scope ? { scope } : {}), ...(renewsAt ? { renewsAt } : {}) };
+}
+
+/** `30 minutes`, `2 hours`, `45 seconds`: a wait as people read it. */
+export function describeWait(ms: number): string {
+  const unit = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
+  if (ms >= 86_400_000 && ms % 3_600_000 === 0) return ms % 86_400_000 === 0 ? unit(ms / 86_400_000, 'day') : unit(ms / 3_600_000, 'hour');
+  if (ms >= 3_600_000 && ms % 60_000 === 0) return ms % 3_600_000 === 0 ? unit(ms / 3_600_000, 'hour') : unit(ms / 60_000, 'minute');
+  if (ms >= 60_000 && ms % 1000 === 0) return ms % 60_000 === 0 ? unit(ms / 60_000, 'minute') : unit(Math.round(ms / 1000), 'second');
+  return unit(Math.max(1, Math.round(ms / 1000)), 'second');
+}
 
 /** Error types the model activity raises that retrying cannot fix. */
 export const NON_RETRYABLE_MODEL_ERRORS = ['ModelBadRequest', 'ModelAuth', 'ModelNotFound', 'ModelNotConfigured'];
@@ -136,6 +198,11 @@ export interface TurnLoopOptions {
   inline?: boolean;
   /** A short label for the turn's activities in the Temporal UI (inline turns), e.g. "Turn 3". */
   label?: string;
+  /**
+   * An interactive chat turn: how long a model step refused by a budget waits for a raise
+   * (BUDGET_WAIT_PATCH); absent or 0: the turn ends with the refusal at once.
+   */
+  budgetWaitMs?: number;
 }
 
 /** One turn's loop and the state its handlers read and change (steering, approvals, status). */
@@ -150,6 +217,14 @@ export class TurnLoop {
   private readonly requestedBy: string | undefined;
   /** REQUESTER_SET_PATCH: the requester set grows with every steerer and goes to the activities. */
   private readonly requesterSet: boolean;
+  /** The budgets (ids) this turn waits on, as `StewardBudget` names them; empty while it does not wait. */
+  private readonly waitingOn: string[] = [];
+  /** Budgets the chat was told about in this turn (told once each). */
+  private readonly toldBudgets = new Set<string>();
+  /** When the turn's budget wait ends (workflow time), from its first refusal. */
+  private budgetDeadline: number | undefined;
+  /** A `budgetRaised` signal for a budget the turn waits on arrived. */
+  private budgetWake = false;
 
   constructor(
     private readonly input: TurnInput,
@@ -186,6 +261,67 @@ export class TurnLoop {
       ...(this.requestedBy ? { requestedBy: this.requestedBy } : {}),
       ...(this.requesterSet ? { requesters: this.approvals.requesterSet() } : {}),
     };
+  }
+
+  /** A budget was raised (the `budgetRaised` signal): a turn waiting on it tries its step again. */
+  budgetRaised(r: BudgetRaised): void {
+    if (this.waitingOn.includes(r.budgetId)) this.budgetWake = true;
+  }
+
+  /** The wait is over (the step went through, the turn ends or is stopped): the run no longer names the budgets. */
+  private endBudgetWait(): void {
+    delete this.status.budget;
+    if (this.waitingOn.length === 0) return;
+    this.waitingOn.length = 0;
+    upsertSearchAttributes([{ key: BudgetAttr, value: null }]);
+  }
+
+  /**
+   * A budget refused the step: tell the chat (once per budget), name the budget in the run's
+   * search attribute and wait for a raise, the budget's renewal or the periodic re-check. True:
+   * try the step again; false: the wait is over (or the turn does not wait), the turn ends.
+   */
+  private async waitForBudget(acts: TurnActivities, r: BudgetRefusal): Promise<boolean> {
+    const waitMs = this.opts.budgetWaitMs ?? 0;
+    if (waitMs <= 0) return false;
+    const now = Date.now();
+    this.budgetDeadline ??= now + waitMs;
+    if (now >= this.budgetDeadline) return false;
+    const { input, status } = this;
+    // a refusal without the budget's id (a worker from before the details): waits for the re-check
+    const id = r.budget ?? 'unnamed';
+    if (!this.waitingOn.includes(id)) {
+      this.waitingOn.push(id);
+      upsertSearchAttributes([{ key: BudgetAttr, value: [...this.waitingOn] }]);
+    }
+    status.phase = 'budget';
+    status.budget = id;
+    if (!this.toldBudgets.has(id)) {
+      this.toldBudgets.add(id);
+      const text = `Waiting for a budget: ${r.message} An admin was asked to raise ${r.budget ? `the budget ${r.budget}` : 'it'}; this turn goes on as soon as it is raised${r.renewsAt ? ' or renews' : ''}, and waits up to ${describeWait(waitMs)} (/stop ends it now).`;
+      await acts.outboxActs.deliver.executeWithOptions(this.named(`budget ${id}: waiting`), [
+        { key: `${input.turnId}:budget-wait:${id}`, sessionId: input.sessionId, conversation: input.conversation, kind: 'notice' as const, text },
+      ]);
+      await this.progress(acts, `Waiting for ${r.budget ? `the budget ${r.budget}` : 'a budget'} to be raised…`);
+    }
+    const left = this.budgetDeadline - Date.now();
+    const renewal = r.renewsAt ? Date.parse(r.renewsAt) + 1000 - Date.now() : NaN;
+    const timeout = Math.max(1, Math.min(left, BUDGET_RECHECK_MS, Number.isFinite(renewal) && renewal > 0 ? renewal : BUDGET_RECHECK_MS));
+    await condition(() => this.budgetWake, timeout);
+    // taken: a raise signalled while the step is tried again wakes the next wait at once
+    this.budgetWake = false;
+    // raised, renewed, re-checked or the deadline: the step is tried once more (a refusal past the deadline ends the turn)
+    status.phase = 'model';
+    return true;
+  }
+
+  /** The turn's last word on a refusal: the budget, what is left and when it renews. */
+  private refusedNotice(r: BudgetRefusal): string {
+    const waited = this.budgetDeadline !== undefined && (this.opts.budgetWaitMs ?? 0) > 0;
+    const which = r.budget ? `the budget ${r.budget}` : 'a budget';
+    return waited
+      ? `No reply: ${which} was not raised within ${describeWait(this.opts.budgetWaitMs ?? 0)}. ${r.message}`
+      : `No reply: ${which} refused this turn's model call. ${r.message}`;
   }
 
   /** Accepted once: a second click, a click after the deadline, or a self-approval the policy forbids is refused (the policy comes with the call; in histories from before that, with the request). */
@@ -295,7 +431,22 @@ export class TurnLoop {
           ...(draftHash ? { draftHash } : {}),
           ...(scratch.length > 0 ? { scratch: [...scratch] } : {}),
         };
-        const result = await modelActs.modelStep.executeWithOptions(named(`model step ${step} (${input.settings.model})`), [stepInput]);
+        let result: Awaited<ReturnType<Activities['modelStep']>>;
+        try {
+          result = await modelActs.modelStep.executeWithOptions(named(`model step ${step} (${input.settings.model})`), [stepInput]);
+        } catch (err) {
+          const refusal = budgetRefusal(err);
+          if (!refusal || !patched(BUDGET_WAIT_PATCH)) throw err;
+          if (await this.waitForBudget(acts, refusal)) {
+            // the same step again, with the steering that came in meanwhile (the same step key: a new reservation)
+            step--;
+            continue;
+          }
+          notice = this.refusedNotice(refusal);
+          outcome = 'budget-refused';
+          break;
+        }
+        this.endBudgetWait();
         status.usage = addUsage(status.usage, result.usage);
         if (result.kind === 'not-configured') {
           notice = result.message;
@@ -347,6 +498,7 @@ export class TurnLoop {
       }
     } catch (err) {
       if (isCancellation(err)) {
+        this.endBudgetWait();
         status.phase = 'stopping';
         if (input.progress) {
           await CancellationScope.nonCancellable(async () => {
@@ -363,6 +515,7 @@ export class TurnLoop {
       notice = `The model call failed: ${failureMessage(err)}`;
     }
 
+    this.endBudgetWait();
     status.phase = 'delivering';
     const key = replyKey(turnId);
     const deliverInput = {
@@ -375,6 +528,8 @@ export class TurnLoop {
       ...(attachments.length > 0 ? { attachments } : {}),
       usage: status.usage,
       steps: status.step,
+      // how the turn ended, for its receipt (an activity's input: not part of the replay check)
+      ...(outcome === 'budget-refused' ? { outcome } : {}),
     };
     await outboxActs.deliver.executeWithOptions(named(finalHash ? 'reply' : 'notice'), [deliverInput]);
     if (input.progress) {
