@@ -23,7 +23,9 @@
  * - Refused: ModelBudgetExceededError with the budget (scope, id, period, what is left, when it
  *   renews); a `limit.refused` receipt for each refusal, and once per budget and period a
  *   `budget.exhausted` receipt and a notice to the admins.
- * - Receipts: `budget.reserved`, `budget.settled` (keyed by the step's key: written once).
+ * - Receipts: `budget.reserved`, `budget.settled` (keyed by the step's key: written once), each
+ *   in the transaction of what it records (one commit a reserve, one a settle: a receipt never
+ *   exists without its change, nor a change without its receipt).
  * - Money: from the price table (prices.ts); a model without a price counts tokens only (money
  *   limits do not apply to it; `unpricedModels` lists the ones seen).
  * - STEWARD_TOKEN_BUDGET: the installation budget `env:STEWARD_TOKEN_BUDGET` in tokens over the
@@ -39,7 +41,7 @@ import { notifyAdmins } from '../governance.js';
 import { ModelBudgetExceededError, type ModelSpend, type SpendRequest, type SpendScopes, type SpendTicket, type SpendUsage } from '../model.js';
 import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
-import { writeReceipt } from '../receipts.js';
+import { writeReceipt, writeReceiptIn, type ReceiptInput } from '../receipts.js';
 import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.js';
 import { budgetOf, listBudgets, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
@@ -59,6 +61,10 @@ const MAX_ATTEMPT_KEYS = 50;
 /** How long settled reservations are kept (a retry of a step within it finds its reservation). */
 export const DEFAULT_RETAIN_SETTLED_MS = 7 * 24 * 3_600_000;
 const SWEEP_BATCH = 200;
+/** How often a ledger transaction is begun again after SQLite's SQLITE_BUSY (see ledgerTransaction). */
+const BUSY_ATTEMPTS = 8;
+/** How many usage rows a ledger remembers to exist (it forgets them all past it). */
+const ROWS_SEEN_KEPT = 10_000;
 const SWEEP_BATCHES = 50;
 
 export interface BudgetLedgerOptions {
@@ -185,10 +191,31 @@ async function reservation(db: Db, key: string): Promise<(ReservationRow & { set
   return r ? { ...reservationFromRow(r), settled: r.settledAt !== null } : undefined;
 }
 
-/** Hold `tokens` and `micros` against one budget's period: the conditional increment. True when it fit. */
-async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | null): Promise<boolean> {
+/**
+ * A ledger transaction on SQLite's shared connection: begun again (a few times) when SQLite
+ * refused its first write with SQLITE_BUSY. Another caller's read can run on the connection
+ * between the transaction's BEGIN and its first statement (the adapter hands the transaction
+ * over asynchronously), which gives the transaction a snapshot; once another process has written
+ * since, SQLite refuses to upgrade it. That can only happen before the transaction wrote
+ * anything (its first write takes the write lock until its commit), so it changed nothing.
+ */
+async function ledgerTransaction<T>(db: Db, fn: (tx: SqlRunner) => Promise<T>): Promise<T> {
+  const sql = directSql(db);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await sql.transaction(fn);
+    } catch (err) {
+      const busy = sql.provider === 'sqlite' && err instanceof Error && (err.cause as { originalCode?: unknown } | undefined)?.originalCode === 'SQLITE_BUSY';
+      if (!busy || attempt >= BUSY_ATTEMPTS) throw err;
+      await new Promise((r) => setTimeout(r, attempt * Math.random() * 5));
+    }
+  }
+}
+
+/** Hold `tokens` and `micros` against one budget's period: the conditional increment. True when it fit. `rowSeen`: the period's usage row is known to exist (not inserted first). */
+async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | null, rowSeen = false): Promise<boolean> {
   const { budget: b, period: p } = h;
-  await tx.execute('INSERT INTO "BudgetUsage" ("budgetId", "periodStart", "periodEnd") VALUES (?, ?, ?) ON CONFLICT ("budgetId", "periodStart") DO NOTHING', [b.id, p.start, p.end ?? null]);
+  if (!rowSeen) await tx.execute('INSERT INTO "BudgetUsage" ("budgetId", "periodStart", "periodEnd") VALUES (?, ?, ?) ON CONFLICT ("budgetId", "periodStart") DO NOTHING', [b.id, p.start, p.end ?? null]);
   const fits: string[] = [];
   const values: Array<number | string | Date> = [tokens, micros ?? 0, b.id, p.start];
   if (b.tokens !== null) {
@@ -212,18 +239,27 @@ async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | nul
  * (a budget that does not take it) none, the budget that refused returned. A key reserved
  * before is the same reservation: nothing more is held.
  */
-async function holdAll(db: Db, r: { key: string; model: string; kind: string; tokens: number; micros: number | null; expiresAt: Date; at: Date }, holds: Hold[]): Promise<{ refused?: Hold; duplicate?: true }> {
+async function holdAll(db: Db, r: { key: string; model: string; kind: string; tokens: number; micros: number | null; expiresAt: Date; at: Date }, holds: Hold[], receipt: ReceiptInput & { key: string }, rowsSeen: Set<string>): Promise<{ refused?: Hold; duplicate?: true }> {
   const holdsJson = JSON.stringify(holds.map((h) => ({ budget: h.budget.id, period: h.period.start.toISOString() })));
-  return directSql(db).transaction(async (tx) => {
+  return ledgerTransaction(db, async (tx) => {
     const claimed = await tx.execute(
       'INSERT INTO "BudgetReservation" ("key", "model", "kind", "tokens", "micros", "holds", "expiresAt", "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ("key") DO NOTHING',
       [r.key, r.model, r.kind, r.tokens, r.micros, holdsJson, r.expiresAt, r.at],
     );
     // reserved before (a retried step, or the same step at the same moment): the same reservation
     if (claimed !== 1) return { duplicate: true };
+    // the `budget.reserved` receipt commits with the reservation; written before the holds, so
+    // the usage rows stay locked (PostgreSQL) for no longer than the holds and the commit
+    await writeReceiptIn(tx, receipt);
     const held: Hold[] = [];
     for (const h of holds) {
-      if (await hold(tx, h, r.tokens, r.micros)) {
+      // a usage row this ledger held on before is not inserted again; should it be gone since (its
+      // budget removed and defined anew), the increment finds no row and is tried again after the insert
+      const row = `${h.budget.id}\n${h.period.start.getTime()}`;
+      const seen = rowsSeen.has(row);
+      if ((await hold(tx, h, r.tokens, r.micros, seen)) || (seen && (await hold(tx, h, r.tokens, r.micros)))) {
+        if (rowsSeen.size >= ROWS_SEEN_KEPT) rowsSeen.clear();
+        rowsSeen.add(row);
         held.push(h);
         continue;
       }
@@ -234,6 +270,7 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
         await tx.execute('UPDATE "BudgetUsage" SET "reservedTokens" = "reservedTokens" - ?, "reservedMicros" = "reservedMicros" - ? WHERE "budgetId" = ? AND "periodStart" = ?', [r.tokens, r.micros ?? 0, done.budget.id, done.period.start]);
       }
       await tx.execute('DELETE FROM "BudgetReservation" WHERE "key" = ?', [r.key]);
+      await tx.execute('DELETE FROM "Receipt" WHERE "key" = ?', [receipt.key]);
       return { refused: h };
     }
     return {};
@@ -244,12 +281,14 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
  * Settle a reservation: marked settled (once; false when it already was), and each of its
  * holds replaced by what was used, in one transaction.
  */
-async function settleRow(db: Db, r: ReservationRow, usedTokens: number, usedMicros: number, at: number): Promise<boolean> {
+async function settleRow(db: Db, r: ReservationRow, usedTokens: number, usedMicros: number, at: number, receipt: ReceiptInput & { key: string }): Promise<boolean> {
   // in the order reservations lock usage rows (budget id, then period): no two transactions wait on each other in a circle
   const holds = [...r.holds].sort((a, b) => (a.budget < b.budget ? -1 : a.budget > b.budget ? 1 : a.period < b.period ? -1 : a.period > b.period ? 1 : 0));
-  return directSql(db).transaction(async (tx) => {
+  return ledgerTransaction(db, async (tx) => {
     const marked = await tx.execute('UPDATE "BudgetReservation" SET "settledAt" = ?, "settledTokens" = ?, "settledMicros" = ? WHERE "key" = ? AND "settledAt" IS NULL', [new Date(at), usedTokens, usedMicros, r.key]);
     if (marked !== 1) return false;
+    // the `budget.settled` receipt commits with the settlement (before the usage rows are locked)
+    await writeReceiptIn(tx, receipt);
     for (const h of holds) {
       await tx.execute(
         'UPDATE "BudgetUsage" SET "reservedTokens" = "reservedTokens" - ?, "usedTokens" = "usedTokens" + ?, "reservedMicros" = "reservedMicros" - ?, "usedMicros" = "usedMicros" + ? WHERE "budgetId" = ? AND "periodStart" = ?',
@@ -313,6 +352,17 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
   const ttl = opts.reservationTtlMs ?? DEFAULT_RESERVATION_TTL_MS;
   const retain = opts.retainSettledMs ?? DEFAULT_RETAIN_SETTLED_MS;
   const unpriced = new Set<string>();
+  // what each ticket this ledger handed out reserves, so its settle needs no read (a ticket made
+  // elsewhere, `{ key }`, is read from the database); the reservation row is only ever changed by
+  // its settle, which marks it settled once, so what was held here stays what the row holds
+  const reserved = new WeakMap<SpendTicket, ReservationRow>();
+  // the usage rows (budget, period start) this ledger held on: they exist, a reservation needs not insert them
+  const rowsSeen = new Set<string>();
+  const ticketFor = (key: string, r: ReservationRow | undefined): SpendTicket => {
+    const ticket: SpendTicket = { key };
+    if (r) reserved.set(ticket, r);
+    return ticket;
+  };
   // STEWARD_TOKEN_BUDGET's budget made equal to the setting once per ledger (again after a failure)
   let envReady: Promise<void> | undefined;
   const ready = () =>
@@ -360,38 +410,39 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
       // key's next attempt (`<key>#2`, `#3`, ...).
       let key = req.key;
       for (let attempt = 2; ; attempt++) {
-        const outcome = await holdAll(db, { key, model: req.model, kind: req.kind, tokens, micros, expiresAt: new Date(at + ttl), at: new Date(at) }, holds);
+        const receipt = {
+          key: `budget.reserved:${key}`,
+          kind: 'budget.reserved',
+          actor: 'model-budget',
+          data: { key, model: req.model, kind: req.kind, tokens, ...(micros === null ? {} : { micros }), budgets: budgets.map((b) => b.id) },
+        } as const;
+        const outcome = await holdAll(db, { key, model: req.model, kind: req.kind, tokens, micros, expiresAt: new Date(at + ttl), at: new Date(at) }, holds, receipt, rowsSeen);
         if (outcome.duplicate) {
           const prior = await reservation(db, key);
           if (prior?.settled && attempt <= MAX_ATTEMPT_KEYS) {
             key = `${req.key}#${attempt}`;
             continue;
           }
-          return { key };
+          return ticketFor(key, prior && !prior.settled ? prior : undefined);
         }
         if (outcome.refused) return refuse(db, opts.senders, req, outcome.refused, { tokens, micros });
-        break;
+        return ticketFor(key, { key, model: req.model, tokens, micros, holds: holds.map((h) => ({ budget: h.budget.id, period: h.period.start.toISOString() })) });
       }
-      await writeReceipt(db, {
-        key: `budget.reserved:${key}`,
-        kind: 'budget.reserved',
-        actor: 'model-budget',
-        data: { key, model: req.model, kind: req.kind, tokens, ...(micros === null ? {} : { micros }), budgets: budgets.map((b) => b.id) },
-      });
-      return { key };
     },
 
     async settle(ticket, input) {
       const usage: SpendUsage = SpendUsageSchema.parse(input);
-      const r = await reservation(db, ticket.key);
-      // unknown (nothing was held), or settled already (a second settle, or expired and swept)
-      if (!r || r.settled) return;
+      // the reservation as this ledger made or found it (no read), else as the database has it
+      const held = reserved.get(ticket);
+      const r = held?.key === ticket.key ? held : await reservation(db, ticket.key);
+      // unknown (nothing was held), or settled already (a second settle, or expired and swept;
+      // for a reservation this ledger holds, the settle's conditional mark finds that out)
+      if (!r || ('settled' in r && r.settled)) return;
       const price = prices.priceOf(r.model);
       const usedTokens = usage.inputTokens + usage.outputTokens;
       // an unpriced call counts no money; a call whose price went away since counts its worst case
       const usedMicros = r.micros === null ? 0 : price ? costMicros(price, usage) : r.micros;
-      if (!(await settleRow(db, r, usedTokens, usedMicros, now()))) return;
-      await writeReceipt(db, {
+      await settleRow(db, r, usedTokens, usedMicros, now(), {
         key: `budget.settled:${r.key}`,
         kind: 'budget.settled',
         actor: 'model-budget',
@@ -406,14 +457,8 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
         const rows = (await directSql(db).query(`SELECT "key", "model", "tokens", "micros", "holds" FROM "BudgetReservation" WHERE "settledAt" IS NULL AND "expiresAt" < ? ORDER BY "expiresAt" LIMIT ${SWEEP_BATCH}`, [new Date(at)])).map(reservationFromRow);
         for (const r of rows) {
           // a crashed worker's call: it may have used all it could
-          if (!(await settleRow(db, r, r.tokens, r.micros ?? 0, at))) continue;
-          settled++;
-          await writeReceipt(db, {
-            key: `budget.settled:${r.key}`,
-            kind: 'budget.settled',
-            actor: 'model-budget',
-            data: { key: r.key, model: r.model, tokens: r.tokens, ...(r.micros === null ? {} : { micros: r.micros }), expired: true },
-          });
+          const receipt = { key: `budget.settled:${r.key}`, kind: 'budget.settled', actor: 'model-budget', data: { key: r.key, model: r.model, tokens: r.tokens, ...(r.micros === null ? {} : { micros: r.micros }), expired: true } } as const;
+          if (await settleRow(db, r, r.tokens, r.micros ?? 0, at, receipt)) settled++;
         }
         if (rows.length < SWEEP_BATCH) break;
       }
