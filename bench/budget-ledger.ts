@@ -79,7 +79,7 @@ let seq = 0;
 /** One model step's database work around its (absent) model call. */
 async function step(side: Side): Promise<void> {
   const key = `bench-step-${++seq}`;
-  const budgeted = await side.ledger.applies();
+  const budgeted = (await side.ledger.applies?.()) ?? true;
   const ticket = budgeted ? await side.ledger.reserve({ key, model: MODEL, inputTokens: 1200, maxOutputTokens: 800, scopes, kind: 'chat' }) : undefined;
   await writeReceipt(side.db, { key: `model.call:${key}`, kind: 'model.call', actor: 'bench', data: { model: MODEL, inputTokens: 1100, outputTokens: 300 } });
   if (ticket) await side.ledger.settle(ticket, { inputTokens: 1100, outputTokens: 300 });
