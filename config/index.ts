@@ -365,6 +365,7 @@ export const ConfigEnvSchema = z.object(documented({
         return z.NEVER;
       }
     }),
+  STEWARD_BUDGETS_FILE: optionalString,
   STEWARD_TOKEN_BUDGET: z
     .string()
     .trim()
@@ -611,6 +612,8 @@ export interface StewardConfig {
     objectiveRunLimit: RateLimit;
     /** Model spend: tokens per window, reserved before every model call (STEWARD_TOKEN_BUDGET); absent: no cap. */
     tokenBudget?: RateLimit;
+    /** STEWARD_BUDGETS_FILE: budgets declared in a JSON file, applied at start (domain/budgets/file.ts; absolute). */
+    budgetsFile?: string;
     attachments: { maxBytes: number; types: string[] };
   };
   openharness: { waitMs: number };
@@ -655,16 +658,16 @@ export class ConfigError extends Error {
   }
 }
 
-/** STEWARD_PROMPT_FILE resolved against the working directory: an existing regular file. */
-function promptFileOf(value: string, cwd: string): string {
+/** A setting naming a file (STEWARD_PROMPT_FILE, STEWARD_BUDGETS_FILE) resolved against the working directory: an existing regular file. */
+function settingFileOf(setting: string, value: string, cwd: string): string {
   const file = path.resolve(cwd, value);
   let st;
   try {
     st = statSync(file);
   } catch {
-    throw new ConfigError([`STEWARD_PROMPT_FILE: no such file ${file}`]);
+    throw new ConfigError([`${setting}: no such file ${file}`]);
   }
-  if (!st.isFile()) throw new ConfigError([`STEWARD_PROMPT_FILE: ${file} is not a file`]);
+  if (!st.isFile()) throw new ConfigError([`${setting}: ${file} is not a file`]);
   return file;
 }
 
@@ -780,7 +783,7 @@ function modelSection(e: ConfigEnv, cwd: string): StewardConfig['model'] {
     default: defaultModel,
     prices: e.STEWARD_MODEL_PRICES,
     systemPrompt: e.STEWARD_SYSTEM_PROMPT ?? DEFAULT_SYSTEM_PROMPT,
-    ...(e.STEWARD_PROMPT_FILE ? { promptFile: promptFileOf(e.STEWARD_PROMPT_FILE, cwd) } : {}),
+    ...(e.STEWARD_PROMPT_FILE ? { promptFile: settingFileOf('STEWARD_PROMPT_FILE', e.STEWARD_PROMPT_FILE, cwd) } : {}),
     maxSteps: e.STEWARD_TURN_MAX_STEPS,
     stream: e.STEWARD_MODEL_STREAM,
     providers,
@@ -894,7 +897,7 @@ function chatPlatformSections(e: ConfigEnv): Pick<StewardConfig, 'telegram' | 'd
 }
 
 /** The governance section: pairing, approvals, rate limits, accepted attachments. */
-function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
+function governanceSection(e: ConfigEnv, cwd: string): StewardConfig['governance'] {
   return {
     pairingTtlMs: e.STEWARD_PAIRING_TTL,
     approvalTimeoutMs: e.STEWARD_APPROVAL_TIMEOUT,
@@ -904,6 +907,7 @@ function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
     triageLimits: e.STEWARD_TRIAGE_LIMITS,
     objectiveRunLimit: e.STEWARD_OBJECTIVE_RUN_LIMIT,
     ...(e.STEWARD_TOKEN_BUDGET ? { tokenBudget: e.STEWARD_TOKEN_BUDGET } : {}),
+    ...(e.STEWARD_BUDGETS_FILE ? { budgetsFile: settingFileOf('STEWARD_BUDGETS_FILE', e.STEWARD_BUDGETS_FILE, cwd) } : {}),
     attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
   };
 }
@@ -991,7 +995,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     idleMemoryReleaseMs: e.STEWARD_IDLE_MEMORY_RELEASE,
     telemetry: telemetrySection(e),
     ...chatPlatformSections(e),
-    governance: governanceSection(e),
+    governance: governanceSection(e, cwd),
     openharness: { waitMs: e.STEWARD_OPENHARNESS_WAIT },
     ...(e.STEWARD_TEMPORAL_UI_URL ? { temporalUiUrl: e.STEWARD_TEMPORAL_UI_URL.replace(/\/$/, '') } : {}),
     repoChanges: repoChangesSection(e, globalPolicy),

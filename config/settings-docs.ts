@@ -312,6 +312,13 @@ export const SETTING_DOCS = {
     group: 'Limits',
     description: 'Runs of one objective per fixed window (schedule, trigger, events); over it, runs are skipped.',
   },
+  STEWARD_BUDGETS_FILE: {
+    group: 'Limits',
+    description:
+      'Model-spend budgets declared in a JSON file, `{"budgets": [{"id", "scope", "scopeId"?, "tokens"?, "money"?, "period"?, "timezone"?}, ...]}` (the fields of PUT /api/v1/budgets/{id}; docs/budgets.md), applied at start in one transaction: the whole file is checked first (a bad field stops the start, naming it, and changes nothing); budgets the file defined before and no longer lists are removed; budgets set through the API or the CLI are left alone. Each change is receipted (`budget.change`, actor `file`).',
+    unset: 'no budgets from a file: those a file defined before are removed at start (receipted)',
+    example: '/etc/steward/budgets.json',
+  },
   STEWARD_TOKEN_BUDGET: {
     group: 'Limits',
     description:
