@@ -12,10 +12,11 @@
  * the usage of the current period is kept.
  */
 import type { Db } from '../domain/db.js';
-import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../domain/budgets/definitions.js';
-import { budgetUsage, ENV_BUDGET_ID } from '../domain/budgets/ledger.js';
+import { BudgetDefinitionError, budgetTransaction, definitionRecord, deleteBudget, parseBudgetDefinition, readBudget, writeBudget, type Budget, type BudgetDefinition } from '../domain/budgets/definitions.js';
+import { budgetsWithUsage, budgetUsage, ENV_BUDGET_ID, type BudgetUsageRow } from '../domain/budgets/ledger.js';
 import { describeRenewal, periodName } from '../domain/budgets/periods.js';
-import { writeReceipt } from '../domain/receipts.js';
+import { writeReceiptIn } from '../domain/receipts.js';
+import { directSql } from '../domain/sql.js';
 import { ServiceInputError, type Requester } from './requests.js';
 
 /** Tokens and USD (null: not limited). */
@@ -61,11 +62,10 @@ export type BudgetDefinitionView = Omit<BudgetView, 'usage'>;
 const usd = (micros: number) => micros / 1_000_000;
 
 function definitionView(b: Budget): BudgetDefinitionView {
-  return { id: b.id, scope: b.scope, scopeId: b.scopeId, tokens: b.tokens, money: b.micros === null ? null : usd(b.micros), period: b.period, timezone: b.timezone, windowSeconds: b.windowSeconds, source: b.source };
+  return definitionRecord(b);
 }
 
-async function budgetView(db: Db, b: Budget, at: number): Promise<BudgetView> {
-  const u = await budgetUsage(db, b, at);
+function budgetView(b: Budget, u: BudgetUsageRow): BudgetView {
   const left = (limit: number | null, used: number, reserved: number) => (limit === null ? null : Math.max(0, limit - used - reserved));
   const leftMicros = left(b.micros, u.usedMicros, u.reservedMicros);
   return {
@@ -82,11 +82,6 @@ async function budgetView(db: Db, b: Budget, at: number): Promise<BudgetView> {
   };
 }
 
-/** The budget `id` as the ledger reads it, or undefined. */
-async function findBudget(db: Db, id: string): Promise<Budget | undefined> {
-  return (await listBudgets(db)).find((b) => b.id === id);
-}
-
 function refuseEnvBudget(id: string, what: string): void {
   if (id === ENV_BUDGET_ID) throw new ServiceInputError(`The budget ${ENV_BUDGET_ID} is the STEWARD_TOKEN_BUDGET setting's: ${what} the setting (nothing changed)`, 409);
 }
@@ -98,45 +93,51 @@ export function createBudgetService(db: Db, opts: { now?: () => number } = {}) {
   return {
     /** Every budget with its current period's usage, by scope and id. */
     async list(): Promise<BudgetView[]> {
-      const at = now();
-      return Promise.all((await listBudgets(db)).map((b) => budgetView(db, b, at)));
+      return (await budgetsWithUsage(db, now())).map(({ budget, usage }) => budgetView(budget, usage));
     },
 
     /** One budget with its current period's usage, or undefined. */
     async get(id: string): Promise<BudgetView | undefined> {
-      const b = await findBudget(db, id);
-      return b ? budgetView(db, b, now()) : undefined;
+      const b = await readBudget(directSql(db), id);
+      return b ? budgetView(b, await budgetUsage(db, b, now())) : undefined;
     },
 
     /**
      * Define the budget `id` or change it (the whole definition: what is not given takes its
      * default). `input` is checked by the budget's schema; a bad field throws ServiceInputError
-     * (400) and changes nothing. Receipted `budget.change` with before (null when new) and after.
+     * (400) and changes nothing. Receipted `budget.change` with before (null when new) and
+     * after, in the transaction that writes it (never a change without its receipt).
      */
     async set(by: Requester, id: string, input: unknown, source: 'api' | 'cli'): Promise<{ created: boolean; budget: BudgetView }> {
       if (input === null || typeof input !== 'object' || Array.isArray(input)) throw new ServiceInputError('Budget refused (nothing changed): expected an object {"scope", "scopeId"?, "tokens"?, "money"?, "period"?, "timezone"?}.');
       if ('id' in input && (input as { id: unknown }).id !== id) throw new ServiceInputError(`Budget refused (nothing changed): id: the body's id differs from ${id}.`);
       refuseEnvBudget(id, 'change');
-      const before = await findBudget(db, id);
-      let after: Budget;
+      let definition: BudgetDefinition;
       try {
-        after = await defineBudget(db, { ...input, id }, source);
+        definition = parseBudgetDefinition({ ...input, id });
       } catch (err) {
         if (err instanceof BudgetDefinitionError) throw new ServiceInputError(err.message);
         throw err;
       }
-      await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
-      return { created: !before, budget: await budgetView(db, after, now()) };
+      const { before, after } = await budgetTransaction(db, async (tx) => {
+        const before = await readBudget(tx, id);
+        const after = await writeBudget(tx, definition, source);
+        await writeReceiptIn(tx, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
+        return { before, after };
+      });
+      return { created: !before, budget: budgetView(after, await budgetUsage(db, after, now())) };
     },
 
-    /** Remove the budget `id` and its usage; undefined when there is none. Receipted `budget.change`. */
+    /** Remove the budget `id` and its usage; undefined when there is none. Receipted `budget.change` in the same transaction. */
     async remove(by: Requester, id: string): Promise<BudgetDefinitionView | undefined> {
       refuseEnvBudget(id, 'unset');
-      const before = await findBudget(db, id);
-      if (!before || !(await removeBudget(db, id))) return undefined;
-      const view = definitionView(before);
-      await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
-      return view;
+      return budgetTransaction(db, async (tx) => {
+        const before = await readBudget(tx, id);
+        if (!before || !(await deleteBudget(tx, id))) return undefined;
+        const view = definitionView(before);
+        await writeReceiptIn(tx, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
+        return view;
+      });
     },
   };
 }

@@ -43,7 +43,7 @@ import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
 import { writeReceipt, writeReceiptIn, type ReceiptInput } from '../receipts.js';
 import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.js';
-import { budgetOf, listBudgets, removeBudget, type Budget } from './definitions.js';
+import { BUDGET_COLUMNS, budgetFromRow, budgetTransaction, listBudgets, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
 import { costMicros, formatMoney, worstCaseMicros, type PriceTable } from './prices.js';
 
@@ -61,8 +61,6 @@ const MAX_ATTEMPT_KEYS = 50;
 /** How long settled reservations are kept (a retry of a step within it finds its reservation). */
 export const DEFAULT_RETAIN_SETTLED_MS = 7 * 24 * 3_600_000;
 const SWEEP_BATCH = 200;
-/** How often a ledger transaction is begun again after SQLite's SQLITE_BUSY (see ledgerTransaction). */
-const BUSY_ATTEMPTS = 8;
 /** How many usage rows a ledger remembers to exist (it forgets them all past it). */
 const ROWS_SEEN_KEPT = 10_000;
 const SWEEP_BATCHES = 50;
@@ -125,23 +123,6 @@ interface ReservationRow {
   holds: Array<{ budget: string; period: string }>;
 }
 
-const BUDGET_COLUMNS = '"id", "scope", "scopeId", "tokens", "micros", "period", "timezone", "windowSeconds", "source"';
-
-function budgetFromRow(r: SqlRow): Budget {
-  const n = (v: unknown) => (v === null || v === undefined ? null : sqlInt(v));
-  return budgetOf({
-    id: String(r.id),
-    scope: String(r.scope),
-    scopeId: r.scopeId === null ? null : String(r.scopeId),
-    tokens: n(r.tokens),
-    micros: n(r.micros),
-    period: String(r.period),
-    timezone: String(r.timezone),
-    windowSeconds: n(r.windowSeconds),
-    source: String(r.source),
-  });
-}
-
 function reservationFromRow(r: SqlRow): ReservationRow {
   return { key: String(r.key), model: String(r.model), tokens: sqlInt(r.tokens), micros: r.micros === null ? null : sqlInt(r.micros), holds: HoldsSchema.parse(JSON.parse(String(r.holds))) };
 }
@@ -191,27 +172,6 @@ async function reservation(db: Db, key: string): Promise<(ReservationRow & { set
   return r ? { ...reservationFromRow(r), settled: r.settledAt !== null } : undefined;
 }
 
-/**
- * A ledger transaction on SQLite's shared connection: begun again (a few times) when SQLite
- * refused its first write with SQLITE_BUSY. Another caller's read can run on the connection
- * between the transaction's BEGIN and its first statement (the adapter hands the transaction
- * over asynchronously), which gives the transaction a snapshot; once another process has written
- * since, SQLite refuses to upgrade it. That can only happen before the transaction wrote
- * anything (its first write takes the write lock until its commit), so it changed nothing.
- */
-async function ledgerTransaction<T>(db: Db, fn: (tx: SqlRunner) => Promise<T>): Promise<T> {
-  const sql = directSql(db);
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await sql.transaction(fn);
-    } catch (err) {
-      const busy = sql.provider === 'sqlite' && err instanceof Error && (err.cause as { originalCode?: unknown } | undefined)?.originalCode === 'SQLITE_BUSY';
-      if (!busy || attempt >= BUSY_ATTEMPTS) throw err;
-      await new Promise((r) => setTimeout(r, attempt * Math.random() * 5));
-    }
-  }
-}
-
 /** Hold `tokens` and `micros` against one budget's period: the conditional increment. True when it fit. `rowSeen`: the period's usage row is known to exist (not inserted first). */
 async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | null, rowSeen = false): Promise<boolean> {
   const { budget: b, period: p } = h;
@@ -241,7 +201,7 @@ async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | nul
  */
 async function holdAll(db: Db, r: { key: string; model: string; kind: string; tokens: number; micros: number | null; expiresAt: Date; at: Date }, holds: Hold[], receipt: ReceiptInput & { key: string }, rowsSeen: Set<string>): Promise<{ refused?: Hold; duplicate?: true }> {
   const holdsJson = JSON.stringify(holds.map((h) => ({ budget: h.budget.id, period: h.period.start.toISOString() })));
-  return ledgerTransaction(db, async (tx) => {
+  return budgetTransaction(db, async (tx) => {
     const claimed = await tx.execute(
       'INSERT INTO "BudgetReservation" ("key", "model", "kind", "tokens", "micros", "holds", "expiresAt", "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ("key") DO NOTHING',
       [r.key, r.model, r.kind, r.tokens, r.micros, holdsJson, r.expiresAt, r.at],
@@ -284,7 +244,7 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
 async function settleRow(db: Db, r: ReservationRow, usedTokens: number, usedMicros: number, at: number, receipt: ReceiptInput & { key: string }): Promise<boolean> {
   // in the order reservations lock usage rows (budget id, then period): no two transactions wait on each other in a circle
   const holds = [...r.holds].sort((a, b) => (a.budget < b.budget ? -1 : a.budget > b.budget ? 1 : a.period < b.period ? -1 : a.period > b.period ? 1 : 0));
-  return ledgerTransaction(db, async (tx) => {
+  return budgetTransaction(db, async (tx) => {
     const marked = await tx.execute('UPDATE "BudgetReservation" SET "settledAt" = ?, "settledTokens" = ?, "settledMicros" = ? WHERE "key" = ? AND "settledAt" IS NULL', [new Date(at), usedTokens, usedMicros, r.key]);
     if (marked !== 1) return false;
     // the `budget.settled` receipt commits with the settlement (before the usage rows are locked)
@@ -491,22 +451,46 @@ export async function budgetUsage(db: Db, budget: Budget, at: number = Date.now(
   };
 }
 
-/** Every budget's standing in its current period: for the budget gauges (common/metrics.ts) and the views. */
-export async function budgetStandings(db: Db, at: number = Date.now()): Promise<BudgetGaugeRow[]> {
-  const rows: BudgetGaugeRow[] = [];
-  for (const b of await listBudgets(db)) {
-    const u = await budgetUsage(db, b, at);
-    rows.push({
-      budget: b.id,
-      scope: b.scope,
-      scopeId: b.scopeId ?? '',
-      period: periodName(b),
-      used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
-      reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
-      limit: { tokens: b.tokens, usd: b.micros === null ? null : b.micros / 1_000_000 },
-    });
+/** One budget's use in its current period, as `budgetUsage` reads it. */
+export type BudgetUsageRow = Awaited<ReturnType<typeof budgetUsage>>;
+
+/** How many budgets' usage rows one statement reads. */
+const USAGE_BATCH = 200;
+
+/**
+ * Every budget (by scope and id) with its use in the period containing `at`: the one read behind
+ * the budget gauges (`budgetStandings`) and the API's and CLI's list (services/budgets.ts): the
+ * budgets, then their current periods' usage rows in one statement per USAGE_BATCH budgets.
+ */
+export async function budgetsWithUsage(db: Db, at: number = Date.now()): Promise<Array<{ budget: Budget; usage: BudgetUsageRow }>> {
+  const budgets = (await listBudgets(db)).map((budget) => ({ budget, period: periodOf(budget, at) }));
+  const found = new Map<string, SqlRow>();
+  for (let i = 0; i < budgets.length; i += USAGE_BATCH) {
+    const batch = budgets.slice(i, i + USAGE_BATCH);
+    const rows = await directSql(db).query(
+      `SELECT "budgetId", "usedTokens", "reservedTokens", "usedMicros", "reservedMicros" FROM "BudgetUsage" WHERE ${batch.map(() => '("budgetId" = ? AND "periodStart" = ?)').join(' OR ')}`,
+      batch.flatMap((b) => [b.budget.id, b.period.start]),
+    );
+    for (const r of rows) found.set(String(r.budgetId), r);
   }
-  return rows;
+  return budgets.map(({ budget, period }) => {
+    const u = found.get(budget.id);
+    const n = (v: unknown) => (u ? sqlInt(v) : 0);
+    return { budget, usage: { period, usedTokens: n(u?.usedTokens), reservedTokens: n(u?.reservedTokens), usedMicros: n(u?.usedMicros), reservedMicros: n(u?.reservedMicros) } };
+  });
+}
+
+/** Every budget's standing in its current period: for the budget gauges (common/metrics.ts). */
+export async function budgetStandings(db: Db, at: number = Date.now()): Promise<BudgetGaugeRow[]> {
+  return (await budgetsWithUsage(db, at)).map(({ budget: b, usage: u }) => ({
+    budget: b.id,
+    scope: b.scope,
+    scopeId: b.scopeId ?? '',
+    period: periodName(b),
+    used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
+    reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
+    limit: { tokens: b.tokens, usd: b.micros === null ? null : b.micros / 1_000_000 },
+  }));
 }
 
 /** The models calls were reserved for without a price (they counted tokens only), from every process: for `doctor`. */
