@@ -61,9 +61,9 @@ const MAX_ATTEMPT_KEYS = 50;
 /** How long settled reservations are kept (a retry of a step within it finds its reservation). */
 export const DEFAULT_RETAIN_SETTLED_MS = 7 * 24 * 3_600_000;
 const SWEEP_BATCH = 200;
+const SWEEP_BATCHES = 50;
 /** How many usage rows a ledger remembers to exist (it forgets them all past it). */
 const ROWS_SEEN_KEPT = 10_000;
-const SWEEP_BATCHES = 50;
 
 export interface BudgetLedgerOptions {
   db: Db;
@@ -210,7 +210,7 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
     if (claimed !== 1) return { duplicate: true };
     // the `budget.reserved` receipt commits with the reservation; written before the holds, so
     // the usage rows stay locked (PostgreSQL) for no longer than the holds and the commit
-    await writeReceiptIn(tx, receipt);
+    const receipted = await writeReceiptIn(tx, receipt);
     const held: Hold[] = [];
     for (const h of holds) {
       // a usage row this ledger held on before is not inserted again; should it be gone since (its
@@ -230,7 +230,7 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
         await tx.execute('UPDATE "BudgetUsage" SET "reservedTokens" = "reservedTokens" - ?, "reservedMicros" = "reservedMicros" - ? WHERE "budgetId" = ? AND "periodStart" = ?', [r.tokens, r.micros ?? 0, done.budget.id, done.period.start]);
       }
       await tx.execute('DELETE FROM "BudgetReservation" WHERE "key" = ?', [r.key]);
-      await tx.execute('DELETE FROM "Receipt" WHERE "key" = ?', [receipt.key]);
+      if (receipted) await tx.execute('DELETE FROM "Receipt" WHERE "key" = ?', [receipt.key]);
       return { refused: h };
     }
     return {};
