@@ -130,6 +130,8 @@ export interface ModelSpend {
   settle(ticket: SpendTicket, usage: SpendUsage): Promise<void>;
   /** False while no budget exists at all: the call needs no reservation (absent: always true). */
   applies?(): Promise<boolean>;
+  /** False while only the installation's budgets exist: the call's other scopes need not be looked up (absent: always true). */
+  scoped?(): Promise<boolean>;
 }
 
 /**
@@ -517,7 +519,8 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     model: req.model,
     inputTokens,
     maxOutputTokens: req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE,
-    scopes: await spendScopes(req.spend),
+    // the installation's budgets apply to every call: its scopes are looked up only when a budget of one exists
+    scopes: spend.scoped && !(await spend.scoped()) ? {} : await spendScopes(req.spend),
     kind: req.spend.kind,
   });
   // a call that failed may still have been billed for its prompt: settled at the prompt, never less

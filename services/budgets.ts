@@ -12,7 +12,7 @@
  * the usage of the current period is kept.
  */
 import type { Db } from '../domain/db.js';
-import { BudgetDefinitionError, budgetTransaction, definitionRecord, deleteBudget, parseBudgetDefinition, readBudget, writeBudget, type Budget, type BudgetDefinition } from '../domain/budgets/definitions.js';
+import { BudgetDefinitionError, budgetTransaction, definitionRecord, deleteBudget, noteBudgetsChanged, parseBudgetDefinition, readBudget, writeBudget, type Budget, type BudgetDefinition } from '../domain/budgets/definitions.js';
 import { budgetsWithUsage, budgetUsage, ENV_BUDGET_ID, type BudgetUsageRow } from '../domain/budgets/ledger.js';
 import { describeRenewal, periodName } from '../domain/budgets/periods.js';
 import { writeReceiptIn } from '../domain/receipts.js';
@@ -125,19 +125,22 @@ export function createBudgetService(db: Db, opts: { now?: () => number } = {}) {
         await writeReceiptIn(tx, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
         return { before, after };
       });
+      noteBudgetsChanged();
       return { created: !before, budget: budgetView(after, await budgetUsage(db, after, now())) };
     },
 
     /** Remove the budget `id` and its usage; undefined when there is none. Receipted `budget.change` in the same transaction. */
     async remove(by: Requester, id: string): Promise<BudgetDefinitionView | undefined> {
       refuseEnvBudget(id, 'unset');
-      return budgetTransaction(db, async (tx) => {
+      const removed = await budgetTransaction(db, async (tx) => {
         const before = await readBudget(tx, id);
         if (!before || !(await deleteBudget(tx, id))) return undefined;
         const view = definitionView(before);
         await writeReceiptIn(tx, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
         return view;
       });
+      if (removed) noteBudgetsChanged();
+      return removed;
     },
   };
 }

@@ -114,6 +114,18 @@ export async function budgetTransaction<T>(db: Db, fn: (tx: SqlRunner) => Promis
   }
 }
 
+let budgetsVersion = 0;
+
+/** Called once a change of budgets is committed: a ledger of this process reads which budgets exist again before its next call (budgetsChangedCount). */
+export function noteBudgetsChanged(): void {
+  budgetsVersion++;
+}
+
+/** How many committed budget changes this process has made (a ledger's cache of which budgets exist is good while it stays the same; other processes' changes within its 5 s). */
+export function budgetsChangedCount(): number {
+  return budgetsVersion;
+}
+
 /** The Budget table's columns the ledger and the views read. */
 export const BUDGET_COLUMNS = '"id", "scope", "scopeId", "tokens", "micros", "period", "timezone", "windowSeconds", "source"';
 
@@ -165,12 +177,15 @@ export async function deleteBudget(sql: SqlRunner, id: string): Promise<boolean>
 /** Define (or redefine, by id) a budget; throws BudgetDefinitionError and changes nothing when a field is bad. */
 export async function defineBudget(db: Db, input: unknown, source: BudgetSource = 'api'): Promise<Budget> {
   const b = parseBudgetDefinition(input);
-  return writeBudget(directSql(db), b, source);
+  const budget = await writeBudget(directSql(db), b, source);
+  noteBudgetsChanged();
+  return budget;
 }
 
 /** Remove a budget and its usage (explicitly: SQLite may not enforce the cascade); false when there was none. */
 export async function removeBudget(db: Db, id: string): Promise<boolean> {
   const [, removed] = await db.$transaction([db.budgetUsage.deleteMany({ where: { budgetId: id } }), db.budget.deleteMany({ where: { id } })]);
+  if (removed.count > 0) noteBudgetsChanged();
   return removed.count > 0;
 }
 

@@ -22,7 +22,7 @@ import { z } from 'zod';
 import type { Db } from '../db.js';
 import { writeReceiptIn } from '../receipts.js';
 import { directSql } from '../sql.js';
-import { BUDGET_COLUMNS, BudgetDefinitionSchema, budgetFromDefinition, budgetFromRow, budgetTransaction, definitionRecord, deleteBudget, writeBudget, type Budget, type BudgetDefinition } from './definitions.js';
+import { BUDGET_COLUMNS, BudgetDefinitionSchema, budgetFromDefinition, budgetFromRow, budgetTransaction, definitionRecord, deleteBudget, noteBudgetsChanged, writeBudget, type Budget, type BudgetDefinition } from './definitions.js';
 import { ENV_BUDGET_ID } from './ledger.js';
 
 /** Serialises processes applying the file at once on PostgreSQL (pg_advisory_xact_lock). */
@@ -96,7 +96,7 @@ export async function applyBudgetsFile(db: Db, file: string | undefined): Promis
     budgets = parseBudgetsFile(text, file);
   }
   const provider = directSql(db).provider;
-  return budgetTransaction(db, async (tx) => {
+  const outcome = await budgetTransaction(db, async (tx) => {
     if (provider === 'postgres') await tx.execute(`SELECT 1 FROM pg_advisory_xact_lock(${PG_APPLY_LOCK})`, []);
     const stored = new Map((await tx.query(`SELECT ${BUDGET_COLUMNS} FROM "Budget" ORDER BY "id"`, [])).map((r) => [String(r.id), budgetFromRow(r)] as const));
     const outcome: BudgetsFileOutcome = { created: [], changed: [], removed: [], unchanged: [] };
@@ -122,4 +122,6 @@ export async function applyBudgetsFile(db: Db, file: string | undefined): Promis
     }
     return outcome;
   });
+  if (outcome.created.length + outcome.changed.length + outcome.removed.length > 0) noteBudgetsChanged();
+  return outcome;
 }

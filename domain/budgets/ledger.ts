@@ -43,7 +43,7 @@ import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
 import { writeReceipt, writeReceiptIn, type ReceiptInput } from '../receipts.js';
 import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.js';
-import { BUDGET_COLUMNS, budgetFromRow, budgetTransaction, listBudgets, removeBudget, type Budget } from './definitions.js';
+import { BUDGET_COLUMNS, budgetFromRow, budgetsChangedCount, budgetTransaction, listBudgets, noteBudgetsChanged, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
 import { costMicros, formatMoney, worstCaseMicros, type PriceTable } from './prices.js';
 
@@ -143,6 +143,7 @@ async function syncEnvBudget(db: Db, setting: RateLimit | null | undefined): Pro
   } catch (err) {
     if (!isUniqueViolation(err)) throw err; // made by another process at the same moment
   }
+  noteBudgetsChanged();
 }
 
 /** Every budget that applies to a call of these scopes (the installation's always), by id. */
@@ -331,26 +332,31 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
       throw err;
     }));
 
-  // whether any budget exists, read at most every BUDGETS_SEEN_MS: a Steward without budgets reserves nothing
-  let seen: { at: number; any: Promise<boolean> } | undefined;
-  const anyBudget = (): Promise<boolean> => {
+  // the scopes budgets exist for, read at most every BUDGETS_SEEN_MS (and again after a budget
+  // change of this process): a Steward without budgets reserves nothing, and one with only
+  // installation budgets needs not look up a call's other scopes
+  let seen: { at: number; version: number; scopes: Promise<ReadonlySet<string>> } | undefined;
+  const budgetScopes = (): Promise<ReadonlySet<string>> => {
     const at = Date.now();
-    if (!seen || at - seen.at > BUDGETS_SEEN_MS) {
+    const version = budgetsChangedCount();
+    if (!seen || at - seen.at > BUDGETS_SEEN_MS || seen.version !== version) {
       seen = {
         at,
-        any: ready()
-          .then(async () => (await directSql(db).query('SELECT 1 AS "one" FROM "Budget" LIMIT 1', [])).length > 0)
+        version,
+        scopes: ready()
+          .then(async () => new Set((await directSql(db).query('SELECT DISTINCT "scope" FROM "Budget"', [])).map((r) => String(r.scope))))
           .catch((err: unknown) => {
             seen = undefined;
             throw err;
           }),
       };
     }
-    return seen.any;
+    return seen.scopes;
   };
 
   return {
-    applies: anyBudget,
+    applies: async () => (await budgetScopes()).size > 0,
+    scoped: async () => [...(await budgetScopes())].some((scope) => scope !== 'installation'),
 
     async reserve(input) {
       const req = SpendRequestSchema.parse(input) as SpendRequest;

@@ -20,7 +20,7 @@ import { budgetStandings, budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reserv
 import { createPriceTable } from '../../domain/budgets/prices.js';
 import { tuneDb, type Db } from '../../domain/db.js';
 import { createSpend } from '../../domain/limits.js';
-import { ModelBudgetExceededError, type SpendRequest } from '../../domain/model.js';
+import { createModelRegistry, ModelBudgetExceededError, runModelStep, withSpend, type SpendRequest } from '../../domain/model.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
@@ -285,6 +285,33 @@ for (const database of testDatabases()) {
       await ledger.settle(await ledger.reserve(second), { inputTokens: 1000, outputTokens: 200 });
       const u = await usage(t.db, id, clock);
       assert.deepEqual([u.reservedTokens, u.usedTokens], [0, 1200]);
+    });
+
+    it("with only the installation's budgets, a model step does not look up its scopes; a budget of another scope (this process's) applies to the next call", async () => {
+      // a database of its own: the other tests' budgets are of every scope
+      const own = await database.create();
+      try {
+        const spend = createBudgetLedger({ db: own.db, prices: createPriceTable(), installationTokens: { count: 1_000_000, windowMs: 86_400_000 } });
+        let lookups = 0;
+        const chat = fresh('chat');
+        const registry = { ...withSpend(createModelRegistry({}), spend), languageModel: (): never => { throw new Error('no model here'); } };
+        const step = (key: string) =>
+          runModelStep(registry, { model: MINI, think: 'off', messages: [{ role: 'user', content: 'hello' }], maxOutputTokens: 100, spend: { key, kind: 'chat', scopes: async () => (lookups++, { chat }) } });
+        assert.equal(await spend.scoped?.(), false);
+        await assert.rejects(step('own-1'), /no model here/);
+        assert.equal(lookups, 0, 'only the installation budget: no scope looked up');
+        assert.equal((await reservationOf(own.db, 'own-1'))?.settledAt instanceof Date, true, 'reserved against it and settled');
+        const chatBudget = fresh('b-chat');
+        await defineBudget(own.db, { id: chatBudget, scope: 'chat', scopeId: chat, tokens: 50_000 });
+        assert.equal(await spend.scoped?.(), true, 'at once, not after the 5 s look');
+        await assert.rejects(step('own-2'), /no model here/);
+        assert.equal(lookups, 1);
+        assert.equal((await budgetUsage(own.db, await budget(own.db, chatBudget), Date.now())).usedTokens > 0, true, 'held and settled against the chat budget too');
+        assert.equal(await removeBudget(own.db, chatBudget), true);
+        assert.equal(await spend.scoped?.(), false);
+      } finally {
+        await own.cleanup();
+      }
     });
 
     it("a crashed worker's reservation expires and is settled to its worst case, once", async () => {
