@@ -366,6 +366,7 @@ export const ConfigEnvSchema = z.object(documented({
       }
     }),
   STEWARD_BUDGET_WAIT: offOrDuration('30m', 1000, 7 * 86_400_000, 'how long a chat turn refused by a budget waits for it to be raised, from 1s to 7d (such as 30m or 2h), or off'),
+  STEWARD_BUDGETS_FILE: optionalString,
   STEWARD_TOKEN_BUDGET: z
     .string()
     .trim()
@@ -616,6 +617,8 @@ export interface StewardConfig {
     objectiveRunLimit: RateLimit;
     /** Model spend: tokens per window, reserved before every model call (STEWARD_TOKEN_BUDGET); absent: no cap. */
     tokenBudget?: RateLimit;
+    /** STEWARD_BUDGETS_FILE: budgets declared in a JSON file, applied at start (domain/budgets/file.ts; absolute). */
+    budgetsFile?: string;
     attachments: { maxBytes: number; types: string[] };
   };
   openharness: { waitMs: number };
@@ -660,16 +663,16 @@ export class ConfigError extends Error {
   }
 }
 
-/** STEWARD_PROMPT_FILE resolved against the working directory: an existing regular file. */
-function promptFileOf(value: string, cwd: string): string {
+/** A setting naming a file (STEWARD_PROMPT_FILE, STEWARD_BUDGETS_FILE) resolved against the working directory: an existing regular file. */
+function settingFileOf(setting: string, value: string, cwd: string): string {
   const file = path.resolve(cwd, value);
   let st;
   try {
     st = statSync(file);
   } catch {
-    throw new ConfigError([`STEWARD_PROMPT_FILE: no such file ${file}`]);
+    throw new ConfigError([`${setting}: no such file ${file}`]);
   }
-  if (!st.isFile()) throw new ConfigError([`STEWARD_PROMPT_FILE: ${file} is not a file`]);
+  if (!st.isFile()) throw new ConfigError([`${setting}: ${file} is not a file`]);
   return file;
 }
 
@@ -785,7 +788,7 @@ function modelSection(e: ConfigEnv, cwd: string): StewardConfig['model'] {
     default: defaultModel,
     prices: e.STEWARD_MODEL_PRICES,
     systemPrompt: e.STEWARD_SYSTEM_PROMPT ?? DEFAULT_SYSTEM_PROMPT,
-    ...(e.STEWARD_PROMPT_FILE ? { promptFile: promptFileOf(e.STEWARD_PROMPT_FILE, cwd) } : {}),
+    ...(e.STEWARD_PROMPT_FILE ? { promptFile: settingFileOf('STEWARD_PROMPT_FILE', e.STEWARD_PROMPT_FILE, cwd) } : {}),
     maxSteps: e.STEWARD_TURN_MAX_STEPS,
     stream: e.STEWARD_MODEL_STREAM,
     providers,
@@ -899,7 +902,7 @@ function chatPlatformSections(e: ConfigEnv): Pick<StewardConfig, 'telegram' | 'd
 }
 
 /** The governance section: pairing, approvals, rate limits, accepted attachments. */
-function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
+function governanceSection(e: ConfigEnv, cwd: string): StewardConfig['governance'] {
   return {
     pairingTtlMs: e.STEWARD_PAIRING_TTL,
     approvalTimeoutMs: e.STEWARD_APPROVAL_TIMEOUT,
@@ -909,6 +912,7 @@ function governanceSection(e: ConfigEnv): StewardConfig['governance'] {
     triageLimits: e.STEWARD_TRIAGE_LIMITS,
     objectiveRunLimit: e.STEWARD_OBJECTIVE_RUN_LIMIT,
     ...(e.STEWARD_TOKEN_BUDGET ? { tokenBudget: e.STEWARD_TOKEN_BUDGET } : {}),
+    ...(e.STEWARD_BUDGETS_FILE ? { budgetsFile: settingFileOf('STEWARD_BUDGETS_FILE', e.STEWARD_BUDGETS_FILE, cwd) } : {}),
     attachments: { maxBytes: e.STEWARD_ATTACHMENT_MAX_BYTES, types: e.STEWARD_ATTACHMENT_TYPES },
   };
 }
@@ -996,7 +1000,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     idleMemoryReleaseMs: e.STEWARD_IDLE_MEMORY_RELEASE,
     telemetry: telemetrySection(e),
     ...chatPlatformSections(e),
-    governance: governanceSection(e),
+    governance: governanceSection(e, cwd),
     openharness: { waitMs: e.STEWARD_OPENHARNESS_WAIT },
     ...(e.STEWARD_TEMPORAL_UI_URL ? { temporalUiUrl: e.STEWARD_TEMPORAL_UI_URL.replace(/\/$/, '') } : {}),
     repoChanges: repoChangesSection(e, globalPolicy),

@@ -317,6 +317,13 @@ export const SETTING_DOCS = {
     description:
       'How long a chat turn whose model call a budget refused waits for the budget to be raised (PUT /api/v1/budgets, `steward budgets set`, a raise) or renewed: the chat is told at once which budget, what is left and when it renews, and the turn goes on when it fits; /stop ends the wait. off: the turn ends at once with that message. Objective runs never wait. Taken by a conversation\'s session when it starts (a running session keeps its value across continue-as-new).',
   },
+  STEWARD_BUDGETS_FILE: {
+    group: 'Limits',
+    description:
+      'Model-spend budgets declared in a JSON file, `{"budgets": [{"id", "scope", "scopeId"?, "tokens"?, "money"?, "period"?, "timezone"?}, ...]}` (the fields of PUT /api/v1/budgets/{id}; docs/roles-and-approvals.md), applied at start in one transaction: the whole file is checked first (a bad field stops the start, naming it, and changes nothing); budgets the file defined before and no longer lists are removed; budgets set through the API or the CLI are left alone. Each change is receipted (`budget.change`, actor `file`).',
+    unset: 'no budgets from a file: those a file defined before are removed at start (receipted)',
+    example: '/etc/steward/budgets.json',
+  },
   STEWARD_TOKEN_BUDGET: {
     group: 'Limits',
     description:

@@ -134,6 +134,8 @@ export interface ModelSpend {
   settle(ticket: SpendTicket, usage: SpendUsage): Promise<void>;
   /** False while no budget exists at all: the call needs no reservation (absent: always true). */
   applies?(): Promise<boolean>;
+  /** False while only the installation's budgets exist: the call's other scopes need not be looked up (absent: always true). */
+  scoped?(): Promise<boolean>;
 }
 
 /**
@@ -523,7 +525,8 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
     model: req.model,
     inputTokens,
     maxOutputTokens: maxOutputTokens + thinkingTokens(req),
-    scopes: await spendScopes(req.spend),
+    // the installation's budgets apply to every call: its scopes are looked up only when a budget of one exists
+    scopes: spend.scoped && !(await spend.scoped()) ? {} : await spendScopes(req.spend),
     kind: req.spend.kind,
   });
   // a call that failed may still have been billed for its prompt: settled at the prompt, never less

@@ -5,7 +5,7 @@
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
 import { maskHeldSecrets, maskHeldSecretsDeep } from './secrets.js';
-import { directSql } from './sql.js';
+import { directSql, type SqlRunner } from './sql.js';
 
 export type ReceiptKind =
   | 'ingress'
@@ -88,10 +88,25 @@ const RECEIPT_ROW = '(?, ?, ?, ?, ?, ?, ?, ?)';
  */
 function insertReceipts(db: Db, rs: ReceiptInput[]): Promise<number> {
   const at = new Date();
-  // a view like any other: no secret Steward holds is written in clear (domain/secrets.ts)
-  const values = rs.flatMap((r) => [r.key ?? null, r.kind, r.workflowId ?? null, r.runId ?? null, r.sessionId ?? null, r.actor ?? null, JSON.stringify(maskHeldSecretsDeep(r.data)), at]);
+  const values = rs.flatMap((r) => receiptValues(r, at));
   const rows = rs.length === 1 ? RECEIPT_ROW : Array.from(rs, () => RECEIPT_ROW).join(', ');
   return directSql(db).execute(`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt") VALUES ${rows}`, values);
+}
+
+function receiptValues(r: ReceiptInput, at: Date) {
+  // a view like any other: no secret Steward holds is written in clear (domain/secrets.ts)
+  return [r.key ?? null, r.kind, r.workflowId ?? null, r.runId ?? null, r.sessionId ?? null, r.actor ?? null, JSON.stringify(maskHeldSecretsDeep(r.data)), at];
+}
+
+/**
+ * Write a receipt with the statements of a transaction (domain/sql.ts `transaction`), so it
+ * commits with the change it records and never without it: false when its key was already
+ * written. A key taken is not an error here (ON CONFLICT DO NOTHING): on PostgreSQL a failed
+ * statement would abort the whole transaction.
+ */
+export async function writeReceiptIn(tx: SqlRunner, r: ReceiptInput): Promise<boolean> {
+  const changed = await tx.execute(`INSERT INTO "Receipt" ("key", "kind", "workflowId", "runId", "sessionId", "actor", "data", "createdAt") VALUES ${RECEIPT_ROW} ON CONFLICT ("key") DO NOTHING`, receiptValues(r, new Date()));
+  return changed === 1;
 }
 
 /** Write a receipt; false when its key was already written (a retried activity), true otherwise. */

@@ -41,6 +41,7 @@ import { createTaskService, type TaskService } from '../services/tasks.js';
 import { startResumingHandoffs } from '../services/handoff.js';
 import { createLimiter, createSpend, type LimitSettings } from '../domain/limits.js';
 import { budgetStandings, startSweepingExpired } from '../domain/budgets/ledger.js';
+import { applyBudgetsFile } from '../domain/budgets/file.js';
 import { sessionStartOptions } from '../services/chat/session-start.js';
 import { createMcpService, type McpService } from '../services/mcp.js';
 import { createMcpTools, type McpTools } from '../domain/mcp/tools.js';
@@ -169,11 +170,14 @@ export function limitSettings(config: StewardConfig): LimitSettings {
 
 /**
  * The workers' model registry: every model call reserves from the budget ledger while any budget
- * exists (defined by `steward budgets`, the API, or STEWARD_TOKEN_BUDGET as the installation's;
- * unset, that budget is removed), and the expired reservations (a crashed worker's) are swept
- * every minute until `cleanups` run.
+ * exists (defined by `steward budgets`, the API, STEWARD_BUDGETS_FILE (applied here first: a bad
+ * file stops the start), or STEWARD_TOKEN_BUDGET as the installation's; unset, that budget is
+ * removed), and the expired reservations (a crashed worker's) are swept every minute until
+ * `cleanups` run.
  */
-function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders, cleanups: Cleanups, log: Logger): ModelRegistry {
+async function modelsWithBudget(config: StewardConfig, db: Db, senders: Senders, cleanups: Cleanups, log: Logger): Promise<ModelRegistry> {
+  const applied = await applyBudgetsFile(db, config.governance.budgetsFile);
+  if (applied.created.length + applied.changed.length + applied.removed.length > 0) log.info({ file: config.governance.budgetsFile, ...applied, unchanged: applied.unchanged.length }, 'budgets applied from STEWARD_BUDGETS_FILE');
   const models = createModelRegistry(config.model.providers);
   const ledger = createSpend({ db, budget: limitSettings(config).tokens ?? null, senders, prices: config.model.prices });
   cleanups.push(startSweepingExpired(ledger, log));
@@ -598,7 +602,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
 
     // Worker
     const senders = await createSenders(config, log);
-    const models = modelsWithBudget(config, db, senders, cleanups, log);
+    const models = await modelsWithBudget(config, db, senders, cleanups, log);
     const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
     const changes = changeServiceFor(config, client, db, runLink, log);
     const workers = await startLocalWorkers(config, role, temporal, {
@@ -764,7 +768,7 @@ export async function startWorkerOnly(
   const changes = changeServiceFor(config, client, db, runLink, log);
   const senders = await createSenders(config, log);
   const mcpCleanups: Cleanups = [];
-  const models = modelsWithBudget(config, db, senders, mcpCleanups, log);
+  const models = await modelsWithBudget(config, db, senders, mcpCleanups, log);
   const mcp = await startMcp(config, db, log, mcpCleanups, false);
   // versioned when STEWARD_BUILD_ID is set and the server supports Worker Deployments (STEWARD_WORKER_VERSIONING)
   const versioning = await workerVersioningFor(config.workers.versioning, connection, config.temporal.namespace, log);

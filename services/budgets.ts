@@ -22,12 +22,13 @@
  */
 import { z } from 'zod';
 import type { Db } from '../domain/db.js';
-import { BudgetDefinitionError, defineBudget, listBudgets, removeBudget, type Budget } from '../domain/budgets/definitions.js';
-import { budgetUsage, ENV_BUDGET_ID } from '../domain/budgets/ledger.js';
+import { BudgetDefinitionError, budgetTransaction, definitionRecord, deleteBudget, noteBudgetsChanged, parseBudgetDefinition, readBudget, writeBudget, type Budget, type BudgetDefinition } from '../domain/budgets/definitions.js';
+import { budgetsWithUsage, budgetUsage, ENV_BUDGET_ID, type BudgetUsageRow } from '../domain/budgets/ledger.js';
 import { describeRenewal, periodName, periodOf } from '../domain/budgets/periods.js';
 import { formatMoney } from '../domain/budgets/prices.js';
 import { BudgetRaiseError, raiseBudget, RaiseAmountSchema, refusedPeople } from '../domain/budgets/raises.js';
-import { receiptsByKeys, writeReceipt } from '../domain/receipts.js';
+import { receiptsByKeys, writeReceipt, writeReceiptIn } from '../domain/receipts.js';
+import { directSql } from '../domain/sql.js';
 import { isAdmin, type Actor } from '../common/roles.js';
 import { ServiceInputError, type Requester } from './requests.js';
 
@@ -76,11 +77,10 @@ export type BudgetDefinitionView = Omit<BudgetView, 'usage'>;
 const usd = (micros: number) => micros / 1_000_000;
 
 function definitionView(b: Budget): BudgetDefinitionView {
-  return { id: b.id, scope: b.scope, scopeId: b.scopeId, tokens: b.tokens, money: b.micros === null ? null : usd(b.micros), period: b.period, timezone: b.timezone, windowSeconds: b.windowSeconds, source: b.source };
+  return definitionRecord(b);
 }
 
-async function budgetView(db: Db, b: Budget, at: number): Promise<BudgetView> {
-  const u = await budgetUsage(db, b, at);
+function budgetView(b: Budget, u: BudgetUsageRow): BudgetView {
   const left = (limit: number | null, raised: number, used: number, reserved: number) => (limit === null ? null : Math.max(0, limit + raised - used - reserved));
   const leftMicros = left(b.micros, u.raisedMicros, u.usedMicros, u.reservedMicros);
   return {
@@ -96,11 +96,6 @@ async function budgetView(db: Db, b: Budget, at: number): Promise<BudgetView> {
       left: { tokens: left(b.tokens, u.raisedTokens, u.usedTokens, u.reservedTokens), money: leftMicros === null ? null : usd(leftMicros) },
     },
   };
-}
-
-/** The budget `id` as the ledger reads it, or undefined. */
-async function findBudget(db: Db, id: string): Promise<Budget | undefined> {
-  return (await listBudgets(db)).find((b) => b.id === id);
 }
 
 function refuseEnvBudget(id: string, what: string): void {
@@ -159,36 +154,41 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
   return {
     /** Every budget with its current period's usage, by scope and id. */
     async list(): Promise<BudgetView[]> {
-      const at = now();
-      return Promise.all((await listBudgets(db)).map((b) => budgetView(db, b, at)));
+      return (await budgetsWithUsage(db, now())).map(({ budget, usage }) => budgetView(budget, usage));
     },
 
     /** One budget with its current period's usage, or undefined. */
     async get(id: string): Promise<BudgetView | undefined> {
-      const b = await findBudget(db, id);
-      return b ? budgetView(db, b, now()) : undefined;
+      const b = await readBudget(directSql(db), id);
+      return b ? budgetView(b, await budgetUsage(db, b, now())) : undefined;
     },
 
     /**
      * Define the budget `id` or change it (the whole definition: what is not given takes its
      * default). `input` is checked by the budget's schema; a bad field throws ServiceInputError
-     * (400) and changes nothing. Receipted `budget.change` with before (null when new) and after.
+     * (400) and changes nothing. Receipted `budget.change` with before (null when new) and
+     * after, in the transaction that writes it (never a change without its receipt).
      */
     async set(by: Requester, id: string, input: unknown, source: 'api' | 'cli'): Promise<{ created: boolean; budget: BudgetView }> {
       if (input === null || typeof input !== 'object' || Array.isArray(input)) throw new ServiceInputError('Budget refused (nothing changed): expected an object {"scope", "scopeId"?, "tokens"?, "money"?, "period"?, "timezone"?}.');
       if ('id' in input && (input as { id: unknown }).id !== id) throw new ServiceInputError(`Budget refused (nothing changed): id: the body's id differs from ${id}.`);
       refuseEnvBudget(id, 'change');
-      const before = await findBudget(db, id);
-      let after: Budget;
+      let definition: BudgetDefinition;
       try {
-        after = await defineBudget(db, { ...input, id }, source);
+        definition = parseBudgetDefinition({ ...input, id });
       } catch (err) {
         if (err instanceof BudgetDefinitionError) throw new ServiceInputError(err.message);
         throw err;
       }
-      await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
+      const { before, after } = await budgetTransaction(db, async (tx) => {
+        const before = await readBudget(tx, id);
+        const after = await writeBudget(tx, definition, source);
+        await writeReceiptIn(tx, { kind: 'budget.change', actor: by.id, data: { action: 'set', budget: id, before: before ? definitionView(before) : null, after: definitionView(after) } });
+        return { before, after };
+      });
+      noteBudgetsChanged();
       await wake(id);
-      return { created: !before, budget: await budgetView(db, after, now()) };
+      return { created: !before, budget: budgetView(after, await budgetUsage(db, after, now())) };
     },
 
     /**
@@ -197,10 +197,8 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
      * scope: `chat`, the chat's binding id).
      */
     async visibleTo(by: Actor, chat?: string): Promise<BudgetView[]> {
-      const at = now();
-      const all = await listBudgets(db);
-      const mine = isAdmin(by.role) ? all : all.filter((b) => b.scope === 'installation' || (b.scope === 'person' && b.scopeId === by.id) || (b.scope === 'chat' && chat !== undefined && b.scopeId === chat));
-      return Promise.all(mine.map((b) => budgetView(db, b, at)));
+      const sees = (b: Budget) => isAdmin(by.role) || b.scope === 'installation' || (b.scope === 'person' && b.scopeId === by.id) || (b.scope === 'chat' && chat !== undefined && b.scopeId === chat);
+      return (await budgetsWithUsage(db, now())).filter(({ budget }) => sees(budget)).map(({ budget, usage }) => budgetView(budget, usage));
     },
 
     /**
@@ -224,7 +222,7 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
       };
       if (!isAdmin(by.role)) return refuse(`Raising a budget needs the admin role; you are ${by.role === 'operator' ? 'an' : 'a'} ${by.role}. Nothing changed.`);
       const at = now();
-      const b = await findBudget(db, budgetId);
+      const b = await readBudget(directSql(db), budgetId);
       if (!b) throw new ServiceInputError(`No budget has the id ${budgetId}.`, 404);
       const period = periodOf(b, at);
       if (periodStart && periodStart.getTime() !== period.start.getTime()) {
@@ -269,7 +267,7 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
       if (!raised) throw new ServiceInputError(`No budget has the id ${budgetId}.`, 404);
       let woken: number | null = null;
       if (opts.wakeBudgetWaiters) woken = await opts.wakeBudgetWaiters(b.id).catch(() => null);
-      const view = await budgetView(db, b, at);
+      const view = budgetView(b, await budgetUsage(db, b, at));
       const amountText = [raise.tokens === null ? undefined : `${raise.tokens} tokens`, raise.money === null ? undefined : formatMoney(Math.round(raise.money * 1_000_000))].filter(Boolean).join(' and ');
       const leftText = [view.usage.left.tokens === null ? undefined : `${view.usage.left.tokens} tokens`, view.usage.left.money === null ? undefined : formatMoney(Math.round(view.usage.left.money * 1_000_000))].filter(Boolean).join(' and ');
       const until = view.usage.renews ? `until ${view.usage.renews}` : 'in total (it does not renew)';
@@ -283,15 +281,21 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
       };
     },
 
-    /** Remove the budget `id` and its usage; undefined when there is none. Receipted `budget.change`. */
+    /** Remove the budget `id` and its usage; undefined when there is none. Receipted `budget.change` in the same transaction. */
     async remove(by: Requester, id: string): Promise<BudgetDefinitionView | undefined> {
       refuseEnvBudget(id, 'unset');
-      const before = await findBudget(db, id);
-      if (!before || !(await removeBudget(db, id))) return undefined;
-      const view = definitionView(before);
-      await writeReceipt(db, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
-      await wake(id);
-      return view;
+      const removed = await budgetTransaction(db, async (tx) => {
+        const before = await readBudget(tx, id);
+        if (!before || !(await deleteBudget(tx, id))) return undefined;
+        const view = definitionView(before);
+        await writeReceiptIn(tx, { kind: 'budget.change', actor: by.id, data: { action: 'remove', budget: id, before: view, after: null } });
+        return view;
+      });
+      if (removed) {
+        noteBudgetsChanged();
+        await wake(id);
+      }
+      return removed;
     },
   };
 }

@@ -25,7 +25,9 @@
  *   renews); a `limit.refused` receipt for each refusal, the call's people recorded as refused
  *   on the budget for the period (they may not raise it: raises.ts), and once per budget and
  *   period a `budget.exhausted` receipt and a notice to the admins with a Raise button.
- * - Receipts: `budget.reserved`, `budget.settled` (keyed by the step's key: written once).
+ * - Receipts: `budget.reserved`, `budget.settled` (keyed by the step's key: written once), each
+ *   in the transaction of what it records (one commit a reserve, one a settle: a receipt never
+ *   exists without its change, nor a change without its receipt).
  * - Money: from the price table (prices.ts); a model without a price counts tokens only (money
  *   limits do not apply to it; `unpricedModels` lists the ones seen).
  * - STEWARD_TOKEN_BUDGET: the installation budget `env:STEWARD_TOKEN_BUDGET` in tokens over the
@@ -41,9 +43,9 @@ import { notifyAdmins } from '../governance.js';
 import { ModelBudgetExceededError, type ModelSpend, type SpendRequest, type SpendScopes, type SpendTicket, type SpendUsage } from '../model.js';
 import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
-import { writeReceipt } from '../receipts.js';
+import { writeReceipt, writeReceiptIn, type ReceiptInput } from '../receipts.js';
 import { directSql, sqlDate, sqlInt, type SqlRow, type SqlRunner } from '../sql.js';
-import { budgetOf, listBudgets, removeBudget, type Budget } from './definitions.js';
+import { BUDGET_COLUMNS, budgetFromRow, budgetsChangedCount, budgetTransaction, listBudgets, noteBudgetsChanged, removeBudget, type Budget } from './definitions.js';
 import { describeRenewal, periodName, periodOf, type Period } from './periods.js';
 import { costMicros, formatMoney, worstCaseMicros, type PriceTable } from './prices.js';
 import { raiseButtons, recordRefusal } from './raises.js';
@@ -63,6 +65,8 @@ const MAX_ATTEMPT_KEYS = 50;
 export const DEFAULT_RETAIN_SETTLED_MS = 7 * 24 * 3_600_000;
 const SWEEP_BATCH = 200;
 const SWEEP_BATCHES = 50;
+/** How many usage rows a ledger remembers to exist (it forgets them all past it). */
+const ROWS_SEEN_KEPT = 10_000;
 
 export interface BudgetLedgerOptions {
   db: Db;
@@ -122,23 +126,6 @@ interface ReservationRow {
   holds: Array<{ budget: string; period: string }>;
 }
 
-const BUDGET_COLUMNS = '"id", "scope", "scopeId", "tokens", "micros", "period", "timezone", "windowSeconds", "source"';
-
-function budgetFromRow(r: SqlRow): Budget {
-  const n = (v: unknown) => (v === null || v === undefined ? null : sqlInt(v));
-  return budgetOf({
-    id: String(r.id),
-    scope: String(r.scope),
-    scopeId: r.scopeId === null ? null : String(r.scopeId),
-    tokens: n(r.tokens),
-    micros: n(r.micros),
-    period: String(r.period),
-    timezone: String(r.timezone),
-    windowSeconds: n(r.windowSeconds),
-    source: String(r.source),
-  });
-}
-
 function reservationFromRow(r: SqlRow): ReservationRow {
   return { key: String(r.key), model: String(r.model), tokens: sqlInt(r.tokens), micros: r.micros === null ? null : sqlInt(r.micros), holds: HoldsSchema.parse(JSON.parse(String(r.holds))) };
 }
@@ -159,6 +146,7 @@ async function syncEnvBudget(db: Db, setting: RateLimit | null | undefined): Pro
   } catch (err) {
     if (!isUniqueViolation(err)) throw err; // made by another process at the same moment
   }
+  noteBudgetsChanged();
 }
 
 /** Every budget that applies to a call of these scopes (the installation's always), by id. */
@@ -188,10 +176,10 @@ async function reservation(db: Db, key: string): Promise<(ReservationRow & { set
   return r ? { ...reservationFromRow(r), settled: r.settledAt !== null } : undefined;
 }
 
-/** Hold `tokens` and `micros` against one budget's period: the conditional increment. True when it fit. */
-async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | null): Promise<boolean> {
+/** Hold `tokens` and `micros` against one budget's period: the conditional increment. True when it fit. `rowSeen`: the period's usage row is known to exist (not inserted first). */
+async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | null, rowSeen = false): Promise<boolean> {
   const { budget: b, period: p } = h;
-  await tx.execute('INSERT INTO "BudgetUsage" ("budgetId", "periodStart", "periodEnd") VALUES (?, ?, ?) ON CONFLICT ("budgetId", "periodStart") DO NOTHING', [b.id, p.start, p.end ?? null]);
+  if (!rowSeen) await tx.execute('INSERT INTO "BudgetUsage" ("budgetId", "periodStart", "periodEnd") VALUES (?, ?, ?) ON CONFLICT ("budgetId", "periodStart") DO NOTHING', [b.id, p.start, p.end ?? null]);
   const fits: string[] = [];
   const values: Array<number | string | Date> = [tokens, micros ?? 0, b.id, p.start];
   if (b.tokens !== null) {
@@ -215,18 +203,27 @@ async function hold(tx: SqlRunner, h: Hold, tokens: number, micros: number | nul
  * (a budget that does not take it) none, the budget that refused returned. A key reserved
  * before is the same reservation: nothing more is held.
  */
-async function holdAll(db: Db, r: { key: string; model: string; kind: string; tokens: number; micros: number | null; expiresAt: Date; at: Date }, holds: Hold[]): Promise<{ refused?: Hold; duplicate?: true }> {
+async function holdAll(db: Db, r: { key: string; model: string; kind: string; tokens: number; micros: number | null; expiresAt: Date; at: Date }, holds: Hold[], receipt: ReceiptInput & { key: string }, rowsSeen: Set<string>): Promise<{ refused?: Hold; duplicate?: true }> {
   const holdsJson = JSON.stringify(holds.map((h) => ({ budget: h.budget.id, period: h.period.start.toISOString() })));
-  return directSql(db).transaction(async (tx) => {
+  return budgetTransaction(db, async (tx) => {
     const claimed = await tx.execute(
       'INSERT INTO "BudgetReservation" ("key", "model", "kind", "tokens", "micros", "holds", "expiresAt", "createdAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ("key") DO NOTHING',
       [r.key, r.model, r.kind, r.tokens, r.micros, holdsJson, r.expiresAt, r.at],
     );
     // reserved before (a retried step, or the same step at the same moment): the same reservation
     if (claimed !== 1) return { duplicate: true };
+    // the `budget.reserved` receipt commits with the reservation; written before the holds, so
+    // the usage rows stay locked (PostgreSQL) for no longer than the holds and the commit
+    const receipted = await writeReceiptIn(tx, receipt);
     const held: Hold[] = [];
     for (const h of holds) {
-      if (await hold(tx, h, r.tokens, r.micros)) {
+      // a usage row this ledger held on before is not inserted again; should it be gone since (its
+      // budget removed and defined anew), the increment finds no row and is tried again after the insert
+      const row = `${h.budget.id}\n${h.period.start.getTime()}`;
+      const seen = rowsSeen.has(row);
+      if ((await hold(tx, h, r.tokens, r.micros, seen)) || (seen && (await hold(tx, h, r.tokens, r.micros)))) {
+        if (rowsSeen.size >= ROWS_SEEN_KEPT) rowsSeen.clear();
+        rowsSeen.add(row);
         held.push(h);
         continue;
       }
@@ -237,6 +234,7 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
         await tx.execute('UPDATE "BudgetUsage" SET "reservedTokens" = "reservedTokens" - ?, "reservedMicros" = "reservedMicros" - ? WHERE "budgetId" = ? AND "periodStart" = ?', [r.tokens, r.micros ?? 0, done.budget.id, done.period.start]);
       }
       await tx.execute('DELETE FROM "BudgetReservation" WHERE "key" = ?', [r.key]);
+      if (receipted) await tx.execute('DELETE FROM "Receipt" WHERE "key" = ?', [receipt.key]);
       return { refused: h };
     }
     return {};
@@ -247,12 +245,14 @@ async function holdAll(db: Db, r: { key: string; model: string; kind: string; to
  * Settle a reservation: marked settled (once; false when it already was), and each of its
  * holds replaced by what was used, in one transaction.
  */
-async function settleRow(db: Db, r: ReservationRow, usedTokens: number, usedMicros: number, at: number): Promise<boolean> {
+async function settleRow(db: Db, r: ReservationRow, usedTokens: number, usedMicros: number, at: number, receipt: ReceiptInput & { key: string }): Promise<boolean> {
   // in the order reservations lock usage rows (budget id, then period): no two transactions wait on each other in a circle
   const holds = [...r.holds].sort((a, b) => (a.budget < b.budget ? -1 : a.budget > b.budget ? 1 : a.period < b.period ? -1 : a.period > b.period ? 1 : 0));
-  return directSql(db).transaction(async (tx) => {
+  return budgetTransaction(db, async (tx) => {
     const marked = await tx.execute('UPDATE "BudgetReservation" SET "settledAt" = ?, "settledTokens" = ?, "settledMicros" = ? WHERE "key" = ? AND "settledAt" IS NULL', [new Date(at), usedTokens, usedMicros, r.key]);
     if (marked !== 1) return false;
+    // the `budget.settled` receipt commits with the settlement (before the usage rows are locked)
+    await writeReceiptIn(tx, receipt);
     for (const h of holds) {
       await tx.execute(
         'UPDATE "BudgetUsage" SET "reservedTokens" = "reservedTokens" - ?, "usedTokens" = "usedTokens" + ?, "reservedMicros" = "reservedMicros" - ?, "usedMicros" = "usedMicros" + ? WHERE "budgetId" = ? AND "periodStart" = ?',
@@ -320,6 +320,17 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
   const ttl = opts.reservationTtlMs ?? DEFAULT_RESERVATION_TTL_MS;
   const retain = opts.retainSettledMs ?? DEFAULT_RETAIN_SETTLED_MS;
   const unpriced = new Set<string>();
+  // what each ticket this ledger handed out reserves, so its settle needs no read (a ticket made
+  // elsewhere, `{ key }`, is read from the database); the reservation row is only ever changed by
+  // its settle, which marks it settled once, so what was held here stays what the row holds
+  const reserved = new WeakMap<SpendTicket, ReservationRow>();
+  // the usage rows (budget, period start) this ledger held on: they exist, a reservation needs not insert them
+  const rowsSeen = new Set<string>();
+  const ticketFor = (key: string, r: ReservationRow | undefined): SpendTicket => {
+    const ticket: SpendTicket = { key };
+    if (r) reserved.set(ticket, r);
+    return ticket;
+  };
   // STEWARD_TOKEN_BUDGET's budget made equal to the setting once per ledger (again after a failure)
   let envReady: Promise<void> | undefined;
   const ready = () =>
@@ -328,26 +339,31 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
       throw err;
     }));
 
-  // whether any budget exists, read at most every BUDGETS_SEEN_MS: a Steward without budgets reserves nothing
-  let seen: { at: number; any: Promise<boolean> } | undefined;
-  const anyBudget = (): Promise<boolean> => {
+  // the scopes budgets exist for, read at most every BUDGETS_SEEN_MS (and again after a budget
+  // change of this process): a Steward without budgets reserves nothing, and one with only
+  // installation budgets needs not look up a call's other scopes
+  let seen: { at: number; version: number; scopes: Promise<ReadonlySet<string>> } | undefined;
+  const budgetScopes = (): Promise<ReadonlySet<string>> => {
     const at = Date.now();
-    if (!seen || at - seen.at > BUDGETS_SEEN_MS) {
+    const version = budgetsChangedCount();
+    if (!seen || at - seen.at > BUDGETS_SEEN_MS || seen.version !== version) {
       seen = {
         at,
-        any: ready()
-          .then(async () => (await directSql(db).query('SELECT 1 AS "one" FROM "Budget" LIMIT 1', [])).length > 0)
+        version,
+        scopes: ready()
+          .then(async () => new Set((await directSql(db).query('SELECT DISTINCT "scope" FROM "Budget"', [])).map((r) => String(r.scope))))
           .catch((err: unknown) => {
             seen = undefined;
             throw err;
           }),
       };
     }
-    return seen.any;
+    return seen.scopes;
   };
 
   return {
-    applies: anyBudget,
+    applies: async () => (await budgetScopes()).size > 0,
+    scoped: async () => [...(await budgetScopes())].some((scope) => scope !== 'installation'),
 
     async reserve(input) {
       const req = SpendRequestSchema.parse(input) as SpendRequest;
@@ -367,38 +383,39 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
       // key's next attempt (`<key>#2`, `#3`, ...).
       let key = req.key;
       for (let attempt = 2; ; attempt++) {
-        const outcome = await holdAll(db, { key, model: req.model, kind: req.kind, tokens, micros, expiresAt: new Date(at + ttl), at: new Date(at) }, holds);
+        const receipt = {
+          key: `budget.reserved:${key}`,
+          kind: 'budget.reserved',
+          actor: 'model-budget',
+          data: { key, model: req.model, kind: req.kind, tokens, ...(micros === null ? {} : { micros }), budgets: budgets.map((b) => b.id) },
+        } as const;
+        const outcome = await holdAll(db, { key, model: req.model, kind: req.kind, tokens, micros, expiresAt: new Date(at + ttl), at: new Date(at) }, holds, receipt, rowsSeen);
         if (outcome.duplicate) {
           const prior = await reservation(db, key);
           if (prior?.settled && attempt <= MAX_ATTEMPT_KEYS) {
             key = `${req.key}#${attempt}`;
             continue;
           }
-          return { key };
+          return ticketFor(key, prior && !prior.settled ? prior : undefined);
         }
         if (outcome.refused) return refuse(db, opts.senders, req, outcome.refused, { tokens, micros }, at);
-        break;
+        return ticketFor(key, { key, model: req.model, tokens, micros, holds: holds.map((h) => ({ budget: h.budget.id, period: h.period.start.toISOString() })) });
       }
-      await writeReceipt(db, {
-        key: `budget.reserved:${key}`,
-        kind: 'budget.reserved',
-        actor: 'model-budget',
-        data: { key, model: req.model, kind: req.kind, tokens, ...(micros === null ? {} : { micros }), budgets: budgets.map((b) => b.id) },
-      });
-      return { key };
     },
 
     async settle(ticket, input) {
       const usage: SpendUsage = SpendUsageSchema.parse(input);
-      const r = await reservation(db, ticket.key);
-      // unknown (nothing was held), or settled already (a second settle, or expired and swept)
-      if (!r || r.settled) return;
+      // the reservation as this ledger made or found it (no read), else as the database has it
+      const held = reserved.get(ticket);
+      const r = held?.key === ticket.key ? held : await reservation(db, ticket.key);
+      // unknown (nothing was held), or settled already (a second settle, or expired and swept;
+      // for a reservation this ledger holds, the settle's conditional mark finds that out)
+      if (!r || ('settled' in r && r.settled)) return;
       const price = prices.priceOf(r.model);
       const usedTokens = usage.inputTokens + usage.outputTokens;
       // an unpriced call counts no money; a call whose price went away since counts its worst case
       const usedMicros = r.micros === null ? 0 : price ? costMicros(price, usage) : r.micros;
-      if (!(await settleRow(db, r, usedTokens, usedMicros, now()))) return;
-      await writeReceipt(db, {
+      await settleRow(db, r, usedTokens, usedMicros, now(), {
         key: `budget.settled:${r.key}`,
         kind: 'budget.settled',
         actor: 'model-budget',
@@ -413,14 +430,8 @@ export function createBudgetLedger(opts: BudgetLedgerOptions): BudgetLedger {
         const rows = (await directSql(db).query(`SELECT "key", "model", "tokens", "micros", "holds" FROM "BudgetReservation" WHERE "settledAt" IS NULL AND "expiresAt" < ? ORDER BY "expiresAt" LIMIT ${SWEEP_BATCH}`, [new Date(at)])).map(reservationFromRow);
         for (const r of rows) {
           // a crashed worker's call: it may have used all it could
-          if (!(await settleRow(db, r, r.tokens, r.micros ?? 0, at))) continue;
-          settled++;
-          await writeReceipt(db, {
-            key: `budget.settled:${r.key}`,
-            kind: 'budget.settled',
-            actor: 'model-budget',
-            data: { key: r.key, model: r.model, tokens: r.tokens, ...(r.micros === null ? {} : { micros: r.micros }), expired: true },
-          });
+          const receipt = { key: `budget.settled:${r.key}`, kind: 'budget.settled', actor: 'model-budget', data: { key: r.key, model: r.model, tokens: r.tokens, ...(r.micros === null ? {} : { micros: r.micros }), expired: true } } as const;
+          if (await settleRow(db, r, r.tokens, r.micros ?? 0, at, receipt)) settled++;
         }
         if (rows.length < SWEEP_BATCH) break;
       }
@@ -455,22 +466,47 @@ export async function budgetUsage(db: Db, budget: Budget, at: number = Date.now(
   };
 }
 
-/** Every budget's standing in its current period: for the budget gauges (common/metrics.ts) and the views. */
-export async function budgetStandings(db: Db, at: number = Date.now()): Promise<BudgetGaugeRow[]> {
-  const rows: BudgetGaugeRow[] = [];
-  for (const b of await listBudgets(db)) {
-    const u = await budgetUsage(db, b, at);
-    rows.push({
-      budget: b.id,
-      scope: b.scope,
-      scopeId: b.scopeId ?? '',
-      period: periodName(b),
-      used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
-      reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
-      limit: { tokens: b.tokens === null ? null : b.tokens + u.raisedTokens, usd: b.micros === null ? null : (b.micros + u.raisedMicros) / 1_000_000 },
-    });
+/** One budget's use in its current period, as `budgetUsage` reads it. */
+export type BudgetUsageRow = Awaited<ReturnType<typeof budgetUsage>>;
+
+/** How many budgets' usage rows one statement reads. */
+const USAGE_BATCH = 200;
+
+/**
+ * Every budget (by scope and id) with its use in the period containing `at`: the one read behind
+ * the budget gauges (`budgetStandings`) and the API's and CLI's list (services/budgets.ts): the
+ * budgets, then their current periods' usage rows in one statement per USAGE_BATCH budgets.
+ */
+export async function budgetsWithUsage(db: Db, at: number = Date.now()): Promise<Array<{ budget: Budget; usage: BudgetUsageRow }>> {
+  const budgets = (await listBudgets(db)).map((budget) => ({ budget, period: periodOf(budget, at) }));
+  const found = new Map<string, SqlRow>();
+  for (let i = 0; i < budgets.length; i += USAGE_BATCH) {
+    const batch = budgets.slice(i, i + USAGE_BATCH);
+    const rows = await directSql(db).query(
+      `SELECT "budgetId", "usedTokens", "reservedTokens", "usedMicros", "reservedMicros", "raisedTokens", "raisedMicros" FROM "BudgetUsage" WHERE ${batch.map(() => '("budgetId" = ? AND "periodStart" = ?)').join(' OR ')}`,
+      batch.flatMap((b) => [b.budget.id, b.period.start]),
+    );
+    for (const r of rows) found.set(String(r.budgetId), r);
   }
-  return rows;
+  return budgets.map(({ budget, period }) => {
+    const u = found.get(budget.id);
+    const n = (v: unknown) => (u ? sqlInt(v) : 0);
+    return { budget, usage: { period, usedTokens: n(u?.usedTokens), reservedTokens: n(u?.reservedTokens), usedMicros: n(u?.usedMicros), reservedMicros: n(u?.reservedMicros), raisedTokens: n(u?.raisedTokens), raisedMicros: n(u?.raisedMicros) } };
+  });
+}
+
+/** Every budget's standing in its current period: for the budget gauges (common/metrics.ts). */
+export async function budgetStandings(db: Db, at: number = Date.now()): Promise<BudgetGaugeRow[]> {
+  return (await budgetsWithUsage(db, at)).map(({ budget: b, usage: u }) => ({
+    budget: b.id,
+    scope: b.scope,
+    scopeId: b.scopeId ?? '',
+    period: periodName(b),
+    used: { tokens: u.usedTokens, usd: u.usedMicros / 1_000_000 },
+    reserved: { tokens: u.reservedTokens, usd: u.reservedMicros / 1_000_000 },
+    // the period's limit: the budget's, plus the period's raise
+    limit: { tokens: b.tokens === null ? null : b.tokens + u.raisedTokens, usd: b.micros === null ? null : (b.micros + u.raisedMicros) / 1_000_000 },
+  }));
 }
 
 /** The models calls were reserved for without a price (they counted tokens only), from every process: for `doctor`. */

@@ -20,7 +20,7 @@ import { budgetStandings, budgetUsage, createBudgetLedger, ENV_BUDGET_ID, reserv
 import { createPriceTable } from '../../domain/budgets/prices.js';
 import { tuneDb, type Db } from '../../domain/db.js';
 import { createSpend } from '../../domain/limits.js';
-import { ModelBudgetExceededError, type SpendRequest } from '../../domain/model.js';
+import { createModelRegistry, ModelBudgetExceededError, runModelStep, withSpend, type SpendRequest } from '../../domain/model.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
@@ -211,6 +211,8 @@ for (const database of testDatabases()) {
         assert.deepEqual([u.reservedTokens, u.usedTokens, u.reservedMicros, u.usedMicros], [0, 0, 0, 0], id);
       }
       assert.equal(await reservationOf(t.db, r.key), undefined);
+      // its receipt went with it (written in the reservation's transaction): a refused call has no `budget.reserved`
+      assert.deepEqual(await receipts(t.db, 'budget.reserved', (d) => d.key === r.key), []);
       // a call that fits both is held against both
       const ok = request({ scopes: { chat, people: [person] }, inputTokens: 100, maxOutputTokens: 100 });
       await ledger.reserve(ok);
@@ -219,6 +221,12 @@ for (const database of testDatabases()) {
       assert.deepEqual(reserved?.data.budgets, [ids.chat, ids.person]);
       await ledger.settle({ key: ok.key }, { inputTokens: 100, outputTokens: 20 });
       for (const id of Object.values(ids)) assert.deepEqual([(await usage(t.db, id, clock)).reservedTokens, (await usage(t.db, id, clock)).usedTokens], [0, 120], id);
+      // the ticket reserve hands out settles without reading its reservation back: the same outcome, and once
+      const fits = request({ scopes: { chat, people: [person] }, inputTokens: 100, maxOutputTokens: 100 });
+      const ticket = await ledger.reserve(fits);
+      await Promise.all([ledger.settle(ticket, { inputTokens: 50, outputTokens: 10 }), ledger.settle(ticket, { inputTokens: 50, outputTokens: 10 })]);
+      for (const id of Object.values(ids)) assert.deepEqual([(await usage(t.db, id, clock)).reservedTokens, (await usage(t.db, id, clock)).usedTokens], [0, 180], id);
+      assert.deepEqual((await receipts(t.db, 'budget.settled', (d) => d.key === fits.key)).map((x) => x.data.tokens), [60]);
     });
 
     it('reserve and settle are idempotent by the step key; a settle of an unknown key does nothing', async () => {
@@ -262,6 +270,50 @@ for (const database of testDatabases()) {
       await ledger.settle({ key: free.key }, { inputTokens: 1, outputTokens: 1 });
     });
 
+    it('a budget removed and defined again under its id holds again (its usage rows went with it)', async () => {
+      clock = NOON;
+      const chat = fresh('chat');
+      const id = fresh('b-again');
+      await defineBudget(t.db, { id, scope: 'chat', scopeId: chat, tokens: 10_000, period: 'day' });
+      const first = request({ scopes: { chat } });
+      await ledger.settle(await ledger.reserve(first), { inputTokens: 1000, outputTokens: 100 });
+      assert.equal((await usage(t.db, id, clock)).usedTokens, 1100);
+      assert.ok(await removeBudget(t.db, id));
+      await defineBudget(t.db, { id, scope: 'chat', scopeId: chat, tokens: 10_000, period: 'day' });
+      // the same ledger, which held on the first usage row: the new budget starts from nothing and takes the call
+      const second = request({ scopes: { chat } });
+      await ledger.settle(await ledger.reserve(second), { inputTokens: 1000, outputTokens: 200 });
+      const u = await usage(t.db, id, clock);
+      assert.deepEqual([u.reservedTokens, u.usedTokens], [0, 1200]);
+    });
+
+    it("with only the installation's budgets, a model step does not look up its scopes; a budget of another scope (this process's) applies to the next call", async () => {
+      // a database of its own: the other tests' budgets are of every scope
+      const own = await database.create();
+      try {
+        const spend = createBudgetLedger({ db: own.db, prices: createPriceTable(), installationTokens: { count: 1_000_000, windowMs: 86_400_000 } });
+        let lookups = 0;
+        const chat = fresh('chat');
+        const registry = { ...withSpend(createModelRegistry({}), spend), languageModel: (): never => { throw new Error('no model here'); } };
+        const step = (key: string) =>
+          runModelStep(registry, { model: MINI, think: 'off', messages: [{ role: 'user', content: 'hello' }], maxOutputTokens: 100, spend: { key, kind: 'chat', scopes: async () => (lookups++, { chat }) } });
+        assert.equal(await spend.scoped?.(), false);
+        await assert.rejects(step('own-1'), /no model here/);
+        assert.equal(lookups, 0, 'only the installation budget: no scope looked up');
+        assert.equal((await reservationOf(own.db, 'own-1'))?.settledAt instanceof Date, true, 'reserved against it and settled');
+        const chatBudget = fresh('b-chat');
+        await defineBudget(own.db, { id: chatBudget, scope: 'chat', scopeId: chat, tokens: 50_000 });
+        assert.equal(await spend.scoped?.(), true, 'at once, not after the 5 s look');
+        await assert.rejects(step('own-2'), /no model here/);
+        assert.equal(lookups, 1);
+        assert.equal((await budgetUsage(own.db, await budget(own.db, chatBudget), Date.now())).usedTokens > 0, true, 'held and settled against the chat budget too');
+        assert.equal(await removeBudget(own.db, chatBudget), true);
+        assert.equal(await spend.scoped?.(), false);
+      } finally {
+        await own.cleanup();
+      }
+    });
+
     it("a crashed worker's reservation expires and is settled to its worst case, once", async () => {
       // nothing left open by the tests before
       clock = NOON + 24 * HOUR;
@@ -272,7 +324,7 @@ for (const database of testDatabases()) {
       await defineBudget(t.db, { id, scope: 'repository', scopeId: repository, tokens: 20_000, period: 'day' });
       const crashed = request({ scopes: { repository }, kind: 'coding-agent', inputTokens: 3000, maxOutputTokens: 2000 });
       const alive = request({ scopes: { repository }, kind: 'coding-agent' });
-      await ledger.reserve(crashed);
+      const crashedTicket = await ledger.reserve(crashed);
       clock = NOON + 5 * 60_000;
       await ledger.reserve(alive);
       assert.equal(await ledger.sweepExpired(), 0, 'nothing has expired yet');
@@ -287,6 +339,7 @@ for (const database of testDatabases()) {
       assert.equal(row?.expiresAt.getTime(), NOON + 10 * 60_000);
       // the crashed worker's late settle does nothing (its worst case stands)
       await ledger.settle({ key: crashed.key }, { inputTokens: 3000, outputTokens: 10 });
+      await ledger.settle(crashedTicket, { inputTokens: 3000, outputTokens: 10 });
       assert.equal(await ledger.sweepExpired(), 0);
       assert.deepEqual(await usage(t.db, id, NOON), u);
       const settled = await receipts(t.db, 'budget.settled', (d) => d.key === crashed.key);
