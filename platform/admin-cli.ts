@@ -16,7 +16,7 @@ import { OPERATOR, RoleSchema, type Actor } from '../common/roles.js';
 import { ChatIdSchema, ModelRefSchema } from '../common/schemas.js';
 import { createAdminService, type AdminService } from '../services/admin.js';
 import type { Client } from '@temporalio/client';
-import { wakeBudgetWaiters } from '../services/budget-waiters.js';
+import { wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService, type BudgetService, type BudgetView } from '../services/budgets.js';
 import { ServiceInputError, type Requester } from '../services/requests.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';

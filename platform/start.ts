@@ -59,7 +59,7 @@ import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer,
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { freePort } from './ports.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
-import { wakeBudgetWaiters } from '../services/budget-waiters.js';
+import { wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService, type BudgetService } from '../services/budgets.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
 import { startIdleMemoryRelease, type IdleReleaseOptions } from './idle-memory.js';

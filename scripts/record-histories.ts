@@ -61,7 +61,7 @@ import { indexWorkflowId } from '../services/workspaces.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { historyToJSON } from '../platform/history-json.js';
 import { bindChat, createIdentity, OPERATOR } from '../domain/governance.js';
-import { budgetWaitersQuery, wakeBudgetWaiters } from '../services/budget-waiters.js';
+import { budgetWaitersQuery, wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService } from '../services/budgets.js';
 import { McpServerSchema } from '../common/mcp.js';
 import { createMcpTools } from '../domain/mcp/tools.js';

@@ -10,7 +10,7 @@
  * installation budget belongs to the setting: changing or removing it here is refused (409).
  * The ledger reads budgets on every reservation, so a change applies to the next model call;
  * the usage of the current period is kept. A change (set, remove) wakes the chat turns waiting
- * on the budget (`wakeBudgetWaiters`, services/budget-waiters.ts, when given): they try their
+ * on the budget (`wakeBudgetWaiters`, services/budgets/waiters.ts, when given): they try their
  * model step again.
  *
  * `raise` raises a budget for its current period only (domain/budgets/raises.ts): admins only,
@@ -129,7 +129,7 @@ export interface RaiseResult {
 export interface BudgetServiceOptions {
   now?: () => number;
   /**
-   * Wake the runs waiting for this budget (services/budget-waiters.ts with the Temporal client):
+   * Wake the runs waiting for this budget (services/budgets/waiters.ts with the Temporal client):
    * called after a raise, a set and a remove. How many were woken. Absent (no Temporal at hand):
    * the waiting turns re-check by themselves.
    */

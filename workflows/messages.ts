@@ -46,7 +46,7 @@ export interface BudgetRaised {
   /** The budget's id. */
   budgetId: string;
 }
-/** Sent to every run whose `StewardBudget` names the budget (services/budget-waiters.ts). */
+/** Sent to every run whose `StewardBudget` names the budget (services/budgets/waiters.ts). */
 export const budgetRaisedSignal = defineSignal<[BudgetRaised]>('budgetRaised');
 
 /** Session -> running turn: steering to take in before the next model step. */

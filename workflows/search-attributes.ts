@@ -13,7 +13,7 @@ export const GateAttr = defineSearchAttributeKey('StewardGate', SearchAttributeT
 
 /**
  * Sessions: the ids of the budgets whose refusal the running turn waits on to be raised (absent
- * while none); a raise signals the runs that name its budget (services/budget-waiters.ts).
+ * while none); a raise signals the runs that name its budget (services/budgets/waiters.ts).
  */
 export const BudgetAttr = defineSearchAttributeKey('StewardBudget', SearchAttributeType.KEYWORD_LIST);
 

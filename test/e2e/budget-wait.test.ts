@@ -4,7 +4,7 @@
  * and the scripted model server. The turn tells the chat at once which budget refused it, what
  * is left and when it renews, names the budget in its session's `StewardBudget` search
  * attribute, and waits; a raise through PUT /api/v1/budgets (the budget service, which wakes
- * the waiting runs through services/budget-waiters.ts) lets its step go through, and the reply
+ * the waiting runs through services/budgets/waiters.ts) lets its step go through, and the reply
  * arrives once; so does one through `steward budgets set`, and an admin's raise for the period. No raise within the wait: the turn ends with the refusal's message (outcome
  * `budget-refused`, receipted). /stop ends the wait at once. No model is called while it waits.
  */
@@ -21,7 +21,7 @@ import type { Actor } from '../../common/roles.js';
 import { bindChat, OPERATOR } from '../../domain/governance.js';
 import { createSpend } from '../../domain/limits.js';
 import type { Db } from '../../domain/db.js';
-import { budgetWaitersQuery, wakeBudgetWaiters } from '../../services/budget-waiters.js';
+import { budgetWaitersQuery, wakeBudgetWaiters } from '../../services/budgets/waiters.js';
 import { createBudgetService } from '../../services/budgets.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { statusQuery } from '../../workflows/messages.js';

@@ -12,8 +12,8 @@
  * be missed; the waiting turn re-checks by itself (BUDGET_RECHECK_MS), so it is late, never lost.
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
-import { budgetRaisedSignal } from '../workflows/messages.js';
-import { BudgetAttr } from '../workflows/search-attributes.js';
+import { budgetRaisedSignal } from '../../workflows/messages.js';
+import { BudgetAttr } from '../../workflows/search-attributes.js';
 
 /** At most this many waiting runs are signalled per call (the list is paged). */
 export const MAX_WOKEN = 1000;
