@@ -378,6 +378,12 @@ export interface ModelStepRequest {
   think: ThinkLevel;
   messages: ChatMessage[];
   maxOutputTokens?: number;
+  /**
+   * The output cap a call without its own `maxOutputTokens` reserves and asks for while a budget
+   * applies (DEFAULT_OUTPUT_ESTIMATE when unset): for a caller whose answers run long (the coding
+   * agent's whole-file writes). Without a budget the call sets no cap of its own, as before.
+   */
+  budgetOutputTokens?: number;
   /** Tools the model may call (declared only: Steward runs them, as activities). */
   tools?: ToolSet;
   /**
@@ -519,7 +525,7 @@ export async function runModelStep(registry: ModelRegistry, req: ModelStepReques
   if (opts.signal?.aborted) throw abortError(opts.signal);
   const inputTokens = await promptTokens(req);
   // the output the call is held to at the provider is the output reserved: a call without its own cap gets the default one
-  const maxOutputTokens = req.maxOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE;
+  const maxOutputTokens = req.maxOutputTokens ?? req.budgetOutputTokens ?? DEFAULT_OUTPUT_ESTIMATE;
   const ticket = await spend.reserve({
     key: req.spend.key,
     model: req.model,

@@ -216,6 +216,14 @@ const DESCRIPTIONS: Record<AgentToolName, string> = {
 };
 
 /** Declared only (no execute): Steward runs them itself. */
+/**
+ * The output cap of one agent step under a budget: a write_file carries a whole file, so the
+ * default cap of a budgeted step (4,096 tokens, about 16 KB) would cut larger files. The step
+ * reserves this cap and asks the provider for it (domain/model.ts runModelStep); without a
+ * budget no cap is sent.
+ */
+export const AGENT_MAX_OUTPUT_TOKENS = 16_384;
+
 const AGENT_TOOLS: ToolSet = {
   list_files: tool({ description: DESCRIPTIONS.list_files, inputSchema: AGENT_TOOL_INPUTS.list_files }),
   read_file: tool({ description: DESCRIPTIONS.read_file, inputSchema: AGENT_TOOL_INPUTS.read_file }),
@@ -897,7 +905,7 @@ export async function runBuiltinAgent(opts: BuiltinAgentOptions): Promise<AgentR
       beat();
       let out: Awaited<ReturnType<typeof runModelStep>>;
       try {
-        out = await runModelStep(opts.models, { model: opts.model, think: 'off', messages, tools: AGENT_TOOLS, ...(opts.spend ? { spend: { key: `${opts.spend.key}:${steps}`, kind: 'coding-agent', scopes: opts.spend.scopes } } : {}) }, { signal });
+        out = await runModelStep(opts.models, { model: opts.model, think: 'off', messages, tools: AGENT_TOOLS, budgetOutputTokens: AGENT_MAX_OUTPUT_TOKENS, ...(opts.spend ? { spend: { key: `${opts.spend.key}:${steps}`, kind: 'coding-agent', scopes: opts.spend.scopes } } : {}) }, { signal });
       } catch (e) {
         if (isAbort(e, signal)) throw aborted(e);
         throw e;

@@ -16,6 +16,7 @@ import { after, before, describe, it } from 'node:test';
 import { tool, zodSchema } from 'ai';
 import { z } from 'zod';
 import { createModelRegistry, DEFAULT_OUTPUT_ESTIMATE, ModelBudgetExceededError, runModelStep, withSpend, type ModelSpend, type SpendRequest } from '../../domain/model.js';
+import { AGENT_MAX_OUTPUT_TOKENS } from '../../domain/changes/coding-agent.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 
 /** A spend that records each reservation; `refuse` makes it refuse (no call is made then). */
@@ -88,8 +89,13 @@ describe('a budgeted call reserves what it may use', () => {
     assert.ok(withTools! - without! <= Math.ceil(sent.length / 4), 'no more than was sent');
   });
 
-  it('without a budget the call asks for no cap (as before)', async () => {
-    await runModelStep(createModelRegistry({ openaiCompatible: { baseURL: server.baseURL } }), { model: 'openai-compatible:test-model', think: 'off', messages });
+  it("a caller's cap under a budget (the coding agent's whole-file writes) is reserved and asked for; without a budget the call asks for no cap (as before)", async () => {
+    const rec = recordingSpend();
+    const models = withSpend(createModelRegistry({ openaiCompatible: { baseURL: server.baseURL } }), rec.spend);
+    await runModelStep(models, { model: 'openai-compatible:test-model', think: 'off', messages, budgetOutputTokens: AGENT_MAX_OUTPUT_TOKENS, spend: { key: 'k8', kind: 'coding-agent', scopes: {} } });
+    assert.equal(rec.reserved[0]?.maxOutputTokens, AGENT_MAX_OUTPUT_TOKENS);
+    assert.equal(maxTokensOf(), AGENT_MAX_OUTPUT_TOKENS);
+    await runModelStep(createModelRegistry({ openaiCompatible: { baseURL: server.baseURL } }), { model: 'openai-compatible:test-model', think: 'off', messages, budgetOutputTokens: AGENT_MAX_OUTPUT_TOKENS });
     assert.equal(maxTokensOf(), undefined);
   });
 });
