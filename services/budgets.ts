@@ -234,10 +234,10 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
       if (amount.data.tokens !== undefined && b.tokens === null) throw new ServiceInputError(`Raise refused (nothing changed): the budget ${b.id} does not limit tokens.`);
       if (amount.data.money !== undefined && b.micros === null) throw new ServiceInputError(`Raise refused (nothing changed): the budget ${b.id} does not limit money.`);
       const raise = { tokens: amount.data.tokens ?? null, money: amount.data.money ?? null };
-      // the receipt first: under a `once` key it is the claim (a second click finds it taken and raises nothing)
-      const receipted = await writeReceipt(db, {
+      // the receipt commits with the raise (one transaction); under a `once` key it is the claim (a second click finds it taken and raises nothing)
+      const receipt = {
         ...(once ? { key: `budget.raised:${once}` } : {}),
-        kind: 'budget.raised',
+        kind: 'budget.raised' as const,
         actor: by.id,
         data: {
           budget: b.id,
@@ -250,19 +250,19 @@ export function createBudgetService(db: Db, opts: BudgetServiceOptions = {}) {
           periodStart: period.start.toISOString(),
           renewsAt: period.end ? period.end.toISOString() : null,
         },
-      });
-      if (!receipted) {
+      };
+      let raised;
+      try {
+        raised = await raiseBudget(db, { budgetId: b.id, ...amount.data, at }, receipt);
+      } catch (err) {
+        if (err instanceof BudgetRaiseError) throw new ServiceInputError(err.message);
+        throw err;
+      }
+      if (raised === 'receipted-before') {
         const [first] = await receiptsByKeys(db, [`budget.raised:${once}`]);
         const by1 = (first?.data as { by?: unknown } | undefined)?.by;
         const who = typeof by1 === 'string' ? by1 : 'an admin';
         throw new ServiceInputError(`Already raised by ${who} from this notice for this period; /budget raise ${b.id} <amount> raises it more. Nothing changed.`, 409);
-      }
-      let raised;
-      try {
-        raised = await raiseBudget(db, { budgetId: b.id, ...amount.data, at });
-      } catch (err) {
-        if (err instanceof BudgetRaiseError) throw new ServiceInputError(err.message);
-        throw err;
       }
       if (!raised) throw new ServiceInputError(`No budget has the id ${budgetId}.`, 404);
       let woken: number | null = null;

@@ -19,8 +19,9 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import type { Db } from '../db.js';
 import type { Button } from '../outbox.js';
+import { writeReceiptIn, type ReceiptInput } from '../receipts.js';
 import { directSql, sqlInt } from '../sql.js';
-import { listBudgets, type Budget } from './definitions.js';
+import { budgetTransaction, listBudgets, type Budget } from './definitions.js';
 import { periodOf, type Period } from './periods.js';
 import { formatMoney } from './prices.js';
 
@@ -52,12 +53,24 @@ export interface PeriodRaise {
   raisedMicros: number;
 }
 
+/** A raise of one budget for the period it is in at `at` (ms). */
+export interface RaiseRequest {
+  budgetId: string;
+  tokens?: number;
+  money?: number;
+  at: number;
+}
+
 /**
  * Raise the budget `budgetId` for the period it is in at `at` (ms) by `tokens` and/or `money`
  * (USD). Undefined when there is no such budget; BudgetRaiseError (nothing changed) for a bad
- * amount, or a unit the budget does not limit.
+ * amount, or a unit the budget does not limit. `receipt` (the service's `budget.raised`) is
+ * written in the raise's transaction; when its key was written before, nothing is raised and
+ * the answer is 'receipted-before'.
  */
-export async function raiseBudget(db: Db, input: { budgetId: string; tokens?: number; money?: number; at: number }): Promise<PeriodRaise | undefined> {
+export async function raiseBudget(db: Db, input: RaiseRequest): Promise<PeriodRaise | undefined>;
+export async function raiseBudget(db: Db, input: RaiseRequest, receipt: ReceiptInput): Promise<PeriodRaise | 'receipted-before' | undefined>;
+export async function raiseBudget(db: Db, input: RaiseRequest, receipt?: ReceiptInput): Promise<PeriodRaise | 'receipted-before' | undefined> {
   const amount = RaiseAmountSchema.safeParse({ ...(input.tokens === undefined ? {} : { tokens: input.tokens }), ...(input.money === undefined ? {} : { money: input.money }) });
   if (!amount.success) throw new BudgetRaiseError(`Raise refused (nothing changed): ${amount.error.issues.map((i) => i.message).join('; ')}.`);
   const at = z.number().finite().nonnegative().parse(input.at);
@@ -69,12 +82,15 @@ export async function raiseBudget(db: Db, input: { budgetId: string; tokens?: nu
   if (micros > 0 && budget.micros === null) throw new BudgetRaiseError(`Raise refused (nothing changed): the budget ${budget.id} does not limit money.`);
   if (tokens === 0 && micros === 0) throw new BudgetRaiseError('Raise refused (nothing changed): the amount rounds to nothing.');
   const period = periodOf(budget, at);
-  const row = await directSql(db).transaction(async (tx) => {
+  const row = await budgetTransaction(db, async (tx) => {
+    // the receipt commits with the raise, never without it; under a key written before (a second click of one notice) nothing is raised
+    if (receipt && !(await writeReceiptIn(tx, receipt))) return 'receipted-before' as const;
     await tx.execute('INSERT INTO "BudgetUsage" ("budgetId", "periodStart", "periodEnd") VALUES (?, ?, ?) ON CONFLICT ("budgetId", "periodStart") DO NOTHING', [budget.id, period.start, period.end ?? null]);
     await tx.execute('UPDATE "BudgetUsage" SET "raisedTokens" = "raisedTokens" + ?, "raisedMicros" = "raisedMicros" + ? WHERE "budgetId" = ? AND "periodStart" = ?', [tokens, micros, budget.id, period.start]);
     const [r] = await tx.query('SELECT "raisedTokens", "raisedMicros" FROM "BudgetUsage" WHERE "budgetId" = ? AND "periodStart" = ?', [budget.id, period.start]);
     return r;
   });
+  if (row === 'receipted-before') return row;
   return { budget, period, raisedTokens: row ? sqlInt(row.raisedTokens) : tokens, raisedMicros: row ? sqlInt(row.raisedMicros) : micros };
 }
 

@@ -123,6 +123,11 @@ for (const database of testDatabases()) {
       assert.equal(await raiseBudget(t.db, { budgetId: fresh('none'), tokens: 5, at: clock }), undefined, 'no such budget');
       assert.equal((await raiseBudget(t.db, { budgetId: id, money: 0.001, at: clock }))?.raisedMicros, 1000);
       await ledger.reserve(second);
+      // the raise's receipt commits with it: a key written before (a notice's second click) raises nothing
+      const claim = { key: fresh('budget.raised:claim'), kind: 'budget.raised' as const, actor: 'test', data: { budget: id } };
+      assert.equal((await raiseBudget(t.db, { budgetId: id, money: 0.002, at: clock }, claim)) !== 'receipted-before', true);
+      assert.equal(await raiseBudget(t.db, { budgetId: id, money: 0.002, at: clock }, claim), 'receipted-before');
+      assert.equal((await row(t.db, id, clock)).raisedMicros, 3000, 'raised once under the one key');
     });
 
     it('the ledger records whose call a budget refused, per period and bounded; they are forgotten with the period and the budget', async () => {
