@@ -79,6 +79,20 @@ import { startGitHubDouble } from '../test/helpers/github-double.js';
 import { waitFor, withHarness } from '../test/helpers/steward.js';
 import { createTestEnvironment } from '../test/helpers/temporal.js';
 
+/** A history without its failures' stack traces: they name the recording machine's paths (never in the repo), and replay does not read them. */
+function withoutStackTraces<T>(history: T): T {
+  const strip = (v: unknown): void => {
+    if (Array.isArray(v)) v.forEach(strip);
+    else if (v && typeof v === 'object') {
+      const o = v as Record<string, unknown>;
+      if (typeof o.stackTrace === 'string') o.stackTrace = '';
+      Object.values(o).forEach(strip);
+    }
+  };
+  strip(history);
+  return history;
+}
+
 const outDir = new URL('../test/replay/histories/', import.meta.url);
 const scenario = process.argv[2] ?? 'foundation';
 if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 'workspaces', 'knowledge', 'mcp', 'tasks', 'intake'].includes(scenario)) throw new Error(`unknown scenario ${scenario}: foundation, channels, repo, objectives, budgets, budget-wait, workspaces, knowledge, mcp, tasks or intake`);
@@ -136,7 +150,7 @@ async function exportRuns(e: TestWorkflowEnvironment, sessionId: string): Promis
     if (desc.status.name === 'RUNNING') continue; // only closed runs make complete fixtures
     const history = await handle.fetchHistory();
     const name = `session-${tag}${String(++i).padStart(2, '0')}.json`;
-    await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
+    await writeFile(new URL(name, outDir), `${historyToJSON(withoutStackTraces(history))}\n`);
     index[name] = run.workflowId; // replay needs each history's workflow id (child ids derive from it)
     console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
   }
@@ -316,7 +330,7 @@ async function exportChanges(e: TestWorkflowEnvironment, repo: string): Promise<
     if (desc.status.name === 'RUNNING') continue;
     const history = await handle.fetchHistory();
     const name = `change-${tag}${String(++i).padStart(2, '0')}.json`;
-    await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
+    await writeFile(new URL(name, outDir), `${historyToJSON(withoutStackTraces(history))}\n`);
     index[name] = run.workflowId;
     console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
   }
@@ -394,7 +408,7 @@ async function exportRunIds(e: TestWorkflowEnvironment, runs: Array<{ workflowId
     const history = await handle.fetchHistory();
     counters[run.kind] = (counters[run.kind] ?? 0) + 1;
     const name = `${run.kind}-${tag}${String(counters[run.kind]).padStart(2, '0')}.json`;
-    await writeFile(new URL(name, outDir), `${historyToJSON(history)}\n`);
+    await writeFile(new URL(name, outDir), `${historyToJSON(withoutStackTraces(history))}\n`);
     index[name] = run.workflowId;
     console.log(`wrote ${name} (${history.events?.length ?? 0} events, ${desc.type}, ${desc.status.name})`);
   }

@@ -360,7 +360,8 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         assert.equal(told.kind, 'notice');
         assert.equal(told.turnId, undefined, 'not the turn\'s end');
         assert.match(String(told.text), /^Waiting for a budget: Not called: .* An admin was asked to raise the budget b-chat; this turn goes on as soon as it is raised or renews, and waits up to 10 minutes \(\/stop ends it now\)\.$/);
-        assert.ok(named(calls, 'updateProgress').some((c) => String(c.input.text).includes('Waiting for the budget b-chat')), 'the panel says so');
+        // the panel is updated after the notice goes out: waited for, not read at once
+        await until('the panel says so', () => named(calls, 'updateProgress').some((c) => String(c.input.text).includes('Waiting for the budget b-chat')));
         const status = await chat.handle().query(statusQuery);
         assert.equal(status.running?.turn?.phase, 'budget');
         assert.equal(status.running?.turn?.budget, 'b-chat');

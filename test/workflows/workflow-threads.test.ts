@@ -203,7 +203,7 @@ describe('workflow threads', () => {
 
     it("per-call: createStewardWorker uses the SDK's Worker and its own threads", async () => {
       const taskQueue = `threads-sdk-${randomUUID()}`;
-      const worker = await createStewardWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, deps: {} as never, workflowBundle: bundle, workflowWatchdog: 'per-call' });
+      const worker = await createStewardWorker({ connection: env.nativeConnection, namespace: 'default', taskQueue, deps: { models: {} } as never, workflowBundle: bundle, workflowWatchdog: 'per-call' }); // no activity runs: the echo probe is a workflow alone
       assert.ok(!(worker instanceof StewardWorker));
       assert.equal(workflowThreads().length, 0, 'no thread of Steward');
       await worker.runUntil(async () => {
