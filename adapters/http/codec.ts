@@ -112,6 +112,8 @@ function authenticated(ctx: CodecRouteContext, c: Context): 'bearer' | 'cookie' 
 
 /** Where a signed-in browser goes next: `next` when it is a path under the UI, else the UI; undefined without a UI. */
 function nextPath(uiPath: string | undefined, next: string | undefined): string | undefined {
+  const safe = next !== undefined && next.length <= 2048 && !/[\\\s]|%2e/i.test(next) && !next.includes('/..');
+  if (safe && (next === '/console' || next.startsWith('/console/') || next.startsWith('/console?'))) return next; // the operator console
   if (!uiPath) return undefined;
   if (next !== undefined && next.length <= 2048 && (next === uiPath || next.startsWith(`${uiPath}/`) || next.startsWith(`${uiPath}?`)) && !/[\\\s]|%2e/i.test(next) && !next.includes('/..')) {
     return next;
