@@ -38,7 +38,7 @@ export interface ConsoleDeps {
 const require = createRequire(import.meta.url);
 const ASSETS: Record<string, { file: string; type: string }> = {
   'htmx.js': { file: require.resolve('htmx.org/dist/htmx.min.js'), type: 'text/javascript; charset=utf-8' },
-  'htmx-sse.js': { file: require.resolve('htmx-ext-sse'), type: 'text/javascript; charset=utf-8' },
+  'htmx-sse.js': { file: require.resolve('htmx-ext-sse/dist/sse.min.js'), type: 'text/javascript; charset=utf-8' },
   'console.css': { file: new URL('./console.css', import.meta.url).pathname, type: 'text/css; charset=utf-8' },
 };
 
