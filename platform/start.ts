@@ -571,7 +571,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     `http://localhost:${uiPort}`,
     ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
   ];
-  app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, db, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
   if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
   // the operator console (docs/console.md), behind the same sign-in
   const chats = createConsoleChats({ ingress, db, account: 'default' });

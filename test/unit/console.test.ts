@@ -14,6 +14,8 @@ import { CONTENT_SECURITY_POLICY, csrfToken } from '../../adapters/console/secur
 import { BrowserSignIn, SIGN_IN_COOKIE } from '../../adapters/http/sign-in.js';
 import { createCodecRoutes } from '../../adapters/http/codec.js';
 import { StewardCodec } from '../../common/codec.js';
+import { listReceipts } from '../../domain/receipts.js';
+import { testDatabases } from '../helpers/db.js';
 import type { IngressResult } from '../../services/chat/intake.js';
 import type { ConsoleChats } from '../../services/console.js';
 
@@ -78,6 +80,31 @@ describe('console: sign-in', () => {
     const form = await codec.request('http://127.0.0.1/codec/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token: TOKEN, next: 'https://evil.example/console' }) });
     assert.equal(form.status, 303);
     assert.equal(form.headers.get('location'), '/ui/');
+  });
+});
+
+describe('console: sign-in receipts', () => {
+  it('receipts each browser sign-in (auth.sign-in: address, link or token, where it went) in the database', async () => {
+    const tdb = await testDatabases()[0]!.create();
+    try {
+      const signIn = new BrowserSignIn({ apiToken: TOKEN });
+      const codec = createCodecRoutes({ codec: new StewardCodec({ keys: [{ id: 'k1', key: randomBytes(32) }] }), apiToken: TOKEN, corsOrigins: [], signIn, uiPath: '/ui', db: tdb.db });
+      const link = signIn.issueLink();
+      assert.equal((await codec.request(`http://127.0.0.1/codec/login/${link.token}?next=%2Fconsole`)).status, 303);
+      assert.equal((await codec.request(`http://127.0.0.1/codec/login/${link.token}`)).status, 401, 'a used link signs nobody in');
+      const form = await codec.request('http://127.0.0.1/codec/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token: TOKEN }) });
+      assert.equal(form.status, 303);
+      const receipts = await listReceipts(tdb.db, { kind: 'auth.sign-in' });
+      assert.deepEqual(
+        receipts.map((r) => r.data).sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
+        [
+          { address: 'unknown', via: 'link', next: '/console' },
+          { address: 'unknown', via: 'token', next: '/ui/' },
+        ],
+      );
+    } finally {
+      await tdb.cleanup();
+    }
   });
 });
 
