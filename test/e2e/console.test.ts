@@ -2,7 +2,8 @@
  * The operator console in a real browser (headless Debian Chromium driven by playwright-core)
  * against `./steward start` with the scripted model server, and its chat event stream
  * (`GET /api/v1/chats/{id}/events`) read as an API client:
- *  - the stream resumed with Last-Event-ID sends exactly the transcript entries after it;
+ *  - the stream resumed with Last-Event-ID sends exactly the transcript entries after it; it is
+ *    bounded (32 streams at once, a stream ends when its client goes away);
  *  - the banner's one-time sign-in link (with `next`) lands signed in on a chat page; a message
  *    sent through the HTTP API gets its reply into the live transcript (SSE, no reload);
  *  - Stop on the page ends a slow turn within 1 s (the session's stop signal, through the intake);
@@ -144,6 +145,32 @@ describe('the operator console', { skip: browserSkip() || (await needs('chromium
     assert.deepEqual(messages.map((e) => (JSON.parse(e.data) as { text: string }).text), all.slice(1).map((m) => m.text));
     // without a credential: 401; a browser's cookie of another key: 401
     assert.equal((await fetch(`${api}/api/v1/chats/${chat}/events`)).status, 401);
+  });
+
+  it('the event stream is bounded: a bad Last-Event-ID is refused, at most 32 streams at once, a stream ends when its client goes away', async () => {
+    const auth = { authorization: `Bearer ${TOKEN}` };
+    assert.equal((await fetch(`${api}/api/v1/chats/${CHAT}/events`, { headers: { ...auth, 'last-event-id': 'abc' } })).status, 400);
+    const controllers: AbortController[] = [];
+    try {
+      for (let i = 0; i < 32; i++) {
+        const ac = new AbortController();
+        controllers.push(ac);
+        const r = await fetch(`${api}/api/v1/chats/${CHAT}/events`, { headers: auth, signal: ac.signal });
+        assert.equal(r.status, 200, `stream ${i + 1}`);
+      }
+      const over = await fetch(`${api}/api/v1/chats/${CHAT}/events`, { headers: auth });
+      assert.equal(over.status, 503);
+      assert.ok(over.headers.get('retry-after'));
+    } finally {
+      for (const ac of controllers) ac.abort();
+    }
+    // the aborted streams close (each notices at its next poll) and free their places
+    await until('a place for a new stream', async () => {
+      const ac = new AbortController();
+      const r = await fetch(`${api}/api/v1/chats/${CHAT}/events`, { headers: auth, signal: ac.signal });
+      ac.abort();
+      return r.status === 200 ? true : undefined;
+    }, 10_000, 200);
   });
 
   let context: BrowserContext | undefined;
