@@ -51,11 +51,11 @@ const PURE_COMMON = ['ids', 'schemas', 'objectives', 'limits'];
 const REPO_POLICY_PACKAGES = ['zod', 'minimatch', 'diff'];
 
 const WORKFLOW_CODE = ['workflows/**/*.ts', 'test/**/fixtures/*.ts', 'bench/floor/workflows.ts'];
-const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.ts'];
+const PRODUCT = ['common/**/*.ts', 'config/**/*.ts', 'domain/**/*.ts', 'workflows/**/*.ts', 'activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.{ts,tsx}'];
 const RUNTIME = ['platform/**/*.ts', 'workers/**/*.ts'];
 
 /** Folders above the store: they call domain functions, never a Prisma query of their own. */
-const ABOVE_STORE = ['activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.ts', ...RUNTIME];
+const ABOVE_STORE = ['activities/**/*.ts', 'services/**/*.ts', 'adapters/**/*.{ts,tsx}', ...RUNTIME];
 
 /** The Prisma models' client names (`Message` -> `message`), read from the schema so a new model is covered. */
 const MODELS = [...readFileSync(new URL('./prisma/models.prisma', import.meta.url), 'utf8').matchAll(/^model (\w+) \{/gm)].map(([, m]) => m[0].toLowerCase() + m.slice(1));
@@ -108,7 +108,7 @@ export const SDK_LIB_IMPORT = {
 export default tseslint.config(
   { ignores: ['node_modules/**', 'generated/**', '.data/**', 'prisma/engine-bridge/**', '**/*.cjs', '**/*.mjs', 'eslint.config.js'] },
   {
-    files: ['**/*.ts'],
+    files: ['**/*.{ts,tsx}'],
     languageOptions: {
       parser: tseslint.parser,
       parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
@@ -125,7 +125,7 @@ export default tseslint.config(
   },
   {
     // the base rule (the layers' rules below are typescript-eslint's): type imports are refused too
-    files: ['**/*.ts'],
+    files: ['**/*.{ts,tsx}'],
     ignores: [SDK_INTERNALS_MODULE],
     rules: { 'no-restricted-imports': ['error', { patterns: [SDK_LIB_IMPORT] }] },
   },
@@ -221,11 +221,11 @@ export default tseslint.config(
     },
   },
   {
-    files: ['activities/**/*.ts', 'adapters/**/*.ts'],
+    files: ['activities/**/*.ts', 'adapters/**/*.{ts,tsx}'],
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED] }] },
   },
   {
-    files: ['adapters/**/*.ts'],
+    files: ['adapters/**/*.{ts,tsx}'],
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns: [NO_RUNTIME, NO_GENERATED, NO_STORE] }] },
   },
   {

@@ -42,6 +42,7 @@ export type ReceiptKind =
   | 'objective.change'
   | 'objective.run'
   | 'auth.backoff'
+  | 'auth.sign-in'
   | 'knowledge.context'
   | 'prompt.change'
   | 'skill.used'

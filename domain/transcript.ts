@@ -136,3 +136,9 @@ export async function systemMessagesAfter(db: Db, sessionId: string, afterSeq: n
   const rows = await db.message.findMany({ where: { sessionId, seq: { gt: afterSeq }, role: 'system' }, orderBy: { seq: 'asc' }, take: limit, select: ROW_SELECT });
   return rows.map(toRow);
 }
+
+/** The sessions with the newest messages, newest first: the console's list of chats. */
+export async function recentSessions(db: Db, limit = 50): Promise<{ sessionId: string; lastAt: string; messages: number }[]> {
+  const rows = await db.message.groupBy({ by: ['sessionId'], _max: { createdAt: true }, _count: { _all: true }, orderBy: { _max: { createdAt: 'desc' } }, take: Math.min(Math.max(limit, 1), 500) });
+  return rows.map((r) => ({ sessionId: r.sessionId, lastAt: (r._max.createdAt ?? new Date(0)).toISOString(), messages: r._count._all }));
+}

@@ -22,6 +22,8 @@ import { AuthBackoff } from '../adapters/http/backoff.js';
 import { createCodecRoutes } from '../adapters/http/codec.js';
 import { BrowserSignIn } from '../adapters/http/sign-in.js';
 import { createTemporalUiProxy } from '../adapters/http/temporal-ui.js';
+import { chatEventHtml, createConsoleRoutes } from '../adapters/console/app.js';
+import { createConsoleChats } from '../services/console.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress, type Ingress } from '../services/chat/intake.js';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
@@ -530,9 +532,12 @@ interface ApiAppParts {
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
   const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
+  const signIn = new BrowserSignIn({ apiToken: token });
   const app = createHttpApp({
     ingress,
     apiToken: token,
+    signIn,
+    chatEvents: { html: chatEventHtml },
     log,
     backoff,
     metrics: renderMetrics,
@@ -560,15 +565,17 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   app.route('/', createOpenHarnessRoutes({ ingress, db, operatorToken: token, waitMs: config.openharness.waitMs, events, log, backoff }));
   // The codec endpoint for the Temporal UI and `temporal --codec-endpoint` (operator token or
   // the browser sign-in), and the embedded UI behind the same sign-in
-  const signIn = new BrowserSignIn({ apiToken: token });
   const uiPort = config.temporal.embedded.uiPort;
   const corsOrigins = config.codec.corsOrigins ?? [
     `http://127.0.0.1:${uiPort}`,
     `http://localhost:${uiPort}`,
     ...(config.temporalUiUrl ? [new URL(config.temporalUiUrl).origin] : []),
   ];
-  app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  app.route('/', createCodecRoutes({ codec, apiToken: token, corsOrigins, log, backoff, signIn, db, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
   if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
+  // the operator console (docs/console.md), behind the same sign-in
+  const chats = createConsoleChats({ ingress, db, account: 'default' });
+  app.route('/', createConsoleRoutes({ apiToken: token, signIn, chats, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
   return { app, signIn };
 }
 

@@ -18,3 +18,16 @@ export interface AuthBackoffEpisode {
 export async function recordAuthBackoff(db: Db, e: AuthBackoffEpisode): Promise<void> {
   await writeReceipt(db, { kind: 'auth.backoff', actor: e.address, data: { ...e } });
 }
+
+/** A browser signed in (the /ui and console sign-in): by a one-time link or the token form, from an address. */
+export interface SignInRecord {
+  address: string;
+  via: 'link' | 'token';
+  /** Where the browser went on to (a /ui or /console path), when it asked. */
+  next?: string;
+}
+
+/** One `auth.sign-in` receipt for a browser sign-in. */
+export async function recordSignIn(db: Db, e: SignInRecord): Promise<void> {
+  await writeReceipt(db, { kind: 'auth.sign-in', actor: e.address, data: { ...e } });
+}

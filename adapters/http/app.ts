@@ -18,7 +18,8 @@ import { registerAdminRoutes, type AdminDeps } from './admin.js';
 import { registerBudgetRoutes } from './budgets.js';
 import { createBudgetService, type BudgetService } from '../../services/budgets.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
-import { bearerMatches } from './sign-in.js';
+import { bearerMatches, type BrowserSignIn } from './sign-in.js';
+import { CHAT_EVENTS_PATH, registerChatEventRoutes, type ChatEventOptions } from './events.js';
 import { registerChangeRoutes } from './changes.js';
 import { registerObjectiveRoutes } from './objectives.js';
 import { registerWorkspaceRoutes } from './workspaces.js';
@@ -202,6 +203,10 @@ export interface HttpDeps {
    * and OpenHarness routes mounted on this app. Default: one of its own with default settings.
    */
   backoff?: AuthBackoff;
+  /** The browser sign-in: its cookie is accepted (besides the token) on the chat event stream, for the console. */
+  signIn?: BrowserSignIn;
+  /** The chat event stream's settings (`GET /api/v1/chats/{id}/events`, events.ts). */
+  chatEvents?: Omit<ChatEventOptions, 'ingress' | 'account'>;
 }
 
 export function createHttpApp(deps: HttpDeps) {
@@ -258,6 +263,11 @@ export function createHttpApp(deps: HttpDeps) {
     });
   }
   app.use('/api/v1/*', async (c, next) => {
+    // the console reads the chat event stream with its sign-in cookie (a GET: it changes nothing)
+    if (deps.signIn && c.req.method === 'GET' && CHAT_EVENTS_PATH.test(new URL(c.req.url).pathname) && !c.req.header('authorization') && deps.signIn.signedIn(c)) {
+      await next();
+      return undefined;
+    }
     const refused = refuseToken(c);
     if (refused) return refused;
     await next();
@@ -281,6 +291,7 @@ export function createHttpApp(deps: HttpDeps) {
     await next();
     return undefined;
   });
+  registerChatEventRoutes(app, { ...deps.chatEvents, ingress: deps.ingress, account });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
   if (deps.admin) registerBudgetRoutes(app, deps.budgets ?? createBudgetService(deps.admin.db));
   if (deps.changes) registerChangeRoutes(app, deps.changes);

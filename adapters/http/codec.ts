@@ -24,6 +24,8 @@ import { bodyLimit } from 'hono/body-limit';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from './backoff.js';
+import type { Db } from '../../domain/db.js';
+import { recordSignIn } from '../../services/auth.js';
 import { bearerMatches, BrowserSignIn, LINK_TOKEN, sameSecret, SIGN_IN_TTL_SECONDS } from './sign-in.js';
 
 /** Largest encode/decode request body (bytes). */
@@ -36,6 +38,8 @@ export interface CodecRoutesDeps {
   apiToken: string;
   /** Browser origins allowed to call the endpoint with credentials (the Temporal UI's). */
   corsOrigins: string[];
+  /** Where sign-ins are receipted (`auth.sign-in`); none without it. */
+  db?: Db;
   log?: Logger;
   now?: () => number;
   /** Back-off on wrong credentials per client address (share the HTTP app's); default: one of its own. */
@@ -112,6 +116,8 @@ function authenticated(ctx: CodecRouteContext, c: Context): 'bearer' | 'cookie' 
 
 /** Where a signed-in browser goes next: `next` when it is a path under the UI, else the UI; undefined without a UI. */
 function nextPath(uiPath: string | undefined, next: string | undefined): string | undefined {
+  const safe = next !== undefined && next.length <= 2048 && !/[\\\s]|%2e/i.test(next) && !next.includes('/..');
+  if (safe && (next === '/console' || next.startsWith('/console/') || next.startsWith('/console?'))) return next; // the operator console
   if (!uiPath) return undefined;
   if (next !== undefined && next.length <= 2048 && (next === uiPath || next.startsWith(`${uiPath}/`) || next.startsWith(`${uiPath}?`)) && !/[\\\s]|%2e/i.test(next) && !next.includes('/..')) {
     return next;
@@ -135,10 +141,13 @@ ${next !== undefined ? `<input type="hidden" name="next" value="${escapeHtml(nex
 }
 
 /** The answer to a browser that has just signed in: on to the UI, or a page saying what to set in a UI elsewhere. */
-function signedIn(ctx: CodecRouteContext, c: Context, next: string | undefined): Response {
+async function signedIn(ctx: CodecRouteContext, c: Context, next: string | undefined, via: 'link' | 'token'): Promise<Response> {
   ctx.signIn.setCookie(c);
   ctx.deps.log?.info('codec: a browser signed in');
   const to = nextPath(ctx.uiPath, next);
+  if (ctx.deps.db) {
+    await recordSignIn(ctx.deps.db, { address: ctx.backoff.client(c).address, via, ...(to ? { next: to } : {}) }).catch((err: unknown) => ctx.deps.log?.warn({ err }, 'codec: the sign-in receipt was not written'));
+  }
   if (to !== undefined) return c.redirect(to, 303);
   const endpoint = `${new URL(c.req.url).origin}/codec`;
   return c.html(
@@ -213,7 +222,7 @@ function addLoginForm(app: Hono, ctx: CodecRouteContext): void {
       return c.html(page('Wrong token', '<h1>Wrong token</h1><p>That is not the operator API token. <a href="/codec/login">Try again</a>.</p>'), 401, NO_STORE);
     }
     backoff.success(client);
-    return signedIn(ctx, c, form.data.next);
+    return signedIn(ctx, c, form.data.next, 'token');
   });
 }
 
@@ -221,7 +230,7 @@ function addLoginForm(app: Hono, ctx: CodecRouteContext): void {
 function addSignInLinks(app: Hono, ctx: CodecRouteContext): void {
   const { deps, backoff, signIn, uiPath } = ctx;
   // A one-time sign-in link: redeemed once, then it is a wrong credential like any other.
-  app.get('/codec/login/:token', (c) => {
+  app.get('/codec/login/:token', async (c) => {
     // a HEAD (a link checker, a preview) never uses the link up
     if (c.req.method === 'HEAD') return c.body(null, 200, NO_STORE);
     const client = backoff.client(c);
@@ -237,7 +246,7 @@ function addSignInLinks(app: Hono, ctx: CodecRouteContext): void {
       return c.html(page('Sign-in link refused', loginForm(uiPath, c.req.query('next'), notice)), 401, NO_STORE);
     }
     backoff.success(client);
-    return signedIn(ctx, c, c.req.query('next'));
+    return signedIn(ctx, c, c.req.query('next'), 'link');
   });
 
   // A new one-time sign-in link for the operator (bearer token): `steward ui`.

@@ -23,7 +23,7 @@ function importGraph(folders: string[]): Map<string, string[]> {
     for (const name of readdirSync(dir)) {
       const p = path.join(dir, name);
       if (statSync(p).isDirectory()) walk(p);
-      else if (p.endsWith('.ts')) files.push(p);
+      else if (p.endsWith('.ts') || p.endsWith('.tsx')) files.push(p);
     }
   };
   for (const f of folders) walk(path.join(root, f));

@@ -1,0 +1,77 @@
+/** The page every console page is drawn in: head (CSP-clean: only same-origin script and style), skip link, nav, who is signed in, sign out. */
+import type { Child } from 'hono/jsx';
+
+export type PageId = 'inbox' | 'chats' | 'changes' | 'objectives' | 'knowledge' | 'budgets';
+
+export const NAV: { id: PageId; label: string; href: string }[] = [
+  { id: 'inbox', label: 'Inbox', href: '/console/inbox' },
+  { id: 'chats', label: 'Chats', href: '/console/chats' },
+  { id: 'changes', label: 'Changes', href: '/console/changes' },
+  { id: 'objectives', label: 'Objectives', href: '/console/objectives' },
+  { id: 'knowledge', label: 'Knowledge', href: '/console/knowledge' },
+  { id: 'budgets', label: 'Budgets', href: '/console/budgets' },
+];
+
+/** Who the page is for. */
+export interface Viewer {
+  name: string;
+  role: string;
+}
+
+/** htmx's settings: no inline style injected, nothing evaluated, requests to this origin only. */
+export const HTMX_CONFIG = JSON.stringify({
+  includeIndicatorStyles: false, allowEval: false, allowScriptTags: false, selfRequestsOnly: true, historyCacheSize: 0,
+  // refusals (4xx) are shown in place too
+  responseHandling: [{ code: '204', swap: false }, { code: '[23]..', swap: true }, { code: '[45]..', swap: true, error: true }],
+});
+
+export function Layout(props: { title: string; page: PageId | undefined; viewer: Viewer; csrf: string; uiLink?: string | undefined; children?: Child }) {
+  return (
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <meta name="htmx-config" content={HTMX_CONFIG} />
+        <title>{`${props.title} · Steward console`}</title>
+        <link rel="stylesheet" href="/console/assets/console.css" />
+        <script src="/console/assets/htmx.js" defer></script>
+        <script src="/console/assets/htmx-sse.js" defer></script>
+      </head>
+      <body hx-headers={JSON.stringify({ 'X-CSRF-Token': props.csrf })}>
+        <a class="skip" href="#main">
+          Skip to content
+        </a>
+        <header class="top">
+          <span class="brand">Steward console</span>
+          <nav aria-label="Console pages">
+            <ul>
+              {NAV.map((n) => (
+                <li>
+                  <a href={n.href} aria-current={n.id === props.page ? 'page' : undefined}>
+                    {n.label}
+                  </a>
+                </li>
+              ))}
+              <li>
+                <a href={props.uiLink ?? '/ui/'}>Runs in the Temporal UI</a>
+              </li>
+            </ul>
+          </nav>
+          <div class="who">
+            <span id="viewer">
+              {props.viewer.name} ({props.viewer.role})
+            </span>
+            <form method="post" action="/console/sign-out">
+              <input type="hidden" name="_csrf" value={props.csrf} />
+              <button type="submit">Sign out</button>
+            </form>
+          </div>
+        </header>
+        <main id="main" tabindex={-1}>
+          <h1>{props.title}</h1>
+          {props.children}
+        </main>
+      </body>
+    </html>
+  );
+}
