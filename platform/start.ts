@@ -33,6 +33,7 @@ import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge
 import { embedderFor } from '../domain/knowledge/embedder.js';
 import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { createKnowledgeService, type KnowledgeService } from '../services/knowledge.js';
+import { createOperatorInbox } from '../services/operator-inbox.js';
 import { policyWhatIf } from '../domain/changes/what-if.js';
 import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, type HeartbeatProbe, type ProbeSource } from '../domain/heartbeat.js';
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
@@ -530,6 +531,7 @@ interface ApiAppParts {
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
   const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
+  const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const app = createHttpApp({
     ingress,
     apiToken: token,
@@ -546,6 +548,15 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     tasks,
     mcp,
     heartbeat,
+    inbox: createOperatorInbox({
+      db,
+      ingress,
+      knowledge,
+      tasks,
+      ...(config.actions.heldSecrets ? { heldSecrets: config.actions.heldSecrets } : {}),
+      ...(config.actions.smtp ? { smtpFrom: config.actions.smtp.from } : {}),
+      ...(runLink ? { runLink } : {}),
+    }),
     policyWhatIf: (r) =>
       policyWhatIf(db, {
         proposed: r.policy,

@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Role } from '../../common/roles.js';
 import type { Db } from '../../domain/db.js';
+import { createHttpApp } from '../../adapters/http/app.js';
 import { createIdentity, findActor, OPERATOR, type Actor } from '../../domain/governance.js';
 import { createOperatorInbox, InboxInputError } from '../../services/operator-inbox.js';
 import { ServiceInputError } from '../../services/requests.js';
@@ -186,6 +187,59 @@ for (const database of testDatabases()) {
         for (const body of [{}, { decision: 'maybe' }, { decision: 'approve', extra: 1 }, { decision: 'deny', reason: '' }, { decision: 'approve', role: 'king' }, 'approve', null, []])
           await refused(inbox.decide(OPERATOR, 'approval:apr-does-not-exist', body), 400);
         await refused(inbox.list(OPERATOR, { kind: 'widgets' }), 400);
+      });
+    });
+
+    it('over HTTP: GET /api/v1/inbox (filtered by kind), POST /api/v1/inbox/{id}/decision; bad ids, bodies and second decisions refused', async () => {
+      await withHarness(harness(), async (h) => {
+        const TOKEN = 'inbox-token-0123456789abcdef';
+        const app = createHttpApp({ ingress: h.ingress, apiToken: TOKEN, health: async () => ({ ok: true, checks: {} }), tasks: h.tasks, inbox: createOperatorInbox({ db: stack.db, ingress: h.ingress, tasks: h.tasks }) });
+        const call = async (method: string, route: string, raw?: string, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' }) => {
+          const res = await app.request(route, { method, headers, ...(raw !== undefined ? { body: raw } : {}) });
+          return { status: res.status, json: (await res.json()) as Record<string, unknown> & { items?: Array<{ id: string; kind: string; actions: string[] }> } };
+        };
+        const send = telegram(h.ingress);
+        const newcomer = { id: uid(), name: `Nora-${uid()}` };
+        const code = /code is ([A-Z2-9]{8})/.exec((await send(newcomer, '/pair')).reply ?? '')?.[1];
+        assert.ok(code);
+        const row = await stack.db.pairing.findFirstOrThrow({ where: { userId: newcomer.id } });
+        const task = await h.tasks.create({ text: `rotate keys ${uid()}`, chatId: 'ops-room', platform: 'telegram', account: 'x' }, { id: 'operator', name: 'the operator' });
+
+        assert.equal((await call('GET', '/api/v1/inbox', undefined, {})).status, 401);
+        const all = await call('GET', '/api/v1/inbox');
+        assert.equal(all.status, 200);
+        assert.ok(all.json.items?.some((i) => i.id === `pairing:${row.id}` && i.actions.join() === 'approve,deny'), 'the operator may decide the pairing');
+        assert.ok(all.json.items?.some((i) => i.id === `task:${task.id}`));
+        const pairings = await call('GET', '/api/v1/inbox?kind=pairing');
+        assert.ok(pairings.json.items!.length > 0 && pairings.json.items!.every((i) => i.kind === 'pairing'));
+        assert.equal((await call('GET', '/api/v1/inbox?kind=widgets')).status, 400);
+
+        const url = `/api/v1/inbox/${encodeURIComponent(`pairing:${row.id}`)}/decision`;
+        for (const [raw, status] of [
+          ['{not json', 400],
+          ['{}', 400],
+          [JSON.stringify({ decision: 'approve', role: 'member', code, extra: true }), 400],
+          [JSON.stringify({ decision: 'approve', role: 'member', code: 'ZZZZZZZZ' }), 409],
+          [JSON.stringify({ decision: 'hand' }), 400],
+        ] as const) {
+          const r = await call('POST', url, raw);
+          assert.equal(r.status, status, `${raw}: ${JSON.stringify(r.json)}`);
+          assert.equal(typeof r.json.error, 'string');
+        }
+        assert.equal((await call('POST', url, JSON.stringify({ decision: 'deny', code }), { authorization: `Bearer ${TOKEN}`, 'content-type': 'text/plain' })).status, 415);
+        assert.equal((await call('POST', '/api/v1/inbox/nope/decision', JSON.stringify({ decision: 'approve' }))).status, 400);
+        assert.equal((await call('POST', `/api/v1/inbox/${encodeURIComponent('approval:apr-none')}/decision`, JSON.stringify({ decision: 'approve' }))).status, 404);
+        assert.equal((await stack.db.pairing.findUniqueOrThrow({ where: { id: row.id } })).status, 'pending', 'the refusals changed nothing');
+
+        const ok = await call('POST', url, JSON.stringify({ decision: 'deny', code }));
+        assert.equal(ok.status, 200, JSON.stringify(ok.json));
+        assert.equal((ok.json.item as { status: string }).status, 'denied');
+        assert.equal((await call('POST', url, JSON.stringify({ decision: 'approve', role: 'member', code }))).status, 409);
+        const closed = await call('POST', `/api/v1/inbox/${encodeURIComponent(`task:${task.id}`)}/decision`, JSON.stringify({ decision: 'close' }));
+        assert.equal(closed.status, 200, JSON.stringify(closed.json));
+        assert.equal((await call('POST', `/api/v1/inbox/${encodeURIComponent(`task:${task.id}`)}/decision`, JSON.stringify({ decision: 'close' }))).status, 409);
+        const doc = (await (await app.request('/api/openapi.json')).json()) as { paths: Record<string, unknown> };
+        assert.ok(doc.paths['/api/v1/inbox'] && doc.paths['/api/v1/inbox/{id}/decision'], 'the routes are in the OpenAPI document');
       });
     });
   });
