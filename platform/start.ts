@@ -33,7 +33,7 @@ import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge
 import { embedderFor } from '../domain/knowledge/embedder.js';
 import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { createKnowledgeService, type KnowledgeService } from '../services/knowledge.js';
-import { createOperatorInbox } from '../services/operator-inbox.js';
+import { createOperatorInbox } from '../services/decisions.js';
 import { policyWhatIf } from '../domain/changes/what-if.js';
 import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, type HeartbeatProbe, type ProbeSource } from '../domain/heartbeat.js';
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';

@@ -30,8 +30,8 @@ import type { WhatIfReport, WhatIfPolicy } from '../../domain/changes/what-if.js
 import { registerTaskRoutes } from './tasks.js';
 import type { TaskService } from '../../services/tasks.js';
 import { registerMcpRoutes } from './mcp.js';
-import { registerInboxRoutes } from './inbox.js';
-import type { OperatorInbox } from '../../services/operator-inbox.js';
+import { registerInboxRoutes } from './decisions.js';
+import type { OperatorInbox } from '../../services/decisions.js';
 import type { McpService } from '../../services/mcp.js';
 import type { KnowledgeService } from '../../services/knowledge.js';
 import type { WorkspaceService } from '../../services/workspaces.js';

@@ -1,5 +1,5 @@
 /**
- * What the operator inbox (services/operator-inbox.ts) reads: the rows waiting for a decision,
+ * What the operator inbox (services/decisions.ts) reads: the rows waiting for a decision,
  * and those decided since a time, of approvals, pairing requests, memories and tasks.
  */
 import type { Db } from '../db.js';

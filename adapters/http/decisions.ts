@@ -10,7 +10,7 @@
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { answer, errorResponses, json, parsedJsonBody, reply } from './common.js';
 import { OPERATOR } from '../../common/roles.js';
-import { INBOX_DECISIONS, INBOX_KINDS, type OperatorInbox } from '../../services/operator-inbox.js';
+import { INBOX_DECISIONS, INBOX_KINDS, type OperatorInbox } from '../../services/decisions.js';
 
 const errors = errorResponses('InboxError');
 const sec = [{ bearer: [] }];

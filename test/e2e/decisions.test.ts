@@ -1,5 +1,5 @@
 /**
- * The operator inbox (services/operator-inbox.ts) with real parts: the Temporal dev server and
+ * The operator inbox (services/decisions.ts) with real parts: the Temporal dev server and
  * worker, the database (SQLite, and PostgreSQL when available), the scripted model, a local
  * HTTP server the approved action calls. The inbox lists a proposed action with exactly the
  * text the admins got in chat; approving it from the inbox runs it once; a self-approval, a
@@ -16,7 +16,7 @@ import type { Role } from '../../common/roles.js';
 import type { Db } from '../../domain/db.js';
 import { createHttpApp } from '../../adapters/http/app.js';
 import { createIdentity, findActor, OPERATOR, type Actor } from '../../domain/governance.js';
-import { createOperatorInbox, InboxInputError } from '../../services/operator-inbox.js';
+import { createOperatorInbox, InboxInputError } from '../../services/decisions.js';
 import { ServiceInputError } from '../../services/requests.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { testDatabases } from '../helpers/db.js';
