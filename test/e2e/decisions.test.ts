@@ -9,12 +9,16 @@
  */
 import assert from 'node:assert/strict';
 import { randomInt, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import nodePath from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Role } from '../../common/roles.js';
 import type { Db } from '../../domain/db.js';
 import { createHttpApp } from '../../adapters/http/app.js';
+import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { createIdentity, findActor, OPERATOR, type Actor } from '../../domain/governance.js';
 import { createOperatorInbox, InboxInputError } from '../../services/decisions.js';
 import { ServiceInputError } from '../../services/requests.js';
@@ -241,6 +245,42 @@ for (const database of testDatabases()) {
         const doc = (await (await app.request('/api/openapi.json')).json()) as { paths: Record<string, unknown> };
         assert.ok(doc.paths['/api/v1/inbox'] && doc.paths['/api/v1/inbox/{id}/decision'], 'the routes are in the OpenAPI document');
       });
+    });
+
+    it('a memory the agent proposed: its proposer may not approve it, a member may not decide; an admin approves it once from the inbox', { timeout: 120_000 }, async () => {
+      const dataDir = mkdtempSync(nodePath.join(tmpdir(), 'steward-decisions-'));
+      try {
+        const knowledge = knowledgeIndexOpener(stack.database.url, dataDir);
+        await withHarness({ ...harness(), workspaces: { dataDir, knowledge, memoryApproval: 'all' } }, async (h) => {
+          const inbox = createOperatorInbox({ db: stack.db, ingress: h.ingress, tasks: h.tasks, knowledge: h.knowledge! });
+          const ada = await person(stack.db, 'admin', `Ada-${uid()}`);
+          const mia = await person(stack.db, 'member', `Mia-${uid()}`);
+          const name = `decide-${uid()}`;
+          await h.send(`/workspace create ${name}`);
+          stack.model.enqueue({ toolCalls: [{ id: 'call_mem', name: 'remember', arguments: JSON.stringify({ text: 'The release train leaves on Thursdays.', kind: 'fact', scope: 'workspace' }) }] });
+          stack.model.enqueue({ text: 'Noted.' });
+          await h.send('Remember that the release train leaves on Thursdays');
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text === 'Noted.', { timeoutMs: 30_000 });
+          const m = await stack.db.memory.findFirstOrThrow({ where: { workspace: name } });
+          const id = `memory:${m.id}`;
+          const item = (await inbox.list(ada.actor, { kind: 'memory' })).find((i) => i.id === id);
+          assert.deepEqual([item?.status, item?.actions, item?.text], ['pending', ['approve', 'reject'], 'The release train leaves on Thursdays.']);
+          // the one who shaped the proposing turn (the HTTP chat's user) may not approve it, even as an admin
+          const proposer: Actor = { kind: 'person', id: m.proposedBy, name: m.proposedBy, role: 'admin' };
+          assert.deepEqual((await inbox.item(id, proposer)).actions, ['reject']);
+          await refused(inbox.decide(proposer, id, { decision: 'approve' }), 409, /may not approve it/);
+          await refused(inbox.decide(mia.actor, id, { decision: 'approve' }), 400, /admin role/);
+          await refused(inbox.decide(ada.actor, id, { decision: 'deny' }), 400, /approve or reject/);
+          assert.equal((await stack.db.memory.findUniqueOrThrow({ where: { id: m.id } })).status, 'pending', 'the refusals changed nothing');
+          const ok = await inbox.decide(ada.actor, id, { decision: 'approve' });
+          assert.deepEqual([ok.item?.status, ok.item?.decided?.by, ok.item?.decided?.how], ['active', ada.actor.name, 'approved']);
+          await refused(inbox.decide(ada.actor, id, { decision: 'reject' }), 409);
+          assert.equal((await stack.db.receipt.findMany({ where: { key: `memory:${m.id}:decision` } })).length, 1, 'decided once');
+        });
+      } finally {
+        await closeKnowledgeIndexes();
+        rmSync(dataDir, { recursive: true, force: true });
+      }
     });
   });
 }
