@@ -8,7 +8,7 @@
  * decisions are refused.
  */
 import assert from 'node:assert/strict';
-import { randomInt, randomUUID } from 'node:crypto';
+import { randomBytes, randomInt, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -24,6 +24,10 @@ import { createOperatorInbox, InboxInputError } from '../../services/decisions.j
 import { ServiceInputError } from '../../services/requests.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { testDatabases } from '../helpers/db.js';
+import { changeModel, GREETING_DRAFT } from '../helpers/change-model.js';
+import { createGitFixture } from '../helpers/git-fixture.js';
+import { preloadOpenApi, startGitHubDouble } from '../helpers/github-double.js';
+import { needs } from '../helpers/requirements.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, waitFor, withHarness } from '../helpers/steward.js';
 
@@ -284,3 +288,58 @@ for (const database of testDatabases()) {
     });
   });
 }
+
+describe('operator inbox: a repository change waiting for promotion', { skip: await needs('bubblewrap') }, () => {
+  const stack = useStack();
+  before(() => preloadOpenApi());
+
+  it('listed as a change; refused for the one who shaped it (nothing changes); promoted once by an admin who did not', { timeout: 180_000 }, async () => {
+    const fx = createGitFixture(
+      { 'greeting.txt': 'Hello\n', 'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt || exit 1\n', 'README.md': '# demo\n' },
+      { executable: ['test.sh'] },
+    );
+    const name = `inbox-${randomBytes(3).toString('hex')}`;
+    const token = `ghs_${randomBytes(18).toString('hex')}`;
+    const gh = await startGitHubDouble({ repos: [{ owner: 'acme', repo: name, bareDir: fx.bare, defaultBranch: 'main' }], token });
+    try {
+      await withHarness(
+        { env: stack.env, db: stack.db, providers: { openaiCompatible: { baseURL: stack.model.baseURL } }, repoChanges: { githubApiUrl: gh.baseUrl, secret: (n) => (n === 'GH_TOKEN' ? token : undefined) } },
+        async (h) => {
+          const inbox = createOperatorInbox({ db: stack.db, ingress: h.ingress, tasks: h.tasks });
+          const ada = await person(stack.db, 'admin', `Ada-${uid()}`);
+          const op = { id: OPERATOR.id, name: OPERATOR.name };
+          await h.changes.registerRepo({ name, cloneUrl: fx.bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion: 'draft-pr-after-approval' }, github: { owner: 'acme', repo: name, tokenRef: 'env:GH_TOKEN' } }, op);
+          stack.model.setDefault(changeModel({ intake: () => GREETING_DRAFT, agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
+          const { id } = await h.changes.startChange({ repo: name, request: 'Make the greeting say Hello, Steward' }, op);
+          const approval = await waitFor(() => stack.db.approval.findFirst({ where: { turnId: id, status: 'pending' } }).then((a) => a ?? undefined), 'the promotion approval', 90_000);
+          const itemId = `change:${approval.id}`;
+          const listed = (await inbox.list(ada.actor, { kind: 'change' })).find((i) => i.id === itemId);
+          assert.ok(listed, 'the change waiting for promotion is in the inbox');
+          assert.deepEqual(listed.actions, ['approve', 'deny']);
+          await refused(inbox.decide(ada.actor, `approval:${approval.id}`, { decision: 'approve' }), 404);
+
+          // the operator started it: shaped it, may not promote it
+          assert.deepEqual((await inbox.item(itemId, OPERATOR)).actions, ['deny']);
+          await refused(inbox.decide(OPERATOR, itemId, { decision: 'approve' }), 409, /may not approve their own change/);
+          assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id: approval.id } })).status, 'pending');
+          assert.equal(gh.pulls.length, 0, 'nothing promoted');
+
+          const ok = await inbox.decide(ada.actor, itemId, { decision: 'approve' });
+          assert.equal(ok.applied, true, ok.message);
+          const done = await waitFor(async () => {
+            const c = await h.changes.getChange(id);
+            return c && c.status !== 'running' ? c : undefined;
+          }, 'the change to end', 90_000);
+          assert.equal(done.status, 'done', `${done.phase}: ${done.error}`);
+          assert.equal(gh.pulls.length, 1, 'promoted once');
+          await refused(inbox.decide(ada.actor, itemId, { decision: 'approve' }), 409);
+          assert.equal(gh.pulls.length, 1);
+          gh.assertNoViolations();
+        },
+      );
+    } finally {
+      await gh.close();
+      fx.cleanup();
+    }
+  });
+});
