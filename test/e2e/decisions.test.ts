@@ -17,7 +17,9 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Role } from '../../common/roles.js';
 import type { Db } from '../../domain/db.js';
-import { createHttpApp } from '../../adapters/http/app.js';
+import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
+import { loadConfig } from '../../config/index.js';
+import { adminCommand } from '../../platform/admin-cli.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { createIdentity, findActor, OPERATOR, type Actor } from '../../domain/governance.js';
 import { createOperatorInbox, InboxInputError } from '../../services/decisions.js';
@@ -246,6 +248,23 @@ for (const database of testDatabases()) {
         const closed = await call('POST', `/api/v1/inbox/${encodeURIComponent(`task:${task.id}`)}/decision`, JSON.stringify({ decision: 'close' }));
         assert.equal(closed.status, 200, JSON.stringify(closed.json));
         assert.equal((await call('POST', `/api/v1/inbox/${encodeURIComponent(`task:${task.id}`)}/decision`, JSON.stringify({ decision: 'close' }))).status, 409);
+        // the CLI, through the running API
+        const server = await startHttpServer(app, { host: '127.0.0.1', port: 0 });
+        try {
+          const out: string[] = [];
+          const err: string[] = [];
+          const io = { config: () => loadConfig({}, tmpdir()), out: (x: string) => void out.push(x), err: (x: string) => void err.push(x), api: { url: server.url, token: TOKEN } };
+          const other = await h.tasks.create({ text: `water the plants ${uid()}`, chatId: 'ops-room', platform: 'telegram', account: 'x' }, { id: 'operator', name: 'the operator' });
+          assert.equal(await adminCommand('inbox', ['list', '--kind', 'task'], io), 0, err.join(''));
+          assert.ok(out.join('').includes(`task:${other.id}`), out.join(''));
+          assert.equal(await adminCommand('inbox', ['list', '--kind', 'widgets'], io), 2);
+          assert.equal(await adminCommand('inbox', ['decide', `task:${other.id}`, 'hand-wave'], io), 1, 'a bad decision is refused');
+          assert.equal(await adminCommand('inbox', ['decide', `task:${other.id}`, 'close'], io), 0, err.join(''));
+          assert.equal((await h.tasks.show(other.id)).status, 'closed');
+          assert.equal(await adminCommand('inbox', ['decide', `task:${other.id}`, 'close'], io), 1, 'a second decision is refused');
+        } finally {
+          await server.close();
+        }
         const doc = (await (await app.request('/api/openapi.json')).json()) as { paths: Record<string, unknown> };
         assert.ok(doc.paths['/api/v1/inbox'] && doc.paths['/api/v1/inbox/{id}/decision'], 'the routes are in the OpenAPI document');
       });
