@@ -37,6 +37,7 @@ import { findSession } from '../domain/store/sessions.js';
 import { recordTurn } from '../common/metrics.js';
 import type { RepoChangeSettings } from './changes.js';
 import { viewProposal } from '../domain/actions/proposals.js';
+import { approvalRequestText } from '../domain/actions/request-text.js';
 import { heldSecretRefusal, heldSecrets, maskHeldSecretsDeep } from '../domain/secrets.js';
 import { redact } from '../domain/redaction.js';
 import { loadToolCall } from '../domain/tools/calls.js';
@@ -716,17 +717,15 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
   const timeoutMs = Math.max(0, row.deadline.getTime() - Date.now());
   const where = `${input.conversation.platform} chat ${input.conversation.chatId}`;
   const link = c.runLink?.(row.workflowId);
-  const text = [
-    `**Approval needed** (${id}): an agent in ${where} wants to ${describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, held))}.`,
-    'Exactly what will be sent, every value as the agent wrote it:',
-    view.block,
-    ...(view.invisible ? ['Invisible or direction-changing characters in it are shown as \\u{…}.'] : []),
-    ...(view.credentials.length ? [`⚠ It carries credentials the agent wrote itself: ${view.credentials.join(', ')}. Approve only if you know where they came from.`] : []),
-    `Request sha256: ${view.hash} (the action runs only if what it sends is exactly this).`,
-    ...(forbidSelfApproval && shapedBy.length > 0 ? [await mayNotApproveLine(c.db, shapedBy)] : []),
-    `Deadline: ${row.deadline.toISOString()} (denied if nobody decides).`,
-    `Approve with /approve-action ${id}, deny with /deny-action ${id} [reason].${link ? ` Run: ${link}` : ''}`,
-  ].join('\n');
+  const text = await approvalRequestText(c.db, {
+    id,
+    where,
+    action: describeToolCall(call.toolName, call.input, (v) => maskHeldSecretsDeep(v, held)),
+    view,
+    forbidden: forbidSelfApproval ? shapedBy : [],
+    deadline: row.deadline,
+    link,
+  });
   const targets = await platformCall(() => askAdminsToApprove(c.db, c.senders, id, text));
   if (!c.senders[input.conversation.platform]) {
     // no progress panel on this channel: tell the chat in its transcript
@@ -748,13 +747,6 @@ async function requestApproval(c: ChatContext, input: RequestApprovalInput): Pro
     data: { approvalId: id, turnId: input.turnId, tool: call.toolName, summary, requestHash: row.requestHash, deadline: row.deadline.toISOString(), notified: targets.length, ...(input.requesters ? { requesters: input.requesters } : {}) },
   });
   return { approvalId: id, timeoutMs, summary, forbidSelfApproval };
-}
-
-/** Who may not approve a proposal, by name: everyone whose message or steering shaped the turn. */
-async function mayNotApproveLine(db: Db, shapedBy: string[]): Promise<string> {
-  if (shapedBy.length === 1) return 'The person whose message led to this proposal may not approve it.';
-  const names = await Promise.all(shapedBy.map(async (who) => (await personOf(db, who)).name));
-  return `Those whose messages or steering shaped this proposal may not approve it: ${[...new Set(names)].join(', ')}.`;
 }
 
 /** Record the decision (or the deadline), show it on the admins' posts and tell the proposer. */

@@ -468,6 +468,23 @@ const HANDLERS = {
     deny: async ({ args: [id], values, io }) => decideApproval(io, values, id, 'deny', values.reason === undefined ? undefined : check(z.string().trim().min(1).max(500), values.reason, '--reason')),
   },
 
+  inbox: {
+    list: async ({ values, io }) => {
+      const kind = values.kind === undefined ? undefined : check(z.enum(['approval', 'change', 'pairing', 'memory', 'task']), values.kind, '--kind');
+      const r = await api(io, values, 'GET', `/api/v1/inbox${kind ? `?kind=${kind}` : ''}`);
+      if (r.status !== 200) return refused(io, r);
+      const rows = (r.json.items ?? []) as Array<{ id: string; status: string; created: string; askedBy: string | null; title: string; actions: string[] }>;
+      io.out(rows.length === 0 ? 'Nothing waits for a decision.\n' : table([['ID', 'STATUS', 'CREATED', 'ASKED BY', 'MAY', 'WHAT'], ...rows.map((i) => [i.id, i.status, i.created, i.askedBy ?? '-', i.actions.join(',') || '-', i.title.slice(0, 100)])]));
+      return 0;
+    },
+    decide: async ({ args: [id, decision], values, io }) => {
+      if (!id || !decision) throw new UsageError(`usage: ${usageOf('inbox')}`);
+      const body = { decision, ...(values.reason !== undefined ? { reason: values.reason } : {}), ...(values.role !== undefined ? { role: values.role } : {}), ...(values.code !== undefined ? { code: values.code } : {}) };
+      const r = await api(io, values, 'POST', `/api/v1/inbox/${encodeURIComponent(id)}/decision`, body);
+      return r.status === 200 ? done(io, r, (j) => `${String(j.message)}\n`) : refused(io, r);
+    },
+  },
+
   repos: {
     list: async ({ values, io }) => {
       const r = await api(io, values, 'GET', '/api/v1/repos');

@@ -245,6 +245,21 @@ export const CLI_COMMANDS = [
     summary: "Actions agents proposed (through the running Steward's API).",
   },
   {
+    name: 'inbox',
+    common: API,
+    subs: [
+      { name: 'list', usage: '[--kind approval|change|pairing|memory|task]', flags: [flag('kind', 'approval|change|pairing|memory|task', 'only this kind')] },
+      {
+        name: 'decide',
+        usage: 'ID DECISION [--reason TEXT] [--role R] [--code CODE]',
+        args: '<id> <decision>',
+        flags: [flag('reason', 'TEXT', 'why (a denial, a closed task)'), flag('role', 'R', 'a pairing approved: the role to give'), flag('code', 'CODE', "a pairing: the requester's code")],
+      },
+    ],
+    runner: 'admin',
+    summary: "Everything waiting for a decision, newest first, and a decision on one (through the running Steward's API).",
+  },
+  {
     name: 'shells',
     subs: [
       { name: 'issue', usage: 'NAME [--role R] [--identity ID]', args: '<name>', flags: [flag('role', 'R', "the shell's role (default member)"), flag('identity', 'ID', 'act as this existing identity')] },

@@ -35,6 +35,7 @@ import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../domain/knowledge
 import { embedderFor } from '../domain/knowledge/embedder.js';
 import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { createKnowledgeService, type KnowledgeService } from '../services/knowledge.js';
+import { createOperatorInbox } from '../services/decisions.js';
 import { policyWhatIf } from '../domain/changes/what-if.js';
 import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, type HeartbeatProbe, type ProbeSource } from '../domain/heartbeat.js';
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
@@ -533,6 +534,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const signIn = new BrowserSignIn({ apiToken: token });
+  const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const app = createHttpApp({
     ingress,
     apiToken: token,
@@ -551,6 +553,15 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     tasks,
     mcp,
     heartbeat,
+    inbox: createOperatorInbox({
+      db,
+      ingress,
+      knowledge,
+      tasks,
+      ...(config.actions.heldSecrets ? { heldSecrets: config.actions.heldSecrets } : {}),
+      ...(config.actions.smtp ? { smtpFrom: config.actions.smtp.from } : {}),
+      ...(runLink ? { runLink } : {}),
+    }),
     policyWhatIf: (r) =>
       policyWhatIf(db, {
         proposed: r.policy,

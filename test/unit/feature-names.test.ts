@@ -44,6 +44,7 @@ const FEATURES: Record<string, string[]> = {
   approvals: ['approval'],
   actions: ['action', 'proposal'],
   tools: ['tool'],
+  decisions: ['decision'],
 };
 
 /** Files that keep a name of their own, and why (each must exist and be needed). */
