@@ -3,23 +3,11 @@
  * and those decided since a time, of approvals, pairing requests, memories and tasks.
  */
 import type { Db } from '../db.js';
+import { findApproval, type ApprovalRecord } from '../governance.js';
 import type { MemoryRow } from '../knowledge/memory.js';
 
-export interface ApprovalDecisionRow {
-  id: string;
-  workflowId: string;
-  sessionId: string;
-  tool: string;
-  summary: string;
-  payload: string;
-  requestedBy: string | null;
-  status: string;
-  decidedBy: string | null;
-  reason: string | null;
-  deadline: Date;
-  createdAt: Date;
-  decidedAt: Date | null;
-}
+/** An approval as the inbox reads it: governance's record of it. */
+export type ApprovalDecisionRow = ApprovalRecord;
 
 export interface PairingDecisionRow {
   id: string;
@@ -52,7 +40,8 @@ export interface TaskDecisionRow {
 export const pendingOrDecidedApprovals = async (db: Db, since: Date): Promise<ApprovalDecisionRow[]> =>
   db.approval.findMany({ where: { OR: [{ status: 'pending' }, { decidedAt: { gte: since } }] }, orderBy: { createdAt: 'desc' }, take: 200 });
 
-export const approvalRow = async (db: Db, id: string): Promise<ApprovalDecisionRow | null> => db.approval.findUnique({ where: { id: id.toLowerCase() } });
+/** One approval by id (governance's lookup). */
+export const approvalRow = findApproval;
 
 export const pendingOrDecidedPairings = async (db: Db, since: Date, now: Date): Promise<PairingDecisionRow[]> =>
   db.pairing.findMany({ where: { OR: [{ status: 'pending', expiresAt: { gt: now } }, { decidedAt: { gte: since } }] }, orderBy: { createdAt: 'desc' }, take: 100 });
