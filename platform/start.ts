@@ -535,6 +535,16 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const signIn = new BrowserSignIn({ apiToken: token });
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
+  const inbox = createOperatorInbox({
+    db,
+    ingress,
+    knowledge,
+    tasks,
+    ...(config.actions.heldSecrets ? { heldSecrets: config.actions.heldSecrets } : {}),
+    ...(config.actions.smtp ? { smtpFrom: config.actions.smtp.from } : {}),
+    ...(runLink ? { runLink } : {}),
+  });
+  const budgets = budgetServiceFor(config, client, db, log);
   const app = createHttpApp({
     ingress,
     apiToken: token,
@@ -545,7 +555,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     metrics: renderMetrics,
     ...(tracing.httpMiddleware ? { tracing: tracing.httpMiddleware } : {}),
     admin: { db },
-    budgets: budgetServiceFor(config, client, db, log),
+    budgets,
     changes,
     objectives,
     workspaces,
@@ -553,15 +563,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     tasks,
     mcp,
     heartbeat,
-    inbox: createOperatorInbox({
-      db,
-      ingress,
-      knowledge,
-      tasks,
-      ...(config.actions.heldSecrets ? { heldSecrets: config.actions.heldSecrets } : {}),
-      ...(config.actions.smtp ? { smtpFrom: config.actions.smtp.from } : {}),
-      ...(runLink ? { runLink } : {}),
-    }),
+    inbox,
     policyWhatIf: (r) =>
       policyWhatIf(db, {
         proposed: r.policy,
@@ -586,7 +588,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
   // the operator console (docs/console.md), behind the same sign-in
   const chats = createConsoleChats({ ingress, db, account: 'default' });
-  app.route('/', createConsoleRoutes({ apiToken: token, signIn, chats, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  app.route('/', createConsoleRoutes({ apiToken: token, signIn, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
   return { app, signIn };
 }
 

@@ -11,22 +11,34 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { Hono, type Context } from 'hono';
-import type { Child } from 'hono/jsx';
 import { deleteCookie } from 'hono/cookie';
 import type { Logger } from 'pino';
-import { z } from 'zod';
-import type { SessionStatusView } from '../../services/chat/status.js';
-import type { TranscriptEntry } from '../../services/chat/transcript.js';
+import { OPERATOR, type Actor } from '../../common/roles.js';
 import type { ConsoleChats } from '../../services/console.js';
+import type { HttpDeps } from '../http/app.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from '../http/backoff.js';
 import { bearerMatches, SIGN_IN_COOKIE, type BrowserSignIn } from '../http/sign-in.js';
 import { Layout, NAV, type PageId, type Viewer } from './layout.js';
 import { csrfPasses, csrfTokenOf, securityHeaders } from './security.js';
+import { addChatRoutes } from './chats.js';
+import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
+
+export { chatEventHtml } from './chats.js';
+
+/** The page modules, each mounted behind the sign-in and CSRF guard. */
+const PAGES: AddPageRoutes[] = [addChatRoutes];
+
+/** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
+export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'>;
 
 export interface ConsoleDeps {
   apiToken: string;
   signIn: BrowserSignIn;
   chats: ConsoleChats;
+  /** The other pages' services. */
+  services?: ConsoleServices;
+  /** Who a request is (default: the operator, for the bearer token and the operator's sign-in). */
+  actorOf?: (c: Context) => Actor;
   backoff?: AuthBackoff;
   /** Where the Temporal UI is served (`/ui`), when it is. */
   uiPath?: string;
@@ -42,40 +54,9 @@ const ASSETS: Record<string, { file: string; type: string }> = {
   'console.css': { file: new URL('./console.css', import.meta.url).pathname, type: 'text/css; charset=utf-8' },
 };
 
-const ChatId = z.string().regex(/^[A-Za-z0-9._@+=-]{1,128}$/);
-const SteerForm = z.object({ text: z.string().trim().min(1, 'say how to steer').max(4000) });
-
-/** Until per-person sign-in: the browser sign-in is the operator's. */
-const OPERATOR: Viewer = { name: 'operator', role: 'admin' };
-const OPERATOR_USER = 'api';
-
-/** A transcript entry as the console shows it (JSX escapes the text). */
-export function MessageItem(props: { e: TranscriptEntry }) {
-  return (
-    <li id={props.e.seq !== undefined ? `m-${props.e.seq}` : undefined} data-role={props.e.role}>
-      <span class="role">{props.e.role === 'user' ? (props.e.user ?? 'user') : props.e.role}</span>
-      <time datetime={props.e.at}>{props.e.at.slice(11, 19)}</time> {props.e.text}
-    </li>
-  );
-}
-
-export function StatusLine(props: { s: SessionStatusView }) {
-  const r = props.s.running;
-  if (!props.s.exists) return <span>No session yet.</span>;
-  if (!r) return <span>Idle · {props.s.turns} turns · queue {props.s.queueLength}</span>;
-  return (
-    <span>
-      Working: {r.phase} (step {r.step}){r.tool ? ` · tool ${r.tool}` : ''}
-      {r.approvalId ? ` · waiting for approval ${r.approvalId}` : ''} · queue {props.s.queueLength}
-    </span>
-  );
-}
-
-/** The HTML fragments of the chat event stream (`?format=html`). */
-export const chatEventHtml = {
-  message: (e: TranscriptEntry) => String(<MessageItem e={e} />),
-  status: (s: SessionStatusView) => String(<StatusLine s={s} />),
-};
+/** Until per-person sign-in: the browser sign-in (and the bearer token) is the operator's. */
+const operatorActor = (): Actor => OPERATOR;
+const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operator', role: 'admin' } : { name: a.name, role: a.role });
 
 const PLACEHOLDERS: Record<Exclude<PageId, 'chats'>, { holds: string; meanwhile: string }> = {
   inbox: { holds: 'everything waiting for a decision: approvals, pairing requests, pending memories, open tasks, changes waiting for promotion', meanwhile: 'GET /api/v1/approvals, /api/v1/pairings, /api/v1/tasks; ./steward approvals' },
@@ -84,8 +65,6 @@ const PLACEHOLDERS: Record<Exclude<PageId, 'chats'>, { holds: string; meanwhile:
   knowledge: { holds: 'workspaces, skills, memories, MCP servers and their tools, heartbeat parts', meanwhile: 'GET /api/v1/workspaces, /api/v1/memories, /api/v1/mcp/servers, /api/v1/heartbeat' },
   budgets: { holds: 'budgets and receipts for a chat, person or change, exportable as JSONL', meanwhile: 'GET /api/v1/budgets; ./steward budgets' },
 };
-
-type Render = (c: Context, title: string, page: PageId | undefined, body: Child, status?: 200 | 400 | 404, workflowId?: string) => Response | Promise<Response>;
 
 export function createConsoleRoutes(deps: ConsoleDeps): Hono {
   const app = new Hono();
@@ -137,11 +116,12 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
   app.use('/console', guard);
   app.use('/console/*', guard);
 
+  const actorOf = deps.actorOf ?? operatorActor;
   const render: Render = (c, title, page, body, status = 200, workflowId) =>
     c.html(
       '<!doctype html>' +
         String(
-          <Layout title={title} page={page} viewer={OPERATOR} csrf={csrfTokenOf(c, deps.apiToken)} uiLink={runLink(workflowId)}>
+          <Layout title={title} page={page} viewer={viewerOf(actorOf(c))} csrf={csrfTokenOf(c, deps.apiToken)} uiLink={runLink(workflowId)}>
             {body}
           </Layout>,
         ),
@@ -173,118 +153,7 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
     );
   }
 
-  addChatRoutes(app, deps, render);
+  const ctx: ConsolePageContext = { deps, render, actorOf, runLink };
+  for (const add of PAGES) add(app, ctx);
   return app;
-}
-
-/** The Chats page: the sessions, one chat's live transcript, Stop and Steer. */
-function addChatRoutes(app: Hono, deps: ConsoleDeps, render: Render): void {
-  app.get('/console/chats', async (c) => {
-    const chats = await deps.chats.list();
-    return render(
-      c,
-      'Chats',
-      'chats',
-      <>
-        <form method="get" action="/console/chats/open" class="controls">
-          <label>
-            Open an HTTP chat by id <input type="text" name="chatId" required pattern="[A-Za-z0-9._@+=\-]{1,128}" />
-          </label>
-          <button type="submit">Open</button>
-        </form>
-        {chats.length === 0 ? (
-          <p>No chats yet.</p>
-        ) : (
-          <table>
-            <caption>Sessions, newest message first</caption>
-            <thead>
-              <tr>
-                <th scope="col">Session</th>
-                <th scope="col">Messages</th>
-                <th scope="col">Last message</th>
-              </tr>
-            </thead>
-            <tbody>
-              {chats.map((s) => (
-                <tr>
-                  <td>{s.chatId !== undefined ? <a href={`/console/chats/${encodeURIComponent(s.chatId)}`}>{s.chatId}</a> : s.sessionId}</td>
-                  <td>{s.messages}</td>
-                  <td>
-                    <time datetime={s.lastAt}>{s.lastAt}</time>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        )}
-      </>,
-    );
-  });
-
-  app.get('/console/chats/open', (c) => {
-    const id = ChatId.safeParse(c.req.query('chatId'));
-    return id.success ? c.redirect(`/console/chats/${encodeURIComponent(id.data)}`, 303) : c.redirect('/console/chats', 303);
-  });
-
-  app.get('/console/chats/:chatId', async (c) => {
-    const id = ChatId.safeParse(c.req.param('chatId'));
-    if (!id.success) return render(c, 'No such chat', 'chats', <p>Chat ids use letters, digits and . _ @ + = -.</p>, 404);
-    const chatId = id.data;
-    const [entries, status] = await Promise.all([deps.chats.transcript(chatId), deps.chats.status(chatId)]);
-    const last = entries.at(-1)?.seq ?? 0;
-    const base = `/console/chats/${encodeURIComponent(chatId)}`;
-    return render(
-      c,
-      `Chat ${chatId}`,
-      'chats',
-      <div hx-ext="sse" sse-connect={`/api/v1/chats/${encodeURIComponent(chatId)}/events?format=html&after=${last}`}>
-        <p class="status" id="status" role="status" sse-swap="status" hx-swap="innerHTML">
-          <StatusLine s={status} />
-        </p>
-        <div class="controls">
-          <form method="post" action={`${base}/stop`} hx-post={`${base}/stop`} hx-target="#action-result" hx-swap="innerHTML">
-            <button type="submit" id="stop">
-              Stop
-            </button>
-          </form>
-          <form method="post" action={`${base}/steer`} hx-post={`${base}/steer`} hx-target="#action-result" hx-swap="innerHTML">
-            <label>
-              Steer the running turn <input type="text" name="text" id="steer-text" required maxlength={4000} />
-            </label>
-            <button type="submit">Steer</button>
-          </form>
-        </div>
-        <p id="action-result" role="status" aria-live="polite"></p>
-        <h2>Transcript</h2>
-        <ol class="transcript" id="transcript" aria-live="polite" sse-swap="message" hx-swap="beforeend">
-          {entries.map((e) => (
-            <MessageItem e={e} />
-          ))}
-        </ol>
-      </div>,
-      200,
-      status.running?.runWorkflowId ?? (status.exists ? status.workflowId : undefined),
-    );
-  });
-
-  /** The answer to a Stop or Steer: a fragment for htmx, the chat page again for a plain form. */
-  const answered = (c: Context, chatId: string, text: string, error = false) =>
-    c.req.header('hx-request') ? c.html(String(<span class={error ? 'error' : undefined}>{text}</span>), error ? 400 : 200) : c.redirect(`/console/chats/${encodeURIComponent(chatId)}`, 303);
-
-  app.post('/console/chats/:chatId/stop', async (c) => {
-    const id = ChatId.safeParse(c.req.param('chatId'));
-    if (!id.success) return c.text('no such chat', 404);
-    const r = await deps.chats.stop(id.data, OPERATOR_USER);
-    return answered(c, id.data, r.kind === 'rejected' ? `Refused: ${r.reply ?? r.reason ?? 'not allowed'}` : (r.reply ?? 'Stop sent.'), r.kind === 'rejected');
-  });
-
-  app.post('/console/chats/:chatId/steer', async (c) => {
-    const id = ChatId.safeParse(c.req.param('chatId'));
-    if (!id.success) return c.text('no such chat', 404);
-    const form = SteerForm.safeParse(await c.req.parseBody());
-    if (!form.success) return answered(c, id.data, form.error.issues.map((i) => i.message).join('; '), true);
-    const r = await deps.chats.steer(id.data, form.data.text, OPERATOR_USER);
-    return answered(c, id.data, r.kind === 'rejected' ? `Refused: ${r.reply ?? r.reason ?? 'not allowed'}` : (r.reply ?? 'Steer sent.'), r.kind === 'rejected');
-  });
-
 }
