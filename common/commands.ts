@@ -40,6 +40,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   { name: 'think', args: [arg('level', 'Reasoning effort', false, { choices: ['off', 'low', 'medium', 'high'] })], description: 'Show or set the reasoning effort.', minRole: 'operator', where: 'any' },
   { name: 'status', args: [], description: 'Show the running turn, step, queue, model and token use.', minRole: 'viewer', where: 'any' },
   { name: 'whoami', args: [], description: 'Show who Steward knows you as, and your role.', minRole: 'viewer', where: 'any' },
+  { name: 'console', args: [], description: 'Get a one-time link that signs you in to the operator console (in a direct message).', minRole: 'viewer', where: 'dm' },
   { name: 'help', args: [], description: 'List the commands you may use.', minRole: 'viewer', where: 'any' },
   { name: 'change', args: [arg('repo', 'The registered repository'), arg('request', 'What to change', true, { rest: true })], description: 'Start a governed repository change (plan, sandboxed agent, validation gate, promotion).', minRole: 'operator', where: 'any' },
   { name: 'answer', args: [arg('text', "The answer to a change's clarifying question", true, { rest: true })], description: "Answer the clarifying question of this chat's change.", minRole: 'member', where: 'any' },
@@ -75,6 +76,7 @@ export type ParsedCommand =
   | { kind: 'think'; level?: 'off' | 'low' | 'medium' | 'high' }
   | { kind: 'status' }
   | { kind: 'whoami' }
+  | { kind: 'console' }
   | { kind: 'help' }
   | { kind: 'pair' }
   | { kind: 'approve'; code: string; role: Role }
@@ -296,6 +298,8 @@ function parseCommand(name: string, rest: string): ParsedCommand {
       return { kind: 'status' };
     case 'whoami':
       return { kind: 'whoami' };
+    case 'console':
+      return { kind: 'console' };
     case 'help':
     case 'start':
       return { kind: 'help' };

@@ -389,6 +389,7 @@ export const ConfigEnvSchema = z.object(documented({
     .transform((v) => v.split(',').map((t) => t.trim().toLowerCase())),
   STEWARD_OPENHARNESS_WAIT: duration('25s', 'how long an OpenHarness request waits for the reply,'),
   STEWARD_TEMPORAL_UI_URL: url('(the Temporal UI that run links point at)'),
+  STEWARD_PUBLIC_URL: url('(where people open Steward: the console links the /console command gives)'),
   STEWARD_REPO_TASK_QUEUE: z.string().trim().min(1).default('steward-repo'),
   STEWARD_BACKGROUND_TASK_QUEUE: z.string().trim().min(1).default('steward-background'),
   // --- objective triggers: signed webhooks
@@ -624,6 +625,8 @@ export interface StewardConfig {
   openharness: { waitMs: number };
   /** Base URL of the Temporal UI for run links (the embedded UI when unset). */
   temporalUiUrl?: string;
+  /** Where people open Steward (STEWARD_PUBLIC_URL): the base of console links given in chat. */
+  publicUrl?: string;
   repoChanges: {
     taskQueue: string;
     /** The operator's policy layer (STEWARD_REPO_POLICY), validated. */
@@ -1003,6 +1006,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     governance: governanceSection(e, cwd),
     openharness: { waitMs: e.STEWARD_OPENHARNESS_WAIT },
     ...(e.STEWARD_TEMPORAL_UI_URL ? { temporalUiUrl: e.STEWARD_TEMPORAL_UI_URL.replace(/\/$/, '') } : {}),
+    ...(e.STEWARD_PUBLIC_URL ? { publicUrl: e.STEWARD_PUBLIC_URL.replace(/\/$/, '') } : {}),
     repoChanges: repoChangesSection(e, globalPolicy),
     actions: actionsSection(e, env, raw.fromFile),
     codec: codecSection(e),

@@ -341,6 +341,12 @@ export const SETTING_DOCS = {
     unset: 'the embedded UI Steward serves at `<API>/ui` when it starts the dev server with its UI; else no links',
     example: 'https://temporal-ui.example.com',
   },
+  STEWARD_PUBLIC_URL: {
+    group: 'HTTP API',
+    description: 'Where people open Steward in a browser: the base of the one-time console links the `/console` chat command gives (docs/console.md).',
+    unset: 'the address the HTTP API listens on (`http://<STEWARD_HTTP_HOST>:<port>`), fine for one machine',
+    example: 'https://steward.example.com',
+  },
   STEWARD_REPO_TASK_QUEUE: {
     group: 'Workers and task queues',
     description: "The task queue of repo-change activities (coding agent, gates, promotion), polled by an activity-only worker so a long change never holds a chat turn's activity slot.",

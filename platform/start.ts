@@ -26,6 +26,9 @@ import { chatEventHtml, createConsoleRoutes } from '../adapters/console/app.js';
 import { createConsoleChats } from '../services/console.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress, type Ingress } from '../services/chat/intake.js';
+import { createConsolePersons } from '../services/auth.js';
+import { isAdmin } from '../common/roles.js';
+import type { Context } from 'hono';
 import { createOpenHarnessRoutes } from '../adapters/openharness/engine.js';
 import { EMBEDDED_UI_PATH, QUEUE_ROLES, temporalUiBase, type QueueRole, type StewardConfig } from '../config/index.js';
 import { createChangeService, type ChangeService } from '../services/changes.js';
@@ -504,8 +507,35 @@ function budgetServiceFor(config: StewardConfig, client: Client, db: Db, log: Lo
 }
 
 /** What the HTTP app serves from: the ingress, the services, and what the codec endpoint and the embedded UI need. */
+/** What the heartbeat probes at start (the chat platforms' probes join once they run). */
+function heartbeatProbesFor(config: StewardConfig, connection: Parameters<typeof temporalProbe>[0], address: string, client: Client, db: Db): Array<HeartbeatProbe | ProbeSource> {
+  return [
+    temporalProbe(connection, address),
+    databaseProbe(db, databaseKind(config.databaseUrl)),
+    ...[...new Set(QUEUE_ROLES.map((r) => queueOf(config, r)))].map((name) => queueProbe(client, config.temporal.namespace, { name, role: QUEUE_ROLES.filter((r) => queueOf(config, r) === name).join('+') })),
+    modelProbe(db),
+    inboxProbes(db),
+    mcpProbes(db),
+  ];
+}
+
+/** The browser sign-in, and the `/console` command's links: on STEWARD_PUBLIC_URL, else on the address the API listens on (known once it does). */
+function browserSignIn(config: StewardConfig, token: string) {
+  const signIn = new BrowserSignIn({ apiToken: token });
+  let base = config.publicUrl;
+  return {
+    signIn,
+    consoleLink: (identityId: string) => (base ? { url: `${base}/console/login/${signIn.issuePersonLink(identityId).token}`, expiresInMinutes: Math.round(signIn.linkTtlMs / 60_000) } : undefined),
+    listening: (url: string) => {
+      base ??= url;
+    },
+  };
+}
+
 interface ApiAppParts {
   ingress: Ingress;
+  /** The browser sign-in (the operator's cookie and links, people's console links). */
+  signIn: BrowserSignIn;
   /** Budgets (/api/v1/budgets): their changes and raises wake the turns waiting on them, as chat's do. */
   client: Client;
   token: string;
@@ -530,10 +560,15 @@ interface ApiAppParts {
  * shells and webhooks), the OpenHarness shells, the codec endpoint and the embedded UI behind the
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
-function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp>; signIn: BrowserSignIn } {
-  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, log } = parts;
+function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp> } {
+  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, signIn, log } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
-  const signIn = new BrowserSignIn({ apiToken: token });
+  const persons = createConsolePersons(db);
+  const consoleAdmin = async (c: Context): Promise<boolean> => {
+    const id = signIn.personOfRequest(c);
+    const who = id !== undefined ? await persons.actorOf(id) : undefined;
+    return who !== undefined && isAdmin(who.role);
+  };
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   const inbox = createOperatorInbox({
     db,
@@ -549,6 +584,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     ingress,
     apiToken: token,
     signIn,
+    consoleAdmin,
     chatEvents: { html: chatEventHtml },
     log,
     backoff,
@@ -588,8 +624,8 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
   // the operator console (docs/console.md), behind the same sign-in
   const chats = createConsoleChats({ ingress, db, account: 'default' });
-  app.route('/', createConsoleRoutes({ apiToken: token, signIn, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
-  return { app, signIn };
+  app.route('/', createConsoleRoutes({ apiToken: token, signIn, persons, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  return { app };
 }
 
 export async function startSteward(config: StewardConfig, log: Logger, opts: StartOptions = {}): Promise<RunningSteward> {
@@ -678,17 +714,12 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     });
 
     // the heartbeat: each part's state and last success; a lasting degradation (and its end) told to the admins
-    const heartbeatProbes: Array<HeartbeatProbe | ProbeSource> = [
-      temporalProbe(connection, address),
-      databaseProbe(db, databaseKind(config.databaseUrl)),
-      ...[...new Set(QUEUE_ROLES.map((r) => queueOf(config, r)))].map((name) => queueProbe(client, config.temporal.namespace, { name, role: QUEUE_ROLES.filter((r) => queueOf(config, r) === name).join('+') })),
-      modelProbe(db),
-      inboxProbes(db),
-      mcpProbes(db),
-    ];
+    const heartbeatProbes = heartbeatProbesFor(config, connection, address, client, db);
     const heartbeat = createHeartbeat({ db, senders, probes: heartbeatProbes, thresholdMs: config.heartbeat.thresholdMs });
     // HTTP API
+    const { signIn, consoleLink, listening } = browserSignIn(config, token);
     const ingress = createIngress({
+      consoleLink,
       budgets: budgetServiceFor(config, client, db, log),
       heartbeat: () => heartbeat.current(),
       client,
@@ -715,8 +746,9 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // redelivery came) is handed over at start and every minute, once (services/handoff.ts)
     cleanups.push(startResumingHandoffs({ messages: (o) => ingress.resumeHandoffs(o), events: (o) => objectives.resumeEventRuns(o) }, log));
     const health = healthCheck(config, role, workers, connection, db);
-    const { app, signIn } = createApiApp(config, { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
+    const { app } = createApiApp(config, { ingress, signIn, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
+    listening(http.url);
     cleanups.push(() => http.close());
     const uiSignInUrl = uiUpstream ? `${http.url}/codec/login/${signIn.issueLink().token}` : undefined;
     if (config.telemetry.metrics.port !== undefined) {

@@ -76,6 +76,8 @@ export interface InboxItem {
   actions: Array<(typeof INBOX_DECISIONS)[number]>;
   /** Why an action is not offered to this person. */
   notes: string[];
+  /** The person asking asked for it or shaped it (a proposal of their turn, a memory their turn proposed). People below admin see only these. */
+  mine?: boolean;
   /** Who decided and how, once decided. */
   decided: { by: string | null; at: string | null; how: string; reason?: string } | null;
 }
@@ -163,6 +165,7 @@ async function approvalItem(deps: OperatorInboxDeps, a: ApprovalDecisionRow, act
     status: a.status,
     actions,
     notes,
+    ...(requesters.includes(actor.id) ? { mine: true } : {}),
     decided: pending ? null : { by: a.decidedBy, at: iso(a.decidedAt), how: a.status, ...(a.reason ? { reason: a.reason } : {}) },
   };
 }
@@ -213,6 +216,7 @@ function memoryItem(m: MemoryRow, actor: Actor): InboxItem {
     status: m.status,
     actions,
     notes,
+    ...(contributorsOf(m).includes(actor.id) ? { mine: true } : {}),
     decided: pending ? null : { by: m.decidedBy, at: iso(m.decidedAt), how: m.status === 'active' ? 'approved' : m.status },
   };
 }
@@ -267,8 +271,11 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
       const rows = await store.openOrClosedTasks(db, since);
       out.push(...rows.map((t) => taskItem(t, actor)));
     }
-    return out.sort((a, b) => (a.created < b.created ? 1 : a.created > b.created ? -1 : a.id < b.id ? 1 : -1));
+    return out.filter((it) => visibleTo(it, actor)).sort((a, b) => (a.created < b.created ? 1 : a.created > b.created ? -1 : a.id < b.id ? 1 : -1));
   }
+
+  /** Admins (and the operator) see the whole inbox; other people what they asked for or shaped. */
+  const visibleTo = (it: InboxItem, actor: Actor) => isAdmin(actor.role) || it.mine === true;
 
   function parseId(raw: unknown): { kind: InboxKind; id: string } {
     const r = InboxItemIdSchema.safeParse(raw);
@@ -278,6 +285,12 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
   }
 
   async function item(raw: unknown, actor: Actor): Promise<InboxItem> {
+    const it = await anyItem(raw, actor);
+    if (!visibleTo(it, actor)) throw new InboxInputError(`no inbox item has the id ${it.id}`, 404);
+    return it;
+  }
+
+  async function anyItem(raw: unknown, actor: Actor): Promise<InboxItem> {
     const { kind, id } = parseId(raw);
     const missing = () => new InboxInputError(`no inbox item has the id ${kind}:${id}`, 404);
     switch (kind) {
@@ -334,7 +347,8 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
       const parsed = InboxDecisionSchema.safeParse(rawDecision);
       if (!parsed.success) throw new InboxInputError(`invalid decision: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`).join('; ')}`, 400);
       const d = parsed.data;
-      const current = await item(`${kind}:${id}`, actor);
+      // the rules decide (409), whoever sees the item: a person below admin is refused by them, not by not seeing it
+      const current = await anyItem(`${kind}:${id}`, actor);
       let message: string;
       switch (kind) {
         case 'approval':

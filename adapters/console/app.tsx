@@ -13,7 +13,8 @@ import { createRequire } from 'node:module';
 import { Hono, type Context } from 'hono';
 import { deleteCookie } from 'hono/cookie';
 import type { Logger } from 'pino';
-import { OPERATOR, type Actor } from '../../common/roles.js';
+import { isAdmin, OPERATOR, type Actor } from '../../common/roles.js';
+import type { ConsolePersons } from '../../services/auth.js';
 import type { ConsoleChats } from '../../services/console.js';
 import type { HttpDeps } from '../http/app.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from '../http/backoff.js';
@@ -37,8 +38,10 @@ export interface ConsoleDeps {
   chats: ConsoleChats;
   /** The other pages' services. */
   services?: ConsoleServices;
-  /** Who a request is (default: the operator, for the bearer token and the operator's sign-in). */
+  /** Who a request is (default: the person signed in through their console link, else the operator). */
   actorOf?: (c: Context) => Actor;
+  /** People's own sign-in (the `/console` command's links); without it only the operator signs in. */
+  persons?: ConsolePersons;
   backoff?: AuthBackoff;
   /** Where the Temporal UI is served (`/ui`), when it is. */
   uiPath?: string;
@@ -56,7 +59,9 @@ const ASSETS: Record<string, { file: string; type: string }> = {
 
 /** Until per-person sign-in: the browser sign-in (and the bearer token) is the operator's. */
 const operatorActor = (): Actor => OPERATOR;
-const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operator', role: 'admin' } : { name: a.name, role: a.role });
+const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operator', role: 'admin', admin: true, operator: true } : { name: a.name, role: a.role, admin: isAdmin(a.role), operator: false });
+/** What a person below admin may open: their inbox (what they asked for, and why they may not decide it). */
+const PERSON_PATHS = ['/console/inbox', '/console/sign-out'];
 
 const PLACEHOLDERS: Record<Exclude<PageId, 'chats'>, { holds: string; meanwhile: string }> = {
   inbox: { holds: 'everything waiting for a decision: approvals, pairing requests, pending memories, open tasks, changes waiting for promotion', meanwhile: 'GET /api/v1/approvals, /api/v1/pairings, /api/v1/tasks; ./steward approvals' },
@@ -84,7 +89,8 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
 
   // Sign-in and CSRF, for every other console route.
   const guard = async (c: Context, next: () => Promise<void>): Promise<Response | undefined> => {
-    if (new URL(c.req.url).pathname.startsWith('/console/assets/')) {
+    const path = new URL(c.req.url).pathname;
+    if (path.startsWith('/console/assets/') || path.startsWith('/console/login/')) {
       await next();
       return undefined;
     }
@@ -102,13 +108,26 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
       await next();
       return undefined;
     }
-    if (!deps.signIn.signedIn(c)) {
+    const personId = deps.persons ? deps.signIn.personOfRequest(c) : undefined;
+    const person = personId !== undefined ? await deps.persons?.actorOf(personId) : undefined;
+    if (personId !== undefined && !person) {
+      // the identity was removed (or its role is not one Steward knows): the sign-in is void
+      deleteCookie(c, SIGN_IN_COOKIE, { path: '/' });
+      return c.text('refused: this sign-in is no longer valid; send /console to Steward in a direct message for a new link', 401);
+    }
+    if (!person && !deps.signIn.signedIn(c)) {
       if (c.req.method === 'GET' || c.req.method === 'HEAD') return c.redirect(`/codec/login?next=${encodeURIComponent(`${url.pathname}${url.search}`)}`, 303);
       return c.text('sign in first', 401);
     }
-    if (c.req.method !== 'GET' && c.req.method !== 'HEAD' && !(await csrfPasses(c, deps.apiToken, (v) => deps.signIn.cookieValid(v)))) {
+    if (c.req.method !== 'GET' && c.req.method !== 'HEAD' && !(await csrfPasses(c, deps.apiToken, (v) => deps.signIn.cookieValid(v) || deps.signIn.personOf(v) !== undefined))) {
       deps.log?.warn({ path: url.pathname }, 'console: a state-changing request without its CSRF token was refused');
       return c.text('refused: this request needs the CSRF token of your sign-in (reload the page)', 403);
+    }
+    if (person) {
+      if (!isAdmin(person.role) && path !== '/console' && !PERSON_PATHS.some((p) => path === p || path.startsWith(`${p}/`))) {
+        return c.text(`refused: this page is for admins; you are ${person.name} (${person.role}). Your page is /console/inbox.`, 403);
+      }
+      actors.set(c.req.raw, person);
     }
     await next();
     return undefined;
@@ -116,7 +135,8 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
   app.use('/console', guard);
   app.use('/console/*', guard);
 
-  const actorOf = deps.actorOf ?? operatorActor;
+  const actors = new WeakMap<Request, Actor>();
+  const actorOf = deps.actorOf ?? ((c: Context): Actor => actors.get(c.req.raw) ?? operatorActor());
   const render: Render = (c, title, page, body, status = 200, workflowId) =>
     c.html(
       '<!doctype html>' +
@@ -128,7 +148,43 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
       status,
     );
 
-  app.get('/console', (c) => c.redirect('/console/chats', 303));
+  app.get('/console', (c) => c.redirect(isAdmin(actorOf(c).role) ? '/console/chats' : '/console/inbox', 303));
+
+  // A person's one-time link (the `/console` chat command): checked by its signature, used up by
+  // its receipt (services/auth.ts), then the person's cookie. Refused like any wrong credential.
+  app.get('/console/login/:token', async (c) => {
+    if (c.req.method === 'HEAD') return c.body(null, 200);
+    const client = backoff.client(c);
+    const wait = backoff.waitMs(client);
+    if (wait > 0) return c.text(backoffMessage(wait), 429, { 'retry-after': String(retryAfterSeconds(wait)) });
+    const link = deps.signIn.personLink(c.req.param('token'));
+    const person = link && deps.persons ? await deps.persons.actorOf(link.identityId) : undefined;
+    if (!link || !person || !deps.persons || !(await deps.persons.redeem(link, client.address))) {
+      backoff.failure(client, 'console');
+      return c.html(
+        '<!doctype html>' +
+          String(
+            <html lang="en">
+              <head>
+                <meta charset="utf-8" />
+                <title>Sign-in link refused · Steward console</title>
+                <link rel="stylesheet" href="/console/assets/console.css" />
+              </head>
+              <body>
+                <main id="main">
+                  <h1>Sign-in link refused</h1>
+                  <p id="link-refused">This console link was used already, has expired or was never issued. Send /console to Steward in a direct message for a new one.</p>
+                </main>
+              </body>
+            </html>,
+          ),
+        401,
+      );
+    }
+    backoff.success(client);
+    deps.signIn.setPersonCookie(c, person.id);
+    return c.redirect(isAdmin(person.role) ? '/console/chats' : '/console/inbox', 303);
+  });
 
   app.post('/console/sign-out', (c) => {
     deleteCookie(c, SIGN_IN_COOKIE, { path: '/' });

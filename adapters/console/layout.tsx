@@ -16,6 +16,10 @@ export const NAV: { id: PageId; label: string; href: string }[] = [
 export interface Viewer {
   name: string;
   role: string;
+  /** Admins (and the operator) see every page; other people their inbox. */
+  admin: boolean;
+  /** The operator's sign-in (the Temporal UI is theirs). */
+  operator: boolean;
 }
 
 /** htmx's settings: no inline style injected, nothing evaluated, requests to this origin only. */
@@ -45,16 +49,18 @@ export function Layout(props: { title: string; page: PageId | undefined; viewer:
           <span class="brand">Steward console</span>
           <nav aria-label="Console pages">
             <ul>
-              {NAV.map((n) => (
+              {NAV.filter((n) => props.viewer.admin || n.id === 'inbox').map((n) => (
                 <li>
                   <a href={n.href} aria-current={n.id === props.page ? 'page' : undefined}>
                     {n.label}
                   </a>
                 </li>
               ))}
-              <li>
-                <a href={props.uiLink ?? '/ui/'}>Runs in the Temporal UI</a>
-              </li>
+              {props.viewer.operator ? (
+                <li>
+                  <a href={props.uiLink ?? '/ui/'}>Runs in the Temporal UI</a>
+                </li>
+              ) : null}
             </ul>
           </nav>
           <div class="who">

@@ -209,6 +209,8 @@ export interface HttpDeps {
   backoff?: AuthBackoff;
   /** The browser sign-in: its cookie is accepted (besides the token) on the chat event stream, for the console. */
   signIn?: BrowserSignIn;
+  /** Whether the request's console sign-in is a person with the admin role now (accepted on the chat event stream like the operator's). */
+  consoleAdmin?: (c: Context) => Promise<boolean>;
   /** The chat event stream's settings (`GET /api/v1/chats/{id}/events`, events.ts). */
   chatEvents?: Omit<ChatEventOptions, 'ingress' | 'account'>;
 }
@@ -268,9 +270,11 @@ export function createHttpApp(deps: HttpDeps) {
   }
   app.use('/api/v1/*', async (c, next) => {
     // the console reads the chat event stream with its sign-in cookie (a GET: it changes nothing)
-    if (deps.signIn && c.req.method === 'GET' && CHAT_EVENTS_PATH.test(new URL(c.req.url).pathname) && !c.req.header('authorization') && deps.signIn.signedIn(c)) {
-      await next();
-      return undefined;
+    if (deps.signIn && c.req.method === 'GET' && CHAT_EVENTS_PATH.test(new URL(c.req.url).pathname) && !c.req.header('authorization')) {
+      if (deps.signIn.signedIn(c) || (deps.consoleAdmin && (await deps.consoleAdmin(c)))) {
+        await next();
+        return undefined;
+      }
     }
     const refused = refuseToken(c);
     if (refused) return refused;

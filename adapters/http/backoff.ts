@@ -37,7 +37,7 @@ import { z } from 'zod';
 import type { Db } from '../../domain/db.js';
 import { recordAuthBackoff } from '../../services/auth.js';
 
-export type AuthSurface = 'api' | 'codec' | 'openharness' | 'webhook';
+export type AuthSurface = 'api' | 'codec' | 'console' | 'openharness' | 'webhook';
 
 export const BackoffSettingsSchema = z.object({
   /** Wrong credentials from one address before it must wait. */

@@ -26,6 +26,7 @@ const Item = z
     status: z.string(),
     actions: z.array(z.enum(INBOX_DECISIONS)).openapi({ description: 'What the asker may do with it now' }),
     notes: z.array(z.string()).openapi({ description: 'Why an action is not offered' }),
+    mine: z.boolean().optional().openapi({ description: 'The asker asked for or shaped it (people below admin see only these)' }),
     decided: z.object({ by: z.string().nullable(), at: z.string().nullable(), how: z.string(), reason: z.string().optional() }).nullable(),
   })
   .openapi('InboxItem');

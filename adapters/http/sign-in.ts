@@ -12,6 +12,16 @@
  *
  * Links live in the memory of the process that issued them: a restart voids them (the banner of
  * the new process prints a new one).
+ *
+ * A person's own sign-in, for the operator console only (`/console`, docs/console.md): the
+ * `/console` chat command (in a direct message) gives a paired person a one-time link
+ * `/console/login/<token>`. The token is signed, not stored (`p1.<identity>.<expiry>.<nonce>.<mac>`,
+ * keyed by the API token), so any API process can check it; it is used up by the `auth.sign-in`
+ * receipt its nonce keys (services/auth.ts), which the database writes once. Redeemed, it sets the
+ * same cookie with the person in it (`v2.<expiry>.<identity>.<mac>`). `cookieValid` and
+ * `signedIn`, which the Temporal UI, the codec endpoint and the API's event stream check, accept
+ * only the operator's cookie (`v1`); the console reads the person's with `personOf` and looks
+ * their role up on every request, so a role changed or an identity removed takes effect at once.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'hono';
@@ -26,6 +36,16 @@ export const SIGN_IN_LINK_TTL_MS = 60 * 60 * 1000;
 const MAX_PENDING_LINKS = 200;
 /** A link token: 32 random bytes, base64url. */
 export const LINK_TOKEN = /^[A-Za-z0-9_-]{43}$/;
+/** A person's console link token: `p1.<identity, base64url>.<expiry seconds>.<nonce>.<mac>`. */
+export const PERSON_LINK_TOKEN = /^p1\.([A-Za-z0-9_-]{1,200})\.(\d{1,12})\.([A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{43})$/;
+const PERSON_COOKIE = /^v2\.(\d{1,12})\.([A-Za-z0-9_-]{1,200})\.([A-Za-z0-9_-]{43})$/;
+
+/** A person's link, checked: who, and the nonce its one use is recorded by. */
+export interface PersonLink {
+  identityId: string;
+  nonce: string;
+  expiresAt: Date;
+}
 
 /** Constant-time equality of two secrets (the API token, shell tokens, cookie MACs). */
 export function sameSecret(a: string, b: string): boolean {
@@ -76,6 +96,50 @@ export class BrowserSignIn {
     if (!m) return false;
     const expires = Number(m[1]);
     return expires > this.now() / 1000 && sameSecret(m[2]!, this.mac(expires));
+  }
+
+  private personMac(kind: 'link' | 'cookie', ...parts: string[]): string {
+    return createHmac('sha256', this.opts.apiToken).update([`steward-console-person-${kind}/v1`, ...parts].join('\n')).digest('base64url');
+  }
+
+  /** A one-time console link token for a person (checked by `personLink`, used up by its nonce's receipt). */
+  issuePersonLink(identityId: string): { token: string; expiresAt: Date } {
+    const id = Buffer.from(identityId).toString('base64url');
+    const expires = Math.floor((this.now() + this.linkTtlMs) / 1000);
+    const nonce = randomBytes(16).toString('base64url');
+    return { token: `p1.${id}.${expires}.${nonce}.${this.personMac('link', id, String(expires), nonce)}`, expiresAt: new Date(expires * 1000) };
+  }
+
+  /** A person's link token, if it is one this API token signed and it has not expired (its one use is checked by the caller). */
+  personLink(token: string): PersonLink | undefined {
+    const m = PERSON_LINK_TOKEN.exec(token);
+    if (!m) return undefined;
+    const [, id, exp, nonce, mac] = m as unknown as [string, string, string, string, string];
+    if (!sameSecret(mac, this.personMac('link', id, exp, nonce))) return undefined;
+    if (Number(exp) <= this.now() / 1000) return undefined;
+    return { identityId: Buffer.from(id, 'base64url').toString(), nonce, expiresAt: new Date(Number(exp) * 1000) };
+  }
+
+  /** The identity a person's cookie value names, when it is valid (never for the operator's). */
+  personOf(value: string | undefined): string | undefined {
+    const m = PERSON_COOKIE.exec(value ?? '');
+    if (!m) return undefined;
+    const [, exp, id, mac] = m as unknown as [string, string, string, string];
+    if (Number(exp) <= this.now() / 1000 || !sameSecret(mac, this.personMac('cookie', exp, id))) return undefined;
+    return Buffer.from(id, 'base64url').toString();
+  }
+
+  /** The person signed in to this request (their identity id), if any. */
+  personOfRequest(c: Context): string | undefined {
+    return this.personOf(getCookie(c, SIGN_IN_COOKIE));
+  }
+
+  /** Sign the requesting browser in as a person (the console only). */
+  setPersonCookie(c: Context, identityId: string): void {
+    const expires = Math.floor(this.now() / 1000) + SIGN_IN_TTL_SECONDS;
+    const id = Buffer.from(identityId).toString('base64url');
+    const https = new URL(c.req.url).protocol === 'https:' || c.req.header('x-forwarded-proto') === 'https';
+    setCookie(c, SIGN_IN_COOKIE, `v2.${expires}.${id}.${this.personMac('cookie', String(expires), id)}`, { httpOnly: true, sameSite: 'Lax', path: '/', maxAge: SIGN_IN_TTL_SECONDS, secure: https });
   }
 
   /** The request carries a valid sign-in cookie. */

@@ -65,7 +65,7 @@ export interface CommandCall {
 }
 
 /** What the handlers use: the intake's dependencies and its session and decision helpers. */
-export interface CommandEnv extends Pick<IngressDeps, 'client' | 'db' | 'configuredProviders' | 'changes' | 'objectives' | 'workspaces' | 'promptLayers' | 'knowledge' | 'heartbeat' | 'runLink' | 'tasks'> {
+export interface CommandEnv extends Pick<IngressDeps, 'client' | 'db' | 'consoleLink' | 'configuredProviders' | 'changes' | 'objectives' | 'workspaces' | 'promptLayers' | 'knowledge' | 'heartbeat' | 'runLink' | 'tasks'> {
   budgets: BudgetService;
   status(sessionId: string): Promise<SessionStatusView>;
   formatStatus(view: SessionStatusView): string;
@@ -163,7 +163,7 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
 }
 
 /** Who one is, help, pairing, decisions on proposed actions, and the chat's binding. */
-function accessCommands(env: CommandEnv): Handlers<'whoami' | 'help' | 'pair' | 'approve' | 'deny' | 'pending' | 'approve-action' | 'deny-action' | 'bind' | 'unbind' | 'admin-channel'> {
+function accessCommands(env: CommandEnv): Handlers<'whoami' | 'console' | 'help' | 'pair' | 'approve' | 'deny' | 'pending' | 'approve-action' | 'deny-action' | 'bind' | 'unbind' | 'admin-channel'> {
   const decidePairing = async (code: string, decision: { approve: Role } | 'deny', call: CommandCall): Promise<string> => {
     const r = await env.decidePairing(code, decision, call.actor);
     if (!r.ok) return r.message;
@@ -202,6 +202,12 @@ function accessCommands(env: CommandEnv): Handlers<'whoami' | 'help' | 'pair' | 
   return {
     async whoami(_cmd, { actor }) {
       return actor.kind === 'operator' ? 'You are the operator (the API token holder): every command is open to you.' : `You are ${actor.name}, with the ${actor.role} role.`;
+    },
+    async console(_cmd, { actor }) {
+      if (actor.kind === 'operator') return 'The operator signs in to the console with the link `steward start` prints, or a new one from `./steward ui`.';
+      const link = env.consoleLink?.(actor.id);
+      if (!link) return 'The console is not served by this Steward.';
+      return `Your console sign-in link, for you only (it works once, within ${link.expiresInMinutes} minutes; do not share it): ${link.url}`;
     },
     async help(_cmd, { actor }) {
       return helpText(actor.role);

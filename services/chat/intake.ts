@@ -158,6 +158,8 @@ export interface IngressDeps {
   heartbeat?: () => Promise<PartState[]>;
   /** The Temporal UI link of a workflow (for /status: the running turn's run). */
   runLink?: (workflowId: string) => string | undefined;
+  /** A person's one-time console sign-in link (the `/console` command), when the console is served. */
+  consoleLink?: (identityId: string) => { url: string; expiresInMinutes: number } | undefined;
   /**
    * A redelivered command whose first delivery did not finish (no `command` receipt) runs again
    * once its record is this old (default 30 s); a younger one is taken as still running.
@@ -207,6 +209,7 @@ export function createIngress(deps: IngressDeps): IngressRuntime {
     ...(deps.knowledge ? { knowledge: deps.knowledge } : {}),
     ...(deps.heartbeat ? { heartbeat: deps.heartbeat } : {}),
     ...(deps.runLink ? { runLink: deps.runLink } : {}),
+    ...(deps.consoleLink ? { consoleLink: deps.consoleLink } : {}),
     ...(deps.tasks ? { tasks: deps.tasks } : {}),
     budgets,
     status,

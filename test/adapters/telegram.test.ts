@@ -10,6 +10,11 @@ import assert from 'node:assert/strict';
 import { randomInt, randomUUID } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { GrammyError } from 'grammy';
+import { Hono } from 'hono';
+import { createConsoleRoutes } from '../../adapters/console/app.js';
+import { BrowserSignIn } from '../../adapters/http/sign-in.js';
+import { createConsolePersons } from '../../services/auth.js';
+import { createConsoleChats } from '../../services/console.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { approvalButtons, bindChat, createIdentity } from '../../domain/governance.js';
 import { deliverOnce, DeliveryError, type OutboundPart } from '../../domain/outbox.js';
@@ -535,7 +540,8 @@ describe('Telegram adapter (recording ingress)', () => {
     const everyone = ['stop', 'steer', 'new', 'model', 'think', 'status', 'whoami', 'help', 'change', 'answer', 'objectives', 'objective', 'search', 'open', 'skills', 'memory', 'tasks', 'task', 'budget'];
     const admin = ['workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'bind', 'unbind', 'admin_channel', 'route', 'triage'];
     assert.deepEqual(names({ type: 'default' }), everyone);
-    assert.deepEqual(names({ type: 'all_private_chats' }), [...everyone, 'pair']);
+    const withConsole = (list: string[]) => list.flatMap((c) => (c === 'whoami' ? ['whoami', 'console'] : [c]));
+    assert.deepEqual(names({ type: 'all_private_chats' }), [...withConsole(everyone), 'pair']);
     assert.deepEqual(names({ type: 'chat', chat_id: adminGroup.id }), [...everyone, ...admin]);
     assert.deepEqual(names({ type: 'all_group_chats' }), []);
     const steer = tg.commands().find((c) => c.command === 'steer');
@@ -552,13 +558,15 @@ describe('Telegram adapter (recording ingress)', () => {
     // An admin's DM as an admin chat has no group-only commands.
     const dmMenu = telegramCommandMenus([String(alice.id)])[2];
     assert.deepEqual(dmMenu?.scope, { type: 'chat', chat_id: alice.id });
-    assert.deepEqual(dmMenu?.commands.map((c) => c.command), [...everyone, 'workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'route']);
+    assert.deepEqual(dmMenu?.commands.map((c) => c.command), [...withConsole(everyone), 'workspace', 'prompt', 'approve', 'deny', 'pending', 'approve_action', 'deny_action', 'route']);
   });
 });
 
 // ---------------------------------------------------------------------------------------------
 
 describe('Telegram end to end (Temporal dev server, database, worker, ingress, model)', () => {
+  const CONSOLE_TOKEN = 'telegram-console-token-0123456789abcdef';
+  const consoleSignIn = new BrowserSignIn({ apiToken: CONSOLE_TOKEN });
   let env: TestWorkflowEnvironment;
   let model: ModelServer;
   let dbh: TestDatabase;
@@ -586,7 +594,7 @@ describe('Telegram end to end (Temporal dev server, database, worker, ingress, m
     const tg = await newDouble();
     try {
       const sender = createTelegramSender({ token: tg.token, apiRoot: tg.apiRoot });
-      await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: model.baseURL } }, senders: { telegram: sender } }, async (h) => {
+      await withHarness({ env, db: dbh.db, providers: { openaiCompatible: { baseURL: model.baseURL } }, senders: { telegram: sender }, consoleLink: (id) => ({ url: `http://127.0.0.1:1/console/login/${consoleSignIn.issuePersonLink(id).token}`, expiresInMinutes: 60 }) }, async (h) => {
         const adapter = createTelegramAdapter({ token: tg.token, apiRoot: tg.apiRoot, ingress: h.ingress });
         await adapter.start();
         const person = async (role: Role, name: string, dm = false): Promise<TgUser> => {
@@ -684,6 +692,31 @@ describe('Telegram end to end (Temporal dev server, database, worker, ingress, m
       assert.match(String(code.params.text), /^Your pairing code is [A-Z2-9]{8}\. Give it to a Steward admin/);
       assert.equal(tg.calls.filter(inChat(stranger.id, 'sendMessage')).length, 2);
       assert.equal(await dbh.db.pairing.count({ where: { platform: 'telegram', userId: String(stranger.id), status: 'pending' } }), 1);
+      assert.equal(model.requests.length, requests, 'nothing reached the model');
+    });
+  });
+
+  it('/console in a DM gives the person a one-time link that signs them in to the console as themselves; in a group it is refused', async () => {
+    await withTelegram(async ({ tg, h, person }) => {
+      const mia = await person('member', 'Mia C');
+      const requests = model.requests.length;
+      tg.privateText(mia, '/console');
+      const told = await tg.waitForCall('sendMessage', (c) => c.params.chat_id === mia.id && /console sign-in link/.test(String(c.params.text)), T);
+      const url = /(http:\/\/[^\s"<]+\/console\/login\/(p1\.[A-Za-z0-9_-]+\.\d+\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}))/.exec(String(told.params.text));
+      assert.ok(url, String(told.params.text));
+      // the link, opened in the console (the same sign-in that issued it), signs Mia in with her role
+      const app = new Hono();
+      app.route('/', createConsoleRoutes({ apiToken: CONSOLE_TOKEN, signIn: consoleSignIn, persons: createConsolePersons(dbh.db), chats: createConsoleChats({ ingress: h.ingress, db: dbh.db, account: 'default' }) }));
+      const opened = await app.request(`http://127.0.0.1/console/login/${url[2]!}`);
+      assert.equal(opened.status, 303, String(told.params.text));
+      const cookie = /steward_codec=([^;]+)/.exec(opened.headers.get('set-cookie') ?? '')?.[1];
+      assert.ok(cookie);
+      const page = await app.request('http://127.0.0.1/console/inbox', { headers: { cookie: `steward_codec=${cookie}` } });
+      assert.match(await page.text(), /Mia C \(member\)/);
+      const group = tgGroup(-1_000_000_000_000 - uid(), 'Team');
+      tg.groupText(group, mia, '/console');
+      const refused = await tg.waitForCall('sendMessage', (c) => c.params.chat_id === group.id, T).catch(() => undefined);
+      if (refused) assert.doesNotMatch(String(refused.params.text), /console\/login/, 'a link is never posted in a group');
       assert.equal(model.requests.length, requests, 'nothing reached the model');
     });
   });

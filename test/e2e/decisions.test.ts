@@ -119,7 +119,9 @@ for (const database of testDatabases()) {
         assert.match(bobs.notes.join(' '), /you may not approve it/);
         await refused(inbox.decide(bob.actor, `approval:${approval.id}`, { decision: 'approve' }), 409, /Not applied/);
         // a member may not decide at all
-        assert.deepEqual((await inbox.item(`approval:${approval.id}`, mia.actor)).actions, []);
+        // nor see what others asked for: her inbox holds only what she asked for or shaped
+        await refused(inbox.item(`approval:${approval.id}`, mia.actor), 404, /no inbox item/);
+        assert.equal((await inbox.list(mia.actor)).some((i) => i.id === `approval:${approval.id}`), false);
         await refused(inbox.decide(mia.actor, `approval:${approval.id}`, { decision: 'approve' }), 409, /admin role/);
         await refused(inbox.decide(mia.actor, `approval:${approval.id}`, { decision: 'deny' }), 409, /admin role/);
         assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id: approval.id } })).status, 'pending', 'the refusals changed nothing');

@@ -24,7 +24,7 @@ import { createChangeService, type ChangeService } from '../../services/changes.
 import { createObjectiveService, type ObjectiveService } from '../../services/objectives.js';
 import { createModelRegistry, withSpend, type ModelProvidersConfig, type ModelSpend } from '../../domain/model.js';
 import type { Senders } from '../../domain/outbox.js';
-import { createIngress, type AttachmentLimits, type IngressResult, type IngressRuntime } from '../../services/chat/intake.js';
+import { createIngress, type AttachmentLimits, type IngressDeps, type IngressResult, type IngressRuntime } from '../../services/chat/intake.js';
 import type { RateLimits } from '../../common/roles.js';
 import { sessionWorkflowId } from '../../common/ids.js';
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
@@ -61,6 +61,8 @@ const quietLogger = {
 };
 
 export interface HarnessOptions {
+  /** The `/console` command's links (a BrowserSignIn's person links). */
+  consoleLink?: IngressDeps['consoleLink'];
   env: TestWorkflowEnvironment;
   db: Db;
   providers: ModelProvidersConfig;
@@ -239,6 +241,7 @@ export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => P
     ...(opts.pairingTtlMs !== undefined ? { pairingTtlMs: opts.pairingTtlMs } : {}),
     ...(opts.attachments ? { attachments: opts.attachments } : {}),
     ...(opts.commandRetryAfterMs !== undefined ? { commandRetryAfterMs: opts.commandRetryAfterMs } : {}),
+    ...(opts.consoleLink ? { consoleLink: opts.consoleLink } : {}),
   });
   const chatId = `chat-${randomUUID().slice(0, 8)}`;
   const sessionIdOf = (c: string) => sessionWorkflowId({ platform: 'http', account, chatId: c });
