@@ -5,7 +5,8 @@
  * text the admins got in chat; approving it from the inbox runs it once; a self-approval, a
  * member's decision and a second decision are refused and change nothing. Pairing requests
  * (decided with the requester's code) and tasks are decided in place; bad ids and bad
- * decisions are refused.
+ * decisions are refused. An MCP server that went down (server-everything over HTTP, killed) is
+ * listed for admins with its last error and nothing to decide.
  */
 import assert from 'node:assert/strict';
 import { randomBytes, randomInt, randomUUID } from 'node:crypto';
@@ -22,13 +23,16 @@ import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { createIdentity, findActor, OPERATOR, type Actor } from '../../domain/governance.js';
+import { createMcpTools } from '../../domain/mcp/tools.js';
 import { createOperatorInbox, InboxInputError } from '../../services/decisions.js';
+import { createMcpService } from '../../services/mcp.js';
 import { ServiceInputError } from '../../services/requests.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { testDatabases } from '../helpers/db.js';
 import { changeModel, GREETING_DRAFT } from '../helpers/change-model.js';
 import { createGitFixture } from '../helpers/git-fixture.js';
 import { preloadOpenApi, startGitHubDouble } from '../helpers/github-double.js';
+import { startEverythingHttp } from '../helpers/mcp-servers.js';
 import { needs } from '../helpers/requirements.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, waitFor, withHarness } from '../helpers/steward.js';
@@ -270,6 +274,63 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('an MCP server that went down: listed for admins with its last error, nothing to decide; gone once removed', { timeout: 120_000 }, async () => {
+      const dataDir = mkdtempSync(nodePath.join(tmpdir(), 'steward-decisions-mcp-'));
+      const everything = await startEverythingHttp();
+      const mcp = createMcpTools({ db: stack.db, dataDir, backoffMs: 60_000 });
+      try {
+        await withHarness(harness(), async (h) => {
+          const inbox = createOperatorInbox({ db: stack.db, ingress: h.ingress, tasks: h.tasks });
+          const service = createMcpService({ db: stack.db, manager: mcp.manager });
+          const ada = await person(stack.db, 'admin', `Ada-${uid()}`);
+          const mia = await person(stack.db, 'member', `Mia-${uid()}`);
+          const name = `down-${randomBytes(4).toString('hex')}`;
+          const id = `mcp:${name}`;
+          await service.add({ name, transport: 'http', url: everything.url, readOnlyTools: ['echo'] }, OPERATOR);
+          const spec = (await service.show(name)).spec;
+          // up: a worker's connection lists its tools and records it ready; nothing waits
+          assert.ok((await mcp.manager.tools(spec)).length > 0);
+          await waitFor(async () => ((await service.show(name)).state === 'ready' ? true : undefined), 'the server recorded ready');
+          assert.ok(!(await inbox.list(ada.actor)).some((i) => i.id === id), 'a ready server waits for nobody');
+
+          // the server dies; the next call fails and the worker records it down with the reason
+          await everything.stop();
+          await assert.rejects(mcp.manager.call(spec, 'echo', { message: 'still there?' }));
+          const down = await waitFor(async () => {
+            const v = await service.show(name);
+            return v.state === 'down' ? v : undefined;
+          }, 'the server recorded down');
+          assert.ok(down.lastError, 'the reason is recorded');
+
+          const listed = (await inbox.list(ada.actor, { kind: 'mcp' })).find((i) => i.id === id);
+          assert.ok(listed, 'the server that went down is in the inbox');
+          assert.deepEqual([listed.kind, listed.status, listed.actions, listed.decided], ['mcp', 'down', [], null]);
+          assert.ok(listed.text.includes(`The MCP server ${name} (http, registered through the API) was found down`), listed.text);
+          assert.ok(listed.text.includes(down.lastError), 'with its last error');
+          assert.match(listed.notes.join(' '), /Nothing to decide here/);
+          assert.match(listed.notes.join(' '), new RegExp(`steward mcp remove ${name}`));
+          assert.ok((await inbox.list(ada.actor)).some((i) => i.id === id), 'in the whole inbox too');
+          assert.deepEqual(await inbox.item(id, ada.actor), listed);
+          // members are not shown MCP servers (as /status shows them to admins only)
+          assert.ok(!(await inbox.list(mia.actor)).some((i) => i.kind === 'mcp'));
+          await refused(inbox.item(id, mia.actor), 404);
+          // nothing to decide: refused, nothing changes
+          await refused(inbox.decide(ada.actor, id, { decision: 'approve' }), 400, /takes no decision/);
+          assert.equal((await service.show(name)).state, 'down');
+
+          // removed: no longer listed
+          await service.remove(name, OPERATOR);
+          assert.ok(!(await inbox.list(ada.actor, { kind: 'mcp' })).some((i) => i.id === id));
+          await refused(inbox.item(id, ada.actor), 404);
+        });
+      } finally {
+        await mcp.manager.close();
+        // stop() waits for an exit that has already happened once the test killed it
+        if (everything.child.exitCode === null && everything.child.signalCode === null) await everything.stop();
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+    });
+
     it('a memory the agent proposed: its proposer may not approve it, a member may not decide; an admin approves it once from the inbox', { timeout: 120_000 }, async () => {
       const dataDir = mkdtempSync(nodePath.join(tmpdir(), 'steward-decisions-'));
       try {
@@ -292,7 +353,7 @@ for (const database of testDatabases()) {
           const proposer: Actor = { kind: 'person', id: m.proposedBy, name: m.proposedBy, role: 'admin' };
           assert.deepEqual((await inbox.item(id, proposer)).actions, ['reject']);
           await refused(inbox.decide(proposer, id, { decision: 'approve' }), 409, /may not approve it/);
-          await refused(inbox.decide(mia.actor, id, { decision: 'approve' }), 400, /admin role/);
+          await refused(inbox.decide(mia.actor, id, { decision: 'approve' }), 409, /admin role/);
           await refused(inbox.decide(ada.actor, id, { decision: 'deny' }), 400, /approve or reject/);
           assert.equal((await stack.db.memory.findUniqueOrThrow({ where: { id: m.id } })).status, 'pending', 'the refusals changed nothing');
           const ok = await inbox.decide(ada.actor, id, { decision: 'approve' });
