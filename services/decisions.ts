@@ -20,6 +20,7 @@
  * Refusals: 400 bad input, 404 no such item, 409 whenever the rules refuse (a role that may not
  * decide this, a self-approval, a wrong pairing code, already decided), whichever service said so.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { commandSpec, mayUse } from '../common/commands.js';
 import { isAdmin, RoleSchema } from '../common/roles.js';
@@ -391,6 +392,9 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
           const r = await deps.ingress.decideApproval(id, d.decision, actor, d.reason);
           if (!r.applied) throw new InboxInputError(r.reply, /No approval has the id/.test(r.reply) ? 404 : 409);
           message = r.reply;
+          // the run took the decision (its update); its row is written by the run's next step:
+          // wait for it a little (bounded), so the item answered shows who decided
+          for (let i = 0; i < 50 && (await store.approvalRow(db, id))?.status === 'pending'; i++) await sleep(100);
           break;
         }
         case 'pairing': {
