@@ -132,6 +132,8 @@ for (const database of testDatabases()) {
         // Ada approves from the inbox: the run goes on
         const r = await inbox.decide(ada.actor, `approval:${approval.id}`, { decision: 'approve' });
         assert.equal(r.applied, true);
+        // the answer is the decided item (the service waits for the run to record it)
+        assert.deepEqual([r.item?.status, r.item?.decided?.by, r.item?.actions], ['approved', ada.actor.name, []]);
         await sender.waitForPost((p) => p.chatId === bob.userId && p.text.includes('Deployed from the inbox.'), 30_000);
         await waitFor(async () => ((await stack.db.approval.findUniqueOrThrow({ where: { id: approval.id } })).status === 'approved' ? true : undefined), 'the approval recorded as approved');
         const decidedItem = await inbox.item(`approval:${approval.id}`, ada.actor);
