@@ -470,7 +470,7 @@ const HANDLERS = {
 
   inbox: {
     list: async ({ values, io }) => {
-      const kind = values.kind === undefined ? undefined : check(z.enum(['approval', 'change', 'pairing', 'memory', 'task']), values.kind, '--kind');
+      const kind = values.kind === undefined ? undefined : check(z.enum(['approval', 'change', 'pairing', 'memory', 'task', 'mcp']), values.kind, '--kind');
       const r = await api(io, values, 'GET', `/api/v1/inbox${kind ? `?kind=${kind}` : ''}`);
       if (r.status !== 200) return refused(io, r);
       const rows = (r.json.items ?? []) as Array<{ id: string; status: string; created: string; askedBy: string | null; title: string; actions: string[] }>;

@@ -248,7 +248,7 @@ export const CLI_COMMANDS = [
     name: 'inbox',
     common: API,
     subs: [
-      { name: 'list', usage: '[--kind approval|change|pairing|memory|task]', flags: [flag('kind', 'approval|change|pairing|memory|task', 'only this kind')] },
+      { name: 'list', usage: '[--kind approval|change|pairing|memory|task|mcp]', flags: [flag('kind', 'approval|change|pairing|memory|task|mcp', 'only this kind')] },
       {
         name: 'decide',
         usage: 'ID DECISION [--reason TEXT] [--role R] [--code CODE]',

@@ -4,8 +4,10 @@
  *
  * Kinds: `approval` (an action or tool call an agent proposed), `change` (a repository change
  * waiting for promotion: an approval its change workflow waits for), `pairing`, `memory` (a
- * member memory waiting for approval), `task` (open tasks). Items decided in the last day are
- * listed too, with who decided and how.
+ * member memory waiting for approval), `task` (open tasks), `mcp` (an MCP server a worker found
+ * down, for admins: nothing to decide, since a worker reconnects on a later use after its
+ * back-off, but someone has to look at it). Items decided in the last day are listed too, with
+ * who decided and how.
  *
  * Nothing here decides anything itself: `decide` calls the service the chat buttons, commands,
  * CLI and API call for that kind (the ingress's decideApproval and decidePairing, the
@@ -14,7 +16,11 @@
  * the command table's roles (common/commands.ts), and the requester set of a proposal (who
  * shaped it may not approve it; the workflow's validator is what refuses it). The approval's
  * text is the chat's (domain/actions/request-text.ts), rebuilt from the stored proposal.
+ *
+ * Refusals: 400 bad input, 404 no such item, 409 whenever the rules refuse (a role that may not
+ * decide this, a self-approval, a wrong pairing code, already decided), whichever service said so.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { commandSpec, mayUse } from '../common/commands.js';
 import { isAdmin, RoleSchema } from '../common/roles.js';
@@ -23,16 +29,17 @@ import { approvalRequestText } from '../domain/actions/request-text.js';
 import type { Db } from '../domain/db.js';
 import { sha256, type Actor } from '../domain/governance.js';
 import { contributorsOf, type MemoryRow } from '../domain/knowledge/memory.js';
-import { heldSecrets, maskHeldSecretsDeep, type HeldSecret } from '../domain/secrets.js';
+import { heldSecrets, maskHeldSecrets, maskHeldSecretsDeep, type HeldSecret } from '../domain/secrets.js';
 import { describeToolCall } from '../domain/tools.js';
 import type { Ingress } from './chat/intake.js';
 import type { KnowledgeService } from './knowledge.js';
 import { ServiceInputError } from './requests.js';
 import * as store from '../domain/store/decisions.js';
+import { listMcpServers, type McpRegistration } from '../domain/store/mcp.js';
 import type { ApprovalDecisionRow, PairingDecisionRow, TaskDecisionRow } from '../domain/store/decisions.js';
 import type { TaskService } from './tasks.js';
 
-export const INBOX_KINDS = ['approval', 'change', 'pairing', 'memory', 'task'] as const;
+export const INBOX_KINDS = ['approval', 'change', 'pairing', 'memory', 'task', 'mcp'] as const;
 export type InboxKind = (typeof INBOX_KINDS)[number];
 export const InboxKindSchema = z.enum(INBOX_KINDS);
 
@@ -56,7 +63,7 @@ export type InboxDecision = z.infer<typeof InboxDecisionSchema>;
 export const InboxItemIdSchema = z
   .string()
   .max(200)
-  .regex(/^(approval|change|pairing|memory|task):[A-Za-z0-9._:-]{1,150}$/, 'an inbox item id is <kind>:<id>, kind one of approval, change, pairing, memory, task');
+  .regex(/^(approval|change|pairing|memory|task|mcp):[A-Za-z0-9._:-]{1,150}$/, 'an inbox item id is <kind>:<id>, kind one of approval, change, pairing, memory, task, mcp');
 
 export class InboxInputError extends ServiceInputError {}
 
@@ -244,6 +251,38 @@ function taskItem(t: TaskDecisionRow, actor: Actor): InboxItem {
   };
 }
 
+/** The states in which a worker found an MCP server unusable (domain/mcp/manager.ts reports `down`). */
+export const MCP_DOWN_STATES: readonly string[] = ['down', 'failed'];
+
+/** An MCP server as an inbox item: listed while a worker finds it down; nothing to decide, something to look at. */
+function mcpItem(deps: OperatorInboxDeps, r: McpRegistration, now: Date): InboxItem {
+  const name = r.spec.name;
+  const down = MCP_DOWN_STATES.includes(r.state);
+  const held = heldSecrets(deps.heldSecrets ?? []);
+  const error = r.lastError ? maskHeldSecrets(r.lastError, held) : null;
+  const found = r.checkedAt ? ` at ${r.checkedAt.toISOString()}` : '';
+  const where = r.source === 'config' ? 'the STEWARD_MCP_CONFIG file' : 'the API';
+  return {
+    id: `mcp:${name}`,
+    kind: 'mcp',
+    created: (r.checkedAt ?? now).toISOString(),
+    askedBy: null,
+    title: `MCP server ${name} is ${r.state}`,
+    text: `The MCP server ${name} (${r.spec.transport}, registered through ${where}) was found ${r.state}${found}${error ? `: ${error}` : '.'}`,
+    status: r.state,
+    actions: [],
+    notes: down
+      ? [
+          `Nothing to decide here: a worker tries ${name} again on its next use, after a back-off (up to 30 s) while it keeps failing; its tools are not offered meanwhile.`,
+          r.source === 'config'
+            ? `Fix the server, or take it out of the STEWARD_MCP_CONFIG file.`
+            : `Fix the server, or remove it (an admin: steward mcp remove ${name}).`,
+        ]
+      : [`A worker found it ${r.state} again; nothing waits.`],
+    decided: null,
+  };
+}
+
 export function createOperatorInbox(deps: OperatorInboxDeps) {
   const { db } = deps;
   const recentMs = deps.recentMs ?? 24 * 3600_000;
@@ -270,6 +309,11 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
     if (want('task')) {
       const rows = await store.openOrClosedTasks(db, since);
       out.push(...rows.map((t) => taskItem(t, actor)));
+    }
+    // MCP servers, for admins (as /status shows them): those a worker found down
+    if (want('mcp') && isAdmin(actor.role)) {
+      const rows = await listMcpServers(db);
+      out.push(...rows.filter((r) => r.spec.enabled && MCP_DOWN_STATES.includes(r.state)).map((r) => mcpItem(deps, r, now)));
     }
     return out.filter((it) => visibleTo(it, actor)).sort((a, b) => (a.created < b.created ? 1 : a.created > b.created ? -1 : a.id < b.id ? 1 : -1));
   }
@@ -317,6 +361,11 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
         if (!t) throw missing();
         return taskItem(t, actor);
       }
+      case 'mcp': {
+        const r = isAdmin(actor.role) ? (await listMcpServers(db)).find((x) => x.spec.name === id) : undefined;
+        if (!r) throw missing();
+        return mcpItem(deps, r, new Date());
+      }
     }
   }
 
@@ -357,6 +406,9 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
           const r = await deps.ingress.decideApproval(id, d.decision, actor, d.reason);
           if (!r.applied) throw new InboxInputError(r.reply, /No approval has the id/.test(r.reply) ? 404 : 409);
           message = r.reply;
+          // the run took the decision (its update); its row is written by the run's next step:
+          // wait for it a little (bounded), so the item answered shows who decided
+          for (let i = 0; i < 50 && (await store.approvalRow(db, id))?.status === 'pending'; i++) await sleep(100);
           break;
         }
         case 'pairing': {
@@ -374,6 +426,8 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
         case 'memory': {
           if (d.decision !== 'approve' && d.decision !== 'reject') throw unsupported(kind, d.decision, 'approve or reject');
           if (!deps.knowledge) throw new InboxInputError('memories are not enabled on this Steward', 409);
+          // a role limit is a refusal by the rules (409), as for every other kind
+          if (!isAdmin(actor.role)) throw new InboxInputError('Deciding memories needs the admin role; nothing changed.', 409);
           const m = await deps.knowledge.decide(id, d.decision, actor);
           message = `Memory ${m.id}: ${m.status}.`;
           break;
@@ -387,6 +441,8 @@ export function createOperatorInbox(deps: OperatorInboxDeps) {
           message = `Task ${t.id}: ${t.status}.`;
           break;
         }
+        case 'mcp':
+          throw new InboxInputError(`an MCP server that is down takes no decision here: ${current.notes.join(' ')}`, 400);
       }
       return { applied: true, message, item: await item(`${kind}:${id}`, actor).catch(() => null) };
     },

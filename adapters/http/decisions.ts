@@ -1,11 +1,12 @@
 /**
  * The operator inbox over HTTP (bearer token = the operator, who sees everything):
  *   GET  /api/v1/inbox?kind=  everything waiting for a decision (and what was decided in the
- *        last day, with who decided and how), newest first, filterable by kind;
+ *        last day, with who decided and how), newest first, filterable by kind (`mcp`: MCP
+ *        servers a worker found down, listed with their last error and no decision);
  *   POST /api/v1/inbox/{id}/decision  {"decision", "reason"?, "role"?, "code"?}: decided through
  *        the service the chat buttons, commands, CLI and the other routes use for that kind.
- * Refusals: 400 (bad id or body), 404 (no such item), 409 (refused by the rules, or already
- * decided): nothing changes.
+ * Refusals: 400 (bad id or body), 404 (no such item), 409 (refused by the rules: a role that
+ * may not, a self-approval, a wrong pairing code, or already decided): nothing changes.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
 import { answer, errorResponses, json, parsedJsonBody, reply } from './common.js';
@@ -47,7 +48,7 @@ export function registerInboxRoutes(app: OpenAPIHono, inbox: OperatorInbox): voi
     createRoute({
       method: 'get',
       path: '/api/v1/inbox',
-      summary: 'Everything waiting for a decision (approvals, changes waiting for promotion, pairing requests, pending memories, open tasks), newest first',
+      summary: 'Everything waiting for a decision (approvals, changes waiting for promotion, pairing requests, pending memories, open tasks, MCP servers found down), newest first',
       security: sec,
       request: { query: z.object({ kind: z.string().max(32).optional().openapi({ param: { name: 'kind', in: 'query' }, description: INBOX_KINDS.join(', ') }) }) },
       responses: { 200: json(z.object({ items: z.array(Item) }), 'The inbox'), ...errors },

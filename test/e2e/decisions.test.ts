@@ -5,7 +5,10 @@
  * text the admins got in chat; approving it from the inbox runs it once; a self-approval, a
  * member's decision and a second decision are refused and change nothing. Pairing requests
  * (decided with the requester's code) and tasks are decided in place; bad ids and bad
- * decisions are refused.
+ * decisions are refused. The console's Inbox page over its real routes, as an admin, the admin who
+ * shaped a proposal and a member: refusals by the rules answer 409 in the item and change
+ * nothing; a pairing is decided with the code and a role. An MCP server that went down (server-everything over HTTP, killed) is
+ * listed for admins with its last error and nothing to decide.
  */
 import assert from 'node:assert/strict';
 import { randomBytes, randomInt, randomUUID } from 'node:crypto';
@@ -17,18 +20,25 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Role } from '../../common/roles.js';
 import type { Db } from '../../domain/db.js';
+import { createConsoleRoutes } from '../../adapters/console/app.js';
+import { csrfToken } from '../../adapters/console/security.js';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
+import { BrowserSignIn, SIGN_IN_COOKIE } from '../../adapters/http/sign-in.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { closeKnowledgeIndexes, knowledgeIndexOpener } from '../../domain/knowledge/open.js';
 import { createIdentity, findActor, OPERATOR, type Actor } from '../../domain/governance.js';
+import { createMcpTools } from '../../domain/mcp/tools.js';
+import { createConsoleChats } from '../../services/console.js';
 import { createOperatorInbox, InboxInputError } from '../../services/decisions.js';
+import { createMcpService } from '../../services/mcp.js';
 import { ServiceInputError } from '../../services/requests.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import { testDatabases } from '../helpers/db.js';
 import { changeModel, GREETING_DRAFT } from '../helpers/change-model.js';
 import { createGitFixture } from '../helpers/git-fixture.js';
 import { preloadOpenApi, startGitHubDouble } from '../helpers/github-double.js';
+import { startEverythingHttp } from '../helpers/mcp-servers.js';
 import { needs } from '../helpers/requirements.js';
 import { recordingSender } from '../helpers/recording-sender.js';
 import { useStack, waitFor, withHarness } from '../helpers/steward.js';
@@ -130,6 +140,8 @@ for (const database of testDatabases()) {
         // Ada approves from the inbox: the run goes on
         const r = await inbox.decide(ada.actor, `approval:${approval.id}`, { decision: 'approve' });
         assert.equal(r.applied, true);
+        // the answer is the decided item (the service waits for the run to record it)
+        assert.deepEqual([r.item?.status, r.item?.decided?.by, r.item?.actions], ['approved', ada.actor.name, []]);
         await sender.waitForPost((p) => p.chatId === bob.userId && p.text.includes('Deployed from the inbox.'), 30_000);
         await waitFor(async () => ((await stack.db.approval.findUniqueOrThrow({ where: { id: approval.id } })).status === 'approved' ? true : undefined), 'the approval recorded as approved');
         const decidedItem = await inbox.item(`approval:${approval.id}`, ada.actor);
@@ -272,6 +284,163 @@ for (const database of testDatabases()) {
       });
     });
 
+    it("the console's Inbox page, as three people: the proposer and a member refused in place (409), an admin decides; a pairing with its code and a role", async () => {
+      await withHarness(harness(), async (h) => {
+        const inbox = createOperatorInbox({ db: stack.db, ingress: h.ingress, tasks: h.tasks });
+        const send = telegram(h.ingress);
+        const ada = await person(stack.db, 'admin', `Ada-${uid()}`);
+        const bob = await person(stack.db, 'admin', `Bob-${uid()}`);
+        const mia = await person(stack.db, 'member', `Mia-${uid()}`);
+        const TOKEN = 'inbox-page-token-0123456789abcdef';
+        const signIn = new BrowserSignIn({ apiToken: TOKEN });
+        const people: Record<string, Actor> = { ada: ada.actor, bob: bob.actor, mia: mia.actor };
+        // who a request is: the console's actorOf (until per-person sign-in, a test picks the person by a header)
+        const app = createConsoleRoutes({ apiToken: TOKEN, signIn, chats: createConsoleChats({ ingress: h.ingress, db: stack.db, account: 'default' }), services: { inbox }, actorOf: (c) => people[c.req.header('x-test-as') ?? ''] ?? OPERATOR });
+        const cookie = signIn.cookieValue();
+        const csrf = csrfToken(TOKEN, cookie);
+        const page = async (as: string, route = '/console/inbox') => {
+          const res = await app.request(`http://127.0.0.1${route}`, { headers: { cookie: `${SIGN_IN_COOKIE}=${cookie}`, 'x-test-as': as } });
+          return { status: res.status, html: await res.text() };
+        };
+        const post = async (as: string, id: string, fields: Record<string, string>, htmx = true) => {
+          const res = await app.request(`http://127.0.0.1/console/inbox/${encodeURIComponent(id)}/decision`, {
+            method: 'POST',
+            headers: { cookie: `${SIGN_IN_COOKIE}=${cookie}`, 'x-test-as': as, 'content-type': 'application/x-www-form-urlencoded', ...(htmx ? { 'hx-request': 'true', 'x-csrf-token': csrf } : {}) },
+            body: new URLSearchParams(htmx ? fields : { ...fields, _csrf: csrf }).toString(),
+          });
+          return { status: res.status, html: await res.text(), location: res.headers.get('location') };
+        };
+        const itemHtml = (html: string, id: string) => {
+          const at = html.indexOf(`data-id="${id}"`);
+          assert.ok(at >= 0, `${id} is on the page`);
+          return html.slice(at, html.indexOf('</li>', html.indexOf('</article>', at)));
+        };
+
+        const path = `/hook-${uid()}`;
+        stack.model.enqueue({ toolCalls: [{ id: 'call_page', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${web.port}${path}`, body: '<b>go</b>' }) }] });
+        stack.model.enqueue({ text: 'Hooked from the page.' });
+        await send({ id: bob.userId, name: bob.actor.name }, 'call the hook');
+        const approval = await waitFor(async () => (await stack.db.approval.findFirst({ where: { toolCallId: 'call_page', status: 'pending' }, orderBy: { createdAt: 'desc' } })) ?? undefined, 'the approval');
+        const id = `approval:${approval.id}`;
+
+        // Ada's page: the request's text escaped and preformatted, Approve and Deny
+        const adas = itemHtml((await page('ada')).html, id);
+        assert.match(adas, /<pre class="request">[^<]*&lt;b&gt;go&lt;\/b&gt;/, 'the text is escaped');
+        assert.match(adas, /data-decision="approve"/);
+        assert.match(adas, /data-decision="deny"/);
+        // Bob shaped it: no Approve, the note says why; an Approve anyway is refused in place (409)
+        const bobs = itemHtml((await page('bob')).html, id);
+        assert.doesNotMatch(bobs, /data-decision="approve"/);
+        assert.match(bobs, /You shaped this proposal, so you may not approve it/);
+        const bobTry = await post('bob', id, { decision: 'approve' });
+        assert.equal(bobTry.status, 409, bobTry.html);
+        assert.match(bobTry.html, /<p class="error" role="alert">Refused: Not applied/);
+        assert.match(bobTry.html, /data-status="pending"/);
+        // Mia is a member: nothing to press, and a decision anyway is refused (409), as a plain form too
+        const mias = itemHtml((await page('mia')).html, id);
+        assert.doesNotMatch(mias, /<button type="submit" name="decision"/);
+        assert.match(mias, /needs the admin role/);
+        const miaTry = await post('mia', id, { decision: 'deny', reason: 'no' });
+        assert.equal(miaTry.status, 409);
+        assert.match(miaTry.html, /Refused: Deciding approvals needs the admin role/);
+        const miaPlain = await post('mia', id, { decision: 'approve' }, false);
+        assert.equal(miaPlain.status, 409);
+        assert.match(itemHtml(miaPlain.html, id), /Refused: Deciding approvals needs the admin role/);
+        assert.equal((await stack.db.approval.findUniqueOrThrow({ where: { id: approval.id } })).status, 'pending', 'the refusals changed nothing');
+        assert.equal(web.hits.filter((x) => x.endsWith(path)).length, 0);
+        // Ada approves by a plain form: back to the list, the run goes on once
+        const ok = await post('ada', id, { decision: 'approve', back: 'approval' }, false);
+        assert.equal(ok.status, 303);
+        assert.equal(ok.location, `/console/inbox?kind=approval#item-approval-${approval.id.replace(/[^A-Za-z0-9_-]/g, '-')}`);
+        await sender.waitForPost((p) => p.chatId === bob.userId && p.text.includes('Hooked from the page.'), 30_000);
+        assert.match(itemHtml((await page('bob', '/console/inbox?kind=approval')).html, id), new RegExp(`Decided:</strong> approved by ${ada.actor.name} at`));
+        assert.deepEqual(web.hits.filter((x) => x.endsWith(path)), [`POST ${path}`]);
+
+        // a pairing: the code and a role; a wrong code, a missing one and a role Ada may not give are refused in place
+        const newcomer = { id: uid(), name: `Nell-${uid()}` };
+        const code = /code is ([A-Z2-9]{8})/.exec((await send(newcomer, '/pair')).reply ?? '')?.[1];
+        assert.ok(code);
+        const pid = `pairing:${(await stack.db.pairing.findFirstOrThrow({ where: { userId: newcomer.id } })).id}`;
+        const form = itemHtml((await page('ada', '/console/inbox?kind=pairing')).html, pid);
+        assert.match(form, /name="code"/);
+        assert.match(form, /<select name="role"/);
+        assert.ok(!form.includes(code), 'the code is never shown');
+        const wrong = await post('ada', pid, { decision: 'approve', role: 'member', code: 'ZZZZZZZZ' });
+        assert.equal(wrong.status, 409);
+        assert.match(wrong.html, /Refused: this code is not the code of pairing request/);
+        assert.equal((await post('ada', pid, { decision: 'approve', role: 'member', code: '' })).status, 400);
+        const tooHigh = await post('ada', pid, { decision: 'approve', role: 'admin', code });
+        assert.equal(tooHigh.status, 409);
+        assert.match(tooHigh.html, /cannot give the admin role/);
+        const paired = await post('ada', pid, { decision: 'approve', role: 'member', code: code.toLowerCase() });
+        assert.equal(paired.status, 200, paired.html);
+        assert.match(paired.html, new RegExp(`data-status="approved"[\\s\\S]*Decided:</strong> approved as member by ${ada.actor.name}`));
+        assert.equal((await findActor(stack.db, 'telegram', newcomer.id))?.role, 'member');
+
+        // bad input: an unknown kind in the filter, a decision of no kind
+        assert.equal((await page('ada', '/console/inbox?kind=widgets')).status, 400);
+        assert.equal((await post('ada', 'widget:1', { decision: 'approve' })).status, 400);
+        assert.equal((await post('ada', 'approval:apr-none', { decision: 'approve' })).status, 404);
+      });
+    });
+
+    it('an MCP server that went down: listed for admins with its last error, nothing to decide; gone once removed', { timeout: 120_000 }, async () => {
+      const dataDir = mkdtempSync(nodePath.join(tmpdir(), 'steward-decisions-mcp-'));
+      const everything = await startEverythingHttp();
+      const mcp = createMcpTools({ db: stack.db, dataDir, backoffMs: 60_000 });
+      try {
+        await withHarness(harness(), async (h) => {
+          const inbox = createOperatorInbox({ db: stack.db, ingress: h.ingress, tasks: h.tasks });
+          const service = createMcpService({ db: stack.db, manager: mcp.manager });
+          const ada = await person(stack.db, 'admin', `Ada-${uid()}`);
+          const mia = await person(stack.db, 'member', `Mia-${uid()}`);
+          const name = `down-${randomBytes(4).toString('hex')}`;
+          const id = `mcp:${name}`;
+          await service.add({ name, transport: 'http', url: everything.url, readOnlyTools: ['echo'] }, OPERATOR);
+          const spec = (await service.show(name)).spec;
+          // up: a worker's connection lists its tools and records it ready; nothing waits
+          assert.ok((await mcp.manager.tools(spec)).length > 0);
+          await waitFor(async () => ((await service.show(name)).state === 'ready' ? true : undefined), 'the server recorded ready');
+          assert.ok(!(await inbox.list(ada.actor)).some((i) => i.id === id), 'a ready server waits for nobody');
+
+          // the server dies; the next call fails and the worker records it down with the reason
+          await everything.stop();
+          await assert.rejects(mcp.manager.call(spec, 'echo', { message: 'still there?' }));
+          const down = await waitFor(async () => {
+            const v = await service.show(name);
+            return v.state === 'down' ? v : undefined;
+          }, 'the server recorded down');
+          assert.ok(down.lastError, 'the reason is recorded');
+
+          const listed = (await inbox.list(ada.actor, { kind: 'mcp' })).find((i) => i.id === id);
+          assert.ok(listed, 'the server that went down is in the inbox');
+          assert.deepEqual([listed.kind, listed.status, listed.actions, listed.decided], ['mcp', 'down', [], null]);
+          assert.ok(listed.text.includes(`The MCP server ${name} (http, registered through the API) was found down`), listed.text);
+          assert.ok(listed.text.includes(down.lastError), 'with its last error');
+          assert.match(listed.notes.join(' '), /Nothing to decide here/);
+          assert.match(listed.notes.join(' '), new RegExp(`steward mcp remove ${name}`));
+          assert.ok((await inbox.list(ada.actor)).some((i) => i.id === id), 'in the whole inbox too');
+          assert.deepEqual(await inbox.item(id, ada.actor), listed);
+          // members are not shown MCP servers (as /status shows them to admins only)
+          assert.ok(!(await inbox.list(mia.actor)).some((i) => i.kind === 'mcp'));
+          await refused(inbox.item(id, mia.actor), 404);
+          // nothing to decide: refused, nothing changes
+          await refused(inbox.decide(ada.actor, id, { decision: 'approve' }), 400, /takes no decision/);
+          assert.equal((await service.show(name)).state, 'down');
+
+          // removed: no longer listed
+          await service.remove(name, OPERATOR);
+          assert.ok(!(await inbox.list(ada.actor, { kind: 'mcp' })).some((i) => i.id === id));
+          await refused(inbox.item(id, ada.actor), 404);
+        });
+      } finally {
+        await mcp.manager.close();
+        // stop() waits for an exit that has already happened once the test killed it
+        if (everything.child.exitCode === null && everything.child.signalCode === null) await everything.stop();
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+    });
+
     it('a memory the agent proposed: its proposer may not approve it, a member may not decide; an admin approves it once from the inbox', { timeout: 120_000 }, async () => {
       const dataDir = mkdtempSync(nodePath.join(tmpdir(), 'steward-decisions-'));
       try {
@@ -294,7 +463,7 @@ for (const database of testDatabases()) {
           const proposer: Actor = { kind: 'person', id: m.proposedBy, name: m.proposedBy, role: 'admin' };
           assert.deepEqual((await inbox.item(id, proposer)).actions, ['reject']);
           await refused(inbox.decide(proposer, id, { decision: 'approve' }), 409, /may not approve it/);
-          await refused(inbox.decide(mia.actor, id, { decision: 'approve' }), 400, /admin role/);
+          await refused(inbox.decide(mia.actor, id, { decision: 'approve' }), 409, /admin role/);
           await refused(inbox.decide(ada.actor, id, { decision: 'deny' }), 400, /approve or reject/);
           assert.equal((await stack.db.memory.findUniqueOrThrow({ where: { id: m.id } })).status, 'pending', 'the refusals changed nothing');
           const ok = await inbox.decide(ada.actor, id, { decision: 'approve' });

@@ -142,11 +142,13 @@ describe('console: pages', () => {
 
   it('shows what each page not built yet will hold', async () => {
     const { req } = setup();
-    for (const p of ['inbox', 'changes', 'objectives', 'knowledge', 'budgets']) {
+    for (const p of ['changes', 'objectives', 'knowledge', 'budgets']) {
       const res = await req(`/console/${p}`);
       assert.equal(res.status, 200, p);
       assert.match(await res.text(), /This page will show/);
     }
+    // the inbox without its service says so (test/e2e/console-inbox.test.ts drives the real one)
+    assert.match(await (await req('/console/inbox')).text(), /inbox is not enabled/);
   });
 });
 
