@@ -12,6 +12,8 @@ import type { Db } from '../domain/db.js';
 import * as store from '../domain/store/changes.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { describeIssues } from '../common/schemas.js';
+import { commandSpec, mayUse } from '../common/commands.js';
+import type { Role } from '../common/roles.js';
 import { listReceipts, writeReceipt } from '../domain/receipts.js';
 import { faultPoint } from '../common/fault-points.js';
 import { startRunOnce } from './handoff.js';
@@ -371,10 +373,16 @@ async function changeEvents(deps: ChangeServiceDeps, id: string): Promise<Change
   return out;
 }
 
-/** Answer a change's clarifying question (validated in the workflow: only while one is open). */
-async function answer(deps: ChangeServiceDeps, id: string, input: unknown, by: Requester): Promise<string> {
+const ANSWER = commandSpec('answer')!;
+
+/**
+ * Answer a change's clarifying question (validated in the workflow: only while one is open).
+ * With the asker's role (the console's person), the chat command's minimum role applies.
+ */
+async function answer(deps: ChangeServiceDeps, id: string, input: unknown, by: Requester & { role?: Role }): Promise<string> {
   const parsed = ChangeAnswerSchema.safeParse(input);
   if (!parsed.success) throw new ChangeInputError(`invalid answer: ${describeIssues(parsed.error)}`);
+  if (by.role !== undefined && !mayUse(ANSWER, by.role)) throw new ChangeInputError(`answering a change's question needs the ${ANSWER.minRole} role; nothing changed`, 409);
   const row = await store.findChange(deps.db, id);
   if (!row) throw new ChangeInputError(`no change ${id}`, 404);
   try {
@@ -435,7 +443,7 @@ export function createChangeService(deps: ChangeServiceDeps) {
     events: (id: string) => changeEvents(deps, id),
     /** The patch artifact (git apply-able), by the change's content hash. */
     getPatch: (id: string) => getPatch(deps, id),
-    answer: (id: string, input: unknown, by: Requester) => answer(deps, id, input, by),
+    answer: (id: string, input: unknown, by: Requester & { role?: Role }) => answer(deps, id, input, by),
     /** The chat's running changes (for /status). */
     runningInChat: async (conversation: ConversationKey): Promise<Array<{ id: string; repo: string; phase: string; question: string | null }>> =>
       (await store.runningChangesInChat(db, conversation)).map(({ id, repo, phase, question }) => ({ id, repo, phase, question })),

@@ -291,6 +291,11 @@ function FileDiff(props: { f: DiffFileView; index: number }) {
       ) : (
         <table class="diff">
           <caption class="vh">Changes to {f.path}</caption>
+          <colgroup>
+            <col class="ln-col" />
+            <col class="ln-col" />
+            <col />
+          </colgroup>
           <thead class="vh">
             <tr>
               <th scope="col">Old line</th>
