@@ -65,6 +65,7 @@ export function ago(iso: string, now = Date.now()): string {
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v !== '' ? v : undefined);
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
+const plural = (n: number, one: string) => `${n} ${one}${n === 1 ? '' : 's'}`;
 const strs = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
 
 /** One receipt of the change as a timeline entry: the stage, and what it recorded. */
@@ -80,12 +81,12 @@ export function eventText(e: ChangeEvent): { stage: string; detail: string } {
     case 'change.answer':
       return { stage: 'Answered', detail: `by ${e.actor ?? 'someone'} (${num(d.chars) ?? 0} characters)` };
     case 'change.plan':
-      return { stage: 'Plan', detail: `${num(d.steps) ?? 0} steps` };
+      return { stage: 'Plan', detail: plural(num(d.steps) ?? 0, 'step') };
     case 'change.steer':
       return { stage: 'Steered', detail: `by ${e.actor ?? 'someone'}` };
     case 'change.work': {
       const blocked = num(d.blocked) ?? 0;
-      return { stage: 'Agent run', detail: `${num(d.files) ?? 0} files changed in ${num(d.steps) ?? 0} steps${d.finished === false ? ', stopped before it finished' : ''}${blocked ? `, ${blocked} commands refused by the sandbox` : ''}` };
+      return { stage: 'Agent run', detail: `${plural(num(d.files) ?? 0, 'file')} changed in ${plural(num(d.steps) ?? 0, 'step')}${d.finished === false ? ', stopped before it finished' : ''}${blocked ? `, ${blocked} commands refused by the sandbox` : ''}` };
     }
     case 'sandbox.blocked':
       return { stage: 'Sandbox refused', detail: str(d.reason) ?? str(d.detail) ?? str(d.command) ?? '' };
@@ -174,7 +175,7 @@ function Verdict(props: { v: GateVerdict }) {
     <section aria-labelledby="h-gate">
       <h2 id="h-gate">Gate verdict</h2>
       <p>
-        <span class={`verdict verdict-${v.verdict}`}>{v.verdict === 'pass' ? 'Pass' : 'Fail'}</span> · {v.stats.files} files, +{v.stats.additions} −{v.stats.deletions} · base <code>{v.baseSha.slice(0, 12)}</code> · promotion{' '}
+        <span class={`verdict verdict-${v.verdict}`}>{v.verdict === 'pass' ? 'Pass' : 'Fail'}</span> · {plural(v.stats.files, 'file')}, +{v.stats.additions} −{v.stats.deletions} · base <code>{v.baseSha.slice(0, 12)}</code> · promotion{' '}
         {v.promotion}
         {v.forbidSelfApproval ? ' (the requester may not approve)' : ''} · <time datetime={v.at}>{v.at}</time>
       </p>

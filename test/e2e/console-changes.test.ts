@@ -24,6 +24,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
 import { changeModel, GREETING_DRAFT } from '../helpers/change-model.js';
 import { createGitFixture, type GitFixture } from '../helpers/git-fixture.js';
+import { preloadOpenApi, startGitHubDouble, type GitHubDouble } from '../helpers/github-double.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import type { Spawned } from '../helpers/process.js';
 import { needs } from '../helpers/requirements.js';
@@ -37,6 +38,7 @@ interface PageDocument {
 }
 
 const TOKEN = 'console-changes-e2e-token-0123456789';
+const GH_TOKEN = `ghs_${'c0ffee'.repeat(6)}`;
 const MODEL = 'openai-compatible:console-changes-model';
 const REPO = `demo-${Date.now().toString(36)}`;
 const SEED = {
@@ -74,6 +76,9 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
   let steward: Spawned | undefined;
   let browser: Browser | undefined;
   let fx: GitFixture | undefined;
+  let prFx: GitFixture | undefined;
+  let approvalFx: GitFixture | undefined;
+  let gh: GitHubDouble | undefined;
   let api = '';
   let dataDir = '';
   let changeId = '';
@@ -113,8 +118,18 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
     // the intake lacks the scope the first time (one question), and has it after the answer
     model.setDefault(changeModel({ intake: (_req, round) => (round === 0 ? { ...GREETING_DRAFT, scope: [] } : GREETING_DRAFT), agent: [{ name: 'write_file', args: { path: 'greeting.txt', content: 'Hello, Steward\n' } }] }));
     fx = createGitFixture(SEED, { executable: ['test.sh'] });
+    prFx = createGitFixture(SEED, { executable: ['test.sh'] });
+    approvalFx = createGitFixture(SEED, { executable: ['test.sh'] });
+    preloadOpenApi();
+    gh = await startGitHubDouble({
+      token: GH_TOKEN,
+      repos: [
+        { owner: 'acme', repo: `${REPO}-pr`, bareDir: prFx.bare, defaultBranch: 'main' },
+        { owner: 'acme', repo: `${REPO}-ok`, bareDir: approvalFx.bare, defaultBranch: 'main' },
+      ],
+    });
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-console-changes-e2e-'));
-    const env = startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: MODEL, modelBaseURL: model.baseURL, extra: { STEWARD_TEMPORAL_UI: 'true', STEWARD_TEMPORAL_UI_URL: '' } });
+    const env = startEnv({ dataDir, ports: await freeStewardPorts(), token: TOKEN, model: MODEL, modelBaseURL: model.baseURL, extra: { STEWARD_TEMPORAL_UI: 'true', STEWARD_TEMPORAL_UI_URL: '', STEWARD_GITHUB_API_URL: gh.baseUrl, TEST_GH_TOKEN: GH_TOKEN } });
     steward = await startSteward(env);
     api = (steward as Spawned & { api: string }).api;
     await steward.waitForOutput(/Steward is running/, 60_000);
@@ -126,7 +141,8 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
     await browser?.close().catch(() => undefined);
     await stopSteward(steward);
     await model?.close();
-    fx?.cleanup();
+    await gh?.close();
+    for (const f of [fx, prFx, approvalFx]) f?.cleanup();
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
@@ -192,8 +208,8 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
       const add = file.locator('tr.diff-add');
       assert.equal(await del.count(), 1);
       assert.equal(await add.count(), 1);
-      assert.match(await del.locator('td.code').innerText(), /^-\s*(removed: )?Hello$/m);
-      assert.match(await add.locator('td.code').innerText(), /Hello, Steward/);
+      assert.equal(await del.locator('td.code').textContent(), '-removed: Hello');
+      assert.equal(await add.locator('td.code').textContent(), '+added: Hello, Steward');
       assert.equal((await del.locator('td.ln').first().innerText()).trim(), '1');
       assert.equal((await add.locator('td.ln').nth(1).innerText()).trim(), '1');
       // the raw patch artifact, as the API serves it
@@ -234,6 +250,44 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
       assert.equal((await context.request.get(`${api}/console/changes/chg-000000000000`)).status(), 404);
       assert.equal((await context.request.get(`${api}/console/changes/not-an-id`)).status(), 404);
       assert.equal((await context.request.get(`${api}/console/changes?state=bogus`)).status(), 400);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('shows a draft PR change with its pull request, and links a change waiting for promotion approval to the inbox', async () => {
+    for (const [name, bare, promotion] of [[`${REPO}-pr`, prFx!.bare, 'draft-pr'], [`${REPO}-ok`, approvalFx!.bare, 'draft-pr-after-approval']] as const) {
+      const r = await call('POST', '/api/v1/repos', { name, cloneUrl: bare, checks: [{ name: 'test', argv: ['sh', 'test.sh'] }], policy: { promotion }, github: { owner: 'acme', repo: name, tokenRef: 'env:TEST_GH_TOKEN' } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+    }
+    const pr = String((await call('POST', '/api/v1/changes', { repo: `${REPO}-pr`, request: 'Make the greeting say Hello, Steward' })).body.id);
+    const waiting = String((await call('POST', '/api/v1/changes', { repo: `${REPO}-ok`, request: 'Make the greeting say Hello, Steward' })).body.id);
+    const done = await until('the draft PR', async () => {
+      const c = await change(pr);
+      return c.status !== 'running' ? c : undefined;
+    }, 120_000);
+    assert.equal(done.status, 'done', `${done.phase}: ${done.error}`);
+    await until('the promotion approval', async () => ((await change(waiting)).phase === 'approval' ? true : undefined), 120_000);
+    assert.equal(gh!.pulls.length, 1);
+    gh!.assertNoViolations();
+
+    const { context, page } = await signedIn({ width: 1280, height: 900 }, `/console/changes/${pr}`);
+    try {
+      const link = page.locator('#pr-link');
+      assert.equal(await link.innerText(), `Draft pull request #${gh!.pulls[0]!.number}`);
+      assert.match((await link.getAttribute('href')) ?? '', new RegExp(`/acme/${REPO}-pr/pull/${gh!.pulls[0]!.number}$`));
+      assert.match(await page.locator('#timeline').innerText(), /Promotion draft PR/);
+
+      await page.goto(`${api}/console/changes/${waiting}`);
+      assert.equal(await page.locator('#state').innerText(), 'waiting for promotion approval');
+      assert.equal(await page.locator('#approval-wait a').getAttribute('href'), '/console/inbox?kind=change');
+      assert.match(await page.locator('#timeline').innerText(), /Approval asked/);
+      // the list's filter finds it, and only it
+      await page.goto(`${api}/console/changes?state=needs-approval`);
+      assert.deepEqual(await page.locator('table.changes tbody tr a').allInnerTexts(), [waiting]);
+      // newest first
+      await page.goto(`${api}/console/changes`);
+      assert.deepEqual((await page.locator('table.changes tbody tr a').allInnerTexts()).slice(0, 3), [waiting, pr, changeId]);
     } finally {
       await context.close();
     }
