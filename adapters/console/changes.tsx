@@ -394,7 +394,7 @@ function versionOf(c: ChangeView, events: ChangeEvent[]): string {
 
 export function addChangeRoutes(app: Hono, { deps, render, actorOf, runLink }: ConsolePageContext): void {
   const service = (): ChangeService | undefined => deps.services?.changes;
-  const off = (c: Context) => render(c, 'Repository changes', 'changes', <p>Repository changes are not served here (this process has no change service).</p>, 404);
+  const off = (c: Context) => render(c, 'Repository changes', 'changes', <p>Repository changes are not served by this process (it has no change service).</p>);
 
   app.get('/console/changes', async (c) => {
     const changes = service();
