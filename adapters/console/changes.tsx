@@ -462,12 +462,14 @@ export function addChangeRoutes(app: Hono, { deps, render, actorOf, runLink }: C
     );
   });
 
-  /** Everything the change's body draws. */
-  const load = async (changes: ChangeService, id: string) => {
+  /** Everything the change's body draws (the patch left unread when the change is still at version `unless`). */
+  const load = async (changes: ChangeService, id: string, unless?: string) => {
     const [view, events] = await Promise.all([changes.getChange(id), changes.events(id)]);
     if (!view) return undefined;
+    const version = versionOf(view, events ?? []);
+    if (version === unless) return { view, events: events ?? [], patch: undefined, unchanged: true };
     const patch = view.patchHash ? (await changes.getPatch(id))?.patch : undefined;
-    return { view, events: events ?? [], patch };
+    return { view, events: events ?? [], patch, unchanged: false };
   };
 
   const detail = async (c: Context, id: string, answer?: { text: string; error: boolean }, status: 200 | 400 | 404 | 409 = 200) => {
@@ -497,9 +499,9 @@ export function addChangeRoutes(app: Hono, { deps, render, actorOf, runLink }: C
     const changes = service();
     const id = ChangeId.safeParse(c.req.param('id'));
     if (!changes || !id.success) return c.text('no such change', 404);
-    const got = await load(changes, id.data);
+    const got = await load(changes, id.data, c.req.query('v'));
     if (!got) return c.text('no such change', 404);
-    if (c.req.query('v') === versionOf(got.view, got.events)) return c.body(null, 204);
+    if (got.unchanged) return c.body(null, 204);
     return c.html(String(<ChangeBody c={got.view} events={got.events} patch={got.patch} csrf={csrfTokenOf(c, deps.apiToken)} runHref={runLink(got.view.workflowId) ?? got.view.runUrl ?? undefined} />));
   });
 

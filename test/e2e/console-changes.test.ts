@@ -166,6 +166,7 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
       assert.match(await page.locator('#question').innerText(), /Which files or directories may the change touch\?/);
       assert.match(await page.locator('#timeline').innerText(), /Clarifying question/);
       await page.waitForFunction(() => (globalThis as unknown as { htmx?: unknown }).htmx !== undefined);
+      console.log(`screenshot: ${await saveScreenshot(page, shots, 'change-question')}`);
       // by keyboard: the answer typed, Tab to the button, Enter
       await page.locator('#answer-text').focus();
       await page.keyboard.type('only greeting.txt');
