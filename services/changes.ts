@@ -12,7 +12,9 @@ import type { Db } from '../domain/db.js';
 import * as store from '../domain/store/changes.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { describeIssues } from '../common/schemas.js';
-import { writeReceipt } from '../domain/receipts.js';
+import { commandSpec, mayUse } from '../common/commands.js';
+import type { Role } from '../common/roles.js';
+import { listReceipts, writeReceipt } from '../domain/receipts.js';
 import { faultPoint } from '../common/fault-points.js';
 import { startRunOnce } from './handoff.js';
 import type { ConversationKey } from '../common/ids.js';
@@ -301,7 +303,15 @@ async function startChange(
   return answer;
 }
 
-async function listChanges(deps: ChangeServiceDeps, opts: { repo?: string; limit?: number } = {}): Promise<ChangeView[]> {
+/** Which changes to list: of one repository, in one status (running, done, failed, refused, cancelled), in one phase (clarify: waiting for an answer while running). */
+export interface ChangeListFilter {
+  repo?: string;
+  status?: string;
+  phase?: string;
+  limit?: number;
+}
+
+async function listChanges(deps: ChangeServiceDeps, opts: ChangeListFilter = {}): Promise<ChangeView[]> {
   const out: ChangeView[] = [];
   for (const id of await store.listChangeIds(deps.db, opts)) {
     const v = await getChange(deps, id);
@@ -330,10 +340,49 @@ async function getPatch(deps: ChangeServiceDeps, id: string): Promise<ChangePatc
   };
 }
 
-/** Answer a change's clarifying question (validated in the workflow: only while one is open). */
-async function answer(deps: ChangeServiceDeps, id: string, input: unknown, by: Requester): Promise<string> {
+/** The receipt kinds of a change's stages, in the order a change passes them. */
+export const CHANGE_EVENT_KINDS = ['change.start', 'change.intake', 'change.question', 'change.answer', 'change.plan', 'change.steer', 'change.work', 'sandbox.blocked', 'gate.verdict', 'approval.requested', 'approval.decision', 'promotion', 'change.end'] as const;
+export type ChangeEventKind = (typeof CHANGE_EVENT_KINDS)[number];
+
+/** One recorded stage of a change: a receipt of its workflow (data as written, held secrets masked). */
+export interface ChangeEvent {
+  kind: ChangeEventKind;
+  at: string;
+  actor: string | null;
+  data: Record<string, unknown>;
+}
+
+/** The change's stages as its receipts record them (undefined: no such change). */
+async function changeEvents(deps: ChangeServiceDeps, id: string): Promise<ChangeEvent[] | undefined> {
+  const row = await store.findChange(deps.db, id);
+  if (!row) return undefined;
+  const kinds = new Set<string>(CHANGE_EVENT_KINDS);
+  const out: ChangeEvent[] = [];
+  // a change's run also writes a receipt per model and tool call: read them all, a page at a time (bounded)
+  let afterId = 0;
+  for (let page = 0; page < 20; page++) {
+    const rows = await listReceipts(deps.db, { run: row.workflowId, limit: 1000, ...(afterId ? { afterId } : {}) });
+    for (const r of rows) {
+      if (!kinds.has(r.kind)) continue;
+      const data = r.data && typeof r.data === 'object' && !Array.isArray(r.data) ? (r.data as Record<string, unknown>) : {};
+      out.push({ kind: r.kind as ChangeEventKind, at: r.at, actor: r.actor, data });
+    }
+    if (rows.length < 1000) break;
+    afterId = rows[rows.length - 1]!.id;
+  }
+  return out;
+}
+
+const ANSWER = commandSpec('answer')!;
+
+/**
+ * Answer a change's clarifying question (validated in the workflow: only while one is open).
+ * With the asker's role (the console's person), the chat command's minimum role applies.
+ */
+async function answer(deps: ChangeServiceDeps, id: string, input: unknown, by: Requester & { role?: Role }): Promise<string> {
   const parsed = ChangeAnswerSchema.safeParse(input);
   if (!parsed.success) throw new ChangeInputError(`invalid answer: ${describeIssues(parsed.error)}`);
+  if (by.role !== undefined && !mayUse(ANSWER, by.role)) throw new ChangeInputError(`answering a change's question needs the ${ANSWER.minRole} role; nothing changed`, 409);
   const row = await store.findChange(deps.db, id);
   if (!row) throw new ChangeInputError(`no change ${id}`, 404);
   try {
@@ -389,10 +438,12 @@ export function createChangeService(deps: ChangeServiceDeps) {
     removeRepo: (name: string, by: Requester) => removeRepo(deps, name, by),
     startChange: (input: unknown, by: Requester & { shapedBy?: readonly string[] }, origin?: Origin, opts?: { key?: string }) => startChange(deps, input, by, origin, opts),
     getChange: (id: string) => getChange(deps, id),
-    listChanges: (opts?: { repo?: string; limit?: number }) => listChanges(deps, opts),
+    listChanges: (opts?: ChangeListFilter) => listChanges(deps, opts),
+    /** What the change's receipts record, oldest first: its phases with their times (the console's timeline). */
+    events: (id: string) => changeEvents(deps, id),
     /** The patch artifact (git apply-able), by the change's content hash. */
     getPatch: (id: string) => getPatch(deps, id),
-    answer: (id: string, input: unknown, by: Requester) => answer(deps, id, input, by),
+    answer: (id: string, input: unknown, by: Requester & { role?: Role }) => answer(deps, id, input, by),
     /** The chat's running changes (for /status). */
     runningInChat: async (conversation: ConversationKey): Promise<Array<{ id: string; repo: string; phase: string; question: string | null }>> =>
       (await store.runningChangesInChat(db, conversation)).map(({ id, repo, phase, question }) => ({ id, repo, phase, question })),

@@ -23,12 +23,13 @@ import { Layout, NAV, type PageId, type Viewer } from './layout.js';
 import { csrfPasses, csrfTokenOf, securityHeaders } from './security.js';
 import { addChatRoutes } from './chats.js';
 import { addInboxRoutes } from './inbox.js';
+import { addChangeRoutes } from './changes.js';
 import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
 
 export { chatEventHtml } from './chats.js';
 
 /** The page modules, each mounted behind the sign-in and CSRF guard. */
-const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes];
+const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes];
 
 /** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
 export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'>;
@@ -64,8 +65,7 @@ const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operato
 /** What a person below admin may open: their inbox (what they asked for, and why they may not decide it). */
 const PERSON_PATHS = ['/console/inbox', '/console/sign-out'];
 
-const PLACEHOLDERS: Record<Exclude<PageId, 'chats' | 'inbox'>, { holds: string; meanwhile: string }> = {
-  changes: { holds: "repository changes: phase timeline, plan, gate verdicts, the patch as a diff, the draft PR link", meanwhile: 'GET /api/v1/changes; ./steward changes' },
+const PLACEHOLDERS: Partial<Record<Exclude<PageId, 'chats' | 'inbox' | 'changes'>, { holds: string; meanwhile: string }>> = {
   objectives: { holds: 'objectives: schedule, next and recent runs, pause, resume, trigger, backfill', meanwhile: 'GET /api/v1/objectives; ./steward objectives' },
   knowledge: { holds: 'workspaces, skills, memories, MCP servers and their tools, heartbeat parts', meanwhile: 'GET /api/v1/workspaces, /api/v1/memories, /api/v1/mcp/servers, /api/v1/heartbeat' },
   budgets: { holds: 'budgets and receipts for a chat, person or change, exportable as JSONL', meanwhile: 'GET /api/v1/budgets; ./steward budgets' },
@@ -192,7 +192,7 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
   });
 
   for (const id of Object.keys(PLACEHOLDERS) as (keyof typeof PLACEHOLDERS)[]) {
-    const p = PLACEHOLDERS[id];
+    const p = PLACEHOLDERS[id]!;
     const label = NAV.find((n) => n.id === id)!.label;
     app.get(`/console/${id}`, (c) =>
       render(

@@ -127,9 +127,10 @@ export async function createChange(db: Db, c: NewChange): Promise<void> {
   });
 }
 
-/** The newest changes' ids, optionally of one repository. */
-export async function listChangeIds(db: Db, opts: { repo?: string; limit?: number }): Promise<string[]> {
-  const rows = await db.repoChange.findMany({ where: opts.repo ? { repo: opts.repo } : {}, orderBy: { createdAt: 'desc' }, take: opts.limit ?? 50, select: { id: true } });
+/** The newest changes' ids, optionally of one repository, status (running, done, ...) or phase. */
+export async function listChangeIds(db: Db, opts: { repo?: string; status?: string; phase?: string; limit?: number }): Promise<string[]> {
+  const where = { ...(opts.repo ? { repo: opts.repo } : {}), ...(opts.status ? { status: opts.status } : {}), ...(opts.phase ? { phase: opts.phase } : {}) };
+  const rows = await db.repoChange.findMany({ where, orderBy: { createdAt: 'desc' }, take: opts.limit ?? 50, select: { id: true } });
   return rows.map((r) => r.id);
 }
 

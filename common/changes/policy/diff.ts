@@ -86,7 +86,7 @@ export function utf8Length(s: string): number {
 const C_ESCAPES: Record<string, number> = { a: 7, b: 8, t: 9, n: 10, v: 11, f: 12, r: 13, '"': 34, '\\': 92 };
 
 /** A C-style quoted name as git writes it (`"a\tb\303\251"`) starting at s[start] === '"'. */
-function parseQuoted(s: string, start: number): { value: string; end: number } | undefined {
+export function parseQuoted(s: string, start: number): { value: string; end: number } | undefined {
   if (s[start] !== '"') return undefined;
   const bytes: number[] = [];
   for (let i = start + 1; i < s.length; i++) {
