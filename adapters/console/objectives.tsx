@@ -95,7 +95,7 @@ function ObjectiveState(props: { o: ObjectiveDetail; runLink: (id: string) => st
       <h2 id="state-heading">State</h2>
       <p id="objective-status">
         <State o={o} />
-        {o.scheduleNote ? <span class="note"> · {o.scheduleNote}</span> : null} · {o.runsTaken} scheduled {o.runsTaken === 1 ? 'run' : 'runs'} taken
+        {o.scheduleNote ? <span class="note"> · {o.scheduleNote}</span> : null} · {o.runsTaken} {o.runsTaken === 1 ? 'run' : 'runs'} started by the schedule
       </p>
       <h3>Next runs</h3>
       {o.nextRuns.length === 0 ? (
