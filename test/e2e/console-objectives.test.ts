@@ -46,24 +46,12 @@ const CHAT = `objectives-${tag}`;
 const NAME = `digest-${tag}`;
 const MODEL = 'openai-compatible:console-objectives-model';
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 100_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
-
 /** Nothing on the page is wider than the window. */
 async function noSidewaysOverflow(page: Page): Promise<void> {
-  const r = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, inner: window.innerWidth }));
+  const r = await page.evaluate(() => {
+    const w = globalThis as unknown as { document: { documentElement: { scrollWidth: number } }; innerWidth: number };
+    return { scroll: w.document.documentElement.scrollWidth, inner: w.innerWidth };
+  });
   assert.ok(r.scroll <= r.inner, `the page is ${r.scroll} px wide in a ${r.inner} px window`);
 }
 
@@ -159,7 +147,7 @@ describe('the console: objectives', { skip: browserSkip() || (await needs('chrom
     await p.locator('#pause-note').focus();
     await p.keyboard.type(`quiet week ${tag}`);
     await p.keyboard.press('Tab');
-    assert.equal(await p.evaluate(() => document.activeElement?.id), 'pause');
+    assert.equal(await p.evaluate(() => (globalThis as unknown as { document: { activeElement: { id: string } | null } }).document.activeElement?.id), 'pause');
     await p.keyboard.press('Enter');
     await p.locator('#action-result', { hasText: 'Paused' }).waitFor();
     await p.locator('#objective-status [data-state="paused"]').waitFor();
@@ -171,13 +159,24 @@ describe('the console: objectives', { skip: browserSkip() || (await needs('chrom
     assert.equal(p.url(), url, 'no reload');
 
     await p.keyboard.press('Tab');
-    assert.equal(await p.evaluate(() => document.activeElement?.id), 'resume');
+    assert.equal(await p.evaluate(() => (globalThis as unknown as { document: { activeElement: { id: string } | null } }).document.activeElement?.id), 'resume');
     await p.keyboard.press('Space');
     await p.locator('#action-result', { hasText: 'Resumed' }).waitFor();
     await p.locator('#objective-status [data-state="active"]').waitFor();
     assert.equal((await schedule()).state.paused, false, 'the Temporal Schedule runs again');
     assert.ok((await p.locator('#next-runs li').count()) > 0);
     assert.equal((await call('GET', `/api/v1/objectives/${objectiveId}`)).body.paused, false);
+
+    // the same actions as plain forms (no htmx): the same change, then back to the objective's page
+    const csrf = await p.locator('input[name="_csrf"]').first().inputValue();
+    for (const [action, paused] of [['pause', true], ['resume', false]] as const) {
+      const r = await context!.request.post(`${api}/console/objectives/${objectiveId}/${action}`, { form: { _csrf: csrf, ...(action === 'pause' ? { note: 'plain pause' } : {}) }, maxRedirects: 0 });
+      assert.equal(r.status(), 303, action);
+      assert.equal(r.headers()['location'], `/console/objectives/${objectiveId}`);
+      const s = await schedule();
+      assert.equal(s.state.paused, paused, action);
+      assert.match(s.state.note ?? '', action === 'pause' ? /paused by the operator: plain pause/ : /resumed by the operator/);
+    }
   });
 
   it('Trigger now starts one run, which reaches the recent runs with links to the run and the chat', async () => {
