@@ -49,6 +49,9 @@ export function when(iso: string, timezone?: string): string {
   }
 }
 
+/** A duration in the largest whole unit (h, min, s). */
+const duration = (ms: number) => (ms % 3_600_000 === 0 ? `${ms / 3_600_000} h` : ms % 60_000 === 0 ? `${ms / 60_000} min` : `${Math.round(ms / 1000)} s`);
+
 function Time(props: { iso: string | null | undefined; tz?: string | undefined }) {
   return props.iso ? <time datetime={props.iso}>{when(props.iso, props.tz)}</time> : <span>-</span>;
 }
@@ -162,7 +165,7 @@ function Settings(props: { o: ObjectiveDetail }) {
       <dt>Overlap policy</dt>
       <dd>{o.overlap}</dd>
       <dt>Catch-up window</dt>
-      <dd>{Math.round(o.catchupWindowMs / 1000)} s</dd>
+      <dd>{duration(o.catchupWindowMs)}</dd>
       <dt>Pause on failure</dt>
       <dd>{o.pauseOnFailure ? 'yes' : 'no'}</dd>
       <dt>Model</dt>
