@@ -19,6 +19,7 @@ import { ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type Schedul
 import type { Logger } from 'pino';
 import { putBlob, sha256Hex } from '../domain/blobs.js';
 import type { Db } from '../domain/db.js';
+import { z } from 'zod';
 import { describeIssues } from '../common/schemas.js';
 import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { lookupBinding } from '../domain/governance.js';
@@ -74,6 +75,8 @@ import { objectiveRunWorkflow } from '../workflows/objectives/objective.js';
 import { ChatAttr, KindAttr, PlatformAttr } from '../workflows/search-attributes.js';
 import { RESUME_MAX_PAGES, RESUME_PAGE, resumeWindow, startRunOnce, type ResumeOptions } from './handoff.js';
 import { ServiceInputError, type Requester } from './requests.js';
+import { commandSpec, mayUse } from '../common/commands.js';
+import type { Actor } from '../common/roles.js';
 
 export interface ObjectiveServiceDeps {
   client: Client;
@@ -94,6 +97,26 @@ export interface ObjectiveServiceDeps {
 }
 
 export type { Requester } from './requests.js';
+
+/**
+ * Who asks for a change: a person (an Actor with a role, as the console passes it), or the
+ * operator's own call (the API token, the CLI, Steward itself), which carries no role. A person
+ * must hold the `/objective` command's minimum role (operator, common/commands.ts); below it the
+ * change is refused (409) before anything is read or changed.
+ */
+export type ObjectiveRequester = Requester | Actor;
+
+const MANAGE_OBJECTIVES = commandSpec('objective')!;
+
+/** Refuse a person below the role that manages objectives (409); the operator's own calls pass. */
+function checkMayManage(by: ObjectiveRequester): void {
+  if (!('role' in by) || mayUse(MANAGE_OBJECTIVES, by.role)) return;
+  const min = MANAGE_OBJECTIVES.minRole ?? 'operator';
+  throw new ObjectiveInputError(`managing objectives needs the ${min} role; you are ${/^[aeiou]/.test(by.role) ? 'an' : 'a'} ${by.role}. Nothing changed`, 409);
+}
+
+/** A pause's note (shown with the schedule in the Temporal UI and the console). */
+export const PauseNoteSchema = z.string().trim().max(500, 'a note is at most 500 characters');
 
 export class ObjectiveInputError extends ServiceInputError {
   override readonly name = 'ObjectiveInputError';
@@ -122,6 +145,8 @@ export interface ObjectiveView {
    * spent (its runs are skipped, no model is called); else `active`.
    */
   status: string;
+  /** The Temporal Schedule's note (who paused or resumed it, and why), when it has one. */
+  scheduleNote: string | null;
   /** The spent budget its runs are skipped for, if any (`renewsAt` null: a total, until it is raised). */
   spentBudget: { id: string; scope: string; scopeId: string | null; period: string; renewsAt: string | null } | null;
   lastRun: { id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null; at: string } | null;
@@ -405,7 +430,8 @@ async function temporal<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 /** Create an objective: validated, recorded, then its schedule (a refused schedule takes the record back). */
-async function createObjective(ctx: ServiceContext, input: unknown, by: Requester): Promise<ObjectiveView> {
+async function createObjective(ctx: ServiceContext, input: unknown, by: ObjectiveRequester): Promise<ObjectiveView> {
+  checkMayManage(by);
   const { client, db } = ctx;
   const n = parseNewObjective(input);
   if (await findObjectiveByName(db, n.name)) throw new ObjectiveInputError(`an objective named ${n.name} exists already`, 409);
@@ -428,7 +454,8 @@ async function createObjective(ctx: ServiceContext, input: unknown, by: Requeste
 }
 
 /** Change an objective: the schedule first (a refusal, a bad cron, leaves the record as it was), then the record. */
-async function changeObjective(ctx: ServiceContext, idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> {
+async function changeObjective(ctx: ServiceContext, idOrName: string, input: unknown, by: ObjectiveRequester): Promise<ObjectiveView> {
+  checkMayManage(by);
   const p = parsePatch(input);
   const before = await requireObjective(ctx.db, idOrName);
   const next = patchChanges(p);
@@ -449,19 +476,24 @@ async function changeObjective(ctx: ServiceContext, idOrName: string, input: unk
 }
 
 /** Pause or resume the schedule, then the record (and the file watchers follow). */
-async function setPaused(ctx: ServiceContext, idOrName: string, by: Requester, paused: boolean): Promise<ObjectiveView> {
+async function setPaused(ctx: ServiceContext, idOrName: string, by: ObjectiveRequester, paused: boolean, rawNote?: unknown): Promise<ObjectiveView> {
+  checkMayManage(by);
+  const note = PauseNoteSchema.optional().safeParse(rawNote);
+  if (!note.success) throw new ObjectiveInputError(`invalid note: ${describeIssues(note.error)}`);
   const before = await requireObjective(ctx.db, idOrName);
   const handle = ctx.client.schedule.getHandle(objectiveScheduleId(before.id));
-  if (paused) await handle.pause(`paused by ${by.name}`);
-  else await handle.unpause(`resumed by ${by.name}`);
+  const why = note.data ? `: ${note.data}` : '';
+  if (paused) await handle.pause(`paused by ${by.name}${why}`);
+  else await handle.unpause(`resumed by ${by.name}${why}`);
   const after = await setObjectivePaused(ctx.db, before.id, paused);
-  await changeReceipt(ctx, by, paused ? 'pause' : 'resume', before.id, before, after);
+  await changeReceipt(ctx, by, paused ? 'pause' : 'resume', before.id, before, after, note.data ? { note: note.data } : {});
   notifyChanged(ctx);
   return view(ctx, after);
 }
 
 /** Run now through the schedule (the objective's overlap policy applies unless another is given). */
-async function triggerObjective(ctx: ServiceContext, idOrName: string, by: Requester, overlap?: OverlapPolicy): Promise<ObjectiveView> {
+async function triggerObjective(ctx: ServiceContext, idOrName: string, by: ObjectiveRequester, overlap?: OverlapPolicy): Promise<ObjectiveView> {
+  checkMayManage(by);
   const o = await requireObjective(ctx.db, idOrName);
   // the SDK's default for a trigger is allow-all: pass the objective's own policy instead
   await ctx.client.schedule.getHandle(objectiveScheduleId(o.id)).trigger(OVERLAP[overlap ?? (o.overlap as OverlapPolicy)]);
@@ -470,7 +502,8 @@ async function triggerObjective(ctx: ServiceContext, idOrName: string, by: Reque
 }
 
 /** The runs a past time range would have had (each scheduled time once). */
-async function backfillObjective(ctx: ServiceContext, idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> {
+async function backfillObjective(ctx: ServiceContext, idOrName: string, input: unknown, by: ObjectiveRequester): Promise<ObjectiveView> {
+  checkMayManage(by);
   const parsed = BackfillSchema.safeParse(input);
   if (!parsed.success) throw new ObjectiveInputError(`invalid backfill: ${describeIssues(parsed.error)}`);
   const o = await requireObjective(ctx.db, idOrName);
@@ -481,7 +514,8 @@ async function backfillObjective(ctx: ServiceContext, idOrName: string, input: u
 }
 
 /** After downtime: runs scheduled before now that have not started yet are skipped. */
-async function skipMissedRuns(ctx: ServiceContext, idOrName: string, by: Requester): Promise<ObjectiveView> {
+async function skipMissedRuns(ctx: ServiceContext, idOrName: string, by: ObjectiveRequester): Promise<ObjectiveView> {
+  checkMayManage(by);
   const before = await requireObjective(ctx.db, idOrName);
   const after = await skipObjectiveRunsBefore(ctx.db, before.id, new Date());
   await changeReceipt(ctx, by, 'skip-missed', before.id, before, after);
@@ -489,7 +523,8 @@ async function skipMissedRuns(ctx: ServiceContext, idOrName: string, by: Request
 }
 
 /** Delete the schedule (one gone already is fine), then the record. */
-async function removeObjective(ctx: ServiceContext, idOrName: string, by: Requester): Promise<boolean> {
+async function removeObjective(ctx: ServiceContext, idOrName: string, by: ObjectiveRequester): Promise<boolean> {
+  checkMayManage(by);
   const o = await requireObjective(ctx.db, idOrName);
   try {
     await ctx.client.schedule.getHandle(objectiveScheduleId(o.id)).delete();
@@ -658,10 +693,12 @@ async function requireObjective(db: Db, idOrName: string): Promise<ObjectiveRow>
 async function view(ctx: ServiceContext, o: ObjectiveRow): Promise<ObjectiveView> {
   let nextRuns: string[] = [];
   let runsTaken = 0;
+  let scheduleNote: string | null = null;
   try {
     const d = await ctx.client.schedule.getHandle(objectiveScheduleId(o.id)).describe();
     nextRuns = d.state.paused ? [] : d.info.nextActionTimes.slice(0, 5).map((t) => t.toISOString());
     runsTaken = d.info.numActionsTaken;
+    scheduleNote = d.state.note ?? null;
   } catch (err) {
     if (!(err instanceof ScheduleNotFoundError)) throw err;
   }
@@ -684,6 +721,7 @@ async function view(ctx: ServiceContext, o: ObjectiveRow): Promise<ObjectiveView
     triggers: { webhook: o.webhookSecretRef !== null, watch: o.watchPath, email: o.inboundEmail },
     nextRuns,
     status: o.paused ? 'paused' : spent ? budgetSkipText(spent) : 'active',
+    scheduleNote,
     spentBudget: spent ? { id: spent.id, scope: spent.scope, scopeId: spent.scopeId, period: spent.period, renewsAt: spent.renewsAt?.toISOString() ?? null } : null,
     lastRun: last ? { id: last.id, scheduledAt: last.scheduledAt?.toISOString() ?? null, status: last.status, outcome: last.outcome, error: last.error, at: last.updatedAt.toISOString() } : null,
     runsTaken,
@@ -701,12 +739,12 @@ async function listViews(ctx: ServiceContext): Promise<ObjectiveView[]> {
 }
 
 /** One objective's view with its 20 most recent runs. */
-async function showObjective(ctx: ServiceContext, idOrName: string): Promise<ObjectiveView & { runs: Array<{ id: string; scheduledAt: string | null; status: string; outcome: string | null; error: string | null }> }> {
+async function showObjective(ctx: ServiceContext, idOrName: string): Promise<ObjectiveView & { runs: Array<{ id: string; scheduledAt: string | null; startedAt: string; status: string; outcome: string | null; error: string | null; runUrl: string | null }> }> {
   const o = await requireObjective(ctx.db, idOrName);
   const runs = await recentObjectiveRuns(ctx.db, o.id, 20);
   return {
     ...(await view(ctx, o)),
-    runs: runs.map((r) => ({ id: r.id, scheduledAt: r.scheduledAt?.toISOString() ?? null, status: r.status, outcome: r.outcome, error: r.error })),
+    runs: runs.map((r) => ({ id: r.id, scheduledAt: r.scheduledAt?.toISOString() ?? null, startedAt: r.createdAt.toISOString(), status: r.status, outcome: r.outcome, error: r.error, runUrl: ctx.deps.runLink?.(r.id) ?? null })),
   };
 }
 
@@ -719,26 +757,27 @@ export async function watchedDirectories(db: Db): Promise<Map<string, string>> {
 export function createObjectiveService(deps: ObjectiveServiceDeps) {
   const ctx = serviceContext(deps);
   return {
-    create: (input: unknown, by: Requester): Promise<ObjectiveView> => createObjective(ctx, input, by),
+    create: (input: unknown, by: ObjectiveRequester): Promise<ObjectiveView> => createObjective(ctx, input, by),
 
     list: (): Promise<ObjectiveView[]> => listViews(ctx),
 
     show: (idOrName: string) => showObjective(ctx, idOrName),
 
-    update: (idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> => changeObjective(ctx, idOrName, input, by),
+    update: (idOrName: string, input: unknown, by: ObjectiveRequester): Promise<ObjectiveView> => changeObjective(ctx, idOrName, input, by),
 
-    pause: (idOrName: string, by: Requester) => setPaused(ctx, idOrName, by, true),
+    /** Pause the schedule (`note`: why, a string of at most 500 characters, kept with the schedule and in the receipt). A person below the operator role is refused (409). */
+    pause: (idOrName: string, by: ObjectiveRequester, note?: unknown) => setPaused(ctx, idOrName, by, true, note),
 
-    resume: (idOrName: string, by: Requester) => setPaused(ctx, idOrName, by, false),
+    resume: (idOrName: string, by: ObjectiveRequester, note?: unknown) => setPaused(ctx, idOrName, by, false, note),
 
     /** Run now (the objective's overlap policy applies unless another is given). */
-    trigger: (idOrName: string, by: Requester, overlap?: OverlapPolicy): Promise<ObjectiveView> => triggerObjective(ctx, idOrName, by, overlap),
+    trigger: (idOrName: string, by: ObjectiveRequester, overlap?: OverlapPolicy): Promise<ObjectiveView> => triggerObjective(ctx, idOrName, by, overlap),
 
     /** The runs a past time range would have had (each scheduled time once). */
-    backfill: (idOrName: string, input: unknown, by: Requester): Promise<ObjectiveView> => backfillObjective(ctx, idOrName, input, by),
+    backfill: (idOrName: string, input: unknown, by: ObjectiveRequester): Promise<ObjectiveView> => backfillObjective(ctx, idOrName, input, by),
 
     /** After downtime: runs scheduled before now that have not started yet are skipped. */
-    skipMissed: (idOrName: string, by: Requester): Promise<ObjectiveView> => skipMissedRuns(ctx, idOrName, by),
+    skipMissed: (idOrName: string, by: ObjectiveRequester): Promise<ObjectiveView> => skipMissedRuns(ctx, idOrName, by),
 
     /**
      * An event for an objective's webhook: a signed HTTP call (`X-Steward-Timestamp`,
@@ -771,7 +810,7 @@ export function createObjectiveService(deps: ObjectiveServiceDeps) {
       return () => void ctx.listeners.delete(listener);
     },
 
-    remove: (idOrName: string, by: Requester): Promise<boolean> => removeObjective(ctx, idOrName, by),
+    remove: (idOrName: string, by: ObjectiveRequester): Promise<boolean> => removeObjective(ctx, idOrName, by),
   };
 }
 

@@ -2,6 +2,8 @@
  * Objectives over HTTP (bearer token = the operator):
  *   POST /api/v1/objectives (201), GET /api/v1/objectives, GET/PATCH/DELETE /api/v1/objectives/{id},
  *   POST /api/v1/objectives/{id}/{pause|resume|trigger|backfill|skip-missed}
+ * The bearer token is the operator's, who passes every role rule (the service's; the console
+ * passes the person signed in).
  * `{id}` is the objective's id or name. Bodies are validated by the objective service (one
  * schema for API, CLI and chat) before anything changes. An action's body is optional: an empty
  * one (even sent with `Content-Type: application/json`, as curl users do) means no options.
@@ -98,7 +100,13 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
         request: {
           params: IdParam,
           ...optionalOptions(
-            action === 'backfill' ? '{"start", "end", "overlap"?}: the time range (required) and the overlap policy.' : action === 'trigger' ? '{"overlap"?}: the overlap policy of this run.' : 'This action takes no options.',
+            action === 'backfill'
+              ? '{"start", "end", "overlap"?}: the time range (required) and the overlap policy.'
+              : action === 'trigger'
+                ? '{"overlap"?}: the overlap policy of this run.'
+                : action === 'skip-missed'
+                  ? 'This action takes no options.'
+                  : '{"note"?}: why (at most 500 characters), kept with the schedule and in the receipt.',
           ),
         },
         responses: { 200: json(Loose, 'Done'), ...errors },
@@ -110,9 +118,11 @@ export function registerObjectiveRoutes(app: OpenAPIHono, objectives: ObjectiveS
         const r = await answer(async () => {
           switch (action) {
             case 'pause':
-              return objectives.pause(id, by);
-            case 'resume':
-              return objectives.resume(id, by);
+            case 'resume': {
+              // the note is checked by the service; a body without one means none (as before notes)
+              const note = typeof b.value === 'object' && b.value !== null && !Array.isArray(b.value) ? (b.value as { note?: unknown }).note : undefined;
+              return action === 'pause' ? objectives.pause(id, by, note) : objectives.resume(id, by, note);
+            }
             case 'skip-missed':
               return objectives.skipMissed(id, by);
             case 'backfill':
