@@ -21,12 +21,13 @@ import { bearerMatches, SIGN_IN_COOKIE, type BrowserSignIn } from '../http/sign-
 import { Layout, NAV, type PageId, type Viewer } from './layout.js';
 import { csrfPasses, csrfTokenOf, securityHeaders } from './security.js';
 import { addChatRoutes } from './chats.js';
+import { addKnowledgeRoutes } from './knowledge.js';
 import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
 
 export { chatEventHtml } from './chats.js';
 
 /** The page modules, each mounted behind the sign-in and CSRF guard. */
-const PAGES: AddPageRoutes[] = [addChatRoutes];
+const PAGES: AddPageRoutes[] = [addChatRoutes, addKnowledgeRoutes];
 
 /** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
 export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'>;
@@ -58,11 +59,10 @@ const ASSETS: Record<string, { file: string; type: string }> = {
 const operatorActor = (): Actor => OPERATOR;
 const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operator', role: 'admin' } : { name: a.name, role: a.role });
 
-const PLACEHOLDERS: Record<Exclude<PageId, 'chats'>, { holds: string; meanwhile: string }> = {
+const PLACEHOLDERS: Record<Exclude<PageId, 'chats' | 'knowledge'>, { holds: string; meanwhile: string }> = {
   inbox: { holds: 'everything waiting for a decision: approvals, pairing requests, pending memories, open tasks, changes waiting for promotion', meanwhile: 'GET /api/v1/approvals, /api/v1/pairings, /api/v1/tasks; ./steward approvals' },
   changes: { holds: "repository changes: phase timeline, plan, gate verdicts, the patch as a diff, the draft PR link", meanwhile: 'GET /api/v1/changes; ./steward changes' },
   objectives: { holds: 'objectives: schedule, next and recent runs, pause, resume, trigger, backfill', meanwhile: 'GET /api/v1/objectives; ./steward objectives' },
-  knowledge: { holds: 'workspaces, skills, memories, MCP servers and their tools, heartbeat parts', meanwhile: 'GET /api/v1/workspaces, /api/v1/memories, /api/v1/mcp/servers, /api/v1/heartbeat' },
   budgets: { holds: 'budgets and receipts for a chat, person or change, exportable as JSONL', meanwhile: 'GET /api/v1/budgets; ./steward budgets' },
 };
 
@@ -135,7 +135,7 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
     return c.redirect('/codec/login?next=%2Fconsole', 303);
   });
 
-  for (const id of Object.keys(PLACEHOLDERS) as Exclude<PageId, 'chats'>[]) {
+  for (const id of Object.keys(PLACEHOLDERS) as Exclude<PageId, 'chats' | 'knowledge'>[]) {
     const p = PLACEHOLDERS[id];
     const label = NAV.find((n) => n.id === id)!.label;
     app.get(`/console/${id}`, (c) =>
