@@ -147,15 +147,15 @@ function SkillsTable(props: { skills: Skill[]; caption: string; workspace?: stri
       <tbody>
         {props.skills.map((s) => (
           <tr>
-            <td>
+            <td data-label="Skill">
               <code>{s.name}</code> <span class="muted">v{s.version.slice(0, 8)}</span>
             </td>
-            <td>
+            <td data-label="What it does">
               {s.description}
               {s.when ? <span class="muted"> (when: {s.when})</span> : ''}
             </td>
-            <td>{s.source === 'workspace' ? `workspace ${props.workspace ?? ''}`.trim() : "the operator's skills folder"}</td>
-            <td>{s.roles.length ? s.roles.join(', ') : 'everyone'}</td>
+            <td data-label="From">{s.source === 'workspace' ? `workspace ${props.workspace ?? ''}`.trim() : "the operator's skills folder"}</td>
+            <td data-label="Offered to">{s.roles.length ? s.roles.join(', ') : 'everyone'}</td>
           </tr>
         ))}
       </tbody>
@@ -185,14 +185,14 @@ export function MemoryRowView(props: { m: MemoryRow; runLink?: string | undefine
   const forget = `/console/knowledge/memories/${encodeURIComponent(m.id)}/forget`;
   return (
     <tr id={`memory-${m.id}`} data-status={m.status}>
-      <td>
+      <td data-label="Id">
         <code>{m.id}</code>
       </td>
-      <td class="memory-text">{m.text}</td>
-      <td>
+      <td data-label="Memory" class="memory-text">{m.text}</td>
+      <td data-label="Kind, scope">
         {m.kind}, {m.scope === 'workspace' ? `workspace ${m.workspace ?? ''}` : 'this chat only'}
       </td>
-      <td>
+      <td data-label="Status">
         {m.status === 'active' ? 'approved' : m.status}
         {m.decidedBy ? (
           <span class="muted">
@@ -203,7 +203,7 @@ export function MemoryRowView(props: { m: MemoryRow; runLink?: string | undefine
           ''
         )}
       </td>
-      <td>
+      <td data-label="Provenance">
         proposed for {m.proposedBy} in {m.platform} chat <code>{m.chatId}</code> {when(m.createdAt.toISOString())}
         {props.runLink ? (
           <>
@@ -214,7 +214,7 @@ export function MemoryRowView(props: { m: MemoryRow; runLink?: string | undefine
           ''
         )}
       </td>
-      <td>
+      <td data-label="Action">
         {m.status === 'pending' ? (
           <a href="/console/inbox?kind=memory">Decide in the inbox</a>
         ) : m.status === 'active' ? (
@@ -280,13 +280,13 @@ export function ToolsTable(props: { server: string; tools: McpToolView[] }) {
       <tbody>
         {props.tools.map((t) => (
           <tr data-tool={t.name}>
-            <td>
+            <td data-label="Tool">
               <code>{t.shown}</code>
             </td>
-            <td>{t.description}</td>
-            <td>{t.offered ? 'yes' : `no: ${t.why ?? ''}`}</td>
-            <td>{t.approval}</td>
-            <td>{t.readOnly ? 'read-only' : ''}</td>
+            <td data-label="Description">{t.description}</td>
+            <td data-label="Offered">{t.offered ? 'yes' : `no: ${t.why ?? ''}`}</td>
+            <td data-label="Approval">{t.approval}</td>
+            <td data-label="Read-only">{t.readOnly ? 'read-only' : 'no'}</td>
           </tr>
         ))}
       </tbody>
@@ -343,14 +343,14 @@ function HeartbeatTable(props: { parts: PartState[] }) {
       <tbody>
         {props.parts.map((p) => (
           <tr data-part={p.part}>
-            <td>{p.part}</td>
-            <td class={p.state === 'ok' ? undefined : 'error'}>
+            <td data-label="Part">{p.part}</td>
+            <td data-label="State" class={p.state === 'ok' ? undefined : 'error'}>
               {p.state}
               {p.detail ? `: ${p.detail}` : ''}
             </td>
-            <td>{when(p.since)}</td>
-            <td>{when(p.lastOkAt)}</td>
-            <td>{when(p.checkedAt)}</td>
+            <td data-label="Since">{when(p.since)}</td>
+            <td data-label="Last success">{when(p.lastOkAt)}</td>
+            <td data-label="Checked">{when(p.checkedAt)}</td>
           </tr>
         ))}
       </tbody>
