@@ -189,9 +189,9 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
     },
     /** Index a workspace again for `by`, who needs the role of the chat's `/workspace reindex` (else 409). */
     async reindexAs(rawName: string, by: Actor): Promise<WorkspaceRow> {
-      const ws = await existing(rawName);
       const spec = commandSpec('workspace')!;
       if (!mayUse(spec, by.role)) throw new WorkspaceInputError(`reindexing a workspace needs the ${spec.minRole ?? 'admin'} role (as /workspace reindex)`, 409);
+      const ws = await existing(rawName);
       await service.reindex(ws.name);
       return ws;
     },
