@@ -186,7 +186,7 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
     let reached = false;
     for (let i = 0; i < 80 && !reached; i++) {
       await page!.keyboard.press('Tab');
-      reached = await box.evaluate((el) => el === document.activeElement);
+      reached = await box.evaluate((el) => el === (globalThis as unknown as { document: { activeElement: unknown } }).document.activeElement);
     }
     assert.ok(reached, 'the search box is reachable with Tab');
     await page!.keyboard.type(PLANTED);
@@ -324,7 +324,10 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
       for (const route of routes) {
         await n.goto(`${api}${route}`, { waitUntil: 'domcontentloaded' });
         if (route === '/console/knowledge') await n.locator('#mcp-every table.tools').waitFor({ timeout: 60_000 });
-        const { scroll, width } = await n.evaluate(() => ({ scroll: document.documentElement.scrollWidth, width: document.documentElement.clientWidth }));
+        const { scroll, width } = await n.evaluate(() => {
+          const root = (globalThis as unknown as { document: { documentElement: { scrollWidth: number; clientWidth: number } } }).document.documentElement;
+          return { scroll: root.scrollWidth, width: root.clientWidth };
+        });
         assert.ok(scroll <= width, `${route}: ${scroll} px of content in a ${width} px window`);
         if (route === '/console/knowledge') console.log(`screenshot: ${await saveScreenshot(n, shots, 'knowledge-375')}`);
       }
