@@ -75,7 +75,7 @@ export function IndexState(props: { name: string; st: WorkspaceIndexState | { er
           {st.state === 'running'
             ? `running (${st.run?.phase ?? 'starting'}${st.run ? `, ${st.run.indexed} files so far` : ''})`
             : st.state === 'done'
-              ? `done${st.run ? ` (${st.run.indexed} files indexed, ${st.run.removed} removed)` : ''}`
+              ? `done${st.run ? ` (its last run: ${st.run.indexed} changed files indexed, ${st.run.removed} removed)` : ''}`
               : st.state === 'failed'
                 ? `failed: ${st.error ?? 'unknown'}`
                 : 'never run'}

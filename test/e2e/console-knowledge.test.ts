@@ -5,8 +5,10 @@
  * Streamable HTTP:
  *  - the page shows the workspace's index state (files, sections, indexing done, when); a search
  *    typed with the keyboard finds a planted word in place (htmx), the plain GET form finds it on
- *    the workspace's page, and a document's markup comes back as text; Reindex runs in place;
- *  - the MCP server's tools are listed with their approval policy and read-only mark; the
+ *    the workspace's page, and a document's markup comes back as text; Reindex runs in place; an
+ *    indexing run terminated in Temporal shows as failed with how, and Reindex mends it;
+ *  - the MCP server's tools are listed with their approval policy and read-only mark, a server
+ *    that cannot be reached says so in place (409); the
  *    heartbeat's parts and the skills are shown;
  *  - memories the agent proposed: the pending one links to the inbox, the approved one is
  *    forgotten in place (out of the recall), and forgetting it again is refused in place (409);
@@ -21,6 +23,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
+import { Client, Connection } from '@temporalio/client';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
 import { startEverythingHttp } from '../helpers/mcp-servers.js';
@@ -65,6 +68,7 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
   const memories = { approved: '', pending: '' };
   /** The files the index holds, as the API says (the page must say the same). */
   let documents = 0;
+  let temporalAddress = '';
 
   const call = async (method: string, route: string, body?: unknown) => {
     const r = await fetch(`${api}${route}`, {
@@ -103,9 +107,11 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
     const skillsDir = path.join(dataDir, 'skills');
     mkdirSync(path.join(skillsDir, 'triage'), { recursive: true });
     writeFileSync(path.join(skillsDir, 'triage', 'SKILL.md'), '---\nname: triage\ndescription: Sort incoming reports by urgency\nroles: [admin]\n---\nRead, rank, reply.\n');
+    const ports = await freeStewardPorts();
+    temporalAddress = `127.0.0.1:${ports.temporal}`;
     const env = startEnv({
       dataDir,
-      ports: await freeStewardPorts(),
+      ports,
       token: TOKEN,
       model: MODEL,
       modelBaseURL: model.baseURL,
@@ -121,6 +127,8 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
     assert.equal(ws.status, 201, ws.text);
     const reg = await call('POST', '/api/v1/mcp/servers', { name: 'every', transport: 'http', url: everything.url, allowTools: ['echo', 'get-sum'], readOnlyTools: ['echo'] });
     assert.equal(reg.status, 201, reg.text);
+    const down = await call('POST', '/api/v1/mcp/servers', { name: 'gone', transport: 'http', url: 'http://127.0.0.1:9/mcp' });
+    assert.equal(down.status, 201, down.text);
     const bound = await call('POST', `/api/v1/workspaces/${WS}/chats`, { chatId: CHAT });
     assert.equal(bound.status, 200, bound.text);
 
@@ -245,6 +253,25 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
     assert.equal(await card.locator('[data-field="documents"]').innerText(), String(documents));
   });
 
+  it('an indexing run terminated in Temporal shows as failed, with how; Reindex mends it', async () => {
+    const connection = await Connection.connect({ address: temporalAddress });
+    try {
+      const client = new Client({ connection });
+      // a run that waits out its settling second, terminated before it indexes
+      const r = await call('POST', `/api/v1/workspaces/${WS}/reindex`, {});
+      assert.equal(r.status, 202, r.text);
+      await client.workflow.getHandle(`workspace-index:${WS}`).terminate(`stopped by the test ${tag}`);
+    } finally {
+      await connection.close();
+    }
+    await page!.reload({ waitUntil: 'domcontentloaded' });
+    const card = page!.locator(`#ws-${WS}`);
+    assert.equal(await card.locator(`#state-${WS}`).getAttribute('data-state'), 'failed');
+    assert.match(await card.locator('[data-field="indexing"]').innerText(), new RegExp(`failed: terminated: stopped by the test ${tag}`));
+    await card.locator('button', { hasText: 'Reindex' }).click();
+    await card.locator(`#state-${WS}[data-state="done"]`).waitFor({ timeout: 60_000 });
+  });
+
   it("lists the MCP server's tools with their approval policy and read-only mark", async () => {
     const server = page!.locator('#mcp-every');
     assert.match(await server.locator('dl').innerText(), /http/);
@@ -256,6 +283,10 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
     assert.doesNotMatch(await sum.innerText(), /read-only/);
     assert.match(await server.locator('table.tools tr[data-tool="get-env"]').innerText(), /no: not on the allowTools list/);
     console.log(`screenshot: ${await saveScreenshot(page!, shots, 'knowledge')}`);
+    // a server that cannot be reached: said in place, the rest of the page unharmed
+    const gone = page!.locator('#mcp-gone');
+    await gone.locator('.tools-slot .error').waitFor({ timeout: 60_000 });
+    assert.match(await gone.locator('.tools-slot').innerText(), /the MCP server gone is unavailable/);
     // the server's own page lists them too (no htmx)
     const p = await context!.newPage();
     try {
