@@ -468,7 +468,7 @@ export function addKnowledgeRoutes(app: Hono, ctx: ConsolePageContext): void {
           {memories ? (
             <>
               <p>
-                Pending memories are decided in the <a href="/console/inbox?kind=memory">inbox</a>; an approved one is recalled until it is forgotten (<a href="/api/v1/memories/export">export as JSONL</a> with the API token).
+                Pending memories are decided in the <a href="/console/inbox?kind=memory">inbox</a>; an approved one is recalled until it is forgotten (all of them with their receipts as JSONL: <code>steward memories export</code>, <code>GET /api/v1/memories/export</code>).
               </p>
               <MemoriesTable rows={memories} runLink={runLink} />
             </>
