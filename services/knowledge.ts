@@ -10,7 +10,7 @@ import { isAdmin } from '../common/roles.js';
 import type { Db } from '../domain/db.js';
 import type { Actor } from '../domain/governance.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
-import { contributorsOf, decideMemory, exportMemories, findMemory, forgetMemory, listMemories, MemoryIdSchema, reindexMemories, type MemoryRow } from '../domain/knowledge/memory.js';
+import { contributorsOf, decideMemory, exportMemories, findMemory, forgetMemory, listMemories, MemoryIdSchema, recentMemories, reindexMemories, type MemoryRow } from '../domain/knowledge/memory.js';
 import { loadSkillCatalogue, type SkillCatalogue } from '../domain/knowledge/skills.js';
 import { receiptsByKeys, writeReceipt } from '../domain/receipts.js';
 import { WorkspaceNameSchema, type WorkspaceService } from './workspaces.js';
@@ -71,6 +71,11 @@ export function createKnowledgeService(opts: KnowledgeServiceOptions) {
       return listMemories(opts.db, chat, ws?.name ?? null);
     },
     show: visible,
+    /** The newest pending and active memories of every chat and workspace (1 to 200 of them): the console's list. */
+    async recent(limit = 50): Promise<MemoryRow[]> {
+      if (!Number.isInteger(limit) || limit < 1 || limit > 200) throw new KnowledgeInputError('limit: a whole number from 1 to 200');
+      return recentMemories(opts.db, limit);
+    },
     /** Approve or reject a pending memory (admins); an approved one is recalled from then on. */
     async decide(raw: string, decision: 'approve' | 'reject', by: Actor, chat?: ConversationKey): Promise<MemoryRow> {
       if (!isAdmin(by.role)) throw new KnowledgeInputError('deciding memories needs the admin role', 400);

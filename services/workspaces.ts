@@ -10,7 +10,9 @@ import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Client } from '@temporalio/client';
 import { z } from 'zod';
+import { commandSpec, mayUse } from '../common/commands.js';
 import type { ConversationKey } from '../common/ids.js';
+import type { Actor } from '../common/roles.js';
 import { PlatformSchema } from '../common/schemas.js';
 import type { Db } from '../domain/db.js';
 import type { KnowledgeIndex, SearchHit } from '../domain/knowledge/index-store.js';
@@ -62,7 +64,49 @@ export interface WorkspaceServiceOptions {
   knowledge: () => Promise<KnowledgeIndex>;
 }
 
+/** A workspace's index: what it holds, and the state of its indexing (see `indexStatus`). */
+export interface WorkspaceIndexState {
+  documents: number;
+  chunks: number;
+  state: 'running' | 'done' | 'failed' | 'never';
+  /** The last or running round's counts. */
+  run?: WorkspaceIndexStatus;
+  startedAt?: string;
+  lastIndexedAt?: string;
+  error?: string;
+}
+
 export const indexWorkflowId = (workspace: string) => `workspace-index:${workspace}`;
+
+/**
+ * A workspace's index: what it holds, and its indexing workflow's state: running, done
+ * (`lastIndexedAt`: when its last run ended), failed (its run ended without finishing: failed,
+ * timed out, cancelled or terminated; `error` says how), or never (no run on record).
+ */
+async function readIndexState(opts: Pick<WorkspaceServiceOptions, 'client' | 'knowledge'>, name: string): Promise<WorkspaceIndexState> {
+  const stats = await (await opts.knowledge()).stats(name);
+  const handle = opts.client.workflow.getHandle(indexWorkflowId(name));
+  const d = await handle.describe().catch(() => undefined);
+  if (!d) return { ...stats, state: 'never' };
+  const startedAt = d.startTime.toISOString();
+  if (d.status.name === 'RUNNING') {
+    const run = await handle.query(workspaceIndexStatusQuery).catch(() => undefined);
+    return { ...(run ? { run } : {}), ...stats, state: 'running', startedAt };
+  }
+  const closed = d.closeTime ? { lastIndexedAt: d.closeTime.toISOString() } : {};
+  if (d.status.name === 'COMPLETED') {
+    const run = await handle.result().catch(() => undefined);
+    return { ...(run ? { run } : {}), ...stats, state: 'done', startedAt, ...closed };
+  }
+  const error = await handle.result().then(
+    () => d.status.name.toLowerCase(),
+    (err: unknown) => {
+      const e = err as Error & { cause?: Error };
+      return `${d.status.name.toLowerCase()}: ${(e.cause?.message ?? e.message).slice(0, 500)}`;
+    },
+  );
+  return { ...stats, state: 'failed', startedAt, ...closed, error };
+}
 
 export function createWorkspaceService(opts: WorkspaceServiceOptions) {
   const name = (raw: string): string => {
@@ -143,6 +187,14 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
         signalArgs: [change],
       });
     },
+    /** Index a workspace again for `by`, who needs the role of the chat's `/workspace reindex` (else 409). */
+    async reindexAs(rawName: string, by: Actor): Promise<WorkspaceRow> {
+      const spec = commandSpec('workspace')!;
+      if (!mayUse(spec, by.role)) throw new WorkspaceInputError(`reindexing a workspace needs the ${spec.minRole ?? 'admin'} role (as /workspace reindex)`, 409);
+      const ws = await existing(rawName);
+      await service.reindex(ws.name);
+      return ws;
+    },
     /**
      * Index every workspace again (at start): changes made while no watcher ran are caught up,
      * and an index whose layout changed (dropped at open) is rebuilt. Unchanged files cost a
@@ -153,17 +205,8 @@ export function createWorkspaceService(opts: WorkspaceServiceOptions) {
       for (const w of all) await service.reindex(w.name);
       return all.map((w) => w.name);
     },
-    /** The indexing's state: its last or running round, and what the index holds. */
-    async indexStatus(rawName: string): Promise<{ run?: WorkspaceIndexStatus; documents: number; chunks: number }> {
-      const ws = await existing(rawName);
-      const stats = await (await opts.knowledge()).stats(ws.name);
-      const handle = opts.client.workflow.getHandle(indexWorkflowId(ws.name));
-      const run = await handle
-        .describe()
-        .then((d) => (d.status.name === 'RUNNING' ? handle.query(workspaceIndexStatusQuery) : handle.result()))
-        .catch(() => undefined);
-      return { ...(run ? { run } : {}), ...stats };
-    },
+    /** The indexing's state and what the index holds (see `readIndexState`). */
+    indexStatus: async (rawName: string): Promise<WorkspaceIndexState> => readIndexState(opts, (await existing(rawName)).name),
     /**
      * Keep the files someone sent to a chat in its workspace (`received/`): text and Markdown as
      * files of their own (indexed like any other), anything else as a Markdown note that

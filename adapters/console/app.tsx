@@ -25,12 +25,13 @@ import { addChatRoutes } from './chats.js';
 import { addInboxRoutes } from './inbox.js';
 import { addChangeRoutes } from './changes.js';
 import { addObjectiveRoutes } from './objectives.js';
+import { addKnowledgeRoutes } from './knowledge.js';
 import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
 
 export { chatEventHtml } from './chats.js';
 
 /** The page modules, each mounted behind the sign-in and CSRF guard. */
-const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes, addObjectiveRoutes];
+const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes, addObjectiveRoutes, addKnowledgeRoutes];
 
 /** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
 export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'>;
@@ -66,8 +67,7 @@ const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operato
 /** What a person below admin may open: their inbox (what they asked for, and why they may not decide it). */
 const PERSON_PATHS = ['/console/inbox', '/console/sign-out'];
 
-const PLACEHOLDERS: Partial<Record<Exclude<PageId, 'chats' | 'inbox' | 'changes' | 'objectives'>, { holds: string; meanwhile: string }>> = {
-  knowledge: { holds: 'workspaces, skills, memories, MCP servers and their tools, heartbeat parts', meanwhile: 'GET /api/v1/workspaces, /api/v1/memories, /api/v1/mcp/servers, /api/v1/heartbeat' },
+const PLACEHOLDERS: Partial<Record<Exclude<PageId, 'chats' | 'inbox' | 'changes' | 'objectives' | 'knowledge'>, { holds: string; meanwhile: string }>> = {
   budgets: { holds: 'budgets and receipts for a chat, person or change, exportable as JSONL', meanwhile: 'GET /api/v1/budgets; ./steward budgets' },
 };
 

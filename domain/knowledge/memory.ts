@@ -164,6 +164,12 @@ export async function listMemories(db: Db, chat: ConversationKey, workspace: str
   return rows.map(toRow);
 }
 
+/** The newest memories of every chat and workspace that are pending or active (at most `limit`). */
+export async function recentMemories(db: Db, limit = 50): Promise<MemoryRow[]> {
+  const rows = await db.memory.findMany({ where: { status: { in: ['pending', 'active'] } }, orderBy: { createdAt: 'desc' }, take: limit });
+  return rows.map(toRow);
+}
+
 /** Every memory (of a workspace, or of a chat), oldest first: the export. */
 export async function exportMemories(db: Db, filter: { workspace?: string; chat?: ConversationKey } = {}): Promise<MemoryRow[]> {
   const where = filter.workspace
