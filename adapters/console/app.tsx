@@ -15,21 +15,26 @@ import { deleteCookie } from 'hono/cookie';
 import type { Logger } from 'pino';
 import { OPERATOR, type Actor } from '../../common/roles.js';
 import type { ConsoleChats } from '../../services/console.js';
+import type { ReceiptService } from '../../services/receipts.js';
 import type { HttpDeps } from '../http/app.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from '../http/backoff.js';
 import { bearerMatches, SIGN_IN_COOKIE, type BrowserSignIn } from '../http/sign-in.js';
 import { Layout, NAV, type PageId, type Viewer } from './layout.js';
 import { csrfPasses, csrfTokenOf, securityHeaders } from './security.js';
 import { addChatRoutes } from './chats.js';
+import { addBudgetRoutes } from './budgets.js';
 import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
 
 export { chatEventHtml } from './chats.js';
 
 /** The page modules, each mounted behind the sign-in and CSRF guard. */
-const PAGES: AddPageRoutes[] = [addChatRoutes];
+const PAGES: AddPageRoutes[] = [addChatRoutes, addBudgetRoutes];
 
 /** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
-export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'>;
+export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'> & {
+  /** The receipts (the Budgets and receipts page; `steward receipts export` reads the same). */
+  receipts?: ReceiptService;
+};
 
 export interface ConsoleDeps {
   apiToken: string;
@@ -58,12 +63,11 @@ const ASSETS: Record<string, { file: string; type: string }> = {
 const operatorActor = (): Actor => OPERATOR;
 const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operator', role: 'admin' } : { name: a.name, role: a.role });
 
-const PLACEHOLDERS: Record<Exclude<PageId, 'chats'>, { holds: string; meanwhile: string }> = {
+const PLACEHOLDERS: Partial<Record<Exclude<PageId, 'chats'>, { holds: string; meanwhile: string }>> = {
   inbox: { holds: 'everything waiting for a decision: approvals, pairing requests, pending memories, open tasks, changes waiting for promotion', meanwhile: 'GET /api/v1/approvals, /api/v1/pairings, /api/v1/tasks; ./steward approvals' },
   changes: { holds: "repository changes: phase timeline, plan, gate verdicts, the patch as a diff, the draft PR link", meanwhile: 'GET /api/v1/changes; ./steward changes' },
   objectives: { holds: 'objectives: schedule, next and recent runs, pause, resume, trigger, backfill', meanwhile: 'GET /api/v1/objectives; ./steward objectives' },
   knowledge: { holds: 'workspaces, skills, memories, MCP servers and their tools, heartbeat parts', meanwhile: 'GET /api/v1/workspaces, /api/v1/memories, /api/v1/mcp/servers, /api/v1/heartbeat' },
-  budgets: { holds: 'budgets and receipts for a chat, person or change, exportable as JSONL', meanwhile: 'GET /api/v1/budgets; ./steward budgets' },
 };
 
 export function createConsoleRoutes(deps: ConsoleDeps): Hono {
@@ -137,6 +141,7 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
 
   for (const id of Object.keys(PLACEHOLDERS) as Exclude<PageId, 'chats'>[]) {
     const p = PLACEHOLDERS[id];
+    if (!p) continue;
     const label = NAV.find((n) => n.id === id)!.label;
     app.get(`/console/${id}`, (c) =>
       render(
