@@ -93,6 +93,12 @@ export function BudgetCard(props: { b: BudgetView; message?: { text: string; err
         <dd>
           {b.scope}
           {b.scopeId ? <> · {b.scopeId}</> : null}
+          {b.scope === 'person' && b.scopeId ? (
+            <>
+              {' '}
+              · <a href={`/console/receipts?${new URLSearchParams({ person: b.scopeId }).toString()}`}>their receipts</a>
+            </>
+          ) : null}
         </dd>
         <dt>Limit</dt>
         <dd>
@@ -100,7 +106,7 @@ export function BudgetCard(props: { b: BudgetView; message?: { text: string; err
         </dd>
         <dt>Period</dt>
         <dd>
-          {u.period}, since <time datetime={u.periodStart}>{u.periodStart}</time>
+          {u.period}, since <time datetime={u.periodStart}>{u.periodStart.slice(0, 16).replace('T', ' ')} UTC</time>
           {u.renews ? <> · renews {u.renews}</> : ' · does not renew'}
         </dd>
         <dt>Used</dt>
@@ -121,12 +127,12 @@ export function BudgetCard(props: { b: BudgetView; message?: { text: string; err
           <legend>Raise {b.id} for this period</legend>
           {b.tokens !== null ? (
             <label>
-              Tokens <input type="number" name="tokens" min={1} step={1} inputmode="numeric" />
+              Tokens <input type="number" name="tokens" id={`${id}-tokens`} min={1} step={1} inputmode="numeric" />
             </label>
           ) : null}
           {b.money !== null ? (
             <label>
-              USD <input type="number" name="money" min={0.000001} step="any" inputmode="decimal" />
+              USD <input type="number" name="money" id={`${id}-money`} min={0.000001} step="any" inputmode="decimal" />
             </label>
           ) : null}
           <button type="submit">Raise</button>
