@@ -142,7 +142,7 @@ describe('console: pages', () => {
 
   it('shows what each page not built yet will hold', async () => {
     const { req } = setup();
-    for (const p of ['inbox', 'changes', 'objectives', 'knowledge', 'budgets']) {
+    for (const p of ['inbox', 'changes', 'objectives', 'knowledge']) {
       const res = await req(`/console/${p}`);
       assert.equal(res.status, 200, p);
       assert.match(await res.text(), /This page will show/);
