@@ -3,7 +3,8 @@
  * playwright-core) against `./steward start` with the scripted model and a budget from
  * STEWARD_BUDGETS_FILE, after a few turns so there is usage and there are receipts:
  *  - the budget's usage shows as the API reads it (used tokens, a labelled meter);
- *  - a raise from the page, made with the keyboard, takes effect (read back through the API); a
+ *  - a raise from the page, made with the keyboard, takes effect (read back through the API) and
+ *    the keyboard focus stays on the amount; a
  *    raise for a period that is over is refused in place (409) and an empty one (400), and
  *    neither changes anything;
  *  - the receipts filter for a chat lists its receipts newest first, page by page through the
@@ -186,6 +187,8 @@ describe('the console: budgets and receipts', { skip: browserSkip() || (await ne
     assert.equal((await answered).status(), 200);
     await card.locator('[role="status"]', { hasText: `Raised ${BUDGET} by 5000 tokens` }).waitFor();
     assert.equal(new URL(p.url()).pathname, '/console/budgets', 'answered in place');
+    // the card was swapped in place and the keyboard stays where it was (htmx keeps focus by id)
+    assert.ok(await card.locator('input[name="tokens"]').evaluate((el) => el === el.ownerDocument.activeElement), 'focus stays on the amount after the answer');
     const raised = await budget();
     assert.equal(raised.usage.raised.tokens, 5000);
     assert.match((await card.innerText()).replace(/\s+/g, ' '), /Raised this period 5,000 tokens/);
