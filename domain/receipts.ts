@@ -156,27 +156,34 @@ export interface ReceiptFilter {
   sessionIds?: string[];
   /** Receipts of this workflow id or run id. */
   run?: string;
+  /** Receipts whose actor is this (a person's identity id, `api`, `cli`, `operator`). */
+  actor?: string;
   kind?: string;
   /** Written at or after this time. */
   since?: Date;
   /** Written before this time. */
   until?: Date;
   afterId?: number;
+  /** Only receipts older than this id (a newest-first page's cursor). */
+  beforeId?: number;
+  /** Oldest first (the export's order, the default) or newest first. */
+  order?: 'asc' | 'desc';
   limit?: number;
 }
 
-/** Receipts in order, for export as JSONL (one page: page on with `afterId`). */
+/** Receipts in order, for export as JSONL (one page: page on with `afterId`, or `beforeId` newest first). */
 export async function listReceipts(db: Db, opts: ReceiptFilter = {}): Promise<ReceiptRecord[]> {
   const rows = await db.receipt.findMany({
     where: {
       ...(opts.sessionId ? { sessionId: opts.sessionId } : {}),
       ...(opts.sessionIds ? { sessionId: { in: opts.sessionIds } } : {}),
       ...(opts.run ? { OR: [{ workflowId: opts.run }, { runId: opts.run }] } : {}),
+      ...(opts.actor ? { actor: opts.actor } : {}),
       ...(opts.kind ? { kind: opts.kind } : {}),
       ...(opts.since || opts.until ? { createdAt: { ...(opts.since ? { gte: opts.since } : {}), ...(opts.until ? { lt: opts.until } : {}) } } : {}),
-      ...(opts.afterId ? { id: { gt: opts.afterId } } : {}),
+      ...(opts.afterId || opts.beforeId ? { id: { ...(opts.afterId ? { gt: opts.afterId } : {}), ...(opts.beforeId ? { lt: opts.beforeId } : {}) } } : {}),
     },
-    orderBy: { id: 'asc' },
+    orderBy: { id: opts.order ?? 'asc' },
     take: Math.min(opts.limit ?? 1000, 10_000),
   });
   return rows.map((r) => ({

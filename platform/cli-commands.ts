@@ -101,12 +101,14 @@ export const CLI_COMMANDS = [
       {
         name: 'export',
         isDefault: true,
-        usage: '[--since T] [--until T] [--chat ID] [--run ID] [--kind K] [--limit N]',
+        usage: '[--since T] [--until T] [--chat ID] [--person ID] [--change ID] [--run ID] [--kind K] [--limit N]',
         flags: [
           flag('since', 'T', 'from this time'),
           flag('until', 'T', 'before this time'),
           flag('chat', 'ID', "a chat's sessions, or one session"),
           hidden(flag('session', 'ID', 'one session (as --chat)')),
+          flag('person', 'ID', "a person's receipts (the actor: an identity id, api, cli)"),
+          flag('change', 'ID', "a repository change's receipts (its workflow's)"),
           flag('run', 'ID', 'a workflow id or a run id'),
           flag('kind', 'K', 'a receipt kind (ingress, model.call, approval.decision, ...)'),
           flag('limit', 'N', 'at most N receipts'),

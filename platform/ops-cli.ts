@@ -9,10 +9,9 @@ import { readFile } from 'node:fs/promises';
 import { Client } from '@temporalio/client';
 import type { DataConverter } from '@temporalio/common';
 import { z } from 'zod';
-import { createDb, type Db } from '../domain/db.js';
+import { createDb } from '../domain/db.js';
 import { formatWhatIf, policyWhatIf, WhatIfPolicySchema } from '../domain/changes/what-if.js';
-import { listReceipts, type ReceiptFilter } from '../domain/receipts.js';
-import { sessionIdsOfChat } from '../domain/store/sessions.js';
+import { createReceiptService, ExportArgsSchema, Id, Instant, wholeNumber } from '../services/receipts.js';
 import { parseDuration, temporalUiBase, type StewardConfig } from '../config/index.js';
 import { formatDoctor, runDoctor, tcpProbe } from './doctor.js';
 import { configuredPayloadCodec } from './histories.js';
@@ -49,94 +48,12 @@ export function stdoutWriter(stream: NodeJS.WritableStream = process.stdout): (s
     });
 }
 
-/** An ISO time, or a duration back from `now` (`2h` is two hours ago). */
-export function parseInstant(text: string, now = Date.now()): Date | undefined {
-  const t = text.trim();
-  if (/^\d+(\.\d+)?\s*(ms|s|m|h|d)$/.test(t)) {
-    const ms = parseDuration(t);
-    return ms === undefined ? undefined : new Date(now - ms);
-  }
-  if (/^\d+(\.\d+)?\s*w$/.test(t)) return new Date(now - Number.parseFloat(t) * 7 * 86_400_000);
-  if (!/^\d{4}-\d{2}-\d{2}/.test(t)) return undefined;
-  const d = new Date(t);
-  return Number.isNaN(d.getTime()) ? undefined : d;
-}
-
-const Instant = (flag: string) =>
-  z.string().transform((v, ctx) => {
-    const d = parseInstant(v);
-    if (!d) {
-      ctx.addIssue({ code: 'custom', message: `${flag}: expected an ISO time (2026-11-23T10:00:00Z) or a duration such as 90s, 15m, 2h, 7d; got ${JSON.stringify(v)}` });
-      return z.NEVER;
-    }
-    return d;
-  });
-
-const wholeNumber = (flag: string, min: number) =>
-  z
-    .string()
-    .regex(/^\d+$/, `${flag}: expected a whole number`)
-    .transform(Number)
-    .refine((n) => n >= min && Number.isSafeInteger(n), `${flag}: expected a whole number of at least ${min}`);
-
-const Id = (flag: string) => z.string().trim().min(1, `${flag}: expected a value`).max(500, `${flag}: too long`);
-
-export const ExportArgsSchema = z
-  .object({
-    since: Instant('--since').optional(),
-    until: Instant('--until').optional(),
-    chat: Id('--chat').optional(),
-    session: Id('--session').optional(),
-    run: Id('--run').optional(),
-    kind: z.string().regex(/^[a-z.]+$/, '--kind: expected a receipt kind such as ingress, model.call, approval.decision').optional(),
-    limit: wholeNumber('--limit', 1).optional(),
-    after: wholeNumber('--after', 0).optional(),
-  })
-  .refine((a) => !(a.since && a.until) || a.since < a.until, { message: '--since must be before --until' });
-export type ExportArgs = z.infer<typeof ExportArgsSchema>;
+export { ExportArgsSchema, exportReceipts, parseInstant, type ExportArgs } from '../services/receipts.js';
 
 function parse<T>(schema: z.ZodType<T>, value: unknown): T {
   const r = schema.safeParse(value);
   if (!r.success) throw new UsageError(r.error.issues.map((i) => i.message).join('; '));
   return r.data;
-}
-
-const PAGE = 500;
-
-/** The sessions a `--chat` value names: a session id as is, else every session of that chat id. */
-async function sessionsOf(db: Db, chat: string): Promise<string[]> {
-  if (chat.startsWith('session:')) return [chat];
-  return sessionIdsOfChat(db, chat, 1000);
-}
-
-/**
- * Write the matching receipts as JSONL, page by page (keyset on the id), so a large table is
- * never held in memory. Returns how many were written.
- */
-export async function exportReceipts(db: Db, args: ExportArgs, write: (s: string) => void | Promise<void>): Promise<number> {
-  const filter: ReceiptFilter = {
-    ...(args.kind ? { kind: args.kind } : {}),
-    ...(args.since ? { since: args.since } : {}),
-    ...(args.until ? { until: args.until } : {}),
-    ...(args.run ? { run: args.run } : {}),
-  };
-  const chat = args.chat ?? args.session;
-  if (chat) filter.sessionIds = await sessionsOf(db, chat);
-  if (filter.sessionIds?.length === 0) return 0;
-  let afterId = args.after ?? 0;
-  let left = args.limit ?? Number.POSITIVE_INFINITY;
-  let written = 0;
-  while (left > 0) {
-    const want = Math.min(PAGE, left);
-    const rows = await listReceipts(db, { ...filter, afterId, limit: want });
-    if (rows.length === 0) break;
-    await write(rows.map((r) => `${JSON.stringify(r)}\n`).join(''));
-    written += rows.length;
-    left -= rows.length;
-    afterId = rows.at(-1)!.id;
-    if (rows.length < want) break; // the last page
-  }
-  return written;
 }
 
 type Handlers = HandlersOf<'ops', OpsIo>;
@@ -146,9 +63,10 @@ const receiptsExport: Handlers['receipts']['export'] = async ({ values, io }) =>
   const cfg = io.config();
   const db = createDb(cfg.databaseUrl);
   try {
+    const receipts = createReceiptService(db);
     const chat = parsed.chat ?? parsed.session;
-    if (chat && (await sessionsOf(db, chat)).length === 0) io.err(`No session has the chat id ${chat}: nothing to export.\n`);
-    await exportReceipts(db, parsed, io.out);
+    if (chat && !(await receipts.chatKnown(chat))) io.err(`No session has the chat id ${chat}: nothing to export.\n`);
+    await receipts.export(parsed, io.out);
   } finally {
     await db.$disconnect();
   }

@@ -24,6 +24,7 @@ import { BrowserSignIn } from '../adapters/http/sign-in.js';
 import { createTemporalUiProxy } from '../adapters/http/temporal-ui.js';
 import { chatEventHtml, createConsoleRoutes } from '../adapters/console/app.js';
 import { createConsoleChats } from '../services/console.js';
+import { createReceiptService } from '../services/receipts.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress, type Ingress } from '../services/chat/intake.js';
 import { createConsolePersons } from '../services/auth.js';
@@ -624,7 +625,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
   // the operator console (docs/console.md), behind the same sign-in
   const chats = createConsoleChats({ ingress, db, account: 'default' });
-  app.route('/', createConsoleRoutes({ apiToken: token, signIn, persons, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  app.route('/', createConsoleRoutes({ apiToken: token, signIn, persons, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets, receipts: createReceiptService(db) }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
   return { app };
 }
 

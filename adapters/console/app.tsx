@@ -16,25 +16,30 @@ import type { Logger } from 'pino';
 import { isAdmin, OPERATOR, type Actor } from '../../common/roles.js';
 import type { ConsolePersons } from '../../services/auth.js';
 import type { ConsoleChats } from '../../services/console.js';
+import type { ReceiptService } from '../../services/receipts.js';
 import type { HttpDeps } from '../http/app.js';
 import { AuthBackoff, backoffMessage, retryAfterSeconds } from '../http/backoff.js';
 import { bearerMatches, SIGN_IN_COOKIE, type BrowserSignIn } from '../http/sign-in.js';
-import { Layout, NAV, type PageId, type Viewer } from './layout.js';
+import { Layout, type Viewer } from './layout.js';
 import { csrfPasses, csrfTokenOf, securityHeaders } from './security.js';
 import { addChatRoutes } from './chats.js';
 import { addInboxRoutes } from './inbox.js';
 import { addChangeRoutes } from './changes.js';
 import { addObjectiveRoutes } from './objectives.js';
 import { addKnowledgeRoutes } from './knowledge.js';
+import { addBudgetRoutes } from './budgets.js';
 import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
 
 export { chatEventHtml } from './chats.js';
 
 /** The page modules, each mounted behind the sign-in and CSRF guard. */
-const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes, addObjectiveRoutes, addKnowledgeRoutes];
+const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes, addObjectiveRoutes, addKnowledgeRoutes, addBudgetRoutes];
 
 /** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
-export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'>;
+export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'> & {
+  /** The receipts (the Budgets and receipts page; `steward receipts export` reads the same). */
+  receipts?: ReceiptService;
+};
 
 export interface ConsoleDeps {
   apiToken: string;
@@ -67,9 +72,6 @@ const viewerOf = (a: Actor): Viewer => (a.kind === 'operator' ? { name: 'operato
 /** What a person below admin may open: their inbox (what they asked for, and why they may not decide it). */
 const PERSON_PATHS = ['/console/inbox', '/console/sign-out'];
 
-const PLACEHOLDERS: Partial<Record<Exclude<PageId, 'chats' | 'inbox' | 'changes' | 'objectives' | 'knowledge'>, { holds: string; meanwhile: string }>> = {
-  budgets: { holds: 'budgets and receipts for a chat, person or change, exportable as JSONL', meanwhile: 'GET /api/v1/budgets; ./steward budgets' },
-};
 
 export function createConsoleRoutes(deps: ConsoleDeps): Hono {
   const app = new Hono();
@@ -191,23 +193,6 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
     return c.redirect('/codec/login?next=%2Fconsole', 303);
   });
 
-  for (const id of Object.keys(PLACEHOLDERS) as (keyof typeof PLACEHOLDERS)[]) {
-    const p = PLACEHOLDERS[id]!;
-    const label = NAV.find((n) => n.id === id)!.label;
-    app.get(`/console/${id}`, (c) =>
-      render(
-        c,
-        label,
-        id,
-        <>
-          <p>This page will show {p.holds}.</p>
-          <p>
-            It is not built yet. Meanwhile use the API or the CLI: <code>{p.meanwhile}</code> (the API is described at <a href="/api/openapi.json">/api/openapi.json</a>).
-          </p>
-        </>,
-      ),
-    );
-  }
 
   const ctx: ConsolePageContext = { deps, render, actorOf, runLink };
   for (const add of PAGES) add(app, ctx);
