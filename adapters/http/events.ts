@@ -103,7 +103,7 @@ const PartialData = z
 
 const ApprovalData = z
   .object({
-    id: z.string().openapi({ example: 'apr-1a2b3c4d5e6f' }),
+    id: z.string().openapi({ example: 'gqgg7fhk' }),
     status: z.string().openapi({ description: 'pending, approved, denied, expired, cancelled' }),
     title: z.string(),
     text: z.string().openapi({ description: 'The request exactly as the chat shows it to the admins' }),
@@ -136,11 +136,11 @@ function describeRoute(app: OpenAPIHono): void {
         after: z.number().int().min(0).optional().openapi({ param: { name: 'after', in: 'query' }, description: 'Resume after this transcript seq (as Last-Event-ID); without either, only what comes next' }),
         format: z.enum(['json', 'html']).optional().openapi({ param: { name: 'format', in: 'query' }, description: 'Event data as JSON (default) or as HTML fragments' }),
       }),
-      headers: z.object({ 'last-event-id': z.string().optional().openapi({ param: { name: 'Last-Event-ID', in: 'header' }, description: 'The id of the last `message` event received: the stream resumes after it' }) }),
+      headers: z.object({ 'Last-Event-ID': z.string().optional().openapi({ param: { name: 'Last-Event-ID', in: 'header' }, description: 'The id of the last `message` event received: the stream resumes after it' }) }),
     },
     responses: {
       200: {
-        description: EVENTS_DESCRIPTION,
+        description: 'The event stream: message, status, partial and approval events (see the description above), until the client goes away',
         content: {
           'text/event-stream': {
             schema: z
