@@ -1,7 +1,9 @@
 /**
  * The live draft of a chat turn's model step: the text the model has streamed so far, kept in the
- * database (domain/store/live-drafts.ts, one row per session) so that the chat event stream, served
- * by the API process (another process in the cluster shape), can send it as `partial` events.
+ * database (the LiveDraft table, one row per session: a session runs one turn, and a turn one
+ * model step, at a time) so that the chat event stream, served by the API process (another
+ * process in the cluster shape), can send it as `partial` events (services/chat/live.ts reads it).
+ * A row is never a record of anything: the reply is (the transcript).
  *
  * Written throttled so the turn's hot path stays as it is: nothing before the step has streamed
  * for `startAfterMs` (400 ms; a short answer writes nothing at all), then at most one write every
@@ -15,7 +17,38 @@
  */
 import type { Db } from './db.js';
 import { maskHeldSecretsGrowing } from './secrets.js';
-import { clearLiveDraft, writeLiveDraft } from './store/live-drafts.js';
+
+// ---- the store ----
+
+export interface LiveDraftRow {
+  sessionId: string;
+  turnId: string;
+  /** The model step's key (`model:<turnId>:<step>`). */
+  stepKey: string;
+  text: string;
+  updatedAt: Date;
+}
+
+/** Write (or replace) the session's draft. */
+export async function writeLiveDraft(db: Db, d: Omit<LiveDraftRow, 'updatedAt'>, at = new Date()): Promise<void> {
+  await db.liveDraft.upsert({
+    where: { sessionId: d.sessionId },
+    create: { sessionId: d.sessionId, turnId: d.turnId, stepKey: d.stepKey, text: d.text, updatedAt: at },
+    update: { turnId: d.turnId, stepKey: d.stepKey, text: d.text, updatedAt: at },
+  });
+}
+
+/** Delete the session's draft if it is still the draft of this step (a later step's is left alone). */
+export async function clearLiveDraft(db: Db, sessionId: string, stepKey: string): Promise<void> {
+  await db.liveDraft.deleteMany({ where: { sessionId, stepKey } });
+}
+
+/** The session's draft, if a step is streaming (or a crashed one left it). */
+export async function findLiveDraft(db: Db, sessionId: string): Promise<LiveDraftRow | null> {
+  return db.liveDraft.findUnique({ where: { sessionId } });
+}
+
+// ---- the throttled writer ----
 
 /** No write before the step has streamed this long (ms). */
 export const DRAFT_START_AFTER_MS = 400;

@@ -8,7 +8,7 @@
 import { OPERATOR } from '../../common/roles.js';
 import type { Db } from '../../domain/db.js';
 import { heldSecrets, maskHeldSecretsGrowing, type HeldSecret } from '../../domain/secrets.js';
-import { findLiveDraft } from '../../domain/store/live-drafts.js';
+import { findLiveDraft } from '../../domain/live-drafts.js';
 import type { InboxItem, OperatorInbox } from '../decisions.js';
 import { ServiceInputError } from '../requests.js';
 
