@@ -12,18 +12,27 @@
  *    the inbox (and the chat) shows it, then one with the decision after it is approved through
  *    the API; the HTML fragment links to the inbox;
  *  - the OpenAPI document describes the route (path, `after`, `format`, `Last-Event-ID`,
- *    text/event-stream and each event's data schema).
+ *    text/event-stream and each event's data schema);
+ *  - in Chromium, under the console's CSP: the chat page shows the reply as it is typed, then
+ *    the reply in the transcript with the typing area emptied; the approval box with the request
+ *    text and the inbox link, then its decision; axe-core finds no serious or critical violation
+ *    with the box shown, and nothing overflows 375 px.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createRequire } from 'node:module';
 import { after, before, describe, it } from 'node:test';
+import type { Browser, Page } from 'playwright-core';
+import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
+import { needs } from '../helpers/requirements.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
 import type { Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 
+const require = createRequire(import.meta.url);
 const TOKEN = 'chat-events-e2e-token-0123456789abcdef';
 const tag = Date.now().toString(36);
 const MODEL = 'openai-compatible:chat-events-e2e-model';
@@ -84,6 +93,7 @@ async function openStream(url: string, headers: Record<string, string>) {
 }
 
 const of = (events: SseEvent[], type: string) => events.filter((e) => e.event === type);
+const browserOff = browserSkip() || (await needs('chromium'));
 
 describe('the chat event stream: partial text and approvals', { timeout: 600_000 }, () => {
   let model: ModelServer | undefined;
@@ -232,6 +242,72 @@ describe('the chat event stream: partial text and approvals', { timeout: 600_000
     } finally {
       await json.close();
       await html.close();
+    }
+  });
+
+  it('the chat page shows the reply as it is typed, then the reply; the approval with its inbox link, then its decision (Chromium)', { skip: browserOff }, async () => {
+    const chat = `page-${tag}`;
+    const signInLink = async () => ((await (await fetch(`${api}/codec/links`, { method: 'POST', headers: auth })).json()) as { url: string }).url;
+    let browser: Browser | undefined;
+    try {
+      browser = await launchChromium();
+      const context = await browser.newContext({ viewport: { width: 375, height: 800 } });
+      context.setDefaultTimeout(30_000);
+      const page: Page = await context.newPage();
+      await page.goto(`${await signInLink()}?next=${encodeURIComponent(`/console/chats/${chat}`)}`, { waitUntil: 'domcontentloaded' });
+      assert.equal(new URL(page.url()).pathname, `/console/chats/${chat}`);
+      await page.locator('#status', { hasText: 'No session yet' }).waitFor();
+      await page.waitForFunction(() => (globalThis as unknown as { htmx?: { createEventSource?: unknown } }).htmx?.createEventSource !== undefined);
+      await sleep(1000);
+
+      // the reply as it is typed, then in the transcript
+      const chunks = Array.from({ length: 14 }, (_, i) => `Typed <b>${i + 1}</b>. `);
+      const whole = chunks.join('');
+      model!.enqueue({ chunks, chunkDelayMs: 200, match: (req) => lastUserText(req.body).includes(`typed ${tag}`) });
+      await send(chat, `typed ${tag}`);
+      await page.locator('#typing .partial', { hasText: 'Typed <b>1</b>.' }).waitFor({ timeout: 60_000 });
+      const typed = await page.locator('#typing .partial').textContent();
+      assert.ok(typed && whole.startsWith(typed) && typed.length < whole.length, `the typing area shows the reply so far, as text: ${typed}`);
+      assert.equal(await page.locator('#typing b').count(), 0, 'the text is escaped, not markup');
+      await page.locator('#transcript li[data-role="assistant"]', { hasText: whole.trim() }).waitFor({ timeout: 60_000 });
+      await page.waitForFunction(() => document.querySelector('#typing')?.textContent === '', undefined, { timeout: 10_000 });
+
+      // the approval box, then its decision
+      const url = `${model!.baseURL}/models`;
+      model!.enqueue({ toolCalls: [{ id: `call_page_${tag}`, name: 'http_request', arguments: JSON.stringify({ method: 'GET', url }) }], match: (req) => lastUserText(req.body).includes(`page fetch ${tag}`) });
+      model!.enqueue({ text: `Page fetched ${tag}.`, match: (req) => JSON.stringify(req.body).includes(`call_page_${tag}`) });
+      await send(chat, `page fetch ${tag}`);
+      const box = page.locator('#approval .approval[data-status="pending"]');
+      await box.waitFor({ timeout: 60_000 });
+      const id = (await box.getAttribute('data-approval'))!;
+      assert.ok((await box.locator('.approval-text').textContent())?.includes(url));
+      assert.equal(await box.locator('a').getAttribute('href'), `/console/inbox?kind=approval#approval:${id}`);
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+      assert.ok(overflow <= 0, `nothing overflows 375 px (${overflow} px over)`);
+      console.log(`screenshot: ${await saveScreenshot(page, artifactDir('console'), 'chat-approval')}`);
+
+      // axe-core, with the box shown (a context that lets the scan's script in; the stream sends the waiting approval at once)
+      const scan = await browser.newContext({ bypassCSP: true, viewport: { width: 1280, height: 900 } });
+      try {
+        const p = await scan.newPage();
+        await p.goto(`${await signInLink()}?next=${encodeURIComponent(`/console/chats/${chat}`)}`, { waitUntil: 'domcontentloaded' });
+        await p.locator('#approval .approval').waitFor({ timeout: 30_000 });
+        await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
+        const violations = await p.evaluate(async () => {
+          const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
+          return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
+        });
+        assert.deepEqual(violations.filter((v) => v.impact === 'serious' || v.impact === 'critical'), []);
+      } finally {
+        await scan.close();
+      }
+
+      const decided = await call('POST', `/api/v1/inbox/${encodeURIComponent(`approval:${id}`)}/decision`, { decision: 'approve' });
+      assert.equal(decided.status, 200, JSON.stringify(decided.body));
+      await page.locator(`#approval .approval[data-approval="${id}"][data-status="approved"]`, { hasText: 'approved by' }).waitFor({ timeout: 30_000 });
+      await page.locator('#transcript li[data-role="assistant"]', { hasText: `Page fetched ${tag}.` }).waitFor({ timeout: 60_000 });
+    } finally {
+      await browser?.close().catch(() => undefined);
     }
   });
 
