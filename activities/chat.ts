@@ -539,7 +539,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     });
   } finally {
     clearInterval(beat);
-    await draft?.finish();
+    if (draft) await draft.finish();
   }
 }
 

@@ -62,8 +62,12 @@ export const CHAT_EVENTS_PATH = /^\/api\/v1\/chats\/[^/]+\/events$/;
 /** The status fields that make a `status` event when they change. */
 const statusKey = (s: SessionStatusView) => JSON.stringify([s.exists, s.running, s.queueLength, s.turns]);
 
-/** Approvals one stream follows at most (the oldest decided ones are forgotten first). */
+/** Approvals one stream follows at most (the oldest are forgotten first). */
 const MAX_FOLLOWED_APPROVALS = 64;
+/** A pending approval is read again this long after the status changed (a decision moves the turn on)... */
+const APPROVAL_REREAD_AFTER_CHANGE_MS = 3000;
+/** ...and at least this often while it waits (a decision the status does not show yet). */
+const APPROVAL_REREAD_MS = 5000;
 
 // ---- the OpenAPI description (the same shapes the stream sends) ----
 
@@ -196,6 +200,8 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         let status: SessionStatusView | undefined;
         let lastBeat = Date.now();
         let lastStatusRead = 0;
+        let lastStatusChange = 0;
+        let lastApprovalRead = 0;
         /** The partial last sent (its step and text), while one shows. */
         let shown: PartialEvent | undefined;
         /** Approvals followed: id -> the state last sent ('' before the first). */
@@ -214,9 +220,17 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
             const key = statusKey(status);
             if (key !== lastStatus) {
               lastStatus = key;
+              lastStatusChange = Date.now();
               await send('status', html ? html.status(status) : JSON.stringify(status));
             }
-            if (live) await followApprovals(live, status, approvals, async (a) => send('approval', html ? html.approval(a) : JSON.stringify(a)));
+            if (live) {
+              // a decision moves the turn on (the status changes): pending approvals are read again
+              // then, and every few seconds besides, not at every poll of a long wait
+              const soon = Date.now() - lastStatusChange < APPROVAL_REREAD_AFTER_CHANGE_MS;
+              const due = soon || Date.now() - lastApprovalRead >= APPROVAL_REREAD_MS;
+              if (due) lastApprovalRead = Date.now();
+              await followApprovals(live, status, approvals, due, async (a) => send('approval', html ? html.approval(a) : JSON.stringify(a)));
+            }
           }
           if (live && (status?.running || shown)) {
             const running = status?.running;
@@ -254,17 +268,18 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
 
 /**
  * The approval events of one status reading: the approval the running turn waits for is followed
- * from when it is first seen; each followed approval is sent when its state differs from the one
- * last sent (pending, then its decision), and is no longer read once its decision was sent.
+ * from when it is first seen (and read at once); each followed approval is sent when its state
+ * differs from the one last sent (pending, then its decision); a pending one is read again when
+ * `due`, a decided one no more.
  */
-async function followApprovals(live: ChatLive, status: SessionStatusView, followed: Map<string, string>, send: (a: LiveApproval) => Promise<void>): Promise<void> {
+async function followApprovals(live: ChatLive, status: SessionStatusView, followed: Map<string, string>, due: boolean, send: (a: LiveApproval) => Promise<void>): Promise<void> {
   const waiting = status.running?.approvalId;
   if (waiting && !followed.has(waiting)) {
     if (followed.size >= MAX_FOLLOWED_APPROVALS) followed.delete(followed.keys().next().value as string);
     followed.set(waiting, '');
   }
   for (const [id, sent] of followed) {
-    if (sent !== '' && sent !== 'pending') continue;
+    if (sent !== '' && (sent !== 'pending' || !due)) continue;
     const a = await live.approval(id);
     if (!a) continue;
     if (a.status !== sent) {

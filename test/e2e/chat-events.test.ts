@@ -270,7 +270,8 @@ describe('the chat event stream: partial text and approvals', { timeout: 600_000
       assert.ok(typed && whole.startsWith(typed) && typed.length < whole.length, `the typing area shows the reply so far, as text: ${typed}`);
       assert.equal(await page.locator('#typing b').count(), 0, 'the text is escaped, not markup');
       await page.locator('#transcript li[data-role="assistant"]', { hasText: whole.trim() }).waitFor({ timeout: 60_000 });
-      await page.waitForFunction(() => document.querySelector('#typing')?.textContent === '', undefined, { timeout: 10_000 });
+      for (let i = 0; i < 100 && (await page.locator('#typing').textContent()) !== ''; i++) await sleep(100);
+      assert.equal(await page.locator('#typing').textContent(), '', 'the typing area is emptied once the reply came');
 
       // the approval box, then its decision
       const url = `${model!.baseURL}/models`;
@@ -282,7 +283,10 @@ describe('the chat event stream: partial text and approvals', { timeout: 600_000
       const id = (await box.getAttribute('data-approval'))!;
       assert.ok((await box.locator('.approval-text').textContent())?.includes(url));
       assert.equal(await box.locator('a').getAttribute('href'), `/console/inbox?kind=approval#approval:${id}`);
-      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+      const overflow = await page.evaluate(() => {
+        const root = (globalThis as unknown as { document: { documentElement: { scrollWidth: number; clientWidth: number } } }).document.documentElement;
+        return root.scrollWidth - root.clientWidth;
+      });
       assert.ok(overflow <= 0, `nothing overflows 375 px (${overflow} px over)`);
       console.log(`screenshot: ${await saveScreenshot(page, artifactDir('console'), 'chat-approval')}`);
 
