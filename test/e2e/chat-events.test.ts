@@ -11,6 +11,8 @@
  *  - a turn waiting for an approval gives an `approval` event with the request text exactly as
  *    the inbox (and the chat) shows it, then one with the decision after it is approved through
  *    the API; the HTML fragment links to the inbox;
+ *  - a `steward api` process without workers, on the same Temporal server and database, streams
+ *    the partial text of a turn the other process's worker runs (the cluster shape);
  *  - the OpenAPI document describes the route (path, `after`, `format`, `Last-Event-ID`,
  *    text/event-stream and each event's data schema);
  *  - in Chromium, under the console's CSP: the chat page shows the reply as it is typed, then
@@ -29,8 +31,8 @@ import type { Browser, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
 import { needs } from '../helpers/requirements.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
-import type { Spawned } from '../helpers/process.js';
-import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward, type StewardPorts } from '../helpers/started-steward.js';
 
 const require = createRequire(import.meta.url);
 const TOKEN = 'chat-events-e2e-token-0123456789abcdef';
@@ -100,6 +102,8 @@ describe('the chat event stream: partial text and approvals', { timeout: 600_000
   let steward: (Spawned & { api: string }) | undefined;
   let dataDir = '';
   let api = '';
+  let ports: StewardPorts | undefined;
+  let env: NodeJS.ProcessEnv = {};
   const auth = { authorization: `Bearer ${TOKEN}` };
 
   const call = async (method: string, route: string, body?: unknown) => {
@@ -126,9 +130,10 @@ describe('the chat event stream: partial text and approvals', { timeout: 600_000
     model = await startModelServer();
     model.setDefault((req) => ({ text: `Reply to: ${lastUserText(req.body)}` }));
     dataDir = mkdtempSync(path.join(tmpdir(), 'steward-chat-events-e2e-'));
-    const env = startEnv({
+    ports = await freeStewardPorts();
+    env = startEnv({
       dataDir,
-      ports: await freeStewardPorts(),
+      ports,
       token: TOKEN,
       model: MODEL,
       modelBaseURL: model.baseURL,
@@ -312,6 +317,35 @@ describe('the chat event stream: partial text and approvals', { timeout: 600_000
       await page.locator('#transcript li[data-role="assistant"]', { hasText: `Page fetched ${tag}.` }).waitFor({ timeout: 60_000 });
     } finally {
       await browser?.close().catch(() => undefined);
+    }
+  });
+
+  it('a `steward api` process without workers (the cluster shape) streams the partial text of a turn the other process works', async () => {
+    // the API role against the started Steward's Temporal server and database: its stream reads
+    // what the worker of the other process writes
+    const apiOnly = spawnProcess('./steward', ['api'], { ...env, TEMPORAL_ADDRESS: `127.0.0.1:${ports!.temporal}`, STEWARD_HTTP_PORT: String(await freePort()) });
+    try {
+      const url = (await apiOnly.waitForOutput(/API:\s+(http:\/\/\S+)/, 180_000))[1] ?? '';
+      const health = (await (await fetch(`${url}/healthz`)).json()) as { checks: Record<string, string> };
+      assert.match(health.checks.worker ?? '', /none in this process/);
+      const chat = `cluster-${tag}`;
+      const chunks = Array.from({ length: 12 }, (_, i) => `piece ${i + 1}. `);
+      const s = await openStream(`${url}/api/v1/chats/${chat}/events`, auth);
+      try {
+        await s.waitFor('the first status event', (ev) => (of(ev, 'status').length > 0 ? true : undefined), 30_000);
+        model!.enqueue({ chunks, chunkDelayMs: 200, match: (req) => lastUserText(req.body).includes(`cluster ${tag}`) });
+        await send(chat, `cluster ${tag}`);
+        const at = await s.waitFor('the reply', (ev) => ev.findIndex((e) => e.event === 'message' && (JSON.parse(e.data) as { role: string }).role === 'assistant') + 1 || undefined);
+        const texts = s.events.slice(0, at - 1).filter((e) => e.event === 'partial').map((e) => (JSON.parse(e.data) as { text: string }).text).filter((t) => t !== '');
+        assert.ok(texts.length >= 2, `partial events from the other process's worker (got ${texts.length})`);
+        assert.ok(texts.every((t) => chunks.join('').startsWith(t)));
+      } finally {
+        await s.close();
+      }
+    } finally {
+      apiOnly.kill('SIGTERM');
+      await Promise.race([apiOnly.exited, sleep(20_000)]);
+      apiOnly.kill('SIGKILL');
     }
   });
 
