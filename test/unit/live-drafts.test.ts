@@ -39,7 +39,7 @@ function recorder(writeMs = 0, fail = false) {
 describe('the live draft throttle', () => {
   it('a step that ends before startAfterMs writes nothing and deletes nothing', async () => {
     const r = recorder();
-    const w = r.writer({ startAfterMs: 200, everyMs: 50 });
+    const w = r.writer({ startAfterMs: 2000, everyMs: 50 });
     for (let i = 0; i < 10; i++) {
       w.update('x'.repeat(i + 1));
       await sleep(5);
