@@ -9,7 +9,8 @@
  * Every surface asks it: a tool call or proposed action carrying a held value is refused before
  * anything is sent (domain/actions.ts, the turn's tool step, MCP calls), and every view masks
  * held values (approval requests and their summaries, chat deliveries and the progress panel,
- * the reply's text as it streams, receipts and their export, logs). Only names are ever shown, never values.
+ * the reply's text as it streams, receipts and their export, logs). Only names are ever shown,
+ * never values.
  *
  * No Temporal imports.
  */
