@@ -46,6 +46,7 @@ import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
 import type { McpCatalogue, McpTools } from '../domain/mcp/tools.js';
 import { personOf } from '../domain/knowledge/turn-knowledge.js';
 import { messagesByKeys } from '../domain/transcript.js';
+import { liveDraftWriter } from '../domain/live-drafts.js';
 
 export interface ToolPolicy {
   /** Tools that wait for an admin's approval before they run ("*": every tool). */
@@ -454,6 +455,10 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   // before it.
   const beat = setInterval(() => ctx.heartbeat({ step: input.step, chars }), c.beatMs);
   const started = Date.now();
+  // the text as it streams, for the chat event stream's `partial` events (throttled; nothing for a short step)
+  const draft = c.streamModel
+    ? liveDraftWriter(c.db, { sessionId: input.sessionId, turnId: input.turnId, stepKey: stepKeyOf(input) }, { onError: (err) => c.log?.debug({ err, turnId: input.turnId }, 'writing the live draft failed (the reply is not affected)') })
+    : undefined;
   try {
     const own = (await workspaceAccess(c, input.conversation)) ? MODEL_TOOLS_WITH_WORKSPACE : c.turnKnowledge ? MODEL_TOOLS_WITH_MEMORY : MODEL_TOOLS;
     // the chat's MCP tools (listed under the heartbeat: a server may take a while to start)
@@ -473,6 +478,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
           ? {
               onDelta: (soFar: string) => {
                 chars = soFar.length;
+                draft?.update(soFar);
               },
             }
           : {}),
@@ -533,6 +539,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
     });
   } finally {
     clearInterval(beat);
+    if (draft) await draft.finish();
   }
 }
 

@@ -92,7 +92,7 @@ export const SETTING_DOCS = {
   STEWARD_MODEL_STREAM: {
     group: 'Models',
     description:
-      'Stream each model step (server-sent events) instead of one request and one response. Replies are sent whole either way; streaming costs this process about twice the CPU per call, but a proxy that cuts a response that stays silent for long (a slow reasoning model) needs it.',
+      'Stream each model step (server-sent events) instead of one request and one response. Replies are sent whole either way; streaming costs this process about twice the CPU per call, but a proxy that cuts a response that stays silent for long (a slow reasoning model) needs it. Streamed, the text of the reply as it comes reaches the chat event stream as `partial` events (docs/http-api.md).',
   },
   STEWARD_MODEL_BASE_URL: {
     group: 'Models',

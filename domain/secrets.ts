@@ -9,7 +9,8 @@
  * Every surface asks it: a tool call or proposed action carrying a held value is refused before
  * anything is sent (domain/actions.ts, the turn's tool step, MCP calls), and every view masks
  * held values (approval requests and their summaries, chat deliveries and the progress panel,
- * receipts and their export, logs). Only names are ever shown, never values.
+ * the reply's text as it streams, receipts and their export, logs). Only names are ever shown,
+ * never values.
  *
  * No Temporal imports.
  */
@@ -140,6 +141,31 @@ export function maskHeldSecrets(text: string, secrets: readonly HeldSecret[] = h
     for (const e of encodings(s.value)) if (out.includes(e)) out = out.split(e).join(`[Steward's secret ${s.name}]`);
   }
   return out;
+}
+
+/**
+ * Text that is still growing (a model's answer as it streams, domain/live-drafts.ts): masked as
+ * `maskHeldSecrets` masks, and with its end held back when that end could be the start of a held
+ * secret (in any of its forms), so a secret arriving over several chunks never shows in part.
+ * The held-back characters show in the next reading, or the whole is masked once it has come.
+ */
+export function maskHeldSecretsGrowing(text: string, secrets: readonly HeldSecret[] = heldSecrets()): string {
+  const out = maskHeldSecrets(text, secrets);
+  if (out.length === 0) return out;
+  const last = out.charCodeAt(out.length - 1);
+  let cut = out.length;
+  for (const s of secrets) {
+    for (const e of encodings(s.value)) {
+      // the longest proper prefix of the form that the text ends with
+      for (let k = Math.min(e.length - 1, out.length); k > 0; k--) {
+        if (e.charCodeAt(k - 1) === last && out.length - k < cut && out.endsWith(e.slice(0, k))) {
+          cut = out.length - k;
+          break;
+        }
+      }
+    }
+  }
+  return out.slice(0, cut);
 }
 
 /** `value` with every held secret masked in each of its strings (and keys). */

@@ -40,6 +40,7 @@ import { embedderFor } from '../domain/knowledge/embedder.js';
 import { createPromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { createKnowledgeService, type KnowledgeService } from '../services/knowledge.js';
 import { createOperatorInbox } from '../services/decisions.js';
+import { createChatLive } from '../services/chat/live.js';
 import { policyWhatIf } from '../domain/changes/what-if.js';
 import { createHeartbeat, inboxProbes, mcpProbes, modelProbe, type Heartbeat, type HeartbeatProbe, type ProbeSource } from '../domain/heartbeat.js';
 import { channelProbe, databaseProbe, queueProbe, temporalProbe } from './heartbeat-probes.js';
@@ -586,7 +587,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     apiToken: token,
     signIn,
     consoleAdmin,
-    chatEvents: { html: chatEventHtml },
+    chatEvents: { html: chatEventHtml, live: createChatLive({ db, inbox, ...(config.actions.heldSecrets ? { heldSecrets: config.actions.heldSecrets } : {}) }) },
     log,
     backoff,
     metrics: renderMetrics,

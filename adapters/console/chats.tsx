@@ -7,6 +7,7 @@
  */
 import type { Context, Hono } from 'hono';
 import { z } from 'zod';
+import type { LiveApproval, PartialEvent } from '../../services/chat/live.js';
 import type { SessionStatusView } from '../../services/chat/status.js';
 import type { TranscriptEntry } from '../../services/chat/transcript.js';
 import type { ConsolePageContext } from './page.js';
@@ -41,10 +42,41 @@ export function StatusLine(props: { s: SessionStatusView }) {
   );
 }
 
+/** The running model step's text so far (empty: nothing is being typed). */
+export function PartialText(props: { p: PartialEvent }) {
+  if (props.p.text === '') return <></>;
+  return (
+    <span class="partial" data-step={props.p.stepKey}>
+      {props.p.text}
+    </span>
+  );
+}
+
+const APPROVAL_STATE: Record<string, string> = { pending: 'waiting for a decision', approved: 'approved', denied: 'denied', expired: 'expired (counted as denied)', cancelled: 'cancelled' };
+
+/** An approval the turn waits for (or that was decided), with the request as the chat shows it; decided in the inbox. */
+export function ApprovalBox(props: { a: LiveApproval }) {
+  const a = props.a;
+  const d = a.decided;
+  return (
+    <div class="approval" data-approval={a.id} data-status={a.status}>
+      <p>
+        <strong>Approval {a.id}</strong>: {APPROVAL_STATE[a.status] ?? a.status}
+        {d?.by ? ` by ${d.by}` : ''}
+        {d?.reason ? ` (${d.reason})` : ''}
+      </p>
+      <pre class="approval-text">{a.text}</pre>
+      <a href={`/console/inbox?kind=approval#approval:${a.id}`}>{a.status === 'pending' ? 'Decide it in the inbox' : 'See it in the inbox'}</a>
+    </div>
+  );
+}
+
 /** The HTML fragments of the chat event stream (`?format=html`). */
 export const chatEventHtml = {
   message: (e: TranscriptEntry) => String(<MessageItem e={e} />),
   status: (s: SessionStatusView) => String(<StatusLine s={s} />),
+  partial: (p: PartialEvent) => String(<PartialText p={p} />),
+  approval: (a: LiveApproval) => String(<ApprovalBox a={a} />),
 };
 
 /** The Chats page: the sessions, one chat's live transcript, Stop and Steer. */
@@ -125,12 +157,15 @@ export function addChatRoutes(app: Hono, { deps, render, actorOf }: ConsolePageC
           </form>
         </div>
         <p id="action-result" role="status" aria-live="polite"></p>
+        <section id="approval" class="approvals" aria-live="polite" aria-label="Approval" sse-swap="approval" hx-swap="innerHTML"></section>
         <h2>Transcript</h2>
         <ol class="transcript" id="transcript" aria-live="polite" sse-swap="message" hx-swap="beforeend">
           {entries.map((e) => (
             <MessageItem e={e} />
           ))}
         </ol>
+        {/* the reply as the model types it (partial events); not live for screen readers: the reply arrives in the transcript */}
+        <p class="typing" id="typing" sse-swap="partial" hx-swap="innerHTML"></p>
       </div>,
       200,
       status.running?.runWorkflowId ?? (status.exists ? status.workflowId : undefined),
