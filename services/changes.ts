@@ -276,7 +276,7 @@ async function startChange(
           ...(origin ? [{ key: PlatformAttr, value: origin.conversation.platform }, { key: ChatAttr, value: origin.conversation.chatId }] : []),
         ],
         staticSummary: `Repo change on ${repo.name}: ${request.slice(0, 150)}`,
-        staticDetails: `Requested by ${requestedBy.name}. Base ${base}.\n\n${request.slice(0, 2000)}`,
+        staticDetails: `Requested by ${requestedBy.name}. Base ${base}. [Open this change in the Steward console](/console/changes/${encodeURIComponent(id)})\n\n${request.slice(0, 2000)}`,
       },
       {
         key: `change:${id}:start`,

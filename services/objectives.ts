@@ -411,6 +411,7 @@ function scheduleOptions(deps: ObjectiveServiceDeps, o: ObjectiveRow): ScheduleO
       args: [input],
       typedSearchAttributes: runAttributes(o),
       staticSummary: `Objective ${o.name}: ${o.prompt.slice(0, 150)}`,
+      staticDetails: `[Open this objective in the Steward console](/console/objectives/${encodeURIComponent(o.id)})`,
     },
     policies: { overlap: OVERLAP[o.overlap as OverlapPolicy], catchupWindow: o.catchupWindowMs, pauseOnFailure: o.pauseOnFailure },
     state: { paused: o.paused, note: o.paused ? 'paused' : 'created by Steward' },

@@ -150,7 +150,8 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
       status,
     );
 
-  app.get('/console', (c) => c.redirect(isAdmin(actorOf(c).role) ? '/console/chats' : '/console/inbox', 303));
+  // what waits for a decision comes first
+  app.get('/console', (c) => c.redirect('/console/inbox', 303));
 
   // A person's one-time link (the `/console` chat command): checked by its signature, used up by
   // its receipt (services/auth.ts), then the person's cookie. Refused like any wrong credential.
@@ -185,7 +186,7 @@ export function createConsoleRoutes(deps: ConsoleDeps): Hono {
     }
     backoff.success(client);
     deps.signIn.setPersonCookie(c, person.id);
-    return c.redirect(isAdmin(person.role) ? '/console/chats' : '/console/inbox', 303);
+    return c.redirect('/console/inbox', 303);
   });
 
   app.post('/console/sign-out', (c) => {

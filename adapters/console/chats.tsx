@@ -11,6 +11,7 @@ import type { LiveApproval, PartialEvent } from '../../services/chat/live.js';
 import type { SessionStatusView } from '../../services/chat/status.js';
 import type { TranscriptEntry } from '../../services/chat/transcript.js';
 import type { ConsolePageContext } from './page.js';
+import { csrfTokenOf } from './security.js';
 
 const ChatId = z.string().regex(/^[A-Za-z0-9._@+=-]{1,128}$/);
 const SteerForm = z.object({ text: z.string().trim().min(1, 'say how to steer').max(4000) });
@@ -145,11 +146,13 @@ export function addChatRoutes(app: Hono, { deps, render, actorOf }: ConsolePageC
         </p>
         <div class="controls">
           <form method="post" action={`${base}/stop`} hx-post={`${base}/stop`} hx-target="#action-result" hx-swap="innerHTML">
+            <input type="hidden" name="_csrf" value={csrfTokenOf(c, deps.apiToken)} />
             <button type="submit" id="stop">
               Stop
             </button>
           </form>
           <form method="post" action={`${base}/steer`} hx-post={`${base}/steer`} hx-target="#action-result" hx-swap="innerHTML">
+            <input type="hidden" name="_csrf" value={csrfTokenOf(c, deps.apiToken)} />
             <label>
               Steer the running turn <input type="text" name="text" id="steer-text" required maxlength={4000} />
             </label>

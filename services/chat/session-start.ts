@@ -25,6 +25,8 @@ export function sessionStartOptions(deps: { taskQueue: string; defaultModel: str
       { key: KindAttr, value: 'session' },
     ],
     staticSummary: `Conversation session: ${conversation.platform} chat ${conversation.chatId} (account ${conversation.account})`,
+    // the way back from the Temporal UI to the console's page of the chat (the console opens HTTP chats)
+    ...(conversation.platform === 'http' ? { staticDetails: `[Open this chat in the Steward console](/console/chats/${encodeURIComponent(conversation.chatId)})` } : {}),
   };
 }
 

@@ -26,7 +26,8 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
 import { startEverythingHttp } from '../helpers/mcp-servers.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
-import { repoRoot, type Spawned } from '../helpers/process.js';
+import { repoRoot, spawnProcess, type Spawned } from '../helpers/process.js';
+import { BrowserSignIn } from '../../adapters/http/sign-in.js';
 import { needs } from '../helpers/requirements.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 
@@ -94,6 +95,7 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
   let web: { server: Server; port: number; hits: string[] } | undefined;
   let api = '';
   let dataDir = '';
+  let stewardEnv: NodeJS.ProcessEnv = {};
   const shots = artifactDir('console-inbox');
 
   const call = async (method: string, route: string, body?: unknown) => {
@@ -152,6 +154,7 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
       modelBaseURL: model.baseURL,
       extra: { STEWARD_TEMPORAL_UI: 'true', STEWARD_TEMPORAL_UI_URL: '', STEWARD_ACTION_HTTP_ALLOW_HOSTS: '127.0.0.1', STEWARD_MCP_CONFIG: mcpConfig },
     });
+    stewardEnv = env;
     const started = await startSteward(env);
     steward = started;
     api = started.api;
@@ -345,5 +348,64 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
     await saveScreenshot(narrow, shots, 'inbox-375');
     await narrow.close();
     await context!.close();
+  });
+  it('people signed in as themselves: the admin who shaped a proposal may not approve it in the page, and a member may not approve at all', async () => {
+    /** A person with an OpenHarness shell of their own (`steward shells issue NAME --role R`): their identity and token. */
+    const shell = async (name: string, role: string) => {
+      const issue = spawnProcess('./steward', ['shells', 'issue', name, '--role', role], stewardEnv);
+      assert.equal((await issue.exited).code, 0, issue.output());
+      const m = /\(id (\S+), identity (\S+)\)\.[\s\S]*\n(oh_[A-Za-z0-9_-]{43})\n/.exec(issue.output());
+      assert.ok(m, `the shell is issued: ${issue.output()}`);
+      return { identity: m[2]!, token: m[3]! };
+    };
+    const ada = await shell(`ada-${tag}`, 'admin');
+    const mia = await shell(`mia-${tag}`, 'member');
+    // Ada asks for the deploy through her shell: the proposal is hers
+    const before = new Set((await items('approval')).map((i) => i.id));
+    model!.enqueue({ toolCalls: [{ id: 'call_ada', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${web!.port}/ada-${tag}`, body: 'go' }) }], match: (req) => lastUserText(req.body).includes(`ada deploys ${tag}`) });
+    const r = await fetch(`${api}/api/openharness/v1`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ada.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ protocol_version: '1.0.0', request_id: `ada-${tag}`, request: { context: { session_id: `ada-${tag}`, user_intent: `ada deploys ${tag}` } } }),
+    });
+    assert.equal(r.status, 200, await r.text());
+    const proposal = await until('Ada\'s proposal in the inbox', async () => (await items('approval')).find((i) => !before.has(i.id) && i.status === 'pending'), 60_000, 200);
+
+    // each person signs in with their own one-time link (what `/console` in a DM gives: signed with the API token)
+    const links = new BrowserSignIn({ apiToken: TOKEN });
+    const people = await browser!.newContext({ viewport: { width: 1000, height: 900 } });
+    const members = await browser!.newContext({ viewport: { width: 1000, height: 900 } });
+    try {
+      const adaPage = await people.newPage();
+      await adaPage.goto(`${api}/console/login/${links.issuePersonLink(ada.identity).token}`, { waitUntil: 'domcontentloaded' });
+      assert.match(await adaPage.locator('#viewer').innerText(), new RegExp(`ada-${tag} \\(admin\\)`));
+      // Ada shaped it: the page offers no Approve, says why, and an approve sent anyway is refused in place (409)
+      await assertApproveRefusedInPlace(adaPage, api, proposal.id, /Not applied/);
+      assert.match(await itemOf(adaPage, proposal.id).locator('.notes').innerText(), /You shaped this proposal, so you may not approve it/);
+
+      const miaPage = await members.newPage();
+      await miaPage.goto(`${api}/console/login/${links.issuePersonLink(mia.identity).token}`, { waitUntil: 'domcontentloaded' });
+      assert.equal(new URL(miaPage.url()).pathname, '/console/inbox', 'a member lands on their inbox');
+      assert.match(await miaPage.locator('#viewer').innerText(), new RegExp(`mia-${tag} \\(member\\)`));
+      assert.deepEqual(await miaPage.locator('nav a').allInnerTexts(), ['Inbox'], 'the nav shows a member their inbox alone');
+      assert.equal(await itemOf(miaPage, proposal.id).count(), 0, "a member does not see others' requests");
+      assert.equal((await members.request.get(`${api}/console/chats`, { maxRedirects: 0 })).status(), 403, 'nor the admin pages');
+      // an approval sent by hand with her own CSRF token: refused by the rules (409), nothing changes
+      const csrf = JSON.parse((await miaPage.locator('body').getAttribute('hx-headers')) ?? '{}') as Record<string, string>;
+      const forged = await members.request.post(`${api}/console/inbox/${encodeURIComponent(proposal.id)}/decision`, { headers: { ...csrf, 'hx-request': 'true' }, form: { decision: 'approve' }, maxRedirects: 0 });
+      assert.equal(forged.status(), 409, await forged.text());
+      assert.match(await forged.text(), /admin role/);
+      // and a second use of a link signs nobody in
+      const used = links.issuePersonLink(mia.identity).token;
+      assert.equal((await members.request.get(`${api}/console/login/${used}`, { maxRedirects: 0 })).status(), 303);
+      assert.equal((await members.request.get(`${api}/console/login/${used}`, { maxRedirects: 0 })).status(), 401);
+    } finally {
+      await people.close();
+      await members.close();
+    }
+    assert.equal((await items('approval')).find((i) => i.id === proposal.id)?.status, 'pending', 'still waiting: neither refusal decided it');
+    assert.equal(web!.hits.filter((h) => h.includes(`/ada-${tag}`)).length, 0, 'nothing ran');
+    // the operator denies it, so the turn ends
+    assert.equal((await call('POST', `/api/v1/inbox/${encodeURIComponent(proposal.id)}/decision`, { decision: 'deny', reason: 'test over' })).status, 200);
   });
 });

@@ -12,7 +12,7 @@
  * Screenshots go to test-artifacts/console/ (gitignored).
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -22,7 +22,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
 import { needs } from '../helpers/requirements.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
-import type { Spawned } from '../helpers/process.js';
+import { repoRoot, type Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
 
 const require = createRequire(import.meta.url);
@@ -191,6 +191,40 @@ describe('the operator console', { skip: browserSkip() || (await needs('chromium
     await page.locator('#transcript li[data-role="assistant"]', { hasText: `Live reply ${tag}.` }).waitFor({ timeout: 60_000 });
     assert.equal(new URL(page.url()).pathname, `/console/chats/${CHAT}`, 'no reload');
     console.log(`screenshot: ${await saveScreenshot(page, shots, 'chat')}`);
+  });
+
+  it('links both ways: the chat page to its run in /ui, and the run in /ui back to the chat page', async () => {
+    const wide = await context!.newPage();
+    await wide.setViewportSize({ width: 1000, height: 800 });
+    await wide.goto(`${api}/console/chats/${CHAT}`, { waitUntil: 'domcontentloaded' });
+    await wide.locator('#transcript li[data-role="assistant"]').first().waitFor();
+    // the docs' screenshot of a chat
+    if (process.env.STEWARD_DOCS_SCREENSHOTS === '1') {
+      const dir = path.join(repoRoot, 'docs', 'images');
+      mkdirSync(dir, { recursive: true });
+      await wide.screenshot({ path: path.join(dir, 'console-chat.png') });
+    }
+    const toUi = wide.locator('nav a', { hasText: 'Runs in the Temporal UI' });
+    const href = (await toUi.getAttribute('href')) ?? '';
+    assert.match(href, new RegExp(`^/ui/namespaces/[^/]+/workflows/${encodeURIComponent(`session:http:default:${CHAT}`).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`), href);
+    await toUi.click();
+    await wide.waitForURL((u) => u.pathname.startsWith('/ui/'), { timeout: 30_000 });
+    // the run's details (its start's static details, markdown, under User Metadata) carry the way back
+    await wide.getByText('User Metadata', { exact: true }).first().click();
+    await wide.setViewportSize({ width: 1000, height: 1600 }); // the details' frame loads when in view
+    // the UI is handed the run's details (markdown) with the link back; it renders each in a frame of its own (/ui/render?content=)
+    const link = `[Open this chat in the Steward console](/console/chats/${CHAT})`;
+    const found = await until(
+      "the run's details with the link back to the console",
+      async () => wide.frames().find((f) => new URL(f.url()).searchParams.get('content') === link),
+      60_000,
+      500,
+    ).catch(async (err: unknown) => {
+      await saveScreenshot(wide, shots, 'ui-run');
+      throw new Error(`${(err as Error).message}; frames: ${wide.frames().map((f) => f.url()).join(' | ')}`);
+    });
+    assert.ok(found);
+    await wide.close();
   });
 
   it('Stop on the page ends a slow turn within 1 s', async () => {
