@@ -366,6 +366,18 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
       const forged = await members.request.post(`${api}/console/inbox/${encodeURIComponent(proposal.id)}/decision`, { headers: { ...csrf, 'hx-request': 'true' }, form: { decision: 'approve' }, maxRedirects: 0 });
       assert.equal(forged.status(), 409, await forged.text());
       assert.match(await forged.text(), /admin role/);
+      // the chat event stream takes an admin's sign-in, not a member's
+      const stream = async (ctx: BrowserContext) => {
+        const cookie = (await ctx.cookies()).map((k) => `${k.name}=${k.value}`).join('; ');
+        const ac = new AbortController();
+        try {
+          return (await fetch(`${api}/api/v1/chats/${CHAT}/events`, { headers: { cookie }, signal: ac.signal })).status;
+        } finally {
+          ac.abort();
+        }
+      };
+      assert.equal(await stream(people), 200, "an admin's sign-in reads the event stream");
+      assert.equal(await stream(members), 401, "a member's does not");
       // and a second use of a link signs nobody in
       const used = links.issuePersonLink(mia.identity).token;
       assert.equal((await members.request.get(`${api}/console/login/${used}`, { maxRedirects: 0 })).status(), 303);
