@@ -217,7 +217,11 @@ export const ReplayableTurnReportSchema = z.object({
     recorded: TurnMetricsSchema,
     counterfactual: TurnMetricsSchema,
     /** counterfactual minus recorded; null where either side is unknown. */
-    delta: TurnMetricsSchema,
+    delta: z.object({
+      tokens: z.object({ input: z.number().int(), output: z.number().int(), total: z.number().int() }),
+      costMicros: z.number().nullable(),
+      latencyMs: z.number().nullable(),
+    }),
   }),
 });
 export type ReplayableTurnReport = z.infer<typeof ReplayableTurnReportSchema>;
@@ -885,8 +889,8 @@ function summaryMarkdown(s: ReplaySummary): string {
   );
   parts.push(
     table(
-      ['tool calls', 'same', 'different', 'new', 'dropped', 'divergences', 'approvals now asked', 'approvals now skipped'],
-      [[int(s.toolCalls.same), int(s.toolCalls.different), int(s.toolCalls.new), int(s.toolCalls.dropped), int(s.divergences), int(s.approvals.nowAsked), int(s.approvals.nowSkipped)]],
+      ['', 'same', 'different', 'new', 'dropped', 'divergences', 'approvals now asked', 'approvals now skipped'],
+      [['tool calls', int(s.toolCalls.same), int(s.toolCalls.different), int(s.toolCalls.new), int(s.toolCalls.dropped), int(s.divergences), int(s.approvals.nowAsked), int(s.approvals.nowSkipped)]],
     ),
   );
   const m = (label: string, st: ReplaySummary['tokens'], f: (n: number | null) => string, df: (a: number | null, b: number | null) => string) => [
