@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import fc from 'fast-check';
 import { Lexer, marked, type Tokens } from 'marked';
 import {
   DIFF_LIMITS,
@@ -641,5 +642,90 @@ describe('renderers', () => {
     assert.deepEqual(ReplayReportSchema.parse(JSON.parse(JSON.stringify(reportJson(r)))), r);
     assert.throws(() => reportJson({ ...r, replayId: '' }));
     assert.throws(() => reportJson({ ...r, turns: [{ turnId: 'x', replayable: true } as unknown as ReplayTurnReport] }));
+  });
+});
+
+describe('properties', () => {
+  const lineArb = fc.constantFrom('a', 'b', 'c', '', 'a b', 'x|y', '`');
+  const textArb = fc.array(lineArb, { maxLength: 30 }).map((l) => l.join('\n'));
+
+  it('the hunks rebuild the counterfactual reply from the recorded one', () => {
+    fc.assert(
+      fc.property(textArb, textArb, (a, b) => {
+        const d = textDiff(a, b);
+        assert.equal(d.identical, a === b);
+        const old = a === '' ? [] : a.replace(/\n$/, '').split('\n');
+        const out: string[] = [];
+        let at = 0; // 0-based index in old
+        for (const h of d.hunks) {
+          const start = h.recordedLines === 0 ? h.recordedStart : h.recordedStart - 1;
+          out.push(...old.slice(at, start));
+          at = start;
+          assert.equal(h.lines.filter((l) => l.kind !== 'added').length, h.recordedLines);
+          assert.equal(h.lines.filter((l) => l.kind !== 'removed').length, h.counterfactualLines);
+          for (const l of h.lines) {
+            if (l.kind === 'context') assert.equal(old[at], l.text);
+            if (l.kind === 'removed') assert.equal(old[at], l.text);
+            if (l.kind !== 'added') at++;
+            if (l.kind !== 'removed') out.push(l.text);
+          }
+        }
+        out.push(...old.slice(at));
+        assert.equal(out.join('\n'), b.replace(/\n$/, ''));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  const callArb = fc.record({
+    id: fc.string({ maxLength: 3 }),
+    name: fc.constantFrom('a', 'b', 'c'),
+    input: fc.dictionary(fc.constantFrom('k', 'j', 'l'), fc.integer({ min: 0, max: 2 })),
+    needsApproval: fc.boolean(),
+  });
+
+  it('every call is in exactly one row on its side; same rows have equal arguments, different rows the same tool', () => {
+    fc.assert(
+      fc.property(fc.array(callArb, { maxLength: 8 }), fc.array(callArb, { maxLength: 8 }), (rec, cf) => {
+        const rows = compareToolCalls(rec, cf);
+        assert.deepEqual(
+          rows.flatMap((r) => (r.recorded ? [r.recorded.index] : [])).sort((x, y) => x - y),
+          rec.map((_, i) => i),
+        );
+        assert.deepEqual(
+          rows.flatMap((r) => (r.counterfactual ? [r.counterfactual.index] : [])),
+          cf.map((_, i) => i),
+          'rows follow the counterfactual order',
+        );
+        for (const r of rows) {
+          if (r.kind === 'same') assert.equal(r.recorded?.args, r.counterfactual?.args);
+          if (r.kind === 'different') assert.notEqual(r.recorded?.args, r.counterfactual?.args);
+          if (r.kind === 'same' || r.kind === 'different') assert.equal(rec[r.recorded?.index ?? -1]?.name, cf[r.counterfactual?.index ?? -1]?.name);
+        }
+        const reversedKeys = cf.map((c) => ({ ...c, input: Object.fromEntries(Object.entries(c.input).reverse()) }));
+        assert.deepEqual(
+          compareToolCalls(rec, reversedKeys).map((r) => r.kind),
+          rows.map((r) => r.kind),
+          'key order never matters',
+        );
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('any text in any cell keeps every Markdown table whole', () => {
+    const nastyArb = fc.string({ maxLength: 40, unit: fc.constantFrom('|', '`', '\\', '\n', '\r', '<', '>', '*', '_', '[', ']', '~', '&', 'a', ' ', '#', '-') });
+    fc.assert(
+      fc.property(nastyArb, nastyArb, nastyArb, (tool, reason, arg) => {
+        const t = turnReport(side({ toolCalls: [call('r', tool || 't', { arg }, { needsApproval: true })] }), side({ reply: arg, toolCalls: [] }));
+        const md = reportMarkdown(buildReport({ replayId: 'r', alternative: {} }, [t, turnReport({ turnId: 'n', replayable: false, reason: reason || 'r' })]));
+        const all = tables(md);
+        assert.equal(all.length, 7);
+        for (const tb of all) for (const r of tb) assert.equal(r.length, tb[0]?.length);
+        const html = marked.parse(md, { async: false, gfm: true });
+        for (const tb of html.match(/<table>[\s\S]*?<\/table>/g) ?? []) assert.ok(!/<(em|strong|del|a|code)[ >]/.test(tb), tb);
+      }),
+      { numRuns: 200 },
+    );
   });
 });
