@@ -7,18 +7,25 @@
  * Bad input (an unknown chat or turn, a turn of another chat, a new chat id in use, a bad body)
  * is refused with nothing written or started; a retried request (the same Idempotency-Key, or
  * the same new chat id) answers the same and the `chat.forked` receipt is written once. The CLI
- * forks through the running API.
+ * forks through the running API. And through `./steward start` (the wiring of the route, the
+ * payload codec on): the turn's state is read from a history whose payloads are encrypted.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { describe, it } from 'node:test';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Connection } from '@temporalio/client';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { createForkService } from '../../services/replays/fork.js';
 import { testDatabases } from '../helpers/db.js';
-import { lastUserText, type RecordedRequest } from '../helpers/model-server.js';
+import { lastUserText, startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
+import type { Spawned } from '../helpers/process.js';
+import { freeStewardPorts, startEnv, startSteward, stopSteward, type StewardPorts } from '../helpers/started-steward.js';
 import { useStack, waitFor, withHarness, type Harness } from '../helpers/steward.js';
 
 const TOKEN = 'fork-test-token';
@@ -158,3 +165,77 @@ for (const database of testDatabases()) {
     });
   });
 }
+
+describe('fork a chat in the started stack (payload codec on)', () => {
+  let model: ModelServer;
+  let steward: Spawned & { api: string };
+  let dataDir: string;
+  let ports: StewardPorts;
+  const token = 'fork-e2e-token-0123456789abcdef';
+
+  before(async () => {
+    model = await startModelServer();
+    model.setDefault((req) => ({ text: `noted: ${lastUserText(req.body).replace(/<[^>]*>/g, '').trim().slice(-40)}` }));
+    dataDir = mkdtempSync(path.join(tmpdir(), 'steward-fork-'));
+    ports = await freeStewardPorts();
+    steward = await startSteward(startEnv({ dataDir, ports, token, model: 'openai-compatible:e2e-model', modelBaseURL: model.baseURL }), 120_000);
+    await steward.waitForOutput(/Steward is running/, 120_000);
+  });
+  after(async () => {
+    await stopSteward(steward);
+    await model?.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('forks before turn 2 through the API: the state comes from an encrypted history, the fork answers from turn 1 only', async () => {
+    const api = steward.api;
+    const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const transcript = async (chat: string) =>
+      ((await (await fetch(`${api}/api/v1/chats/${chat}/messages`, { headers: auth })).json()) as { messages: Array<{ role: string; text: string }> }).messages;
+    const say = async (chat: string, text: string) => {
+      assert.equal((await fetch(`${api}/api/v1/chats/${chat}/messages`, { method: 'POST', headers: auth, body: JSON.stringify({ text }) })).status, 202);
+      for (let i = 0; i < 300; i++) {
+        if ((await transcript(chat)).some((m) => m.role === 'assistant' && m.text.includes(text))) return;
+        await sleep(100);
+      }
+      assert.fail(`no reply to ${text} in ${chat}: ${steward.output().slice(-2000)}`);
+    };
+    const t = tag();
+    const chat = `codec-${t}`;
+    await say(chat, `golf-${t}`);
+    await say(chat, `hotel-${t}`);
+
+    // the turn's id from the session's first run; its model step's input is encrypted in history
+    const sessionId = `session:http:default:${chat}`;
+    const connection = await Connection.connect({ address: `127.0.0.1:${ports.temporal}` });
+    let turnId: string;
+    try {
+      const described = await connection.workflowService.describeWorkflowExecution({ namespace: 'default', execution: { workflowId: sessionId } });
+      const runId = described.workflowExecutionInfo?.firstRunId || described.workflowExecutionInfo?.execution?.runId || '';
+      turnId = `${sessionId}:turn:2:${runId.slice(0, 8)}`;
+      const h = await connection.workflowService.getWorkflowExecutionHistory({ namespace: 'default', execution: { workflowId: sessionId }, maximumPageSize: 1000 });
+      const steps = (h.history?.events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'modelStep');
+      assert.ok(steps.length >= 2);
+      for (const e of steps) {
+        const p = e.activityTaskScheduledEventAttributes?.input?.payloads?.[0];
+        assert.equal(Buffer.from(p?.metadata?.encoding ?? new Uint8Array()).toString(), 'binary/encrypted');
+      }
+    } finally {
+      await connection.close();
+    }
+
+    const doc = (await (await fetch(`${api}/api/openapi.json`)).json()) as { paths: Record<string, unknown> };
+    assert.ok(doc.paths['/api/v1/chats/{chatId}/fork'], 'the route is in the OpenAPI document');
+    const r = await fetch(`${api}/api/v1/chats/${chat}/fork`, { method: 'POST', headers: auth, body: JSON.stringify({ turnId, newChatId: `${chat}-b` }) });
+    const body = (await r.json()) as { chatId: string; copied: number };
+    assert.equal(r.status, 201, JSON.stringify(body));
+    assert.equal(body.copied, 2);
+    const forked = (await transcript(`${chat}-b`)).map((m) => m.text).join('\n');
+    assert.ok(forked.includes(`golf-${t}`) && !forked.includes(`hotel-${t}`), forked);
+
+    const sent = model.requests.length;
+    await say(`${chat}-b`, `india-${t}`);
+    const prompt = JSON.stringify(model.requests.slice(sent).find((q) => JSON.stringify(q.body).includes(`india-${t}`))?.body);
+    assert.ok(prompt.includes(`golf-${t}`) && !prompt.includes(`hotel-${t}`), prompt.slice(0, 2000));
+  });
+});
