@@ -126,7 +126,10 @@ export function createForkService(deps: ForkServiceDeps): ForkService {
 
   const answer = (c: ForkClaim): ForkResult => ({ chatId: c.chatId, sessionId: c.sessionId, forkedFrom: { sessionId: c.sourceSessionId, turnId: c.turnId }, copied: c.copied });
 
-  /** Start the fork's session with the state it carries; one that a first call started is left as it is. */
+  /**
+   * Start the fork's session with the state it carries, at most once under its id: a session that
+   * a first call started is left as it is, running or closed (a retry never starts a closed fork again).
+   */
   async function startSession(conversation: ConversationKey, settings: StepInput['settings'], workingSet: WorkingSet, from: string): Promise<void> {
     const opts = sessionStartOptions(deps, conversation);
     const input: SessionInput = {
@@ -136,7 +139,7 @@ export function createForkService(deps: ForkServiceDeps): ForkService {
       carried: { queue: [], pendingSteers: [], turnsStarted: 0, tokens: { input: 0, output: 0, total: 0 }, workingSet, generation: 0, taken: [] },
     };
     try {
-      await client.workflow.start(sessionWorkflow, { ...opts, args: [input], staticSummary: `${opts.staticSummary}, forked from ${from}` });
+      await client.workflow.start(sessionWorkflow, { ...opts, args: [input], staticSummary: `${opts.staticSummary}, forked from ${from}`, workflowIdReusePolicy: 'REJECT_DUPLICATE' });
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }

@@ -6,7 +6,8 @@
  * transcript and history are unchanged by the fork and it still answers with its whole context.
  * Bad input (an unknown chat or turn, a turn of another chat, a new chat id in use, a bad body)
  * is refused with nothing written or started; a retried request (the same Idempotency-Key, or
- * the same new chat id) answers the same and the `chat.forked` receipt is written once. The CLI
+ * the same new chat id) answers the same and the `chat.forked` receipt is written once, and one
+ * after a first call that stopped between its claim and the session's start starts it. The CLI
  * forks through the running API. And through `./steward start` (the wiring of the route, the
  * payload codec on): the turn's state is read from a history whose payloads are encrypted.
  */
@@ -21,6 +22,7 @@ import { Connection } from '@temporalio/client';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
+import { transcriptBeforeTurn, turnStartOf, writeFork } from '../../domain/replay/fork.js';
 import { createForkService } from '../../services/replays/fork.js';
 import { testDatabases } from '../helpers/db.js';
 import { lastUserText, startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
@@ -145,6 +147,29 @@ for (const database of testDatabases()) {
         assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: h.sessionIdOf(named) } }), 1);
         const namedTexts = (await h.ingress.transcript(h.sessionIdOf(named))).map((m) => m.text).join('\n');
         assert.ok(namedTexts.includes(words.one) && !namedTexts.includes(words.two), namedTexts);
+
+        // a first call that stopped after its claim (the transcript written, no session started): the retry starts it
+        const stopped = `stopped-${t}`;
+        const turn2 = (await turnStartOf(stack.db, turns[1]!))!;
+        const turn2Message = await stack.db.message.findFirstOrThrow({ where: { sessionId: h.sessionId, role: 'user', text: { contains: words.two } } });
+        const partial = await transcriptBeforeTurn(stack.db, h.sessionId, turn2, [turn2Message.key]);
+        const claimed = await writeFork(stack.db, {
+          actor: 'operator',
+          source: { sessionId: h.sessionId, platform: 'http', account: h.account, chatId: h.chatId, turnId: turns[1]! },
+          target: { sessionId: h.sessionIdOf(stopped), platform: 'http', account: h.account, chatId: stopped },
+          entries: partial.entries,
+          truncated: false,
+        });
+        assert.deepEqual(claimed, { claimed: true, copied: 2 });
+        const resumed = await post(h.chatId, { turnId: turns[1], newChatId: stopped });
+        assert.equal(resumed.status, 201, JSON.stringify(resumed.json));
+        assert.equal(resumed.json.copied, 2);
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: h.sessionIdOf(stopped) } }), 1);
+        assert.equal((await h.ingress.transcript(h.sessionIdOf(stopped))).length, 3, 'nothing copied twice');
+        const sent3 = stack.model.requests.length;
+        await say(`kilo-${t}`, stopped);
+        const prompt3 = JSON.stringify(stack.model.requests.slice(sent3).find((r: RecordedRequest) => JSON.stringify(r.body).includes(`kilo-${t}`))?.body);
+        assert.ok(prompt3.includes(words.one) && !prompt3.includes(words.two), "the resumed fork's prompt holds turn 1 only");
 
         // the CLI, through the running API
         const server = await startHttpServer(app, { host: '127.0.0.1', port: 0 });
