@@ -12,6 +12,7 @@ export type ReceiptKind =
   | 'ingress.handed'
   | 'command'
   | 'turn.start'
+  | 'chat.forked'
   | 'turn.end'
   | 'model.call'
   | 'delivery'

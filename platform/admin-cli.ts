@@ -485,6 +485,20 @@ const HANDLERS = {
     },
   },
 
+  replay: {
+    fork: async ({ values, io }) => {
+      const chat = check(ChatIdSchema, values.chat, '--chat');
+      const body = {
+        turnId: check(z.string().min(1).max(400), values.turn, '--turn'),
+        ...(values['new-chat'] !== undefined ? { newChatId: check(ChatIdSchema, values['new-chat'], '--new-chat') } : {}),
+        ...(values.platform !== undefined ? { platform: values.platform } : {}),
+        ...(values.account !== undefined ? { account: values.account } : {}),
+      };
+      const r = await api(io, values, 'POST', `/api/v1/chats/${encodeURIComponent(chat)}/fork`, body);
+      return done(io, r, (j) => `Forked ${chat} before ${body.turnId} into chat ${String(j.chatId)} (${String(j.copied)} messages copied; session ${String(j.sessionId)}).\n`, 201);
+    },
+  },
+
   repos: {
     list: async ({ values, io }) => {
       const r = await api(io, values, 'GET', '/api/v1/repos');

@@ -262,6 +262,25 @@ export const CLI_COMMANDS = [
     summary: "Everything waiting for a decision, newest first, and a decision on one (through the running Steward's API).",
   },
   {
+    name: 'replay',
+    common: API,
+    subs: [
+      {
+        name: 'fork',
+        usage: '--chat ID --turn TURN [--new-chat ID] [--platform P] [--account A]',
+        flags: [
+          needed('chat', 'ID', 'the chat to fork'),
+          needed('turn', 'TURN', 'the turn to fork before (its id, as `steward trace` and receipts show it)'),
+          flag('new-chat', 'ID', 'the new HTTP chat id (default: one derived from the chat id)'),
+          flag('platform', 'http|telegram|discord', "the chat's platform (default http)"),
+          flag('account', 'A', "the chat's account (default: the API's)"),
+        ],
+      },
+    ],
+    runner: 'admin',
+    summary: "Replays of past turns. `fork`: a new HTTP chat that starts from a chat's state just before a turn; the chat itself is untouched (through the running Steward's API).",
+  },
+  {
     name: 'shells',
     subs: [
       { name: 'issue', usage: 'NAME [--role R] [--identity ID]', args: '<name>', flags: [flag('role', 'R', "the shell's role (default member)"), flag('identity', 'ID', 'act as this existing identity')] },

@@ -27,6 +27,7 @@ import { createConsoleChats } from '../services/console.js';
 import { createReceiptService } from '../services/receipts.js';
 import { StewardCodec, codecDataConverter, resolveCodecKeys } from '../common/codec.js';
 import { createIngress, type Ingress } from '../services/chat/intake.js';
+import { createForkService } from '../services/replays/fork.js';
 import { createConsolePersons } from '../services/auth.js';
 import { isAdmin } from '../common/roles.js';
 import type { Context } from 'hono';
@@ -602,6 +603,13 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     mcp,
     heartbeat,
     inbox,
+    forks: createForkService({
+      client,
+      db,
+      taskQueue: config.temporal.taskQueue,
+      defaultModel: config.model.default,
+      limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun, budgetWaitMs: config.session.budgetWaitMs },
+    }),
     policyWhatIf: (r) =>
       policyWhatIf(db, {
         proposed: r.policy,

@@ -31,6 +31,8 @@ import type { WhatIfReport, WhatIfPolicy } from '../../domain/changes/what-if.js
 import { registerTaskRoutes } from './tasks.js';
 import type { TaskService } from '../../services/tasks.js';
 import { registerMcpRoutes } from './mcp.js';
+import { registerForkRoutes } from './fork.js';
+import type { ForkService } from '../../services/replays/fork.js';
 import { registerInboxRoutes } from './decisions.js';
 import type { OperatorInbox } from '../../services/decisions.js';
 import type { McpService } from '../../services/mcp.js';
@@ -198,6 +200,8 @@ export interface HttpDeps {
   inbox?: OperatorInbox;
   /** Budgets (/api/v1/budgets), with the admin API; absent: one over the admin API's database. */
   budgets?: BudgetService;
+  /** Forks of chats (POST /api/v1/chats/{chatId}/fork). */
+  forks?: ForkService;
   /** Prometheus metrics in text format, served on `GET /metrics` behind the API token. */
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Middleware giving each API request a trace span (OpenTelemetry), when tracing is on. */
@@ -292,7 +296,7 @@ export function createHttpApp(deps: HttpDeps) {
     },
   );
   // Administration bodies are small; one with content must be JSON.
-  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*', '/api/v1/objectives', '/api/v1/objectives/*', '/api/v1/inbox/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
+  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*', '/api/v1/objectives', '/api/v1/objectives/*', '/api/v1/inbox/*', '/api/v1/chats/:chatId/fork'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
     const length = Number(c.req.header('content-length') ?? '0');
     const type = c.req.header('content-type') ?? '';
     if ((length > 0 || c.req.header('transfer-encoding')) && !/^application\/json\b/i.test(type)) return c.json({ error: 'expected Content-Type: application/json' }, 415);
@@ -310,6 +314,7 @@ export function createHttpApp(deps: HttpDeps) {
   if (deps.tasks) registerTaskRoutes(app, deps.tasks);
   if (deps.mcp) registerMcpRoutes(app, deps.mcp);
   if (deps.inbox) registerInboxRoutes(app, deps.inbox);
+  if (deps.forks) registerForkRoutes(app, deps.forks);
   if (deps.objectives) {
     registerObjectiveRoutes(app, deps.objectives);
     const objectives = deps.objectives;
