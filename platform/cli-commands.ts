@@ -262,6 +262,45 @@ export const CLI_COMMANDS = [
     summary: "Everything waiting for a decision, newest first, and a decision on one (through the running Steward's API).",
   },
   {
+    name: 'replay',
+    common: API,
+    subs: [
+      {
+        name: 'turns',
+        usage: [
+          '--turn ID | --chat ID --since T [--until T] [--platform P] [--account A] | --objective ID --last N | --sample N [--since T] [--until T] [--seed N]',
+          '[--model provider:model] [--system-prompt-file FILE] [--skills on|off] [--approval-tools a,b] [--concurrency N] [--wait] [--json]',
+        ],
+        flags: [
+          flag('turn', 'ID', 'one turn (its id, as `steward trace` shows it)'),
+          flag('chat', 'ID', "a chat's turns in the window --since to --until"),
+          flag('platform', 'P', "the chat's platform (default http)"),
+          flag('account', 'A', "the chat's account (default the HTTP API's)"),
+          flag('objective', 'ID', "an objective's runs (its id or name), with --last"),
+          flag('last', 'N', 'the last N runs of --objective'),
+          flag('sample', 'N', 'N turns drawn across chats (in the window, when given)'),
+          flag('since', 'T', 'the window from this time'),
+          flag('until', 'T', 'the window to this time (default now)'),
+          flag('seed', 'N', "the sample's seed: the same seed, the same turns"),
+          flag('model', 'provider:model', 'replay with this model (its provider configured)'),
+          flag('system-prompt-file', 'FILE', 'replay with the system prompt in FILE'),
+          flag('skills', 'on|off', 'replay with skills on or off'),
+          flag('approval-tools', 'a,b', 'replay under this approval list ("" for none)'),
+          flag('concurrency', 'N', 'turns replayed at once (1 to 8, default 2)'),
+          on('wait', 'wait for the report and print it as Markdown'),
+          JSON_OUT,
+        ],
+      },
+      { name: 'list', usage: '[--json]', flags: [JSON_OUT] },
+      { name: 'show', usage: 'ID [--format json|markdown|jsonl]', args: '<id>', flags: [flag('format', 'json|markdown|jsonl', 'the report as JSON (default: the state and summary), Markdown or JSONL')] },
+      { name: 'cancel', usage: 'ID', args: '<id>' },
+    ],
+    runner: 'admin',
+    summary:
+      "Counterfactual replay (through the running Steward's API): re-run past turns under another model, system prompt, skills or approval list, every tool call answered from the record and nothing sent; list replays, show one's report, cancel one. Bad selections and unknown models start nothing.",
+    notes: ['T: an ISO time (2026-11-28T10:00:00Z) or a duration back from now (90m, 2h, 7d). Exactly one of --turn, --chat, --objective, --sample.'],
+  },
+  {
     name: 'shells',
     subs: [
       { name: 'issue', usage: 'NAME [--role R] [--identity ID]', args: '<name>', flags: [flag('role', 'R', "the shell's role (default member)"), flag('identity', 'ID', 'act as this existing identity')] },
