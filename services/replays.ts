@@ -126,7 +126,7 @@ export interface ReplayService {
 }
 
 const StartBody = z.strictObject({
-  selection: z.unknown(),
+  selection: z.unknown().optional(),
   alternative: z.unknown().optional(),
   concurrency: z
     .number({ error: `concurrency: expected a whole number from 1 to ${MAX_REPLAY_CONCURRENCY}` })

@@ -14,7 +14,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { MockActivityEnvironment } from '@temporalio/testing';
-import { createActivities, type ModelStepInput } from '../../activities/index.js';
+import { createActivities, type ModelStepInput, type ModelStepResult } from '../../activities/index.js';
+import type { DeliverInput } from '../../activities/chat.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { createModelRegistry } from '../../domain/model.js';
 import { prepareObjectiveRun } from '../../domain/objectives/runs.js';
@@ -79,11 +80,12 @@ for (const database of testDatabases()) {
       const sessionId = sessionWorkflowId(conversation);
       await ensureSession(t.db, sessionId, conversation);
       const turnId = opts.turnId ?? `${sessionId}:turn:${++n}:abcd1234`;
-      model.enqueue({ content: `answer ${name}` });
+      model.enqueue({ text: `answer ${name}` });
       const input: ModelStepInput = { sessionId, turnId, conversation, step: 1, inbound: [], workingSet: { notes: [], recentTurns: [] }, settings: { model: MODEL, think: 'off' }, steers: [] };
-      const r = await env.run(acts.modelStep, input);
+      const r = (await env.run(acts.modelStep, input)) as ModelStepResult;
       assert.equal(r.kind, 'output', JSON.stringify(r));
-      if (opts.end !== false) await env.run(acts.deliver, { key: `${turnId}:reply`, sessionId, conversation, kind: 'reply', turnId, text: `answer ${name}`, usage: r.usage, steps: 1, outcome: 'replied' });
+      const end: DeliverInput = { key: `${turnId}:reply`, sessionId, conversation, kind: 'reply', turnId, text: `answer ${name}`, usage: r.usage, steps: 1, outcome: 'replied' };
+      if (opts.end !== false) await env.run(acts.deliver, end);
       turns[name] = turnId;
       await sleep(15); // receipts are timed by the database's clock: windows fall between turns
       return turnId;
