@@ -235,6 +235,13 @@ describe('replay requests refused through the API and the CLI start nothing', ()
     await nothingStarted('the CLI');
   });
 
+  it('lists the replay routes in the OpenAPI document', async () => {
+    const doc = (await (await fetch(`${server.url}/api/openapi.json`)).json()) as { paths: Record<string, Record<string, unknown>> };
+    assert.ok(doc.paths['/api/v1/replays']?.post && doc.paths['/api/v1/replays']?.get);
+    assert.ok(doc.paths['/api/v1/replays/{id}']?.get);
+    assert.ok(doc.paths['/api/v1/replays/{id}/cancel']?.post);
+  });
+
   it('the check for started replays finds one that was started (so its empty answers mean something)', { timeout: 60_000 }, async () => {
     await startReplayWorkflow(env.client, QUEUE, { replayId: 'rpcontrol01', turnIds: [turnId], alternative: {}, concurrency: 1 });
     try {
