@@ -565,8 +565,8 @@ const HANDLERS = {
       const r = await api(io, values, 'GET', '/api/v1/replays');
       if (r.status !== 200) return apiFailure(io, r);
       if (values.json) return done(io, r, (j) => `${JSON.stringify(j.replays)}\n`);
-      const rows = (r.json.replays ?? []) as Array<{ id: string; status: string; turnCount: number; createdAt: string; requestedBy: string; alternative: Record<string, unknown> }>;
-      io.out(rows.length === 0 ? 'No replays.\n' : table([['ID', 'STATUS', 'TURNS', 'CREATED', 'BY', 'ALTERNATIVE'], ...rows.map((x) => [x.id, x.status, String(x.turnCount), x.createdAt, x.requestedBy, JSON.stringify(x.alternative).slice(0, 80)])]));
+      const rows = (r.json.replays ?? []) as Array<{ id: string; status: string; turnCount: number; createdAt: string; requestedBy: string | null; alternative: Record<string, unknown> }>;
+      io.out(rows.length === 0 ? 'No replays.\n' : table([['ID', 'STATUS', 'TURNS', 'CREATED', 'BY', 'ALTERNATIVE'], ...rows.map((x) => [x.id, x.status, String(x.turnCount), x.createdAt, x.requestedBy ?? '-', JSON.stringify(x.alternative).slice(0, 80)])]));
       return 0;
     },
     show: async ({ args: [id], values, io }) => {

@@ -43,19 +43,23 @@ export interface ReplayRow {
   turnCount: number;
   /** The report's blob (JSON, domain/blobs.ts), once saved. */
   reportHash: string | null;
-  error?: string | null;
-  requestedBy: string;
+  error: string | null;
+  requestedBy: string | null;
   createdAt: Date;
   finishedAt: Date | null;
 }
 
-/** The Replay rows: what the replay's store (domain/store/replays.ts) provides the service. */
+/**
+ * The Replay rows, as the replay's store (domain/store/replays.ts: createReplay, getReplay,
+ * listReplays, finishReplay over the database) provides them to the service.
+ */
 export interface ReplayStore {
-  create(row: { id: string; selection: ReplaySelection; alternative: ReplayAlternative; turnCount: number; requestedBy: string }): Promise<void>;
-  get(id: string): Promise<ReplayRow | null>;
+  /** A replay that starts now (status running). */
+  create(row: { id: string; selection: ReplaySelection; alternative: ReplayAlternative; turnIds: string[]; requestedBy: string; workflowId: string }): Promise<unknown>;
+  get(id: string): Promise<ReplayRow | null | undefined>;
   /** Newest first. */
   list(opts: { limit: number }): Promise<ReplayRow[]>;
-  finish(id: string, end: { status: 'failed' | 'cancelled'; error?: string }): Promise<void>;
+  finish(id: string, end: { status: 'failed' | 'cancelled'; error?: string }): Promise<unknown>;
 }
 
 /** A report as Markdown and as JSONL (domain/replay/report.ts). */
@@ -111,7 +115,7 @@ export interface ReplayView {
   turnCount: number;
   selection: unknown;
   alternative: unknown;
-  requestedBy: string;
+  requestedBy: string | null;
   createdAt: string;
   finishedAt: string | null;
   error?: string;
@@ -210,7 +214,7 @@ export function createReplayService(deps: ReplayServiceDeps): ReplayService {
         throw err;
       }
       const id = newReplayId();
-      await store.create({ id, selection: resolved.selection, alternative, turnCount: resolved.turnIds.length, requestedBy: actor.name });
+      await store.create({ id, selection: resolved.selection, alternative, turnIds: resolved.turnIds, requestedBy: actor.name, workflowId: replayWorkflowId(id) });
       try {
         await startReplayWorkflow(deps.client, deps.taskQueue, { replayId: id, turnIds: resolved.turnIds, alternative, concurrency: b.data.concurrency ?? DEFAULT_REPLAY_CONCURRENCY });
       } catch (err) {
