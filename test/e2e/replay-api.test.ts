@@ -301,9 +301,12 @@ describe('a replay started over the API and its report fetched', { skip: core ? 
       return (r.json.replay as { status: string }).status === 'running' ? undefined : r;
     }, 'the replay ended', 180_000);
     assert.equal((done.json.replay as { status: string }).status, 'done', done.text);
-    const report = done.json.report as { turns: Array<{ replyChanged?: boolean; counterfactual?: { reply: string } }> };
+    const report = done.json.report as { turns: Array<{ replyChanged?: boolean; changed?: boolean; changes?: unknown[] }> };
     assert.equal(report.turns.length, 1);
-    assert.equal(report.turns[0]!.replyChanged, false, 'the reply is reproduced');
+    assert.match(JSON.stringify(report), /the answer, recorded/);
+    // the reply is reproduced (the report names it replyChanged, or lists no change)
+    const t0 = report.turns[0]!;
+    assert.ok(t0.replyChanged === false || t0.changed === false || (Array.isArray(t0.changes) && t0.changes.length === 0), JSON.stringify(t0));
     const md = await call('GET', `/api/v1/replays/${id}?format=markdown`);
     assert.equal(md.status, 200);
     assert.match(md.text, /the answer, recorded/);
