@@ -16,10 +16,8 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
@@ -27,8 +25,8 @@ import { needs } from '../helpers/requirements.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { spawnProcess, type Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { apiCaller, seriousAxeViolations, until } from '../helpers/console-browser.js';
 
-const require = createRequire(import.meta.url);
 const TOKEN = 'console-budgets-e2e-token-0123456789abcdef';
 const tag = Date.now().toString(36);
 const CHAT = `budgets-${tag}`;
@@ -49,21 +47,6 @@ interface BudgetJson {
   usage: { used: { tokens: number }; raised: { tokens: number }; left: { tokens: number | null } };
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 100_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
-
 const parseJsonl = (text: string): Receipt[] =>
   text
     .split('\n')
@@ -81,15 +64,7 @@ describe('the console: budgets and receipts', { skip: browserSkip() || (await ne
   let env: NodeJS.ProcessEnv = {};
   const shots = artifactDir('console-budgets');
 
-  const call = async (method: string, route: string, body?: unknown) => {
-    const r = await fetch(`${api}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await r.text();
-    return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
-  };
+  const call = apiCaller(() => api, TOKEN);
   const budget = async () => ((await call('GET', '/api/v1/budgets')).body.budgets as BudgetJson[]).find((b) => b.id === BUDGET)!;
   const replies = async (chat: string) => (((await call('GET', `/api/v1/chats/${chat}/messages`)).body.messages ?? []) as Array<{ role: string }>).filter((m) => m.role === 'assistant').length;
   const idle = async (chat: string) => !((await call('GET', `/api/v1/chats/${chat}/status`)).body as { running?: unknown }).running;
@@ -282,12 +257,7 @@ describe('the console: budgets and receipts', { skip: browserSkip() || (await ne
         await p.goto(`${api}${route}`, { waitUntil: 'domcontentloaded' });
         // the details of a receipt open, so they are scanned too
         if (route.startsWith('/console/receipts')) await p.locator('#receipts details').first().evaluate((d) => d.setAttribute('open', ''));
-        await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
-        const violations = await p.evaluate(async () => {
-          const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
-          return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
-        });
-        const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+        const bad = await seriousAxeViolations(p);
         assert.deepEqual(bad, [], `${route}: ${JSON.stringify(bad)}`);
       }
       const n = await signedIn(narrow, '/console/budgets');

@@ -18,7 +18,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { artifactDir, browserSkip, launchChromium, saveScreenshot } from '../helpers/browser.js';
@@ -29,6 +28,7 @@ import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import type { Spawned } from '../helpers/process.js';
 import { needs } from '../helpers/requirements.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { apiCaller, until } from '../helpers/console-browser.js';
 
 const require = createRequire(import.meta.url);
 /** The page's document, as code evaluated in the browser sees it (this file is compiled without the DOM library). */
@@ -46,21 +46,6 @@ const SEED = {
   'test.sh': '#!/bin/sh\ngrep -q "Hello, Steward" greeting.txt || { echo "greeting.txt does not greet Steward" >&2; exit 1; }\necho "greeting ok"\n',
   'README.md': '# demo\n',
 };
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 100_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
 
 async function axeSerious(p: Page): Promise<Array<{ id: string; impact: string; help: string }>> {
   await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
@@ -84,15 +69,7 @@ describe('the console: repository changes', { skip: browserSkip() || (await need
   let changeId = '';
   const shots = artifactDir('console');
 
-  const call = async (method: string, route: string, body?: unknown) => {
-    const r = await fetch(`${api}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await r.text();
-    return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
-  };
+  const call = apiCaller(() => api, TOKEN);
   const change = async (id: string) => (await call('GET', `/api/v1/changes/${id}`)).body as { status: string; phase: string; question: string | null; error: string | null };
   /** A browser context signed in through a fresh one-time link (as the banner's). */
   const signedIn = async (opts: { width: number; height: number; bypassCSP?: boolean }, next: string): Promise<{ context: BrowserContext; page: Page }> => {

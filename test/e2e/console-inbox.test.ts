@@ -16,7 +16,6 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -30,27 +29,12 @@ import { repoRoot, spawnProcess, type Spawned } from '../helpers/process.js';
 import { BrowserSignIn } from '../../adapters/http/sign-in.js';
 import { needs } from '../helpers/requirements.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { apiCaller, seriousAxeViolations, until } from '../helpers/console-browser.js';
 
-const require = createRequire(import.meta.url);
 const TOKEN = 'console-inbox-e2e-token-0123456789abcdef';
 const tag = Date.now().toString(36);
 const CHAT = `inbox-${tag}`;
 const MCP_NAME = 'tickets';
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 100): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 100_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
 
 /** An item's element on the Inbox page (by its inbox id). */
 const itemOf = (page: Page, id: string) => page.locator(`li.inbox-item[data-id="${id}"]`);
@@ -98,15 +82,7 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
   let stewardEnv: NodeJS.ProcessEnv = {};
   const shots = artifactDir('console-inbox');
 
-  const call = async (method: string, route: string, body?: unknown) => {
-    const r = await fetch(`${api}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await r.text();
-    return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
-  };
+  const call = apiCaller(() => api, TOKEN);
   type Item = { id: string; kind: string; status: string; text: string; actions: string[]; decided: { by: string | null } | null };
   const items = async (kind?: string) => ((await call('GET', `/api/v1/inbox${kind ? `?kind=${kind}` : ''}`)).body.items ?? []) as Item[];
   const send = async (text: string) => {
@@ -326,12 +302,7 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
       for (const route of ['/console/inbox', '/console/inbox?kind=approval', '/console/inbox?kind=widgets']) {
         await p.goto(`${api}${route}`, { waitUntil: 'domcontentloaded' });
         if (route === '/console/inbox') assert.ok((await p.locator('li.inbox-item').count()) >= 4, 'items to scan');
-        await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
-        const violations = await p.evaluate(async () => {
-          const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
-          return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
-        });
-        const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+        const bad = await seriousAxeViolations(p);
         assert.deepEqual(bad, [], `${route}: ${JSON.stringify(bad)}`);
       }
     } finally {
@@ -395,6 +366,18 @@ describe('the console: Inbox page', { skip: browserSkip() || (await needs('chrom
       const forged = await members.request.post(`${api}/console/inbox/${encodeURIComponent(proposal.id)}/decision`, { headers: { ...csrf, 'hx-request': 'true' }, form: { decision: 'approve' }, maxRedirects: 0 });
       assert.equal(forged.status(), 409, await forged.text());
       assert.match(await forged.text(), /admin role/);
+      // the chat event stream takes an admin's sign-in, not a member's
+      const stream = async (ctx: BrowserContext) => {
+        const cookie = (await ctx.cookies()).map((k) => `${k.name}=${k.value}`).join('; ');
+        const ac = new AbortController();
+        try {
+          return (await fetch(`${api}/api/v1/chats/${CHAT}/events`, { headers: { cookie }, signal: ac.signal })).status;
+        } finally {
+          ac.abort();
+        }
+      };
+      assert.equal(await stream(people), 200, "an admin's sign-in reads the event stream");
+      assert.equal(await stream(members), 401, "a member's does not");
       // and a second use of a link signs nobody in
       const used = links.issuePersonLink(mia.identity).token;
       assert.equal((await members.request.get(`${api}/console/login/${used}`, { maxRedirects: 0 })).status(), 303);

@@ -18,10 +18,8 @@
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -31,29 +29,14 @@ import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import type { Spawned } from '../helpers/process.js';
 import { needs } from '../helpers/requirements.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { seriousAxeViolations, until } from '../helpers/console-browser.js';
 
-const require = createRequire(import.meta.url);
 const TOKEN = 'console-knowledge-e2e-token-0123456789';
 const tag = Date.now().toString(36);
 const WS = `kb-${tag}`;
 const PLANTED = `zephyrquartz${tag}`;
 const CHAT = `kb-chat-${tag}`;
 const MODEL = 'openai-compatible:console-knowledge-model';
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 200): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 100_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
 
 describe('the console: knowledge and tools', { skip: browserSkip() || (await needs('chromium')), timeout: 600_000 }, () => {
   let model: ModelServer | undefined;
@@ -342,12 +325,7 @@ describe('the console: knowledge and tools', { skip: browserSkip() || (await nee
       for (const route of routes) {
         await p.goto(`${api}${route}`, { waitUntil: 'domcontentloaded' });
         if (route === '/console/knowledge') await p.locator('#mcp-every table.tools').waitFor({ timeout: 60_000 });
-        await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
-        const violations = await p.evaluate(async () => {
-          const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
-          return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
-        });
-        const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+        const bad = await seriousAxeViolations(p);
         assert.deepEqual(bad, [], `${route}: ${JSON.stringify(bad)}`);
       }
       const n = await narrow.newPage();

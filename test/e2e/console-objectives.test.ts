@@ -17,7 +17,6 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -38,8 +37,8 @@ import { needs } from '../helpers/requirements.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
 import type { Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward, type StewardPorts } from '../helpers/started-steward.js';
+import { seriousAxeViolations } from '../helpers/console-browser.js';
 
-const require = createRequire(import.meta.url);
 const TOKEN = 'console-objectives-e2e-token-0123456789';
 const tag = Date.now().toString(36);
 const CHAT = `objectives-${tag}`;
@@ -263,12 +262,7 @@ describe('the console: objectives', { skip: browserSkip() || (await needs('chrom
       await p.goto(await signInLink('/console/objectives'), { waitUntil: 'domcontentloaded' });
       for (const route of ['/console/objectives', `/console/objectives/${objectiveId}`]) {
         await p.goto(`${api}${route}`, { waitUntil: 'domcontentloaded' });
-        await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
-        const violations = await p.evaluate(async () => {
-          const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
-          return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
-        });
-        const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+        const bad = await seriousAxeViolations(p);
         assert.deepEqual(bad, [], `${route}: ${JSON.stringify(bad)}`);
       }
     } finally {

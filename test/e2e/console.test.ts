@@ -13,7 +13,6 @@
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -24,27 +23,12 @@ import { needs } from '../helpers/requirements.js';
 import { lastUserText, startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { repoRoot, type Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { apiCaller, seriousAxeViolations, until } from '../helpers/console-browser.js';
 
-const require = createRequire(import.meta.url);
 const TOKEN = 'console-e2e-token-0123456789abcdef';
 const tag = Date.now().toString(36);
 const CHAT = `console-${tag}`;
 const MODEL = 'openai-compatible:console-e2e-model';
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 100): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 100_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
 
 /** Read server-sent events until `stop` says so (or `timeoutMs`): each event's id, type and data. */
 async function readEvents(url: string, headers: Record<string, string>, stop: (events: Array<{ id?: string; event?: string; data: string }>) => boolean, timeoutMs = 20_000) {
@@ -92,15 +76,7 @@ describe('the operator console', { skip: browserSkip() || (await needs('chromium
   let dataDir = '';
   const shots = artifactDir('console');
 
-  const call = async (method: string, route: string, body?: unknown) => {
-    const r = await fetch(`${api}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await r.text();
-    return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
-  };
+  const call = apiCaller(() => api, TOKEN);
   const send = async (chat: string, text: string) => {
     const r = await call('POST', `/api/v1/chats/${chat}/messages`, { text });
     assert.equal(r.status, 202, JSON.stringify(r.body));
@@ -263,12 +239,7 @@ describe('the operator console', { skip: browserSkip() || (await needs('chromium
       })()}?next=%2Fconsole%2Fchats`);
       for (const route of ['/console/chats', `/console/chats/${CHAT}`, '/console/inbox', '/console/changes', '/console/objectives', '/console/knowledge', '/console/budgets']) {
         await p.goto(`${api}${route}`, { waitUntil: 'domcontentloaded' });
-        await p.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
-        const violations = await p.evaluate(async () => {
-          const axe = (globalThis as unknown as { axe: { run(): Promise<{ violations: Array<{ id: string; impact: string; help: string }> }> } }).axe;
-          return (await axe.run()).violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help }));
-        });
-        const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+        const bad = await seriousAxeViolations(p);
         assert.deepEqual(bad, [], `${route}: ${JSON.stringify(bad)}`);
       }
     } finally {

@@ -32,6 +32,7 @@ import { needs } from '../helpers/requirements.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
 import { spawnProcess, type Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward } from '../helpers/started-steward.js';
+import { apiCaller, until } from '../helpers/console-browser.js';
 
 const TOKEN = 'ui-e2e-token-0123456789abcdef';
 const NAMESPACE = 'default';
@@ -59,21 +60,6 @@ const EVENTS = '[data-testid="event-summary-table"]';
 const flat = (text: string) => text.replace(/\s+/g, '');
 
 /** Poll until probe returns a value (not undefined), at most timeoutMs. */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number, everyMs = 250): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (let i = 0; Date.now() < deadline && i < 10_000; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await sleep(everyMs);
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-}
-
 /** The workflow ids the UI's workflow list shows (from each row's link to its run). */
 async function listedWorkflowIds(page: Page): Promise<string[]> {
   const hrefs = await page.locator(`${ROW} a[href*="/workflows/"]`).evaluateAll((links) => links.map((a) => a.getAttribute('href') ?? ''));
@@ -105,15 +91,7 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
   let stewardEnv: NodeJS.ProcessEnv = {};
   const shots = artifactDir('temporal-ui');
 
-  const call = async (method: string, route: string, body?: unknown) => {
-    const r = await fetch(`${api}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await r.text();
-    return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
-  };
+  const call = apiCaller(() => api, TOKEN);
   const send = async (chat: string, text: string) => {
     const r = await call('POST', `/api/v1/chats/${chat}/messages`, { text, user: USER });
     assert.equal(r.status, 202, JSON.stringify(r.body));
