@@ -19,6 +19,7 @@ import type { Client } from '@temporalio/client';
 import { wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService, type BudgetService, type BudgetView } from '../services/budgets.js';
 import { ServiceInputError, type Requester } from '../services/requests.js';
+import { parseInstant } from '../services/receipts.js';
 import { parseDuration, type StewardConfig } from '../config/index.js';
 import { runCommand, UsageError, usageOf, type HandlersOf } from './cli-commands.js';
 
@@ -147,6 +148,57 @@ async function callApi(target: Api, method: string, route: string, body?: unknow
 /** A request to the running API named by the command's flags (or the machine's own). */
 async function api(io: CliIo, values: ApiFlags, method: string, route: string, body?: unknown): Promise<Reply> {
   return callApi(await apiTarget(io, values), method, route, body);
+}
+
+/** A GET of a text answer (a report as Markdown or JSONL): its text, or the JSON refusal. */
+async function callApiText(target: Api, route: string): Promise<Reply> {
+  const res = await fetchApi(target, 'GET', route);
+  const text = await res.text();
+  if (res.ok) return { status: res.status, json: { text } };
+  try {
+    return { status: res.status, json: JSON.parse(text) as Record<string, unknown> };
+  } catch {
+    return { status: res.status, json: { error: text } };
+  }
+}
+
+/** `steward replay turns`: the request body from the flags, as given (the API checks it whole: the same errors as over HTTP). */
+async function replayBody(values: Record<string, string | boolean | undefined>): Promise<Record<string, unknown>> {
+  const str = (k: string) => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
+  // a number when it reads as one; otherwise as given, for the API to refuse by name
+  const num = (k: string) => {
+    const v = str(k);
+    return v === undefined ? undefined : /^\s*-?\d+\s*$/.test(v) ? Number(v) : v;
+  };
+  // a time when it reads as one (ISO, or a duration back from now); otherwise as given
+  const time = (k: string) => {
+    const v = str(k);
+    return v === undefined ? undefined : (parseInstant(v)?.toISOString() ?? v);
+  };
+  const opt = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+  const selection = opt({
+    ...(str('turn') !== undefined ? { turnId: str('turn') } : {}),
+    ...(str('chat') !== undefined ? { chatId: str('chat'), platform: str('platform'), account: str('account'), since: time('since'), until: time('until') ?? (str('since') !== undefined ? new Date().toISOString() : undefined) } : {}),
+    ...(str('objective') !== undefined ? { objectiveId: str('objective'), last: num('last') } : {}),
+    ...(str('sample') !== undefined ? { sample: opt({ size: num('sample'), since: time('since'), until: time('until'), seed: num('seed') }) } : {}),
+  });
+  let systemPrompt: string | undefined;
+  const file = str('system-prompt-file');
+  if (file !== undefined) {
+    try {
+      systemPrompt = await readFile(file, 'utf8');
+    } catch (err) {
+      throw new UsageError(`--system-prompt-file: cannot read ${file}: ${(err as Error).message}`);
+    }
+  }
+  const tools = str('approval-tools');
+  const alternative = opt({
+    model: str('model'),
+    systemPrompt,
+    skills: str('skills'),
+    approvalTools: tools === undefined ? undefined : tools.split(',').map((t) => t.trim()).filter(Boolean),
+  });
+  return opt({ selection, alternative, concurrency: num('concurrency') });
 }
 
 /** Print an API refusal; the exit code: 2 for bad input, 1 otherwise. */
@@ -497,6 +549,44 @@ const HANDLERS = {
       const r = await api(io, values, 'POST', `/api/v1/chats/${encodeURIComponent(chat)}/fork`, body);
       return done(io, r, (j) => `Forked ${chat} before ${body.turnId} into chat ${String(j.chatId)} (${String(j.copied)} messages copied; session ${String(j.sessionId)}).\n`, 201);
     },
+    turns: async ({ values, io }) => {
+      const r = await api(io, values, 'POST', '/api/v1/replays', await replayBody(values));
+      if (r.status !== 202) return apiFailure(io, r);
+      const id = String(r.json.id);
+      if (!values.wait) {
+        if (values.json) io.out(`${JSON.stringify(r.json)}\n`);
+        else io.out(`Replay ${id} started: ${String(r.json.turns)} turn${r.json.turns === 1 ? '' : 's'}${r.json.truncated ? ' (the newest; more matched)' : ''}, workflow ${String(r.json.workflowId)}.\nIts report: steward replay show ${id} --format markdown\n`);
+        return 0;
+      }
+      // --wait: until the replay ends (bounded: an hour), then its report
+      for (let i = 0; i < 1800; i++) {
+        const s = await api(io, values, 'GET', `/api/v1/replays/${id}`);
+        if (s.status !== 200) return apiFailure(io, s);
+        const status = (s.json.replay as { status?: string } | undefined)?.status;
+        if (status !== 'running') {
+          if (values.json) return done(io, s, (j) => `${JSON.stringify(j)}\n`);
+          return done(io, await callApiText(await apiTarget(io, values), `/api/v1/replays/${id}?format=markdown`), (j) => String(j.text));
+        }
+        await new Promise((res) => setTimeout(res, 2000));
+      }
+      io.err(`Replay ${id} is still running after an hour: steward replay show ${id}\n`);
+      return 1;
+    },
+    list: async ({ values, io }) => {
+      const r = await api(io, values, 'GET', '/api/v1/replays');
+      if (r.status !== 200) return apiFailure(io, r);
+      if (values.json) return done(io, r, (j) => `${JSON.stringify(j.replays)}\n`);
+      const rows = (r.json.replays ?? []) as Array<{ id: string; status: string; turnCount: number; createdAt: string; requestedBy: string | null; alternative: Record<string, unknown> }>;
+      io.out(rows.length === 0 ? 'No replays.\n' : table([['ID', 'STATUS', 'TURNS', 'CREATED', 'BY', 'ALTERNATIVE'], ...rows.map((x) => [x.id, x.status, String(x.turnCount), x.createdAt, x.requestedBy ?? '-', JSON.stringify(x.alternative).slice(0, 80)])]));
+      return 0;
+    },
+    show: async ({ args: [id], values, io }) => {
+      const format = values.format ?? 'json';
+      const at = `/api/v1/replays/${encodeURIComponent(id ?? '')}?format=${encodeURIComponent(format)}`;
+      if (format === 'json') return done(io, await api(io, values, 'GET', at), (j) => `${JSON.stringify(j, null, 2)}\n`);
+      return done(io, await callApiText(await apiTarget(io, values), at), (j) => String(j.text));
+    },
+    cancel: async ({ args: [id], values, io }) => done(io, await api(io, values, 'POST', `/api/v1/replays/${encodeURIComponent(id ?? '')}/cancel`), (j) => `Replay ${String(j.id)} is being cancelled (the turns replayed so far stay in its report).\n`),
   },
 
   repos: {

@@ -70,6 +70,7 @@ import { freePort } from './ports.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
 import { wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService, type BudgetService } from '../services/budgets.js';
+import type { ReplayService } from '../services/replays.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
 import { startIdleMemoryRelease, type IdleReleaseOptions } from './idle-memory.js';
 import { startMallocTrim, trimMalloc } from './malloc-trim.js';
@@ -551,6 +552,8 @@ interface ApiAppParts {
   tasks: TaskService;
   mcp: McpService;
   health: HttpDeps['health'];
+  /** Counterfactual replay (/api/v1/replays): services/replays.ts over the replay's store and report formats. */
+  replays?: ReplayService;
   codec: StewardCodec;
   events: RunningSteward['events'];
   tracing: Tracing;
@@ -564,7 +567,7 @@ interface ApiAppParts {
  * browser sign-in. Returns the sign-in too, for the UI's one-time link.
  */
 function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnType<typeof createHttpApp> } {
-  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, signIn, log } = parts;
+  const { ingress, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp, health, codec, events, tracing, uiUpstream, signIn, log, replays } = parts;
   const backoff = new AuthBackoff({ ...config.http.backoff, trustedProxies: config.http.trustedProxies, db, log });
   const persons = createConsolePersons(db);
   const consoleAdmin = async (c: Context): Promise<boolean> => {
@@ -610,6 +613,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
       defaultModel: config.model.default,
       limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun, budgetWaitMs: config.session.budgetWaitMs },
     }),
+    ...(replays ? { replays } : {}),
     policyWhatIf: (r) =>
       policyWhatIf(db, {
         proposed: r.policy,

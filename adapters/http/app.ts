@@ -40,6 +40,8 @@ import type { KnowledgeService } from '../../services/knowledge.js';
 import type { WorkspaceService } from '../../services/workspaces.js';
 import type { ObjectiveService } from '../../services/objectives.js';
 import type { ChangeService } from '../../services/changes.js';
+import { registerReplayRoutes } from './replays.js';
+import type { ReplayService } from '../../services/replays.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */
 export const MAX_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 4096;
@@ -198,6 +200,8 @@ export interface HttpDeps {
   tasks?: TaskService;
   /** The operator inbox (/api/v1/inbox): everything waiting for a decision, decided in place. */
   inbox?: OperatorInbox;
+  /** Counterfactual replay (/api/v1/replays): past turns re-run under an alternative, effects answered from the record. */
+  replays?: ReplayService;
   /** Budgets (/api/v1/budgets), with the admin API; absent: one over the admin API's database. */
   budgets?: BudgetService;
   /** Forks of chats (POST /api/v1/chats/{chatId}/fork). */
@@ -296,7 +300,7 @@ export function createHttpApp(deps: HttpDeps) {
     },
   );
   // Administration bodies are small; one with content must be JSON.
-  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*', '/api/v1/objectives', '/api/v1/objectives/*', '/api/v1/inbox/*', '/api/v1/chats/:chatId/fork'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
+  app.on(['POST', 'PATCH'], ['/api/v1/identities/*', '/api/v1/identities', '/api/v1/bindings', '/api/v1/pairings/*', '/api/v1/approvals/*', '/api/v1/repos', '/api/v1/changes', '/api/v1/changes/*', '/api/v1/objectives', '/api/v1/objectives/*', '/api/v1/inbox/*', '/api/v1/chats/:chatId/fork', '/api/v1/replays', '/api/v1/replays/*'], bodyLimit({ maxSize: 64 * 1024, onError: (c) => c.json({ error: 'request body is larger than 65536 bytes' }, 413) }), async (c, next) => {
     const length = Number(c.req.header('content-length') ?? '0');
     const type = c.req.header('content-type') ?? '';
     if ((length > 0 || c.req.header('transfer-encoding')) && !/^application\/json\b/i.test(type)) return c.json({ error: 'expected Content-Type: application/json' }, 415);
@@ -315,6 +319,7 @@ export function createHttpApp(deps: HttpDeps) {
   if (deps.mcp) registerMcpRoutes(app, deps.mcp);
   if (deps.inbox) registerInboxRoutes(app, deps.inbox);
   if (deps.forks) registerForkRoutes(app, deps.forks);
+  if (deps.replays) registerReplayRoutes(app, deps.replays);
   if (deps.objectives) {
     registerObjectiveRoutes(app, deps.objectives);
     const objectives = deps.objectives;

@@ -76,7 +76,7 @@ export interface CommandEnv extends Pick<IngressDeps, 'client' | 'db' | 'console
 type Handler<K extends CommandKind> = (cmd: CommandOf<K>, call: CommandCall) => Promise<string | undefined>;
 type Handlers<K extends CommandKind> = { [P in K]: Handler<P> };
 
-const PROVIDER_SETUP: Record<Provider, string> = {
+export const PROVIDER_SETUP: Record<Provider, string> = {
   openai: 'set OPENAI_API_KEY',
   anthropic: 'set ANTHROPIC_API_KEY',
   'openai-compatible': 'set STEWARD_MODEL_BASE_URL (and STEWARD_MODEL_API_KEY if the endpoint needs one)',

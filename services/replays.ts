@@ -1,0 +1,269 @@
+/**
+ * Counterfactual replay (issue 36, docs/replay.md): start a replay of past chat turns under an
+ * alternative configuration, list replays, fetch one and its report, cancel one. One service for
+ * the HTTP API and the CLI (which calls the API). A request is checked whole before anything
+ * starts: the actor may replay (admins, overlords and the operator), the body, the selection and
+ * the alternative are valid (domain/replay/select.ts), the alternative's model is of a configured
+ * provider, and the selection names at least one turn that ended. Only then is the Replay row
+ * written and the replay workflow started (`replay:<id>` on the background queue); a refused
+ * request writes no row and starts no workflow.
+ */
+import { randomBytes } from 'node:crypto';
+import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { z } from 'zod';
+import { parseModelRef, type Provider } from '../common/schemas.js';
+import { isAdmin, type Actor } from '../common/roles.js';
+import type { Db } from '../domain/db.js';
+import { getBlobText } from '../domain/blobs.js';
+import {
+  DEFAULT_REPLAY_CONCURRENCY,
+  MAX_REPLAY_CONCURRENCY,
+  ReplayAlternativeSchema,
+  ReplaySelectionSchema,
+  resolveSelection,
+  SelectionError,
+  type ReplayAlternative,
+  type ReplaySelection,
+} from '../domain/replay/select.js';
+import { KindAttr } from '../workflows/search-attributes.js';
+import { PROVIDER_SETUP } from './chat/commands.js';
+import { ServiceInputError } from './requests.js';
+
+/** A replay request refused (bad input, unknown replay, not allowed): nothing was started or changed. */
+export class ReplayInputError extends ServiceInputError {}
+
+export type ReplayStatus = 'running' | 'done' | 'failed' | 'cancelled';
+
+/** A Replay row as the store gives it (domain/store/replays.ts). */
+export interface ReplayRow {
+  id: string;
+  status: ReplayStatus;
+  selection: unknown;
+  alternative: unknown;
+  turnCount: number;
+  /** The report's blob (JSON, domain/blobs.ts), once saved. */
+  reportHash: string | null;
+  error: string | null;
+  requestedBy: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+/**
+ * The Replay rows, as the replay's store (domain/store/replays.ts: createReplay, getReplay,
+ * listReplays, finishReplay over the database) provides them to the service.
+ */
+export interface ReplayStore {
+  /** A replay that starts now (status running). */
+  create(row: { id: string; selection: ReplaySelection; alternative: ReplayAlternative; turnIds: string[]; requestedBy: string; workflowId: string }): Promise<unknown>;
+  get(id: string): Promise<ReplayRow | null | undefined>;
+  /** Newest first. */
+  list(opts: { limit: number }): Promise<ReplayRow[]>;
+  finish(id: string, end: { status: 'failed' | 'cancelled'; error?: string }): Promise<unknown>;
+}
+
+/** A report as Markdown and as JSONL (domain/replay/report.ts). */
+export interface ReplayReportFormats {
+  markdown(report: unknown): string;
+  jsonl(report: unknown): string;
+}
+
+/** What the replay workflow starts with (workflows/replay/replay.ts `replayTurnsWorkflow`). */
+export interface ReplayTurnsInput {
+  replayId: string;
+  turnIds: string[];
+  alternative: ReplayAlternative;
+  concurrency: number;
+}
+
+export const REPLAY_WORKFLOW = 'replayTurnsWorkflow';
+export const replayWorkflowId = (replayId: string) => `replay:${replayId}`;
+
+/**
+ * Start the replay workflow: `replayTurnsWorkflow` by name on the background queue, workflow id
+ * `replay:<replayId>`, kind `replay`, at most once (REJECT_DUPLICATE).
+ */
+export async function startReplayWorkflow(client: Client, taskQueue: string, input: ReplayTurnsInput): Promise<void> {
+  await client.workflow.start(REPLAY_WORKFLOW, {
+    taskQueue,
+    workflowId: replayWorkflowId(input.replayId),
+    args: [input],
+    workflowIdReusePolicy: 'REJECT_DUPLICATE',
+    typedSearchAttributes: [{ key: KindAttr, value: 'replay' }],
+    staticSummary: `Replay ${input.replayId} of ${input.turnIds.length} turn${input.turnIds.length === 1 ? '' : 's'}`,
+  });
+}
+
+export interface ReplayServiceDeps {
+  db: Db;
+  client: Client;
+  /** The background task queue (the replay workflow runs there). */
+  taskQueue: string;
+  /** The HTTP API's account: a chat selection's default. */
+  account: string;
+  configuredProviders: () => Provider[];
+  store: ReplayStore;
+  formats: ReplayReportFormats;
+}
+
+export type ReplayFormat = 'json' | 'markdown' | 'jsonl';
+
+export interface ReplayView {
+  id: string;
+  workflowId: string;
+  status: ReplayStatus;
+  turnCount: number;
+  selection: unknown;
+  alternative: unknown;
+  requestedBy: string | null;
+  createdAt: string;
+  finishedAt: string | null;
+  error?: string;
+}
+
+export interface ReplayService {
+  start(actor: Actor, body: unknown): Promise<{ id: string; workflowId: string; turns: number; truncated: boolean; selection: ReplaySelection }>;
+  list(actor: Actor, query?: { limit?: unknown }): Promise<ReplayView[]>;
+  get(actor: Actor, id: unknown): Promise<ReplayView>;
+  report(actor: Actor, id: unknown, format?: unknown): Promise<{ format: 'json'; replay: ReplayView; report: unknown } | { format: 'markdown' | 'jsonl'; text: string }>;
+  cancel(actor: Actor, id: unknown): Promise<{ id: string; status: 'cancelling' }>;
+}
+
+const StartBody = z.strictObject({
+  selection: z.unknown().optional(),
+  alternative: z.unknown().optional(),
+  concurrency: z
+    .number({ error: `concurrency: expected a whole number from 1 to ${MAX_REPLAY_CONCURRENCY}` })
+    .int(`concurrency: expected a whole number from 1 to ${MAX_REPLAY_CONCURRENCY}`)
+    .min(1, `concurrency: expected a whole number from 1 to ${MAX_REPLAY_CONCURRENCY}`)
+    .max(MAX_REPLAY_CONCURRENCY, `concurrency: at most ${MAX_REPLAY_CONCURRENCY} turns at once`)
+    .optional(),
+});
+const ReplayIdSchema = z.string().trim().regex(/^rp[a-z0-9]{6,32}$/, 'a replay id looks like rpk3m9x2q7ab');
+const FormatSchema = z.enum(['json', 'markdown', 'jsonl'], { error: 'format: expected json, markdown or jsonl' });
+const LimitSchema = z.coerce.number().int().min(1).max(500);
+
+/** The first issue of a failed parse, as one line naming its field. */
+function issueText(prefix: string, err: z.ZodError): string {
+  const i = err.issues[0];
+  if (!i) return `${prefix}: invalid`;
+  const at = i.path.map(String).join('.');
+  // the selection's messages name their field already
+  return `${prefix}: ${at && !i.message.startsWith(at) && !i.message.startsWith(String(i.path.at(-1))) ? `${at}: ` : ''}${i.message}`;
+}
+
+const ALPHABET = 'abcdefghjkmnpqrstuvwxyz23456789';
+const newReplayId = () => `rp${[...randomBytes(10)].map((b) => ALPHABET[b % ALPHABET.length]).join('')}`;
+
+function view(r: ReplayRow): ReplayView {
+  return {
+    id: r.id,
+    workflowId: replayWorkflowId(r.id),
+    status: r.status,
+    turnCount: r.turnCount,
+    selection: r.selection,
+    alternative: r.alternative,
+    requestedBy: r.requestedBy,
+    createdAt: r.createdAt.toISOString(),
+    finishedAt: r.finishedAt?.toISOString() ?? null,
+    ...(r.error ? { error: r.error } : {}),
+  };
+}
+
+export function createReplayService(deps: ReplayServiceDeps): ReplayService {
+  const { db, store } = deps;
+
+  const mayReplay = (actor: Actor) => {
+    if (!isAdmin(actor.role)) throw new ReplayInputError(`Replaying turns needs the admin role; you are ${actor.role === 'operator' ? 'an' : 'a'} ${actor.role}. Nothing was started.`, 409);
+  };
+
+  /** The alternative, with its model's provider configured. */
+  function alternativeOf(raw: unknown): ReplayAlternative {
+    const alt = ReplayAlternativeSchema.safeParse(raw ?? {});
+    if (!alt.success) throw new ReplayInputError(issueText('invalid alternative', alt.error));
+    if (alt.data.model !== undefined) {
+      const { provider } = parseModelRef(alt.data.model);
+      if (!deps.configuredProviders().includes(provider)) throw new ReplayInputError(`unknown model ${alt.data.model}: the ${provider} provider is not configured (${PROVIDER_SETUP[provider]} and restart Steward)`);
+    }
+    return alt.data;
+  }
+
+  async function row(actor: Actor, rawId: unknown): Promise<ReplayRow> {
+    mayReplay(actor);
+    const id = ReplayIdSchema.safeParse(rawId);
+    if (!id.success) throw new ReplayInputError(issueText('invalid replay id', id.error));
+    const r = await store.get(id.data);
+    if (!r) throw new ReplayInputError(`no replay ${id.data}`, 404);
+    return r;
+  }
+
+  return {
+    async start(actor, body) {
+      mayReplay(actor);
+      const b = StartBody.safeParse(body);
+      if (!b.success) throw new ReplayInputError(b.error.issues[0]?.code === 'unrecognized_keys' || b.error.issues[0]?.code === 'invalid_type' ? `invalid request: expected {"selection", "alternative"?, "concurrency"?}; ${b.error.issues[0].message}` : issueText('invalid request', b.error));
+      if (b.data.selection === undefined) throw new ReplayInputError('invalid request: a selection is required ({"selection": {...}})');
+      const sel = ReplaySelectionSchema.safeParse(b.data.selection);
+      if (!sel.success) throw new ReplayInputError(issueText('invalid selection', sel.error));
+      const alternative = alternativeOf(b.data.alternative);
+      let resolved;
+      try {
+        resolved = await resolveSelection(db, sel.data, { account: deps.account });
+      } catch (err) {
+        if (err instanceof SelectionError) throw new ReplayInputError(`nothing to replay: ${err.message}`);
+        throw err;
+      }
+      const id = newReplayId();
+      await store.create({ id, selection: resolved.selection, alternative, turnIds: resolved.turnIds, requestedBy: actor.name, workflowId: replayWorkflowId(id) });
+      try {
+        await startReplayWorkflow(deps.client, deps.taskQueue, { replayId: id, turnIds: resolved.turnIds, alternative, concurrency: b.data.concurrency ?? DEFAULT_REPLAY_CONCURRENCY });
+      } catch (err) {
+        // a run with this id that runs or ran is this replay's (a retried start)
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) {
+          await store.finish(id, { status: 'failed', error: `the replay workflow did not start: ${(err as Error).message}` });
+          throw err;
+        }
+      }
+      return { id, workflowId: replayWorkflowId(id), turns: resolved.turnIds.length, truncated: resolved.truncated, selection: resolved.selection };
+    },
+
+    async list(actor, query = {}) {
+      mayReplay(actor);
+      const limit = query.limit === undefined ? 50 : LimitSchema.safeParse(query.limit);
+      if (typeof limit !== 'number' && !limit.success) throw new ReplayInputError('limit: expected a whole number from 1 to 500');
+      return (await store.list({ limit: typeof limit === 'number' ? limit : limit.data })).map(view);
+    },
+
+    async get(actor, id) {
+      return view(await row(actor, id));
+    },
+
+    async report(actor, id, rawFormat) {
+      const r = await row(actor, id);
+      const f = FormatSchema.safeParse(rawFormat ?? 'json');
+      if (!f.success) throw new ReplayInputError(f.error.issues[0]?.message ?? 'format: expected json, markdown or jsonl');
+      const report = r.reportHash ? (JSON.parse(await getBlobText(db, r.reportHash)) as unknown) : null;
+      if (f.data === 'json') return { format: 'json', replay: view(r), report };
+      if (report === null) {
+        throw new ReplayInputError(
+          r.status === 'running' ? `replay ${r.id} is still running (${r.turnCount} turns): its report is ready when it ends (?format=json shows its state)` : `replay ${r.id} ended ${r.status} without a report${r.error ? `: ${r.error}` : ''}`,
+          409,
+        );
+      }
+      return { format: f.data, text: f.data === 'markdown' ? deps.formats.markdown(report) : deps.formats.jsonl(report) };
+    },
+
+    async cancel(actor, id) {
+      const r = await row(actor, id);
+      if (r.status !== 'running') throw new ReplayInputError(`replay ${r.id} is not running (${r.status}): nothing to cancel`, 409);
+      try {
+        // the workflow cancels its children and records the replay as cancelled with what it has
+        await deps.client.workflow.getHandle(replayWorkflowId(r.id)).cancel();
+      } catch (err) {
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
+        throw new ReplayInputError(`replay ${r.id} has no running workflow (it has just ended): nothing to cancel`, 409);
+      }
+      return { id: r.id, status: 'cancelling' };
+    },
+  };
+}
