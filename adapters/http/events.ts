@@ -204,6 +204,8 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         let lastApprovalRead = 0;
         /** The partial last sent (its step and text), while one shows. */
         let shown: PartialEvent | undefined;
+        /** Steps whose draft is over (their reply came, or the turn moved on). */
+        const ended = new Set<string>();
         /** Approvals followed: id -> the state last sent ('' before the first). */
         const approvals = new Map<string, string>();
         while (!aborted) {
@@ -235,7 +237,7 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
           if (live && (status?.running || shown)) {
             const running = status?.running;
             const d = running ? await live.draft(sessionId) : undefined;
-            if (d && running && d.turnId === running.turnId && d.text !== '') {
+            if (d && running && d.turnId === running.turnId && d.text !== '' && !(replied || ended.has(d.stepKey))) {
               if (!shown || shown.stepKey !== d.stepKey || shown.text !== d.text) {
                 shown = { turnId: d.turnId, stepKey: d.stepKey, text: d.text };
                 await send('partial', html ? html.partial(shown) : JSON.stringify(shown));
@@ -243,6 +245,9 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
             } else if (shown && (replied || !running || running.turnId !== shown.turnId || !['model', 'delivering'].includes(running.phase))) {
               // the draft is over: its reply came (or the turn moved on to tools, an approval, its end)
               const over: PartialEvent = { turnId: shown.turnId, stepKey: shown.stepKey, text: '' };
+              // a draft row its step failed to clear is not shown again
+              ended.add(shown.stepKey);
+              if (ended.size > 64) ended.delete(ended.values().next().value as string);
               shown = undefined;
               await send('partial', html ? html.partial(over) : JSON.stringify(over));
             }

@@ -45,6 +45,7 @@ const FEATURES: Record<string, string[]> = {
   actions: ['action', 'proposal'],
   tools: ['tool'],
   decisions: ['decision'],
+  replays: ['replay', 'fork'],
 };
 
 /** Files that keep a name of their own, and why (each must exist and be needed). */
