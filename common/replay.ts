@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import { ModelRefSchema, PlatformSchema } from './schemas.js';
 
-export { REPLAY_QUEUE_SUFFIX, replayQueueOf } from './replay-queue.js';
+export { parseReplayTurnId, REPLAY_QUEUE_SUFFIX, replayQueueOf, replayTurnId } from './ids.js';
 
 /** The spend kind (budgets, usage) of a replay's model calls. */
 export const REPLAY_SPEND_KIND = 'replay';
