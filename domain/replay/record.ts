@@ -99,6 +99,8 @@ export interface RecordedToolCall {
   decision?: string;
   /** It ran (no refusal): its result is what the tool returned. */
   ran: boolean;
+  /** The tool reported success. */
+  ok: boolean;
   /** The text the model was told (the tool result's text). */
   resultText: string;
   resultHash?: string;
@@ -212,6 +214,7 @@ export async function toolCallsOf(db: Db, acts: TurnActivity[]): Promise<Recorde
       waited: approvalId !== undefined,
       ...(decision ? { decision } : {}),
       ran: a.input.refused === undefined,
+      ok: a.result.ok === true,
       resultText: resultHash ? toolResultText(await getBlobText(db, resultHash)) : '',
       ...(resultHash ? { resultHash } : {}),
     });
@@ -264,7 +267,7 @@ export async function recordedTurn(db: Db, client: Client, turnId: string): Prom
   const keys = Array.isArray(inp.inbound) ? inp.inbound.map(String) : [];
   const rows = await messagesByKeys(db, keys);
   if (rows.length < keys.length) return no(`${keys.length - rows.length} of the turn's inbound messages are gone from the transcript`);
-  const inbound: InboundRef[] = rows.map((m) => ({ key: m.key, user: m.user ?? '', at: m.createdAt.toISOString(), ...(m.identityId ? { identityId: m.identityId } : {}) }));
+  const inbound: InboundRef[] = rows.map((m) => ({ key: m.key, user: m.user ?? '', at: m.at, ...(m.identityId ? { identityId: m.identityId } : {}) }));
   const settings = asRecord(inp.settings) as unknown as SessionSettings;
   const conversation = asRecord(inp.conversation) as unknown as ConversationKey;
   const steps = stepsOf(acts);
