@@ -134,14 +134,15 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
       if (!row) throw ApplicationFailure.create({ type: 'ReplayNotFound', message: `replay ${replayId} is not recorded`, nonRetryable: true });
       return { alternative: row.alternative, requestedBy: row.requestedBy, ctx: contextFor(c, row.alternative) };
     });
-  const recordOf = (turnId: string) => remember(records, turnId, () => recordedTurn(deps.db, Context.current().client, turnId));
+  // read once per replay and turn (a later replay reads the record again: its blobs may be gone since)
+  const recordOf = (replayId: string, turnId: string) => remember(records, replayTurnId(replayId, turnId), () => recordedTurn(deps.db, Context.current().client, turnId));
 
   /** The replay and the recorded turn of a replayed turn's id (every activity input carries it). */
   async function resolve(id: string): Promise<{ replayId: string; state: ReplayState; record: RecordedTurn }> {
     const p = parseReplayTurnId(id);
     if (!p) throw ApplicationFailure.create({ type: 'NotAReplay', message: `turn ${id} is not a replayed turn: the replay queue runs replays only`, nonRetryable: true });
     const state = await replayOf(p.replayId);
-    const record = await recordOf(p.turnId);
+    const record = await recordOf(p.replayId, p.turnId);
     if (!record.replayable) throw ApplicationFailure.create({ type: 'NotReplayable', message: record.reason, nonRetryable: true });
     return { replayId: p.replayId, state, record };
   }
@@ -231,7 +232,7 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
 interface Replays {
   deps: ReplayActivityDeps;
   replayOf(replayId: string): Promise<ReplayState>;
-  recordOf(turnId: string): Promise<RecordedTurnResult>;
+  recordOf(replayId: string, turnId: string): Promise<RecordedTurnResult>;
   resolve(id: string): Promise<{ replayId: string; state: ReplayState; record: RecordedTurn }>;
 }
 
@@ -246,7 +247,7 @@ export interface SaveReplayReportInput {
 async function loadReplayTurn(r: Replays, input: { replayId: string; turnId: string }): Promise<LoadedReplayTurn> {
   const { deps } = r;
   const state = await r.replayOf(input.replayId);
-  const record = await r.recordOf(input.turnId);
+  const record = await r.recordOf(input.replayId, input.turnId);
   if (!record.replayable) {
     const report: ReplayTurnReport = { turnId: input.turnId, replayable: false, reason: record.reason };
     return { replayable: false, reason: record.reason, reportHash: await putBlob(deps.db, JSON.stringify(report), 'application/json') };
