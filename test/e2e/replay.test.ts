@@ -16,6 +16,9 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createReplayActivities } from '../../activities/replay.js';
 import { replayQueueOf } from '../../common/ids.js';
@@ -23,7 +26,10 @@ import { ReplayReportSchema, type ReplayAlternative, type ReplayReport } from '.
 import { DEFAULT_SYSTEM_PROMPT } from '../../config/index.js';
 import { getBlobText } from '../../domain/blobs.js';
 import { OPERATOR } from '../../domain/governance.js';
+import { createMcpTools, type McpTools } from '../../domain/mcp/tools.js';
 import { createModelRegistry } from '../../domain/model.js';
+import { createMcpService } from '../../services/mcp.js';
+import { serverEntry, stdioServer } from '../helpers/mcp-servers.js';
 import { recordedTurn } from '../../domain/replay/record.js';
 import { createReplay, getReplay } from '../../domain/store/replays.js';
 import { replayTurnsWorkflow } from '../../workflows/replay/replay.js';
@@ -34,6 +40,8 @@ import { useStack, waitFor, withHarness, type Harness, type HarnessOptions } fro
 interface Capture {
   port: number;
   requests: string[];
+  /** TCP connections of any protocol (HTTP, SMTP). */
+  readonly connections: number;
   close(): Promise<void>;
 }
 
@@ -45,10 +53,15 @@ async function startCapture(): Promise<Capture> {
     req.resume();
     req.on('end', () => res.writeHead(201, { 'content-type': 'text/plain' }).end(`captured #${requests.length}`));
   });
+  let connections = 0;
+  server.on('connection', () => connections++);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as AddressInfo).port,
     requests,
+    get connections() {
+      return connections;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
@@ -89,20 +102,37 @@ describe('counterfactual replay', () => {
       if (tool === undefined) return { toolCalls: [{ id: 'call_note', name: 'save_note', arguments: JSON.stringify({ note }) }] };
       return { text: `Noted (${note}). Tool: ${tool.slice(0, 200)}` };
     }
+    if (user.includes('use the tools')) {
+      const other = (req.body as { model?: string }).model === 'other-model';
+      if (tool !== undefined) return { text: other ? 'Done, the other way.' : `Echoed: ${tool.slice(0, 200)}` };
+      if (!other) return { toolCalls: [{ id: 'call_echo', name: 'every__echo', arguments: JSON.stringify({ message: 'recorded ping' }) }] };
+      // the other model: the recorded echo, and calls the record cannot answer (every one an effect)
+      return {
+        toolCalls: [
+          { id: 'call_echo', name: 'every__echo', arguments: JSON.stringify({ message: 'recorded ping' }) },
+          { id: 'call_sum', name: 'every__get-sum', arguments: JSON.stringify({ a: 2, b: 3 }) },
+          { id: 'call_http', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${capture.port}/other`, body: '{}' }) },
+          { id: 'call_mail', name: 'send_email', arguments: JSON.stringify({ to: ['ops@example.test'], subject: 'Replayed', text: 'never sent' }) },
+          { id: 'call_cmd', name: 'run_command', arguments: JSON.stringify({ argv: ['echo', 'never run'] }) },
+        ],
+      };
+    }
     return { text: 'I do not know.' };
   };
 
-  const opts = (): HarnessOptions => ({
+  const actions = () => ({ http: { allowHosts: ['127.0.0.1'], timeoutMs: 5000 }, smtp: { url: `smtp://127.0.0.1:${capture.port}`, from: 'Steward <steward@example.test>' } });
+  const opts = (mcp?: McpTools): HarnessOptions => ({
     env: stack.env,
     db: stack.db,
     providers: { openaiCompatible: { baseURL: stack.model.baseURL } },
     // save_note runs without an approval; the proposed actions (http_request) wait all the same
     toolPolicy: { approvalTools: [], approvalTimeoutMs: 10 * 60_000 },
-    actions: { http: { allowHosts: ['127.0.0.1'], timeoutMs: 5000 } },
+    actions: actions(),
+    ...(mcp ? { mcp } : {}),
   });
 
   /** The replay queue's worker, as the platform starts it beside the background worker. */
-  const replayWorker = (h: Harness) =>
+  const replayWorker = (h: Harness, mcp?: McpTools) =>
     createStewardWorker({
       connection: stack.env.nativeConnection,
       namespace: stack.env.namespace ?? 'default',
@@ -115,7 +145,8 @@ describe('counterfactual replay', () => {
         systemPrompt: DEFAULT_SYSTEM_PROMPT,
         heartbeatEveryMs: 100,
         toolPolicy: { approvalTools: [], approvalTimeoutMs: 10 * 60_000 },
-        actions: { http: { allowHosts: ['127.0.0.1'], timeoutMs: 5000 } },
+        actions: actions(),
+        ...(mcp ? { mcp } : {}),
         maxSteps: 4,
         backgroundQueue: h.backgroundQueue,
       }),
@@ -146,6 +177,7 @@ describe('counterfactual replay', () => {
       receipts: await db.receipt.count({ where: { NOT: { key: { startsWith: 'replay:' } } } }),
       approvals: await db.approval.count(),
       memories: await db.memory.count(),
+      mcpCalls: await db.mcpCall.count(),
       tasks: await db.task.count(),
       liveDrafts: await db.liveDraft.count({ where: { sessionId } }),
     };
@@ -226,5 +258,55 @@ describe('counterfactual replay', () => {
         assert.deepEqual(await visible(h.sessionId), before, 'still nothing a user sees was written');
       });
     });
+  });
+
+  it('a replayed turn whose model calls other tools: nothing runs (an MCP tool, http_request, send_email, run_command), the model is told they were simulated, the report marks the divergences', async () => {
+    stack.model.setDefault(script);
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-replay-'));
+    const mcp = createMcpTools({ db: stack.db, dataDir });
+    try {
+      await createMcpService({ db: stack.db, manager: mcp.manager }).add(stdioServer('every', [serverEntry('@modelcontextprotocol/server-everything'), 'stdio'], { allowTools: ['echo', 'get-sum'], readOnlyTools: ['echo', 'get-sum'] }), OPERATOR);
+      await withHarness(opts(mcp), async (h) => {
+        const worker = await replayWorker(h, mcp);
+        await worker.runUntil(async () => {
+          await h.send('use the tools');
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Echoed:'), { timeoutMs: 60_000 });
+          assert.equal(await stack.db.mcpCall.count(), 1, 'the recorded MCP call ran');
+          const [turnId] = await turnIdsOf(h.sessionId);
+          const before = await visible(h.sessionId);
+          const connections = capture.connections;
+          const requests = capture.requests.length;
+
+          const r = await replay(h, [turnId!], { model: 'openai-compatible:other-model' });
+          const t = r.turns[0]!;
+          assert.equal(t.replayable, true, t.reason);
+          assert.equal(t.counterfactual?.reply, 'Done, the other way.');
+          assert.equal(t.counterfactual?.model, 'openai-compatible:other-model');
+          assert.deepEqual(
+            t.counterfactual?.toolCalls.map((c) => [c.name, c.answer]),
+            [
+              ['every__echo', 'recorded'],
+              ['every__get-sum', 'simulated'],
+              ['http_request', 'simulated'],
+              ['send_email', 'simulated'],
+              ['run_command', 'simulated'],
+            ],
+          );
+          assert.equal(t.divergences?.length, 4);
+          assert.deepEqual(t.toolCalls, { same: ['every__echo'], different: [], new: ['every__get-sum', 'http_request', 'send_email', 'run_command'], dropped: [] });
+          assert.equal(t.changed, true);
+          assert.equal(r.summary.replyChanged, 1);
+          // the model was told, in the replay's second step, that the calls were simulated
+          const told = stack.model.requests.filter((q) => (q.body as { model?: string }).model === 'other-model').map((q) => JSON.stringify(q.body)).at(-1) ?? '';
+          assert.match(told, /Simulated \(counterfactual replay\): send_email was not executed/);
+          assert.equal(capture.connections, connections, 'no connection reached the listener (HTTP or SMTP)');
+          assert.equal(capture.requests.length, requests);
+          assert.deepEqual(await visible(h.sessionId), before, 'no MCP call, nothing a user sees');
+        });
+      });
+    } finally {
+      await mcp.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
