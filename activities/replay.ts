@@ -341,7 +341,7 @@ async function saveReplayReport(deps: ReplayActivityDeps, input: SaveReplayRepor
   const turns: ReplayTurnReport[] = [];
   for (const t of input.turns) {
     if (t.reportHash) turns.push(JSON.parse(await getBlobText(deps.db, t.reportHash)) as ReplayTurnReport);
-    else turns.push({ turnId: t.turnId, replayable: true, error: t.error ?? (input.status === 'cancelled' ? 'cancelled before it was replayed' : 'not replayed') });
+    else turns.push({ turnId: t.turnId, replayable: true, error: t.error ?? (input.status === 'cancelled' ? 'cancelled: the replay was cancelled before this turn finished' : 'not replayed') });
   }
   const summary = summarise(turns);
   const report = ReplayReportSchema.parse({

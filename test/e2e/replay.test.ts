@@ -92,6 +92,7 @@ describe('counterfactual replay', () => {
   const script = (req: RecordedRequest): ScriptedReply => {
     const user = lastUserText(req.body);
     const tool = lastToolText(req.body);
+    if ((req.body as { model?: string }).model === 'slow-model') return { text: 'too late', firstTokenDelayMs: 20_000 };
     if (user.includes('say hello')) return { text: 'Hello back, recorded once.' };
     if (user.includes('post the event')) {
       if (tool === undefined) return { toolCalls: [{ id: 'call_post', name: 'http_request', arguments: JSON.stringify({ method: 'POST', url: `http://127.0.0.1:${capture.port}/hook`, body: '{"event":"deploy"}' }) }] };
@@ -153,7 +154,7 @@ describe('counterfactual replay', () => {
     });
 
   /** Start a replay as the service does (a Replay row, the workflow on the background queue) and wait for its report. */
-  async function replay(h: Harness, turnIds: string[], alternative: ReplayAlternative = {}): Promise<ReplayReport> {
+  async function startReplay(h: Harness, turnIds: string[], alternative: ReplayAlternative = {}) {
     const id = `rp${randomUUID().replace(/-/g, '').slice(0, 12)}`;
     await createReplay(stack.db, { id, selection: { turnId: turnIds[0] }, alternative, turnIds, requestedBy: 'operator' });
     const handle = await stack.env.client.workflow.start(replayTurnsWorkflow, {
@@ -161,6 +162,11 @@ describe('counterfactual replay', () => {
       workflowId: `replay:${id}`,
       args: [{ replayId: id, turnIds, alternative, concurrency: 2 }],
     });
+    return { id, handle };
+  }
+
+  async function replay(h: Harness, turnIds: string[], alternative: ReplayAlternative = {}): Promise<ReplayReport> {
+    const { id, handle } = await startReplay(h, turnIds, alternative);
     const result = await handle.result();
     const row = await getReplay(stack.db, id);
     assert.equal(row?.status, 'done');
@@ -308,5 +314,31 @@ describe('counterfactual replay', () => {
       await mcp.close();
       rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+
+  it('a cancelled replay cancels the turn in flight and keeps its report, status cancelled', async () => {
+    stack.model.setDefault(script);
+    await withHarness(opts(), async (h) => {
+      const worker = await replayWorker(h);
+      await worker.runUntil(async () => {
+        await h.send('say hello');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
+        const turns = await turnIdsOf(h.sessionId);
+        const { id, handle } = await startReplay(h, turns, { model: 'openai-compatible:slow-model' });
+        const aborted = stack.model.aborted;
+        await waitFor(() => stack.model.requests.some((q) => (q.body as { model?: string }).model === 'slow-model') || undefined, 'the slow model call');
+        await handle.cancel();
+        await assert.rejects(handle.result(), /cancel/i);
+        await stack.model.waitForAborted(aborted + 1, 15_000);
+        const row = await waitFor(async () => {
+          const r = await getReplay(stack.db, id);
+          return r?.status === 'cancelled' ? r : undefined;
+        }, 'the cancelled replay');
+        const report = ReplayReportSchema.parse(JSON.parse(await getBlobText(stack.db, row.reportHash!)));
+        assert.equal(report.status, 'cancelled');
+        assert.equal(report.turns.length, 1);
+        assert.match(report.turns[0]!.error ?? '', /cancelled/);
+      });
+    });
   });
 });

@@ -58,6 +58,7 @@ export async function replayTurnWorkflow(input: ReplayTurnInput): Promise<Replay
   setHandler(turnStatusQuery, () => loop.status);
   let done = false;
   const answered = new Set<string>();
+  // a cancelled replay cancels this wait too: it ends with the loop, never as an unhandled rejection
   const answer = (async () => {
     for (;;) {
       await condition(() => done || (loop.status.approvalId !== undefined && !answered.has(loop.status.approvalId)));
@@ -72,7 +73,7 @@ export async function replayTurnWorkflow(input: ReplayTurnInput): Promise<Replay
         // already decided (cannot happen here: nobody else reaches this run)
       }
     }
-  })();
+  })().catch(() => undefined);
   let result: TurnResult;
   try {
     result = await loop.run();
