@@ -29,7 +29,7 @@ import { layeredSystemPrompt, type PromptLayer } from '../domain/knowledge/promp
 import { withStepKey, type SpendContext } from '../domain/model.js';
 import { writeReceipt } from '../domain/receipts.js';
 import { recordedTurn, stepsOf, toolCallsOf, turnRunActivities, type RecordedTurn, type RecordedTurnResult } from '../domain/replay/record.js';
-import { compareSides, summarise } from '../domain/replay/turn-sides.js';
+import { compareSides, summarise } from '../domain/replay/sides.js';
 import { finishReplay, getReplay } from '../domain/store/replays.js';
 import { loadToolCall } from '../domain/tools/calls.js';
 import { toolResultMessage } from '../domain/tools.js';
