@@ -232,6 +232,17 @@ describe('counterfactual replay', () => {
         assert.deepEqual(post.approvals?.map((a) => [a.tool, a.verdict, a.recordedWaited, a.continuedAs]), [['http_request', 'would-wait', true, 'approved']]);
         assert.deepEqual(same.turns[2]!.counterfactual?.toolCalls.map((c) => [c.name, c.answer]), [['save_note', 'recorded']]);
         assert.equal(same.summary.changed, 0);
+        // the same prompt building: each replayed model request carries the recorded request's messages and tools
+        const bodies = (word: string) => stack.model.requests.filter((q) => lastUserText(q.body).includes(word)).map((q) => q.body as { messages: unknown; tools: unknown });
+        for (const word of ['say hello', 'post the event', 'note it']) {
+          const b = bodies(word);
+          const steps = b.length / 2;
+          assert.ok(Number.isInteger(steps) && steps >= 1, `${word}: recorded and replayed steps`);
+          for (let i = 0; i < steps; i++) {
+            assert.deepEqual(b[steps + i]!.messages, b[i]!.messages, `${word}, step ${i + 1}: the same messages`);
+            assert.deepEqual(b[steps + i]!.tools, b[i]!.tools, `${word}, step ${i + 1}: the same tools`);
+          }
+        }
         assert.equal(capture.requests.length, 1, 'no request reached the listener during the replay');
         assert.deepEqual(await visible(h.sessionId), before, 'nothing a user sees was written');
         assert.equal(await stack.db.receipt.count({ where: { key: { startsWith: 'replay:' }, kind: 'replay.end' } }), 1, "the replay's own receipt");
