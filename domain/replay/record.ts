@@ -268,13 +268,14 @@ export async function recordedTurn(db: Db, client: Client, turnId: string): Prom
   const rows = await messagesByKeys(db, keys);
   if (rows.length < keys.length) return no(`${keys.length - rows.length} of the turn's inbound messages are gone from the transcript`);
   const inbound: InboundRef[] = rows.map((m) => ({ key: m.key, user: m.user ?? '', at: m.at, ...(m.identityId ? { identityId: m.identityId } : {}) }));
+  const last = inbound.at(-1);
   const settings = asRecord(inp.settings) as unknown as SessionSettings;
   const conversation = asRecord(inp.conversation) as unknown as ConversationKey;
   const steps = stepsOf(acts);
   const toolCalls = await toolCallsOf(db, acts);
   const delivered = await messageByKey(db, replyKey(turnId));
-  const last = steps.at(-1);
-  const reply = delivered?.text ?? (last?.outputHash && last.toolCalls.length === 0 ? await getBlobText(db, last.outputHash) : '');
+  const lastStep = steps.at(-1);
+  const reply = delivered?.text ?? (lastStep?.outputHash && lastStep.toolCalls.length === 0 ? await getBlobText(db, lastStep.outputHash) : '');
   const [end] = await receiptsByKeys(db, [`${turnId}:end`]);
   const endData = asRecord(end?.data);
   const maxSteps = Math.max(steps.length, 1);
@@ -292,8 +293,10 @@ export async function recordedTurn(db: Db, client: Client, turnId: string): Prom
       inbound,
       workingSet: asRecord(inp.workingSet) as unknown as WorkingSet,
       settings,
-      // the steering the turn started with (later steering is not replayed: docs/replay.md)
-      steers: (Array.isArray(inp.steers) ? inp.steers.map(String) : []).map((text) => ({ text, by: 'replay' })),
+      // the steering the turn started with (later steering is not replayed: docs/replay.md); its
+      // steerer is not in history's step input, so it is the batch's last sender: the requester
+      // set (an MCP tool's approval by role) stays the recorded senders'
+      steers: (Array.isArray(inp.steers) ? inp.steers.map(String) : []).map((text) => ({ text, by: last?.user ?? 'replay', ...(last?.identityId ? { byId: last.identityId } : {}) })),
       maxSteps,
     },
     steps,
