@@ -7,7 +7,7 @@
 import { activityInfo, Context } from '@temporalio/activity';
 import { createRetriever, groundingText, type Grounding, type RetrievalLimits, type Retriever } from '../domain/knowledge/grounding.js';
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
-import { createPromptLayers, layeredSystemPrompt, type PromptLayers } from '../domain/knowledge/prompt-layers.js';
+import { createPromptLayers, layeredSystemPrompt, type PromptLayer, type PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
 import type { MemoryApproval } from '../domain/knowledge/memory.js';
 import { createSkillMatcher } from '../domain/knowledge/skills.js';
@@ -268,7 +268,7 @@ function failureType(status: number | undefined, retryable: boolean, fallback: s
 }
 
 /** What every chat activity works with: the dependencies and the settings derived from them once. */
-interface ChatContext extends ActivityDeps {
+export interface ChatContext extends ActivityDeps {
   senders: Senders;
   /** The workspace excerpts for a chat's message (present when the deps have a knowledge index). */
   retriever?: Retriever;
@@ -391,12 +391,43 @@ function turnSpend(c: ChatContext, input: ModelStepInput): SpendContext {
   };
 }
 
+/**
+ * How a model step runs: the chat turn's (receipts, the live draft, the turn's spend) or a
+ * counterfactual replay's (activities/replay.ts: no receipt, no live draft, the replay's spend,
+ * and the alternative's prompt, skills and grounding). The prompt building and the model call
+ * are the same code either way.
+ */
+export interface StepOptions {
+  /** Write the turn's receipts (turn.start, model.call, knowledge.context, skill.used, memory.recall). */
+  receipts: boolean;
+  /** Write the streamed text for the chat event stream (when the model streams). */
+  liveDraft: boolean;
+  spend: SpendContext;
+  /** The system prompt from the chat's layers; absent: the layers as configured (layeredSystemPrompt). */
+  systemPrompt?: (layers: PromptLayer[]) => string;
+  /** Inject matching skills (default true). */
+  skills?: boolean;
+  /** Ground the step in the chat's workspace (default true). */
+  ground?: boolean;
+}
+
+/** A model step's result, and how long the model call took. */
+export interface StepOutcome {
+  result: ModelStepResult;
+  ms: number;
+}
+
 /** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
 async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelStepResult> {
+  return (await modelStepWith(c, input, { receipts: true, liveDraft: c.streamModel === true, spend: turnSpend(c, input) })).result;
+}
+
+/** modelStep with its effects chosen (StepOptions): the production step and a replay's. */
+export async function modelStepWith(c: ChatContext, input: ModelStepInput, o: StepOptions): Promise<StepOutcome> {
   const ctx = Context.current();
   const info = activityInfo();
   const wf = workflowRef(info, input.sessionId);
-  if (input.step === 1) {
+  if (input.step === 1 && o.receipts) {
     await writeReceipt(c.db, {
       key: `${input.turnId}:start`,
       kind: 'turn.start',
@@ -410,7 +441,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   const ledger = input.workingSet.skills ?? {};
   const tk = c.turnKnowledge;
   const prompt = await buildPrompt(c.db, {
-    ...(c.retriever
+    ...(c.retriever && o.ground !== false
       ? {
           ground: async (query: string) => {
             grounding = await c.retriever!.ground(input.conversation, query);
@@ -420,10 +451,14 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       : {}),
     ...(tk
       ? {
-          skills: async (query: string, identityId: string | null) => {
-            skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger, input.requesters);
-            return tk.skillsText(skillUse, ledger);
-          },
+          ...(o.skills === false
+            ? {}
+            : {
+                skills: async (query: string, identityId: string | null) => {
+                  skillUse = await tk.skillsFor(input.conversation, query, identityId, ledger, input.requesters);
+                  return tk.skillsText(skillUse, ledger);
+                },
+              }),
           recall: async (query: string) => {
             const rows = await tk.recall(input.conversation, query);
             recalled = rows.map((m) => m.id);
@@ -431,15 +466,15 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
           },
         }
       : {}),
-    systemPrompt: layeredSystemPrompt(await c.layers.layers(input.conversation)),
+    systemPrompt: (o.systemPrompt ?? layeredSystemPrompt)(await c.layers.layers(input.conversation)),
     workingSet: input.workingSet,
     inbound: input.inbound,
     steers: input.steers,
     ...(input.draftHash ? { draft: await getBlobText(c.db, input.draftHash) } : {}),
     scratch: await loadScratch(c.db, input.scratch),
   });
-  await knowledgeReceipts(c, input, wf, skillUse, recalled);
-  if (grounding) {
+  if (o.receipts) await knowledgeReceipts(c, input, wf, skillUse, recalled);
+  if (grounding && o.receipts) {
     // which sections shaped this step (their text stays in the workspace)
     await writeReceipt(c.db, {
       key: `${input.turnId}:context:${input.step}`,
@@ -456,7 +491,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   const beat = setInterval(() => ctx.heartbeat({ step: input.step, chars }), c.beatMs);
   const started = Date.now();
   // the text as it streams, for the chat event stream's `partial` events (throttled; nothing for a short step)
-  const draft = c.streamModel
+  const draft = c.streamModel && o.liveDraft
     ? liveDraftWriter(c.db, { sessionId: input.sessionId, turnId: input.turnId, stepKey: stepKeyOf(input) }, { onError: (err) => c.log?.debug({ err, turnId: input.turnId }, 'writing the live draft failed (the reply is not affected)') })
     : undefined;
   try {
@@ -470,7 +505,7 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
         think: input.settings.think,
         messages: prompt,
         tools: mcp && mcp.catalogue.tools.size > 0 ? { ...mcp.catalogue.toolSet, ...own } : own,
-        spend: turnSpend(c, input),
+        spend: o.spend,
       },
       {
         signal: ctx.cancellationSignal,
@@ -501,34 +536,39 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
       const toolCalls = out.toolCalls.map((call) => toolCallRef(c, call, mcp));
       tools = { messageHash, toolCalls };
     }
-    await writeReceipt(c.db, {
-      key: `${input.turnId}:model:${input.step}:${info.attempt}`,
-      kind: 'model.call',
-      ...wf,
-      data: {
-        turnId: input.turnId,
-        step: input.step,
-        attempt: info.attempt,
-        model: out.model,
-        finishReason: out.finishReason,
-        usage,
-        ms: Date.now() - started,
-        outputHash,
-        ...(tools ? { toolCalls: tools.toolCalls.map((t) => t.name) } : {}),
-      },
-    });
+    const ms = Date.now() - started;
+    if (o.receipts) {
+      await writeReceipt(c.db, {
+        key: `${input.turnId}:model:${input.step}:${info.attempt}`,
+        kind: 'model.call',
+        ...wf,
+        data: {
+          turnId: input.turnId,
+          step: input.step,
+          attempt: info.attempt,
+          model: out.model,
+          finishReason: out.finishReason,
+          usage,
+          ms,
+          outputHash,
+          ...(tools ? { toolCalls: tools.toolCalls.map((t) => t.name) } : {}),
+        },
+      });
+    }
     const injected = skillUse?.injected.length ? { skills: Object.fromEntries(skillUse.injected.map((s) => [s.name, s.version])) } : {};
-    return { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}), ...injected };
+    return { result: { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}), ...injected }, ms };
   } catch (err) {
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;
-    if (err instanceof ModelNotConfiguredError) return { kind: 'not-configured', message: err.message, usage: ZERO };
+    if (err instanceof ModelNotConfiguredError) return { result: { kind: 'not-configured', message: err.message, usage: ZERO }, ms: Date.now() - started };
     const e = classifyModelError(err);
-    await writeReceipt(c.db, {
-      key: `${input.turnId}:model:${input.step}:${info.attempt}`,
-      kind: 'model.call',
-      ...wf,
-      data: { turnId: input.turnId, step: input.step, attempt: info.attempt, model: input.settings.model, error: e.message, status: e.status, retryable: e.retryable, ms: Date.now() - started },
-    });
+    if (o.receipts) {
+      await writeReceipt(c.db, {
+        key: `${input.turnId}:model:${input.step}:${info.attempt}`,
+        kind: 'model.call',
+        ...wf,
+        data: { turnId: input.turnId, step: input.step, attempt: info.attempt, model: input.settings.model, error: e.message, status: e.status, retryable: e.retryable, ms: Date.now() - started },
+      });
+    }
     throw ApplicationFailure.create({
       type: failureType(e.status, e.retryable, e.type),
       message: e.message,
@@ -619,6 +659,11 @@ async function runTool(c: ChatContext, input: RunToolInput): Promise<RunToolResu
   }
 }
 
+/** What the model is told of a call the turn refused (denied, expired, invalid): the reason may quote an admin's words, so it is neutralised. */
+export function refusalText(reason: string): string {
+  return `The action was not run: ${neutralise(reason)}`;
+}
+
 /** How often a running tool call heartbeats (the workflow's heartbeat timeout is 8 s). */
 const TOOL_BEAT_MS = 1000;
 
@@ -631,7 +676,7 @@ async function runToolBeating(c: ChatContext, input: RunToolInput, ctx: Context)
   const mcpName = parseMcpWireName(call.toolName);
   // the reason may quote an admin's words or a proposal's values: neutralised like any untrusted text
   const held = input.refused === undefined ? heldSecretRefusal(call.input, c.actions.heldSecrets) : undefined;
-  if (input.refused !== undefined) outcome = { text: `The action was not run: ${neutralise(input.refused)}`, ok: false, detail: { refused: input.refused } };
+  if (input.refused !== undefined) outcome = { text: refusalText(input.refused), ok: false, detail: { refused: input.refused } };
   // the one gate for every tool's arguments (an approval from before a secret was held included): nothing runs with a held secret
   else if (held !== undefined) outcome = { text: `The call was not run: ${held}.`, ok: false, detail: { refused: held } };
   else if (mcpName && c.mcp) outcome = await c.mcp.run({ db: c.db, turnId: input.turnId, signal: ctx.cancellationSignal }, call);
@@ -819,8 +864,8 @@ async function clearProgress(c: ChatContext, input: { turnId: string; conversati
   return platformCall(() => clearPanel(c.db, c.senders, input.turnId, input.conversation));
 }
 
-/** The chat turn's activities, bound to their dependencies. */
-export function createChatActivities(deps: ActivityDeps) {
+/** The chat activities' context: the dependencies and what is derived from them once (the retriever, the prompt layers, skills and memory). */
+export function createChatContext(deps: ActivityDeps): ChatContext {
   // one cached lookup of a chat's workspace for grounding, the prompt layers and the workspace tools
   const retriever = deps.knowledge ? createRetriever({ db: deps.db, knowledge: deps.knowledge, ...(deps.retrieval ? { limits: deps.retrieval } : {}) }) : undefined;
   const c: ChatContext = {
@@ -846,6 +891,12 @@ export function createChatActivities(deps: ActivityDeps) {
         }
       : {}),
   };
+  return c;
+}
+
+/** The chat turn's activities, bound to their dependencies. */
+export function createChatActivities(deps: ActivityDeps) {
+  const c = createChatContext(deps);
   return {
     // a model call below the step (a search's query embedding) is keyed under it (withStepKey)
     modelStep: (input: ModelStepInput) => withStepKey(stepKeyOf(input), () => modelStep(c, input)),

@@ -74,3 +74,26 @@ export function objectiveRunMessageKey(runId: string): string {
 export function isObjectiveRunMessageKey(key: string): boolean {
   return key.startsWith('objective:');
 }
+
+/** The replay's activities run on `<background queue>-replay` (e.g. `steward-background-replay`; common/replay.ts). */
+export const REPLAY_QUEUE_SUFFIX = '-replay';
+
+/** The replay task queue of a background queue. */
+export function replayQueueOf(backgroundQueue: string): string {
+  return `${backgroundQueue}${REPLAY_QUEUE_SUFFIX}`;
+}
+
+/**
+ * The turn id a replayed turn runs under: `replay:<replay id>:<recorded turn id>`. The replay's
+ * activities read the replay and the recorded turn from it; no production key (receipts, the
+ * outbox, approvals, spend reservations) can collide with it.
+ */
+export function replayTurnId(replayId: string, turnId: string): string {
+  return `replay:${replayId}:${turnId}`;
+}
+
+/** The replay id and the recorded turn id of a replayed turn's id, or undefined for any other turn. */
+export function parseReplayTurnId(id: string): { replayId: string; turnId: string } | undefined {
+  const m = /^replay:([^:]+):(.+)$/.exec(id);
+  return m ? { replayId: m[1]!, turnId: m[2]! } : undefined;
+}

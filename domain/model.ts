@@ -95,7 +95,7 @@ export interface SpendScopes {
 }
 
 /** What a model call is for. */
-export type SpendKind = 'chat' | 'objective' | 'triage' | 'change-intake' | 'change-plan' | 'coding-agent' | 'embedding' | 'other';
+export type SpendKind = 'chat' | 'objective' | 'triage' | 'change-intake' | 'change-plan' | 'coding-agent' | 'embedding' | 'replay' | 'other';
 
 /** One model call's reservation request. */
 export interface SpendRequest {

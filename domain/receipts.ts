@@ -69,7 +69,8 @@ export type ReceiptKind =
   | 'budget.exhausted'
   | 'budget.change'
   | 'budget.raised'
-  | 'budget.raise.refused';
+  | 'budget.raise.refused'
+  | 'replay.end';
 
 export interface ReceiptInput {
   key?: string;

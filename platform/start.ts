@@ -61,6 +61,9 @@ import { startInboundEmail } from '../adapters/inbound-email.js';
 import { startWorkspaceInboxes } from '../adapters/workspace-inbox.js';
 import { buildWorkflowBundleFile, tracingBundlePath } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
+import { createReplayActivities } from '../activities/replay.js';
+import { replayQueueOf } from '../common/ids.js';
+import { createPriceTable } from '../domain/budgets/prices.js';
 import { compactWorkflowThreads } from '../workers/workflow-threads.js';
 import { workerVersioningFor } from '../workers/versioning.js';
 import { setBudgetStandings, setModelPrices } from '../common/metrics.js';
@@ -324,11 +327,38 @@ async function workersFor(
         }),
       );
     }
+    if (roles.includes('background')) out.push(await replayWorkerFor(config, connection, deps, { dataConverter, telemetry, ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}) }));
   } finally {
     // every worker has read the bundle (Worker.create loads it)
     bundle?.dispose();
   }
   return out;
+}
+
+/**
+ * The replay queue's worker (`<background queue>-replay`), beside the background worker: the
+ * replay implementations of the turn loop's activities (activities/replay.ts, docs/replay.md),
+ * activities only. Replays are background work: at most 4 activities at once.
+ */
+function replayWorkerFor(
+  config: StewardConfig,
+  connection: NativeConnection,
+  deps: ActivityDeps,
+  opts: { dataConverter: DataConverter; telemetry: Pick<StewardWorkerOptions, 'interceptors' | 'sinks' | 'traceNewRuns'>; workerDeploymentOptions?: StewardWorkerOptions['workerDeploymentOptions'] },
+): Promise<Worker> {
+  const backgroundQueue = config.temporal.backgroundTaskQueue;
+  return createStewardWorker({
+    connection,
+    namespace: config.temporal.namespace,
+    deps,
+    taskQueue: replayQueueOf(backgroundQueue),
+    dataConverter: opts.dataConverter,
+    ...opts.telemetry,
+    ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
+    activitiesOnly: true,
+    activities: createReplayActivities({ ...deps, maxSteps: config.model.maxSteps, backgroundQueue, prices: createPriceTable(config.model.prices).all() }),
+    concurrency: { maxConcurrentActivityTaskExecutions: 4 },
+  });
 }
 
 /** A client of the configured namespace with the payload codec and, when configured, tracing. */

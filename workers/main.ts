@@ -28,6 +28,8 @@ export interface StewardWorkerOptions {
   workflowBundle?: WorkflowBundleOption;
   /** Poll for activity tasks only (no workflow thread, no bundle). */
   activitiesOnly?: boolean;
+  /** The activities this worker registers instead of createActivities(deps) (the replay queue's: activities/replay.ts). */
+  activities?: object;
   maxCachedWorkflows?: number;
   /** How the workflow threads' deadlock limit is kept: `thread` (the default, workers/workflow-threads.ts) or `per-call` (the SDK's). */
   workflowWatchdog?: WorkflowWatchdog;
@@ -64,7 +66,7 @@ export async function createStewardWorker(opts: StewardWorkerOptions): Promise<W
     taskQueue: opts.taskQueue,
     // from source: bundled with the preloaded modules a prebuilt bundle has (workers/bundle.ts)
     ...(opts.activitiesOnly ? {} : opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath, bundlerOptions: { preloadModules: preloadModulesFor(tracing) } }),
-    activities: createActivities(opts.deps),
+    activities: opts.activities ?? createActivities(opts.deps),
     // Heartbeats reach the server at least this often, so /stop reaches a running model
     // activity within about a third of a second.
     maxHeartbeatThrottleInterval: '300 milliseconds',

@@ -108,7 +108,7 @@ const SpendRequestSchema = z.object({
     workspace: id.optional(),
     repository: id.optional(),
   }),
-  kind: z.enum(['chat', 'objective', 'triage', 'change-intake', 'change-plan', 'coding-agent', 'embedding', 'other']),
+  kind: z.enum(['chat', 'objective', 'triage', 'change-intake', 'change-plan', 'coding-agent', 'embedding', 'replay', 'other']),
 });
 const SpendUsageSchema = z.object({ inputTokens: count, outputTokens: count, cachedInputTokens: count.optional() });
 const HoldsSchema = z.array(z.object({ budget: z.string(), period: z.string() }));
