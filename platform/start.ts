@@ -61,7 +61,7 @@ import { startInboundEmail } from '../adapters/inbound-email.js';
 import { startWorkspaceInboxes } from '../adapters/workspace-inbox.js';
 import { buildWorkflowBundleFile, tracingBundlePath } from '../workers/bundle.js';
 import { createStewardWorker, type StewardWorkerOptions } from '../workers/main.js';
-import { createReplayActivities } from '../activities/replay.js';
+import { createReplayActivities } from '../activities/replays.js';
 import { replayQueueOf } from '../common/ids.js';
 import { createPriceTable } from '../domain/budgets/prices.js';
 import { compactWorkflowThreads } from '../workers/workflow-threads.js';
@@ -73,7 +73,8 @@ import { freePort } from './ports.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
 import { wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService, type BudgetService } from '../services/budgets.js';
-import type { ReplayService } from '../services/replays.js';
+import { createReplayService, replayStoreOf, type ReplayService } from '../services/replays.js';
+import { replayReportFormats } from '../domain/replays/formats.js';
 import { unavailableFeatures, type UnavailableFeature } from './capabilities.js';
 import { startIdleMemoryRelease, type IdleReleaseOptions } from './idle-memory.js';
 import { startMallocTrim, trimMalloc } from './malloc-trim.js';
@@ -337,7 +338,7 @@ async function workersFor(
 
 /**
  * The replay queue's worker (`<background queue>-replay`), beside the background worker: the
- * replay implementations of the turn loop's activities (activities/replay.ts, docs/replay.md),
+ * replay implementations of the turn loop's activities (activities/replays.ts, docs/replay.md),
  * activities only. Replays are background work: at most 4 activities at once.
  */
 function replayWorkerFor(
@@ -790,7 +791,8 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     // redelivery came) is handed over at start and every minute, once (services/handoff.ts)
     cleanups.push(startResumingHandoffs({ messages: (o) => ingress.resumeHandoffs(o), events: (o) => objectives.resumeEventRuns(o) }, log));
     const health = healthCheck(config, role, workers, connection, db);
-    const { app } = createApiApp(config, { ingress, signIn, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log });
+    const replays = createReplayService({ db, client, taskQueue: config.temporal.backgroundTaskQueue, account: 'default', configuredProviders: () => models.configuredProviders(), store: replayStoreOf(db), formats: replayReportFormats });
+    const { app } = createApiApp(config, { ingress, signIn, client, token, db, changes, objectives, workspaces, knowledge, heartbeat, tasks, mcp: createMcpService({ db, manager: mcp.manager, changed: () => mcp.forgetRegistrations() }), health, codec, events, tracing, uiUpstream, log, replays });
     const http = await startHttpServer(app, { host: config.http.host, port: config.http.port });
     listening(http.url);
     cleanups.push(() => http.close());

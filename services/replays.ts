@@ -3,7 +3,7 @@
  * alternative configuration, list replays, fetch one and its report, cancel one. One service for
  * the HTTP API and the CLI (which calls the API). A request is checked whole before anything
  * starts: the actor may replay (admins, overlords and the operator), the body, the selection and
- * the alternative are valid (domain/replay/select.ts), the alternative's model is of a configured
+ * the alternative are valid (domain/replays/select.ts), the alternative's model is of a configured
  * provider, and the selection names at least one turn that ended. Only then is the Replay row
  * written and the replay workflow started (`replay:<id>` on the background queue); a refused
  * request writes no row and starts no workflow.
@@ -24,10 +24,11 @@ import {
   SelectionError,
   type ReplayAlternative,
   type ReplaySelection,
-} from '../domain/replay/select.js';
+} from '../domain/replays/select.js';
 import { KindAttr } from '../workflows/search-attributes.js';
 import { PROVIDER_SETUP } from './chat/commands.js';
 import { ServiceInputError } from './requests.js';
+import { createReplay, finishReplay, getReplay, listReplays } from '../domain/store/replays.js';
 
 /** A replay request refused (bad input, unknown replay, not allowed): nothing was started or changed. */
 export class ReplayInputError extends ServiceInputError {}
@@ -62,13 +63,23 @@ export interface ReplayStore {
   finish(id: string, end: { status: 'failed' | 'cancelled'; error?: string }): Promise<unknown>;
 }
 
-/** A report as Markdown and as JSONL (domain/replay/report.ts). */
+/** The replays' store over the database (domain/store/replays.ts). */
+export function replayStoreOf(db: Db): ReplayStore {
+  return {
+    create: (r) => createReplay(db, r),
+    get: (id) => getReplay(db, id),
+    list: (o) => listReplays(db, o),
+    finish: (id, end) => finishReplay(db, id, end),
+  };
+}
+
+/** A report as Markdown and as JSONL (domain/replays/report.ts). */
 export interface ReplayReportFormats {
   markdown(report: unknown): string;
   jsonl(report: unknown): string;
 }
 
-/** What the replay workflow starts with (workflows/replay/replay.ts `replayTurnsWorkflow`). */
+/** What the replay workflow starts with (workflows/replays/replay.ts `replayTurnsWorkflow`). */
 export interface ReplayTurnsInput {
   replayId: string;
   turnIds: string[];

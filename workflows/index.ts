@@ -6,4 +6,4 @@ export { objectiveRunWorkflow } from './objectives/objective.js';
 export { workspaceIndexWorkflow } from './knowledge/index-workspace.js';
 export { triageWorkflow } from './tasks/triage.js';
 export { taskReminderWorkflow } from './tasks/reminder.js';
-export { replayTurnsWorkflow, replayTurnWorkflow } from './replay/replay.js';
+export { replayTurnsWorkflow, replayTurnWorkflow } from './replays/replay.js';

@@ -31,7 +31,7 @@ import type { WhatIfReport, WhatIfPolicy } from '../../domain/changes/what-if.js
 import { registerTaskRoutes } from './tasks.js';
 import type { TaskService } from '../../services/tasks.js';
 import { registerMcpRoutes } from './mcp.js';
-import { registerForkRoutes } from './fork.js';
+import { registerForkRoutes } from './replays/fork.js';
 import type { ForkService } from '../../services/replays/fork.js';
 import { registerInboxRoutes } from './decisions.js';
 import type { OperatorInbox } from '../../services/decisions.js';

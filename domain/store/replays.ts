@@ -2,7 +2,7 @@
  * Counterfactual replays (docs/replay.md): one row per replay, its selection and alternative as
  * asked, the turns they resolved to, and the report's blob once the replay workflow saved it.
  */
-import type { ReplayAlternative, ReplayStatus } from '../../common/replay.js';
+import type { ReplayAlternative, ReplayStatus } from '../../common/replays.js';
 import type { Db } from '../db.js';
 
 export interface ReplayRow {

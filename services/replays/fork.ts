@@ -6,7 +6,7 @@
  * codec), its working set and settings. The new session is the ordinary session workflow,
  * started with that state as what it carries (`SessionInput.carried`, the input a
  * continue-as-new passes on: no workflow change); its transcript gets the entries before the
- * turn (domain/replay/fork.ts). The original chat is only read. Admins and the operator only.
+ * turn (domain/replays/fork.ts). The original chat is only read. Admins and the operator only.
  *
  * Every surface (the API's POST /api/v1/chats/{chatId}/fork, `steward replay fork`) calls
  * `fork` here: bad input, an unknown chat or turn, a turn of another chat, a new chat id in use
@@ -34,7 +34,7 @@ import {
   turnStartOf,
   writeFork,
   type ForkClaim,
-} from '../../domain/replay/fork.js';
+} from '../../domain/replays/fork.js';
 import { sessionWorkflow } from '../../workflows/chat/session.js';
 import type { SessionInput, SessionLimits, WorkingSet } from '../../workflows/types.js';
 import { sessionStartOptions } from '../chat/session-start.js';

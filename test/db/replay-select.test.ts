@@ -1,5 +1,5 @@
 /**
- * A replay's selection resolved to past turns (domain/replay/select.ts), on SQLite and PostgreSQL,
+ * A replay's selection resolved to past turns (domain/replays/select.ts), on SQLite and PostgreSQL,
  * over turns recorded by the production code: each turn is the real model step activity (its
  * `turn.start` receipt; the scripted model server answers) and the real delivery activity (the
  * reply and its `turn.end` receipt), run in Temporal's activity environment; an objective's runs
@@ -19,7 +19,7 @@ import type { DeliverInput } from '../../activities/chat.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { createModelRegistry } from '../../domain/model.js';
 import { prepareObjectiveRun } from '../../domain/objectives/runs.js';
-import { MAX_REPLAY_TURNS, ReplayAlternativeSchema, ReplaySelectionSchema, resolveSelection, SelectionError } from '../../domain/replay/select.js';
+import { MAX_REPLAY_TURNS, ReplayAlternativeSchema, ReplaySelectionSchema, resolveSelection, SelectionError } from '../../domain/replays/select.js';
 import { insertObjective } from '../../domain/store/objectives.js';
 import { ensureSession } from '../../domain/store/sessions.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';

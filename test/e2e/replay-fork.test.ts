@@ -22,7 +22,7 @@ import { Connection } from '@temporalio/client';
 import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
-import { transcriptBeforeTurn, turnStartOf, writeFork } from '../../domain/replay/fork.js';
+import { transcriptBeforeTurn, turnStartOf, writeFork } from '../../domain/replays/fork.js';
 import { createForkService } from '../../services/replays/fork.js';
 import { testDatabases } from '../helpers/db.js';
 import { lastUserText, startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';

@@ -2,8 +2,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseReplayTurnId, replayQueueOf, replayTurnId } from '../../common/ids.js';
-import { approvalToolsUnder, canonicalJson, ReplayAlternativeSchema, ReplaySelectionSchema, type ReplaySide } from '../../common/replay.js';
-import { compareSides, summarise } from '../../domain/replay/sides.js';
+import { approvalToolsUnder, canonicalJson, ReplayAlternativeSchema, ReplaySelectionSchema, type ReplaySide } from '../../common/replays.js';
+import { compareSides, summarise } from '../../domain/replays/sides.js';
 
 describe('replay core', () => {
   it('validates selections and alternatives, refusing what is unknown', () => {

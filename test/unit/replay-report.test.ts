@@ -1,5 +1,5 @@
 /**
- * The counterfactual replay's report (domain/replay/report.ts): the reply diff (hunks, word diff,
+ * The counterfactual replay's report (domain/replays/report.ts): the reply diff (hunks, word diff,
  * bounds on size and time), the tool calls compared by canonical arguments (same, different,
  * new, dropped; key order never matters), approvals that flip, the batch summary with a turn
  * that could not be replayed, and the renderers: Markdown (golden; user text in tables escaped,
@@ -28,7 +28,7 @@ import {
   type ReplayToolCall,
   type ReplayTurnReport,
   type ReplayTurnSide,
-} from '../../domain/replay/report.js';
+} from '../../domain/replays/report.js';
 
 function side(o: Partial<ReplayTurnSide> = {}): ReplayTurnSide {
   return { turnId: 't1', outcome: 'replied', reply: 'Hello', toolCalls: [], usage: { input: 100, output: 20, total: 120 }, costMicros: 1500, latencyMs: 1200, ...o };

@@ -1,6 +1,6 @@
 /**
  * Counterfactual replay's activities (docs/replay.md). A replayed turn runs the PRODUCTION turn
- * loop (workflows/chat/turn-loop.ts) in workflows/replay/replay.ts, with its activities sent to
+ * loop (workflows/chat/turn-loop.ts) in workflows/replays/replay.ts, with its activities sent to
  * the replay task queue (`<background queue>-replay`), where only these implementations are
  * registered, under the same names. Only the effects differ:
  *
@@ -21,15 +21,15 @@
 import { activityInfo, Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { approvalIdFor, parseReplayTurnId, replayQueueOf, replayTurnId } from '../common/ids.js';
-import { approvalToolsUnder, canonicalJson, ReplayReportSchema, type ReplayAlternative, type ReplayApproval, type ReplayReport, type ReplaySide, type ReplayStatus, type ReplayToolCall, type ReplayTurnReport } from '../common/replay.js';
+import { approvalToolsUnder, canonicalJson, ReplayReportSchema, type ReplayAlternative, type ReplayApproval, type ReplayReport, type ReplaySide, type ReplayStatus, type ReplayToolCall, type ReplayTurnReport } from '../common/replays.js';
 import { costMicros, type Prices } from '../domain/budgets/prices.js';
 import { getBlobText, putBlob } from '../domain/blobs.js';
 import { createRetriever, DEFAULT_RETRIEVAL } from '../domain/knowledge/grounding.js';
 import { layeredSystemPrompt, type PromptLayer } from '../domain/knowledge/prompt-layers.js';
 import { withStepKey, type SpendContext } from '../domain/model.js';
 import { writeReceipt } from '../domain/receipts.js';
-import { recordedTurn, stepsOf, toolCallsOf, turnRunActivities, type RecordedTurn, type RecordedTurnResult } from '../domain/replay/record.js';
-import { compareSides, summarise } from '../domain/replay/sides.js';
+import { recordedTurn, stepsOf, toolCallsOf, turnRunActivities, type RecordedTurn, type RecordedTurnResult } from '../domain/replays/record.js';
+import { compareSides, summarise } from '../domain/replays/sides.js';
 import { finishReplay, getReplay } from '../domain/store/replays.js';
 import { loadToolCall } from '../domain/tools/calls.js';
 import { toolResultMessage } from '../domain/tools.js';
@@ -200,7 +200,7 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
   async function requestApproval(input: RequestApprovalInput): Promise<{ approvalId: string; timeoutMs: number; summary: string; forbidSelfApproval: boolean }> {
     await resolve(input.turnId);
     const call = await loadToolCall(deps.db, input.messageHash, input.toolCallId);
-    // no Approval row, no notice: the replay workflow decides at once (workflows/replay/replay.ts)
+    // no Approval row, no notice: the replay workflow decides at once (workflows/replays/replay.ts)
     return { approvalId: approvalIdFor(input.turnId, input.toolCallId), timeoutMs: 10 * 60_000, summary: `${call.toolName} (replayed: would wait for an approval)`, forbidSelfApproval: false };
   }
 

@@ -146,7 +146,7 @@ export const ReplayTurnReportSchema = z.strictObject({
   counterfactual: ReplaySideSchema.optional(),
   /** The reply changed (text differs). */
   replyChanged: z.boolean().optional(),
-  /** A line diff of the replies (domain/replay/report.ts textDiff). */
+  /** A line diff of the replies (domain/replays/report.ts textDiff). */
   diff: z.string().optional(),
   toolCalls: z
     .strictObject({
@@ -195,7 +195,7 @@ export const ReplayReportSchema = z.strictObject({
 });
 export type ReplayReport = z.infer<typeof ReplayReportSchema>;
 
-/** What the replay workflow starts with (workflows/replay/replay.ts). */
+/** What the replay workflow starts with (workflows/replays/replay.ts). */
 export interface ReplayTurnsInput {
   replayId: string;
   turnIds: string[];

@@ -20,7 +20,7 @@ import type { Client } from '@temporalio/client';
 import { arrayFromPayloads } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
 import { replyKey, type ConversationKey } from '../../common/ids.js';
-import { canonicalJson } from '../../common/replay.js';
+import { canonicalJson } from '../../common/replays.js';
 import type { InboundRef, ScratchRef, SessionSettings, TokenUsage, ToolCallRef, TurnInput, WorkingSet } from '../../workflows/types.js';
 import { getBlobText } from '../blobs.js';
 import type { Db } from '../db.js';

@@ -2,12 +2,12 @@
  * A replayed turn's two sides (recorded, counterfactual) as the report shows them, and the
  * minimal per-turn comparison and batch sum the replay workflow saves. Pure.
  *
- * Seam: domain/replay/report.ts (the report's own module: textDiff, compareToolCalls, turnReport,
+ * Seam: domain/replays/report.ts (the report's own module: textDiff, compareToolCalls, turnReport,
  * batchSummary, reportMarkdown, reportJson, reportJsonl) refines the comparison; where it is
- * present, `activities/replay.ts` may call its `turnReport` and `batchSummary` instead of
+ * present, `activities/replays.ts` may call its `turnReport` and `batchSummary` instead of
  * `compareSides` and `summarise` here (same input, same ReplayTurnReport / ReplaySummary shapes).
  */
-import type { ReplayApproval, ReplaySide, ReplaySummary, ReplayTurnReport } from '../../common/replay.js';
+import type { ReplayApproval, ReplaySide, ReplaySummary, ReplayTurnReport } from '../../common/replays.js';
 
 const key = (c: { name: string; args: string }) => `${c.name} ${c.args}`;
 

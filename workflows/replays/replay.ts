@@ -3,14 +3,14 @@
  * replays past turns, a child `replayTurnWorkflow` per turn (at most `concurrency` at once).
  * Each child runs the PRODUCTION turn loop (TurnLoop) with its activities sent to the replay
  * queue (`<background queue>-replay`), where the replay implementations of the same activities
- * answer every effect from the record (activities/replay.ts). Cancelling the replay cancels its
+ * answer every effect from the record (activities/replays.ts). Cancelling the replay cancels its
  * children; the report of what was replayed is saved either way.
  * Deterministic: no I/O here, only activities.
  */
 import { CancellationScope, condition, executeChild, isCancellation, proxyActivities, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
-import type { ReplayActivities } from '../../activities/replay.js';
+import type { ReplayActivities } from '../../activities/replays.js';
 import { replayQueueOf } from '../../common/ids.js';
-import type { ReplayAlternative, ReplaySummary, ReplayTurnsInput } from '../../common/replay.js';
+import type { ReplayAlternative, ReplaySummary, ReplayTurnsInput } from '../../common/replays.js';
 import { turnStatusQuery } from '../messages.js';
 import { KindAttr } from '../search-attributes.js';
 import { TurnLoop } from '../chat/turn-loop.js';
@@ -38,7 +38,7 @@ export interface ReplayTurnInput {
 }
 
 export interface ReplayTurnResult {
-  /** The turn's report (JSON, common/replay.ts ReplayTurnReportSchema) as a blob. */
+  /** The turn's report (JSON, common/replays.ts ReplayTurnReportSchema) as a blob. */
   reportHash: string;
   replayable: boolean;
   changed: boolean;

@@ -8,9 +8,9 @@
  * chat id is in use, or the turn's state can no longer be read): nothing is written or started.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { errorResponses, json, jsonBody } from './common.js';
-import { OPERATOR } from '../../common/roles.js';
-import { ForkError, type ForkService } from '../../services/replays/fork.js';
+import { errorResponses, json, jsonBody } from '../common.js';
+import { OPERATOR } from '../../../common/roles.js';
+import { ForkError, type ForkService } from '../../../services/replays/fork.js';
 
 const errors = errorResponses('ForkError');
 
