@@ -9,7 +9,8 @@
  *
  * The alternative (ReplayAlternativeSchema) is validated here too; whether its model's provider
  * is configured is the caller's check (the model registry knows, services/replays.ts).
- * The schemas move to common/replay.ts when the replay's core lands.
+ * These are the request's schemas, with errors that name what is wrong; the replay keeps the
+ * same fields in its own (common/replays.ts). Two copies of one shape: to be made one.
  */
 import { z } from 'zod';
 import { hash53, sessionWorkflowId } from '../../common/ids.js';

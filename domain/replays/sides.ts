@@ -2,10 +2,9 @@
  * A replayed turn's two sides (recorded, counterfactual) as the report shows them, and the
  * minimal per-turn comparison and batch sum the replay workflow saves. Pure.
  *
- * Seam: domain/replays/report.ts (the report's own module: textDiff, compareToolCalls, turnReport,
- * batchSummary, reportMarkdown, reportJson, reportJsonl) refines the comparison; where it is
- * present, `activities/replays.ts` may call its `turnReport` and `batchSummary` instead of
- * `compareSides` and `summarise` here (same input, same ReplayTurnReport / ReplaySummary shapes).
+ * The report kept as JSON is built here; its Markdown and JSONL forms read it into the report
+ * module's terms (domain/replays/formats.ts, domain/replays/report.ts: the line diff, tool calls
+ * by canonical arguments, approvals flipped, medians). Two comparisons of one turn: to be made one.
  */
 import type { ReplayApproval, ReplaySide, ReplaySummary, ReplayTurnReport } from '../../common/replays.js';
 
