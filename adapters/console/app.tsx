@@ -64,6 +64,8 @@ const ASSETS: Record<string, { file: string; type: string }> = {
   'htmx.js': { file: require.resolve('htmx.org/dist/htmx.min.js'), type: 'text/javascript; charset=utf-8' },
   'htmx-sse.js': { file: require.resolve('htmx-ext-sse/dist/sse.min.js'), type: 'text/javascript; charset=utf-8' },
   'console.css': { file: new URL('./console.css', import.meta.url).pathname, type: 'text/css; charset=utf-8' },
+  // added to the Temporal UI's pages by the /ui proxy: the link back to the console's page of the run on screen
+  'ui-link.js': { file: new URL('./ui-link.js', import.meta.url).pathname, type: 'text/javascript; charset=utf-8' },
 };
 
 /** Until per-person sign-in: the browser sign-in (and the bearer token) is the operator's. */

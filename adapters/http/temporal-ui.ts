@@ -10,6 +10,10 @@
  * back here afterwards), anything else is answered 401. So listening on a non-loopback address
  * does not open the Temporal UI (which can terminate workflows) to the network. Steward's cookie
  * is never forwarded to the UI server, and the UI's own cookies are kept to `/ui`.
+ *
+ * Each of the UI's HTML pages gets one script tag, `/console/assets/ui-link.js` (a page is asked
+ * for uncompressed, so it can be read): the link from the run on screen back to its page in the
+ * operator console (a chat, a change, an objective).
  */
 import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
@@ -28,6 +32,11 @@ export interface TemporalUiProxyDeps {
   backoff?: AuthBackoff;
   log?: Logger;
 }
+
+/** The tag each UI page gets: the console link (adapters/console/ui-link.js). */
+const CONSOLE_LINK_TAG = '<script src="/console/assets/ui-link.js" defer></script>';
+/** The largest UI page read to add it (the UI's index is a few KB). */
+const UI_PAGE_MAX_BYTES = 2 * 1024 * 1024;
 
 /** Headers that belong to one connection, never forwarded. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
@@ -71,6 +80,9 @@ export function createTemporalUiProxy(deps: TemporalUiProxyDeps): Hono {
     });
     const cookie = cookiesWithoutSignIn(c.req.header('cookie'));
     if (cookie) headers.cookie = cookie;
+    // a page is read uncompressed, to add the console link to it
+    const wantsPage = c.req.method === 'GET' && /text\/html/i.test(c.req.header('accept') ?? '');
+    if (wantsPage) headers['accept-encoding'] = 'identity';
     headers.host = upstream.host;
     const body = c.req.method === 'GET' || c.req.method === 'HEAD' ? null : c.req.raw.body;
 
@@ -109,6 +121,25 @@ export function createTemporalUiProxy(deps: TemporalUiProxyDeps): Hono {
     if (empty) {
       upstreamRes.resume();
       return new Response(null, { status, headers: out });
+    }
+    const html = wantsPage && status === 200 && /^text\/html/i.test(String(upstreamRes.headers['content-type'] ?? '')) && !upstreamRes.headers['content-encoding'];
+    if (html) {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of upstreamRes) {
+        size += (chunk as Buffer).length;
+        if (size > UI_PAGE_MAX_BYTES) break;
+        chunks.push(chunk as Buffer);
+      }
+      if (size <= UI_PAGE_MAX_BYTES) {
+        const page = Buffer.concat(chunks).toString('utf8');
+        const at = page.search(/<\/head>/i);
+        const withLink = at >= 0 ? `${page.slice(0, at)}${CONSOLE_LINK_TAG}${page.slice(at)}` : page;
+        out.delete('content-length');
+        return new Response(withLink, { status, headers: out });
+      }
+      upstreamRes.destroy();
+      return c.json({ error: 'the Temporal UI page is larger than this proxy reads' }, 502);
     }
     return new Response(Readable.toWeb(upstreamRes) as ReadableStream<Uint8Array>, { status, headers: out });
   };

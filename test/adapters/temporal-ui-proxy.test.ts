@@ -49,6 +49,8 @@ describe('the Temporal UI behind Steward (/ui)', () => {
           res.writeHead(308, { location: `http://${req.headers.host}/ui/` }).end();
         } else if (req.url === '/ui/gz') {
           res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': 'gzip' }).end(gzipSync('compressed text'));
+        } else if (req.url === '/ui/page') {
+          res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': '58' }).end('<!doctype html><html><head><title>UI</title></head></html>');
         } else if (req.url === '/ui/big') {
           res.writeHead(200, { 'content-type': 'text/plain' }).end(BIG);
         } else {
@@ -120,6 +122,18 @@ describe('the Temporal UI behind Steward (/ui)', () => {
     const redirect = await fetch(`${steward.url}/ui`, { headers: { cookie }, redirect: 'manual' });
     assert.equal(redirect.status, 308);
     assert.equal(redirect.headers.get('location'), '/ui/');
+  });
+
+  it("adds the console link to the UI's pages (asked for uncompressed), and to nothing else", async () => {
+    seen.length = 0;
+    const page = await fetch(`${steward.url}/ui/page`, { headers: { cookie, accept: 'text/html,application/xhtml+xml', 'accept-encoding': 'gzip, br' } });
+    assert.equal(page.status, 200);
+    assert.equal(await page.text(), '<!doctype html><html><head><title>UI</title><script src="/console/assets/ui-link.js" defer></script></head></html>');
+    assert.equal(seen[0]!.headers['accept-encoding'], 'identity', 'a page is read uncompressed');
+    const json = await fetch(`${steward.url}/ui/page`, { headers: { cookie, accept: 'application/json' } });
+    assert.doesNotMatch(await json.text(), /ui-link/, 'not a page request: as sent');
+    const gz = await fetch(`${steward.url}/ui/gz`, { headers: { cookie, accept: 'text/html' } });
+    assert.equal(await gz.text(), 'compressed text', 'not HTML: as sent');
   });
 
   it('answers 502 when the UI server is not there', async () => {

@@ -200,6 +200,12 @@ describe('the operator console', { skip: browserSkip() || (await needs('chromium
       throw new Error(`${(err as Error).message}; frames: ${wide.frames().map((f) => f.url()).join(' | ')}`);
     });
     assert.ok(found);
+    // and the page itself carries the way back (the /ui proxy's console link), followed
+    const back = wide.locator('#steward-console-link');
+    await back.waitFor({ timeout: 30_000 });
+    assert.equal(await back.getAttribute('href'), `/console/chats/${CHAT}`);
+    await back.click();
+    await wide.waitForURL((u) => u.pathname === `/console/chats/${CHAT}`, { timeout: 30_000 });
     await wide.close();
   });
 
