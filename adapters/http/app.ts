@@ -42,6 +42,7 @@ import type { ObjectiveService } from '../../services/objectives.js';
 import type { ChangeService } from '../../services/changes.js';
 import { registerReplayRoutes } from './replays.js';
 import type { ReplayService } from '../../services/replays.js';
+import { ChatIdParam, TranscriptEntrySchema } from './common.js';
 
 /** Largest request body accepted (bytes); larger bodies are refused while being read. */
 export const MAX_BODY_BYTES = MAX_MESSAGE_CHARS * 4 + 4096;
@@ -52,15 +53,6 @@ const ErrorSchema = z
     issues: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
   })
   .openapi('Error');
-
-const ChatIdParam = z.object({
-  chatId: z
-    .string()
-    .min(1)
-    .max(128)
-    .regex(/^[A-Za-z0-9._@+=-]+$/, 'chat ids use letters, digits and . _ @ + = -')
-    .openapi({ param: { name: 'chatId', in: 'path' }, example: 'support-room' }),
-});
 
 const PostMessageBody = z
   .object({
@@ -92,16 +84,7 @@ const TranscriptQuery = z.object({
 
 const Transcript = z
   .object({
-    messages: z.array(
-      z.object({
-        seq: z.number().int().optional(),
-        role: z.enum(['user', 'assistant', 'system']),
-        text: z.string(),
-        at: z.string(),
-        user: z.string().optional(),
-        attachments: z.array(z.object({ hash: z.string(), name: z.string(), mediaType: z.string(), size: z.number() })).optional(),
-      }),
-    ),
+    messages: z.array(TranscriptEntrySchema),
   })
   .openapi('Transcript');
 

@@ -49,3 +49,23 @@ export async function parsedJsonBody(c: { req: { text(): Promise<string> } }, em
   if (!b.ok) throw new ServiceInputError('malformed JSON in the request body');
   return b.value;
 }
+
+/** The `{chatId}` path parameter of the chat routes (the HTTP API's chat ids). */
+export const ChatIdParam = z.object({
+  chatId: z
+    .string()
+    .min(1)
+    .max(128)
+    .regex(/^[A-Za-z0-9._@+=-]+$/, 'chat ids use letters, digits and . _ @ + = -')
+    .openapi({ param: { name: 'chatId', in: 'path' }, example: 'support-room' }),
+});
+
+/** A transcript entry as the chat routes and the chat event stream send it. */
+export const TranscriptEntrySchema = z.object({
+  seq: z.number().int().optional(),
+  role: z.enum(['user', 'assistant', 'system']),
+  text: z.string(),
+  at: z.string(),
+  user: z.string().optional(),
+  attachments: z.array(z.object({ hash: z.string(), name: z.string(), mediaType: z.string(), size: z.number() })).optional(),
+});

@@ -32,6 +32,7 @@ import type { Ingress } from '../../services/chat/intake.js';
 import type { ChatLive, LiveApproval, PartialEvent } from '../../services/chat/live.js';
 import type { SessionStatusView } from '../../services/chat/status.js';
 import type { TranscriptEntry } from '../../services/chat/transcript.js';
+import { TranscriptEntrySchema } from './common.js';
 
 export interface ChatEventOptions {
   ingress: Ingress;
@@ -71,16 +72,7 @@ const APPROVAL_REREAD_MS = 5000;
 
 // ---- the OpenAPI description (the same shapes the stream sends) ----
 
-const MessageData = z
-  .object({
-    seq: z.number().int().optional(),
-    role: z.enum(['user', 'assistant', 'system']),
-    text: z.string(),
-    at: z.string(),
-    user: z.string().optional(),
-    attachments: z.array(z.object({ hash: z.string(), name: z.string(), mediaType: z.string(), size: z.number() })).optional(),
-  })
-  .openapi('ChatEventMessage', { description: 'A transcript entry, as GET /api/v1/chats/{chatId}/messages lists it' });
+const MessageData = TranscriptEntrySchema.openapi('ChatEventMessage', { description: 'A transcript entry, as GET /api/v1/chats/{chatId}/messages lists it' });
 
 const StatusData = z
   .object({

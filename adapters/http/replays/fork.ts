@@ -8,20 +8,11 @@
  * chat id is in use, or the turn's state can no longer be read): nothing is written or started.
  */
 import { createRoute, z, type OpenAPIHono } from '@hono/zod-openapi';
-import { errorResponses, json, jsonBody } from '../common.js';
+import { ChatIdParam, errorResponses, json, jsonBody } from '../common.js';
 import { OPERATOR } from '../../../common/roles.js';
 import { ForkError, type ForkService } from '../../../services/replays/fork.js';
 
 const errors = errorResponses('ForkError');
-
-const ChatIdParam = z.object({
-  chatId: z
-    .string()
-    .min(1)
-    .max(128)
-    .regex(/^[A-Za-z0-9._@+=-]+$/, 'chat ids use letters, digits and . _ @ + = -')
-    .openapi({ param: { name: 'chatId', in: 'path' }, example: 'support-room' }),
-});
 
 const ForkBody = z
   .object({
