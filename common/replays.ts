@@ -208,10 +208,14 @@ export interface ReplayTurnsInput {
  * compared by (same tool, same canonicalJson of the input).
  */
 export function canonicalJson(value: unknown): string {
-  return JSON.stringify(sortKeys(value));
+  // through JSON first: what JSON drops is dropped, `toJSON` applied, as the call's arguments travel
+  const plain = JSON.stringify(value);
+  if (plain === undefined) return 'null';
+  return JSON.stringify(sortKeys(JSON.parse(plain)));
 }
 
-function sortKeys(v: unknown): unknown {
+/** A value with every object's keys sorted (by code unit), arrays in order. */
+export function sortKeys(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(sortKeys);
   if (v && typeof v === 'object') {
     const out: Record<string, unknown> = {};

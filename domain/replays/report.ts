@@ -17,6 +17,7 @@
 import { diffWordsWithSpace, structuredPatch } from 'diff';
 import { z } from 'zod';
 import { formatMoney } from '../budgets/prices.js';
+import { canonicalJson, sortKeys } from '../../common/replays.js';
 
 // =====================================================================================
 // Limits
@@ -292,27 +293,13 @@ export type ReplayReport = z.infer<typeof ReplayReportSchema>;
 // canonicalJson
 // =====================================================================================
 
-function sortKeys(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(sortKeys);
-  if (value !== null && typeof value === 'object') {
-    const obj = value as Record<string, unknown>;
-    const out: Record<string, unknown> = {};
-    for (const k of Object.keys(obj).sort()) out[k] = sortKeys(obj[k]);
-    return out;
-  }
-  return value;
-}
-
 /**
- * The canonical text of a tool call's arguments: JSON with every object's keys sorted (by code
- * unit), arrays in order, what JSON drops dropped (`undefined` members), `toJSON` applied.
- * Two calls have the same arguments exactly when their canonical texts are equal.
+ * The canonical text of a tool call's arguments (common/replays.ts, the one the replay's
+ * answering matches calls by): JSON with every object's keys sorted, arrays in order, what JSON
+ * drops dropped, `toJSON` applied. Two calls have the same arguments exactly when their
+ * canonical texts are equal.
  */
-export function canonicalJson(value: unknown): string {
-  const plain = JSON.stringify(value);
-  if (plain === undefined) return 'null';
-  return JSON.stringify(sortKeys(JSON.parse(plain)));
-}
+export { canonicalJson };
 
 // =====================================================================================
 // textDiff
