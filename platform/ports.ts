@@ -20,6 +20,11 @@ const LOWEST = 10_000;
  * the one the node cannot get back.
  */
 export const BLOCKS_LOW = 21_000;
+/**
+ * Ports from here up to the ephemeral range are left for single ports a caller keeps across a
+ * restart (`freeKeptPort`: a test's Steward restarted on the same settings); the blocks end below it.
+ */
+export const KEPT_LOW = 29_000;
 /** Draws before falling back to a kernel-chosen port. */
 const ATTEMPTS = 50;
 
@@ -58,6 +63,16 @@ export async function portFree(port: number, host = '127.0.0.1'): Promise<boolea
 export async function freePort(host = '127.0.0.1'): Promise<number> {
   const high = Math.min(ephemeralLow(), BLOCKS_LOW) - 1;
   return freePortIn(high - LOWEST >= 1_000 ? { low: LOWEST, high } : undefined, host);
+}
+
+/**
+ * A port free on `host` now that the caller may stop listening on and take again later: drawn
+ * above the blocks, where neither `freePort` nor a block draws, so no other process takes it
+ * while it is closed. Below the blocks when the ephemeral range starts too low to leave room.
+ */
+export async function freeKeptPort(host = '127.0.0.1'): Promise<number> {
+  const high = ephemeralLow() - 1;
+  return high - KEPT_LOW >= 1_000 ? freePortIn({ low: KEPT_LOW, high }, host) : freePort(host);
 }
 
 /** A port free on `host` now, drawn from `range` (both ends included), else chosen by the kernel. */

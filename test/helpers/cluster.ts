@@ -10,7 +10,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { readState, type ClusterState } from '../../platform/cluster.js';
 import { nodePorts, readComposeTopology } from '../../platform/cluster-plan.js';
-import { BLOCKS_LOW, portFree } from '../../platform/ports.js';
+import { BLOCKS_LOW, KEPT_LOW, portFree } from '../../platform/ports.js';
 import type { ModelServer } from './model-server.js';
 import { freePort, repoRoot } from './process.js';
 
@@ -29,11 +29,11 @@ export function clusterMissing(): string | undefined {
 
 /**
  * A base port whose two nodes' ports, the frontend's and Steward's are all free (below 32768:
- * Temporal keeps members' ports as SQL smallints), in the blocks' range that `freePort` never
- * draws from: a node killed by a test gets its ports back when it restarts.
+ * Temporal keeps members' ports as SQL smallints), in the blocks' range that `freePort` and
+ * `freeKeptPort` never draw from: a node killed by a test gets its ports back when it restarts.
  */
 async function freeBase(): Promise<number> {
-  const slots = Math.floor((32_767 - 212 - BLOCKS_LOW) / 40);
+  const slots = Math.floor((KEPT_LOW - 1 - 212 - BLOCKS_LOW) / 40);
   for (let i = 0; i < 50; i++) {
     const base = BLOCKS_LOW + 40 * Math.floor(Math.random() * slots);
     const ports = [0, 1].flatMap((n) => Object.values(nodePorts(base, n))).concat([100, 200, 201, 202, 210, 211, 212].map((d) => base + d));

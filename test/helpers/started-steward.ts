@@ -3,7 +3,8 @@
  * ports, API token, the scripted model, the embedded SQLite and Temporal), the process spawned
  * from the repository root, and the wait for its `API:` banner line.
  */
-import { freePort, spawnProcess, type Spawned } from './process.js';
+import { freeKeptPort } from '../../platform/ports.js';
+import { spawnProcess, type Spawned } from './process.js';
 
 export interface StewardPorts {
   http: number;
@@ -13,7 +14,7 @@ export interface StewardPorts {
 
 /** Three free ports: the HTTP API, the embedded Temporal server, its UI. */
 export async function freeStewardPorts(): Promise<StewardPorts> {
-  return { http: await freePort(), temporal: await freePort(), ui: await freePort() };
+  return { http: await freeKeptPort(), temporal: await freeKeptPort(), ui: await freeKeptPort() };
 }
 
 /** The environment of a started Steward: this process's, with the test's own settings on top (`extra` last). */

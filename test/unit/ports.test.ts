@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:net';
 import { describe, it } from 'node:test';
-import { BLOCKS_LOW, ephemeralLow, freePort, freePortIn } from '../../platform/ports.js';
+import { BLOCKS_LOW, KEPT_LOW, ephemeralLow, freeKeptPort, freePort, freePortIn } from '../../platform/ports.js';
 
 function listen(port: number): Promise<Server> {
   return new Promise((resolve, reject) => {
@@ -35,6 +35,18 @@ describe('free ports', () => {
     for (const port of ports) assert.ok(port >= 10_000 && port < low, `${port} lies below the ephemeral range and the blocks (${low})`);
     const servers = await Promise.all(ports.map(listen));
     await Promise.all(servers.map(close));
+  });
+
+  it('hands out kept ports above the blocks and below the ephemeral range, where freePort never draws', async () => {
+    const high = ephemeralLow();
+    const kept: number[] = [];
+    for (let i = 0; i < 20; i++) kept.push(await freeKeptPort());
+    assert.equal(new Set(kept).size, kept.length, 'no port handed out twice');
+    if (high - KEPT_LOW > 1_000) for (const port of kept) assert.ok(port >= KEPT_LOW && port < high, `${port} lies in [${KEPT_LOW}, ${high})`);
+    assert.ok(KEPT_LOW > BLOCKS_LOW, 'the blocks end below the kept ports');
+    const drawn = new Set<number>();
+    for (let i = 0; i < 40; i++) drawn.add(await freePort());
+    for (const port of drawn) assert.ok(port < BLOCKS_LOW, `freePort drew ${port}, in the kept or blocks range`);
   });
 
   it('skips a port something listens on, and asks the kernel when the whole range is taken', async () => {
