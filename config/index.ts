@@ -206,6 +206,7 @@ export const ConfigEnvSchema = z.object(documented({
     message: 'expected provider:model of an embeddings model with provider openai or openai-compatible (e.g. openai:text-embedding-3-small; Anthropic has none)',
   }),
   STEWARD_SKILLS_DIR: optionalString,
+  STEWARD_REPLAY_HISTORIES: optionalString,
   STEWARD_MEMORY_APPROVAL: z.enum(['members', 'all', 'none'], { error: 'expected members (members wait for an admin), all (everyone does) or none' }).default('members'),
   STEWARD_MEMORY_RECALL: z.coerce
     .number({ error: 'expected a whole number of memories recalled per model step (0 to 20; 0 turns recall off)' })
@@ -588,6 +589,8 @@ export interface StewardConfig {
   /** The heartbeat (STEWARD_HEARTBEAT_*): how often every part is checked, and how long a degraded one waits before the admins are told. */
   heartbeat: { intervalMs: number; thresholdMs: number };
   webhooks: { toleranceMs: number };
+  /** Counterfactual replay (docs/replay.md): a folder of recorded histories read for runs Temporal no longer keeps (STEWARD_REPLAY_HISTORIES). */
+  replay: { historiesDir?: string };
   /** The inbound SMTP listener of objectives' email triggers (off when no port is set). */
   inboundSmtp?: { host: string; port: number; maxBytes: number; allowFrom: string[] };
   databaseUrl: string;
@@ -993,6 +996,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     temporal: temporalSection(e),
     workers: workersSection(e, cwd),
     webhooks: { toleranceMs: e.STEWARD_WEBHOOK_TOLERANCE },
+    replay: e.STEWARD_REPLAY_HISTORIES ? { historiesDir: path.resolve(cwd, e.STEWARD_REPLAY_HISTORIES) } : {},
     heartbeat: { intervalMs: e.STEWARD_HEARTBEAT_INTERVAL, thresholdMs: e.STEWARD_HEARTBEAT_THRESHOLD },
     ...(e.STEWARD_INBOUND_SMTP_PORT !== undefined
       ? { inboundSmtp: { host: e.STEWARD_INBOUND_SMTP_HOST, port: e.STEWARD_INBOUND_SMTP_PORT, maxBytes: e.STEWARD_INBOUND_SMTP_MAX_BYTES, allowFrom: e.STEWARD_INBOUND_SMTP_ALLOW_FROM } }

@@ -146,6 +146,12 @@ export const SETTING_DOCS = {
       'Skills: a folder of `<name>/SKILL.md` runbooks (YAML front matter: name, description, when, roles) the agent is given once per session when a message asks for them; a workspace adds its own `skills/`. It need not exist.',
     unset: '`<data dir>/skills`',
   },
+  STEWARD_REPLAY_HISTORIES: {
+    group: 'Operations',
+    description:
+      "Counterfactual replay: a folder of recorded histories (what `steward histories record` writes) read for a past turn whose run Temporal no longer keeps (past the namespace's retention). Without it such a turn is reported not replayable.",
+    unset: 'none (runs are read from Temporal only)',
+  },
   STEWARD_MEMORY_APPROVAL: {
     group: 'Knowledge',
     description: 'Whose memory proposals (the remember tool) wait for an admin: members (everyone below admin), all, or none.',

@@ -70,6 +70,7 @@ import { setBudgetStandings, setModelPrices } from '../common/metrics.js';
 import { installTracing, renderMetrics, sdkMetricsTelemetry, startMetricsServer, useSdkMetrics, type MetricsServer, type Tracing } from './telemetry.js';
 import { createSenders, runLinker, startChannels, type RunningChannel } from './channels.js';
 import { freePort } from './ports.js';
+import { openHistoryArchive } from './history-archive.js';
 import { connectTemporal, ensureSearchAttributes, startEmbeddedTemporal } from './temporal-server.js';
 import { wakeBudgetWaiters } from '../services/budgets/waiters.js';
 import { createBudgetService, type BudgetService } from '../services/budgets.js';
@@ -357,7 +358,13 @@ function replayWorkerFor(
     ...opts.telemetry,
     ...(opts.workerDeploymentOptions ? { workerDeploymentOptions: opts.workerDeploymentOptions } : {}),
     activitiesOnly: true,
-    activities: createReplayActivities({ ...deps, maxSteps: config.model.maxSteps, backgroundQueue, prices: createPriceTable(config.model.prices).all() }),
+    activities: createReplayActivities({
+      ...deps,
+      maxSteps: config.model.maxSteps,
+      backgroundQueue,
+      prices: createPriceTable(config.model.prices).all(),
+      ...(config.replay.historiesDir ? { archive: openHistoryArchive(config.replay.historiesDir) } : {}),
+    }),
     concurrency: { maxConcurrentActivityTaskExecutions: 4 },
   });
 }
