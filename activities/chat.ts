@@ -9,7 +9,7 @@ import { createRetriever, groundingText, type Grounding, type RetrievalLimits, t
 import type { KnowledgeIndex } from '../domain/knowledge/index-store.js';
 import { createPromptLayers, layeredSystemPrompt, type PromptLayer, type PromptLayers } from '../domain/knowledge/prompt-layers.js';
 import { resolveInWorkspace, WorkspacePathError } from '../domain/knowledge/paths.js';
-import type { MemoryApproval } from '../domain/knowledge/memory.js';
+import type { MemoryApproval, MemoryRow } from '../domain/knowledge/memory.js';
 import { createSkillMatcher } from '../domain/knowledge/skills.js';
 import { createTurnKnowledge, type SkillUse, type TurnKnowledge } from '../domain/knowledge/turn-knowledge.js';
 import { readFile } from 'node:fs/promises';
@@ -409,6 +409,8 @@ export interface StepOptions {
   skills?: boolean;
   /** Ground the step in the chat's workspace (default true). */
   ground?: boolean;
+  /** The memories the step recalls, instead of searching them now (a replay: what the recorded step recalled). */
+  recall?: () => Promise<MemoryRow[]>;
 }
 
 /** A model step's result, and how long the model call took. */
@@ -460,7 +462,7 @@ export async function modelStepWith(c: ChatContext, input: ModelStepInput, o: St
                 },
               }),
           recall: async (query: string) => {
-            const rows = await tk.recall(input.conversation, query);
+            const rows = o.recall ? await o.recall() : await tk.recall(input.conversation, query);
             recalled = rows.map((m) => m.id);
             return tk.recallText(rows);
           },

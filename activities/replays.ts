@@ -27,13 +27,16 @@ import { getBlobText, putBlob } from '../domain/blobs.js';
 import { createRetriever, DEFAULT_RETRIEVAL } from '../domain/knowledge/grounding.js';
 import { layeredSystemPrompt, type PromptLayer } from '../domain/knowledge/prompt-layers.js';
 import { withStepKey, type SpendContext } from '../domain/model.js';
-import { writeReceipt } from '../domain/receipts.js';
-import { recordedTurn, stepsOf, toolCallsOf, turnRunActivities, type RecordedTurn, type RecordedTurnResult } from '../domain/replays/record.js';
+import { receiptsByKeys, writeReceipt } from '../domain/receipts.js';
+import { findMemory, type MemoryRow } from '../domain/knowledge/memory.js';
+import type { Db } from '../domain/db.js';
+import { recordedTurn, stepsOf, toolCallsOf, turnRunActivities, type HistoryArchive, type RecordedSteering, type RecordedTurn, type RecordedTurnResult } from '../domain/replays/record.js';
 import { compareSides, summarise } from '../domain/replays/sides.js';
 import { finishReplay, getReplay } from '../domain/store/replays.js';
 import { loadToolCall } from '../domain/tools/calls.js';
 import { toolResultMessage } from '../domain/tools.js';
-import type { TurnInput, TurnResult } from '../workflows/types.js';
+import type { TurnInput } from '../workflows/types.js';
+import type { ReplayedTurnResult } from '../workflows/replays/replay.js';
 import {
   createChatContext,
   modelStepWith,
@@ -57,6 +60,8 @@ export interface ReplayActivityDeps extends ActivityDeps {
   backgroundQueue: string;
   /** Prices for the report's cost (STEWARD_MODEL_PRICES over the defaults); absent: no cost. */
   prices?: Prices;
+  /** Recorded histories of runs Temporal no longer keeps (STEWARD_REPLAY_HISTORIES). */
+  archive?: HistoryArchive;
 }
 
 /** What the model is told of a call the record cannot answer. */
@@ -65,7 +70,19 @@ export function simulatedText(tool: string): string {
 }
 
 /** What `loadReplayTurn` gives the replay workflow: the turn to run, or the report of one that cannot be replayed. */
-export type LoadedReplayTurn = { replayable: true; turnInput: TurnInput } | { replayable: false; reportHash: string; reason: string };
+export type LoadedReplayTurn =
+  | {
+      replayable: true;
+      turnInput: TurnInput;
+      /** The record's later steering, given to the loop before the step that took it in. */
+      steering?: RecordedSteering[];
+      /** The record's /stop: the replay stops in the same step (docs/replay.md "Steering and /stop"). */
+      stop?: { step: number; inFlight: boolean };
+    }
+  | { replayable: false; reportHash: string; reason: string };
+
+/** The failure type of a model step the record shows stopped while it ran: it is not asked of the model again. */
+export const RECORDED_STOP = 'RecordedStop';
 
 /** What a replayed turn's activity results carry besides the production ones (the loop ignores them; the report reads them). */
 interface ReplayToolAnswer {
@@ -135,7 +152,7 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
       return { alternative: row.alternative, requestedBy: row.requestedBy, ctx: contextFor(c, row.alternative) };
     });
   // read once per replay and turn (a later replay reads the record again: its blobs may be gone since)
-  const recordOf = (replayId: string, turnId: string) => remember(records, replayTurnId(replayId, turnId), () => recordedTurn(deps.db, Context.current().client, turnId));
+  const recordOf = (replayId: string, turnId: string) => remember(records, replayTurnId(replayId, turnId), () => recordedTurn(deps.db, Context.current().client, turnId, deps.archive));
 
   /** The replay and the recorded turn of a replayed turn's id (every activity input carries it). */
   async function resolve(id: string): Promise<{ replayId: string; state: ReplayState; record: RecordedTurn }> {
@@ -155,7 +172,12 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
   });
 
   async function modelStep(input: ModelStepInput): Promise<ModelStepResult & { latencyMs: number }> {
-    const { state } = await resolve(input.turnId);
+    const { state, record } = await resolve(input.turnId);
+    // the record's /stop came while this step's model call ran: the replay stops here too (its
+    // workflow cancels the loop), and the model is not asked what nobody would have read
+    if (record.stop?.inFlight && input.step >= record.stop.step) {
+      throw ApplicationFailure.create({ type: RECORDED_STOP, message: `the recorded turn was stopped (/stop) during model step ${record.stop.step}`, nonRetryable: true });
+    }
     const alt = state.alternative;
     const sp = systemPromptFor(alt);
     const out = await modelStepWith(state.ctx, input, {
@@ -165,6 +187,7 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
       ...(sp ? { systemPrompt: sp } : {}),
       ...(alt.skills === 'off' ? { skills: false } : {}),
       ...(alt.retrieval?.enabled === false ? { ground: false } : {}),
+      ...(record.steps.some((st) => st.step === input.step) ? { recall: () => recordedRecall(deps.db, record.turnId, input.step) } : {}),
     });
     return { ...out.result, latencyMs: out.ms };
   }
@@ -223,7 +246,7 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
     clearProgress,
     // the replay workflow's own
     loadReplayTurn: (input: { replayId: string; turnId: string }) => loadReplayTurn(r, input),
-    reportReplayTurn: (input: { replayId: string; turnId: string; result: TurnResult }) => reportReplayTurn(r, input),
+    reportReplayTurn: (input: { replayId: string; turnId: string; result: ReplayedTurnResult }) => reportReplayTurn(r, input),
     saveReplayReport: (input: SaveReplayReportInput) => saveReplayReport(deps, input),
   };
 }
@@ -263,7 +286,21 @@ async function loadReplayTurn(r: Replays, input: { replayId: string; turnId: str
       progress: false,
       activityQueue: replayQueueOf(deps.backgroundQueue),
     },
+    ...(record.steering.length > 0 ? { steering: record.steering } : {}),
+    ...(record.stop ? { stop: record.stop } : {}),
   };
+}
+
+/**
+ * The memories a recorded step recalled (its `memory.recall` receipt), as they are now: a replayed
+ * step sees what the recorded one saw, not memories saved since (docs/replay.md "What a replayed
+ * turn reads"). A memory deleted since is left out.
+ */
+async function recordedRecall(db: Db, turnId: string, step: number): Promise<MemoryRow[]> {
+  const [r] = await receiptsByKeys(db, [`${turnId}:memory:${step}`]);
+  const ids = r && Array.isArray((r.data as { memories?: unknown }).memories) ? ((r.data as { memories: unknown[] }).memories.map(String)) : [];
+  const rows = await Promise.all(ids.map((id) => findMemory(db, id)));
+  return rows.filter((m): m is MemoryRow => m !== null);
 }
 
 function costOf(deps: ReplayActivityDeps, model: string, usage: { input: number; output: number }): number | undefined {
@@ -286,7 +323,7 @@ function recordedSide(deps: ReplayActivityDeps, r: RecordedTurn): ReplaySide {
 }
 
 /** After a replayed turn: its report (both sides compared), stored as a blob; the hash goes to the replay workflow. */
-async function reportReplayTurn(r: Replays, input: { replayId: string; turnId: string; result: TurnResult }): Promise<{ reportHash: string; changed: boolean }> {
+async function reportReplayTurn(r: Replays, input: { replayId: string; turnId: string; result: ReplayedTurnResult }): Promise<{ reportHash: string; changed: boolean }> {
   const { deps } = r;
   const { record, state } = await r.resolve(replayTurnId(input.replayId, input.turnId));
   const wf = activityInfo().workflowExecution;

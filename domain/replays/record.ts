@@ -13,10 +13,14 @@
  * wrote. A turn whose blobs are gone (pruned), whose run Temporal no longer keeps (retention), or
  * whose receipt is missing is `{ replayable: false, reason }`.
  *
+ * A run Temporal no longer keeps is read from an archive of recorded histories when one is given
+ * (`HistoryArchive`, platform/history-archive.ts: the folder `steward histories record` writes),
+ * with the same reader; its payloads are read through the same codec.
+ *
  * The same reader reads a replayed turn's own run (turnRunActivities), so both sides of a report
  * are measured the same way.
  */
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { arrayFromPayloads } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
 import { replyKey, type ConversationKey } from '../../common/ids.js';
@@ -28,6 +32,11 @@ import { receiptsByKeys } from '../receipts.js';
 import { messageByKey, messagesByKeys } from '../transcript.js';
 
 type HistoryEvent = temporal.api.history.v1.IHistoryEvent;
+
+/** Recorded histories of runs Temporal no longer keeps, by workflow and run id (platform/history-archive.ts). */
+export interface HistoryArchive {
+  history(workflowId: string, runId: string): Promise<temporal.api.history.v1.IHistory | undefined>;
+}
 
 /** One activity of a turn as its run's history has it. */
 export interface TurnActivity {
@@ -57,8 +66,8 @@ const asRecord = (v: unknown): Record<string, unknown> => (v && typeof v === 'ob
  * Local activities (an inline turn's delivery and panel) are not read: the reply comes from the
  * transcript.
  */
-export async function turnRunActivities(client: Client, workflowId: string, runId: string | undefined, turnId: string): Promise<TurnActivity[]> {
-  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+export async function turnRunActivities(client: Client, workflowId: string, runId: string | undefined, turnId: string, recorded?: temporal.api.history.v1.IHistory): Promise<TurnActivity[]> {
+  const history = recorded ?? (await client.workflow.getHandle(workflowId, runId).fetchHistory());
   const scheduled = new Map<string, TurnActivity>();
   const out: TurnActivity[] = [];
   const approvalIds = new Set<string>();
@@ -127,11 +136,40 @@ export interface RecordedTurn {
   steps: RecordedStep[];
   toolCalls: RecordedToolCall[];
   reply: string;
+  /** How the turn ended: its end receipt's outcome (`replied`, `notice`, `budget-refused`, ...), `stopped` (by /stop), or `unfinished`. */
   outcome: string;
+  /** Steering that arrived while the turn ran (docs/replay.md): given to the replay before the step that took it in. */
+  steering: RecordedSteering[];
+  /** The turn was stopped (/stop) in this step: in its model call (`inFlight`), or after it (waiting for an approval, running a tool). */
+  stop?: { step: number; inFlight: boolean };
   model: string;
   usage: TokenUsage;
   /** The model steps' time (scheduled to completed), summed. */
   latencyMs: number;
+}
+
+/** Steering the record shows taken in by model step `beforeStep` (it arrived while the step before ran). */
+export interface RecordedSteering {
+  beforeStep: number;
+  texts: string[];
+}
+
+/**
+ * The steering of a turn's model steps (their inputs' `steers`, cumulative): what the first step
+ * started with, and what each later step took in that the one before had not.
+ */
+export function steeringOf(acts: TurnActivity[]): { initial: string[]; later: RecordedSteering[] } {
+  const steps = acts.filter((a) => a.type === 'modelStep');
+  const steersOf = (a: TurnActivity | undefined) => (Array.isArray(a?.input.steers) ? (a.input.steers as unknown[]).map(String) : []);
+  const initial = steersOf(steps[0]);
+  const later: RecordedSteering[] = [];
+  let seen = initial.length;
+  for (const a of steps.slice(1)) {
+    const all = steersOf(a);
+    if (all.length > seen) later.push({ beforeStep: Number(a.input.step ?? 0), texts: all.slice(seen) });
+    seen = Math.max(seen, all.length);
+  }
+  return { initial, later };
 }
 
 export type RecordedTurnResult = RecordedTurn | { replayable: false; turnId: string; reason: string };
@@ -248,7 +286,7 @@ async function startReceipt(db: Db, turnId: string): Promise<StartReceipt | unde
  * Everything a replay needs of the past turn `turnId` (a chat or an objective turn), or why it
  * cannot be replayed. Reads; writes nothing.
  */
-export async function recordedTurn(db: Db, client: Client, turnId: string): Promise<RecordedTurnResult> {
+export async function recordedTurn(db: Db, client: Client, turnId: string, archive?: HistoryArchive): Promise<RecordedTurnResult> {
   const no = (reason: string): RecordedTurnResult => ({ replayable: false, turnId, reason });
   const start = await startReceipt(db, turnId);
   if (!start) return no(`no turn.start receipt for turn ${turnId}: not a turn Steward ran, or its receipts were removed`);
@@ -257,7 +295,14 @@ export async function recordedTurn(db: Db, client: Client, turnId: string): Prom
     acts = await turnRunActivities(client, start.workflowId, start.runId, turnId);
   } catch (err) {
     const msg = (err as Error).message;
-    return no(/not found/i.test(msg) ? `the run ${start.workflowId} (${start.runId}) is no longer in Temporal (past its retention)` : `its run could not be read: ${msg}`);
+    if (!(err instanceof WorkflowNotFoundError) && !/not found/i.test(msg)) return no(`its run could not be read: ${msg}`);
+    const kept = await archive?.history(start.workflowId, start.runId);
+    if (!kept) return no(`the run ${start.workflowId} (${start.runId}) is no longer in Temporal (past its retention)${archive ? ' nor in the archive of recorded histories' : ''}`);
+    try {
+      acts = await turnRunActivities(client, start.workflowId, start.runId, turnId, kept);
+    } catch (e) {
+      return no(`its run's recorded history could not be read: ${(e as Error).message}`);
+    }
   }
   const first = acts.find((a) => a.type === 'modelStep');
   if (!first) return no(`the run ${start.workflowId} (${start.runId}) has no model step of this turn`);
@@ -279,6 +324,11 @@ export async function recordedTurn(db: Db, client: Client, turnId: string): Prom
   const [end] = await receiptsByKeys(db, [`${turnId}:end`]);
   const endData = asRecord(end?.data);
   const maxSteps = Math.max(steps.length, 1);
+  const steering = steeringOf(acts);
+  // a stopped turn writes no end receipt; its notice is in the transcript under `<turn>:stopped`
+  const stopped = !end && (await messageByKey(db, `${turnId}:stopped`)) !== undefined;
+  const lastModelStep = acts.filter((a) => a.type === 'modelStep').at(-1);
+  const outcome = end ? (typeof endData.outcome === 'string' ? endData.outcome : endData.kind === 'notice' ? 'notice' : 'replied') : stopped ? 'stopped' : 'unfinished';
   return {
     replayable: true,
     turnId,
@@ -296,13 +346,15 @@ export async function recordedTurn(db: Db, client: Client, turnId: string): Prom
       // the steering the turn started with (later steering is not replayed: docs/replay.md); its
       // steerer is not in history's step input, so it is the batch's last sender: the requester
       // set (an MCP tool's approval by role) stays the recorded senders'
-      steers: (Array.isArray(inp.steers) ? inp.steers.map(String) : []).map((text) => ({ text, by: last?.user ?? 'replay', ...(last?.identityId ? { byId: last.identityId } : {}) })),
+      steers: steering.initial.map((text) => ({ text, by: last?.user ?? 'replay', ...(last?.identityId ? { byId: last.identityId } : {}) })),
       maxSteps,
     },
     steps,
     toolCalls,
     reply,
-    outcome: typeof endData.outcome === 'string' ? endData.outcome : endData.kind === 'notice' ? 'notice' : 'replied',
+    outcome,
+    steering: steering.later,
+    ...(stopped && lastModelStep ? { stop: { step: Number(lastModelStep.input.step ?? 1), inFlight: lastModelStep.result === undefined } } : {}),
     model: settings.model,
     usage: steps.reduce((u, s) => addUsage(u, s.usage), ZERO),
     latencyMs: steps.reduce((n, s) => n + s.latencyMs, 0),

@@ -7,7 +7,7 @@
  * children; the report of what was replayed is saved either way.
  * Deterministic: no I/O here, only activities.
  */
-import { CancellationScope, condition, executeChild, isCancellation, proxyActivities, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { CancellationScope, condition, executeChild, isCancellation, patched, proxyActivities, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { ReplayActivities } from '../../activities/replays.js';
 import { replayQueueOf } from '../../common/ids.js';
 import type { ReplayAlternative, ReplaySummary, ReplayTurnsInput } from '../../common/replays.js';
@@ -15,6 +15,12 @@ import { turnStatusQuery } from '../messages.js';
 import { KindAttr } from '../search-attributes.js';
 import { TurnLoop } from '../chat/turn-loop.js';
 import type { TurnResult } from '../types.js';
+
+/** A replayed turn's end: the loop's, or `stopped` where the record's /stop came. */
+export type ReplayedTurnResult = Omit<TurnResult, 'outcome'> & { outcome: TurnResult['outcome'] | 'stopped' };
+
+/** Replayed turns take the record's later steering and its /stop at the steps they came in. */
+export const REPLAY_INPUTS_PATCH = 'steward-replay-inputs';
 
 /** The replay queue of the queue this workflow runs on (the background queue). */
 function replayQueue(): string {
@@ -74,9 +80,39 @@ export async function replayTurnWorkflow(input: ReplayTurnInput): Promise<Replay
       }
     }
   })().catch(() => undefined);
-  let result: TurnResult;
+  // the record's steering and /stop, at the steps they came in (REPLAY_INPUTS_PATCH: replays
+  // started before it gave the loop the turn's first steering only, and never stopped it)
+  const steering = loaded.steering ?? [];
+  const last = loaded.turnInput.inbound.at(-1);
+  const stop = loaded.stop;
+  const scope = new CancellationScope();
+  let stopped = false;
+  if ((steering.length > 0 || stop) && patched(REPLAY_INPUTS_PATCH)) {
+    void (async () => {
+      for (const s of steering) {
+        // taken in by step `beforeStep`: given while the step before runs, as it came in the record
+        await condition(() => done || loop.status.step >= s.beforeStep - 1);
+        if (done) return;
+        // the steerer, as for the turn's first steering: the batch's last sender (docs/replay.md)
+        for (const text of s.texts) loop.steer({ text, by: last?.user ?? 'replay', ...(last?.identityId ? { byId: last.identityId } : {}) });
+      }
+    })().catch(() => undefined);
+    if (stop) {
+      void (async () => {
+        // in the step's model call, or once its call is answered (an approval, a tool)
+        await condition(() => done || (stop.inFlight ? loop.status.step >= stop.step : loop.status.step > stop.step || (loop.status.step === stop.step && loop.status.phase !== 'model')));
+        if (done) return;
+        stopped = true;
+        scope.cancel();
+      })().catch(() => undefined);
+    }
+  }
+  let result: ReplayedTurnResult;
   try {
-    result = await loop.run();
+    result = await scope.run(() => loop.run());
+  } catch (err) {
+    if (!(stopped && isCancellation(err))) throw err;
+    result = { outcome: 'stopped', usage: loop.status.usage, steps: loop.status.step, unappliedSteers: [] };
   } finally {
     done = true;
   }
