@@ -104,9 +104,12 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 
  * is stopped with a message queued, so its run continues as new carrying that message), beside
  * `session-inl-nt-NN`, recorded before it; `rs` the channels scenario recorded with the patch
  * `steward-requester-set` (the requester set goes to the approval request and the tool run),
- * beside `session-ch-inl-NN`, recorded before it.
+ * beside `session-ch-inl-NN`, recorded before it. `rp` marks the session scenarios recorded with
+ * their replay records (test/replay/records/<tag>.json: the rows and model answers a replay of
+ * their turns reads), beside the same scenarios' earlier files (`session-inl-cm-NN`,
+ * `session-ch-rs-NN`, `session-dd-NN`, `session-bw-NN`, `session-mcp-NN`, `session-kn-NN`).
  */
-const TAGS: Record<string, string> = { foundation: 'inl-cm-', channels: 'ch-rs-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-', workspaces: 'ws-', knowledge: 'kn-', mcp: 'mcp-', tasks: 'tk-', intake: 'dd-' };
+const TAGS: Record<string, string> = { foundation: 'fd-rp-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-rp-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);
@@ -121,7 +124,7 @@ const dbh = await sqlite.create();
  * Write every closed run of the session as this scenario's files (its turns run inside it: a
  * session this code starts takes the `steward-inline-turn` path, so there is no child turn).
  */
-async function exportRuns(e: TestWorkflowEnvironment, sessionId: string): Promise<void> {
+async function exportRuns(e: TestWorkflowEnvironment, sessionId: string, harness: RecordHarness = 'plain'): Promise<void> {
   // the scenario ends with /new: wait until the run that took it has continued as new (its
   // notice goes out just before), so the latest run holds no newTask signal, and until
   // visibility lists every earlier run closed
@@ -156,6 +159,66 @@ async function exportRuns(e: TestWorkflowEnvironment, sessionId: string): Promis
   }
   const sorted = Object.fromEntries(Object.entries(index).sort(([a], [b]) => a.localeCompare(b)));
   await writeFile(indexFile, `${JSON.stringify(sorted, null, 2)}\n`);
+  await exportRecords(sessionId, harness);
+}
+
+/** The text files under `root` by their path relative to it (a workspace's, for its record). */
+async function filesOf(root: string, rel = ''): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const e of await readdir(path.join(root, rel), { withFileTypes: true })) {
+    const p = rel ? `${rel}/${e.name}` : e.name;
+    if (e.isDirectory()) Object.assign(out, await filesOf(root, p));
+    else if (e.isFile()) out[p] = await readFile(path.join(root, p), 'utf8');
+  }
+  return out;
+}
+
+/**
+ * How a scenario's workers were set up, as far as a replay of its turns must set up the same
+ * (test/e2e/replay-corpus.test.ts): `plain` (the harness's defaults), `channels` (a Telegram
+ * sender), `mcp` (the MCP reference servers), `knowledge` (a workspace with a skill), `budgets`
+ * (the spend ledger on, as the started platform runs it).
+ */
+type RecordHarness = 'plain' | 'channels' | 'mcp' | 'knowledge' | 'budgets';
+
+/**
+ * The rest of a session's record beside its histories, in test/replay/records/<tag>.json: the
+ * database rows a replay reads of its turns (receipts, the transcript, the blobs: docs/replay.md
+ * "The record"), the budgets defined (configuration: with one, every call reserves) and the
+ * scripted model's answers, each with the request it answered. The
+ * scenario's database holds only this scenario, so every row is the session's.
+ */
+async function exportRecords(sessionId: string, harness: RecordHarness): Promise<void> {
+  const db = dbh.db;
+  const receipts = await db.receipt.findMany({ orderBy: { id: 'asc' } });
+  const messages = await db.message.findMany({ orderBy: { seq: 'asc' } });
+  const blobs = await db.blob.findMany({ orderBy: { hash: 'asc' } });
+  // the configuration a budget is part of: whether any budget exists decides whether a call reserves (and asks for max_tokens)
+  const budgets = await db.budget.findMany({ orderBy: { id: 'asc' } });
+  // knowledge: the workspaces (their files), the chats bound to them and the memories, as the scenario left them
+  const workspaces = await Promise.all(
+    (await db.workspace.findMany({ orderBy: { name: 'asc' } })).map(async (w) => ({ name: w.name, files: await filesOf(w.root) })),
+  );
+  const workspaceBindings = (await db.workspaceBinding.findMany()).map((b) => ({ platform: b.platform, account: b.account, chatId: b.chatId, workspace: b.workspace }));
+  const memories = (await db.memory.findMany({ orderBy: { id: 'asc' } })).map((m) => ({ ...m, decidedAt: m.decidedAt?.toISOString() ?? null, createdAt: m.createdAt.toISOString(), updatedAt: m.updatedAt.toISOString() }));
+  const record = {
+    scenario,
+    harness,
+    sessionId,
+    receipts: receipts.map((r) => ({ ...r, createdAt: r.createdAt.toISOString() })),
+    messages: messages.map((m) => ({ ...m, createdAt: m.createdAt.toISOString() })),
+    blobs: blobs.map((b) => ({ ...b, data: Buffer.from(b.data).toString('base64'), createdAt: b.createdAt.toISOString() })),
+    workspaces,
+    workspaceBindings,
+    memories,
+    budgets: budgets.map((b) => ({ ...b, tokens: b.tokens?.toString() ?? null, micros: b.micros?.toString() ?? null, createdAt: b.createdAt.toISOString(), updatedAt: b.updatedAt.toISOString() })),
+    exchanges: model.exchanges,
+  };
+  const dir = new URL('../test/replay/records/', import.meta.url);
+  await mkdir(dir, { recursive: true });
+  const name = `${tag.replace(/-$/, '')}.json`;
+  await writeFile(new URL(name, dir), `${JSON.stringify(record, null, 1)}\n`);
+  console.log(`wrote records/${name} (${receipts.length} receipts, ${messages.length} messages, ${blobs.length} blobs, ${model.exchanges.length} model answers)`);
 }
 
 async function foundation(m: ModelServer): Promise<void> {
@@ -247,7 +310,7 @@ async function budgetWait(m: ModelServer): Promise<void> {
     await h.waitForMessage((x) => x.text.startsWith('Stopped the running turn'));
     await h.send('/new');
     await h.waitForMessage((x) => x.text.startsWith('New task started'));
-    await exportRuns(env, h.sessionId);
+    await exportRuns(env, h.sessionId, 'budgets');
   });
 }
 
@@ -311,7 +374,7 @@ async function channels(m: ModelServer): Promise<void> {
     // close the session's run so its history is complete
     await say('/new');
     await sender.waitForPost((p) => p.chatId === member && p.text.startsWith('New task started'));
-    await exportRuns(env, sessionId);
+    await exportRuns(env, sessionId, 'channels');
   });
 }
 
@@ -521,7 +584,8 @@ async function knowledgeSession(m: ModelServer): Promise<void> {
       await writeFile(path.join(root, 'guide.md'), '# Guide\n\n## Rollback\nRun the rollback job, then restore the previous image tag.\n');
       await writeFile(path.join(root, 'skills', 'deploy-rollback', 'SKILL.md'), '---\nname: deploy-rollback\ndescription: Roll back a failed deployment\nwhen: a deploy failed\n---\n1. Freeze the pipeline.\n2. Run the rollback job.\n');
       await h.send(`/workspace create ${name}`);
-      await waitFor(async () => ((await h.workspaces!.indexStatus(name)).documents >= 2 ? true : undefined), `${name} indexed`, 60_000);
+      // guide.md (a skill is not knowledge: never indexed)
+      await waitFor(async () => ((await h.workspaces!.indexStatus(name)).documents >= 1 ? true : undefined), `${name} indexed`, 60_000);
       m.enqueue({ text: 'Per guide.md: run the rollback job.' });
       await h.send('The deploy failed, roll it back');
       await h.waitForMessage((x) => x.role === 'assistant' && x.text.startsWith('Per guide.md'));
@@ -534,7 +598,7 @@ async function knowledgeSession(m: ModelServer): Promise<void> {
       await h.waitForMessage((x) => x.role === 'assistant' && x.text.startsWith('Freeze the pipeline first'));
       await h.send('/new');
       await h.waitForMessage((x) => x.text.startsWith('New task started'));
-      await exportRuns(env, h.sessionId);
+      await exportRuns(env, h.sessionId, 'knowledge');
     });
   } finally {
     await closeKnowledgeIndexes();
@@ -561,7 +625,7 @@ async function mcpSession(m: ModelServer): Promise<void> {
       await h.waitForMessage((x) => x.role === 'assistant' && x.text === 'It is 5.', { timeoutMs: 60_000 });
       await h.send('/new');
       await h.waitForMessage((x) => x.text.startsWith('New task started'));
-      await exportRuns(env, h.sessionId);
+      await exportRuns(env, h.sessionId, 'mcp');
     });
   } finally {
     await mcp.close();

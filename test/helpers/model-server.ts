@@ -53,11 +53,20 @@ export interface ScriptedReply {
   match?: (req: RecordedRequest) => boolean;
 }
 
+/** A chat completion answered whole: the request's body and the answer (what a replay's scripted model answers again). */
+export interface ModelExchange {
+  body: unknown;
+  text: string;
+  toolCalls: ScriptedToolCall[];
+}
+
 export interface ModelServer {
   /** `http://127.0.0.1:<port>/v1`, the base URL for the OpenAI and OpenAI-compatible providers. */
   baseURL: string;
   /** Chat-completion requests, in arrival order (none kept with `keepRequests: false`). */
   requests: RecordedRequest[];
+  /** Chat completions answered whole (not errors, not abandoned), in order (none kept with `keepRequests: false`). */
+  exchanges: ModelExchange[];
   /** Embedding requests, in arrival order (each may carry many inputs). */
   embeddingRequests: RecordedRequest[];
   /** While set, `POST /v1/embeddings` answers this HTTP status (an endpoint that fails); undefined: it answers. */
@@ -132,6 +141,7 @@ export function trigramEmbedding(text: string): number[] {
 export async function startModelServer(opts: ModelServerOptions = {}): Promise<ModelServer> {
   const queue: ScriptedReply[] = [];
   const requests: RecordedRequest[] = [];
+  const exchanges: ModelExchange[] = [];
   const embeddingRequests: RecordedRequest[] = [];
   let failEmbeddings: number | undefined;
   const waiters = new Set<() => void>();
@@ -242,6 +252,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
       };
       res.writeHead(200, { 'content-type': 'application/json', ...extra });
       res.end(JSON.stringify({ id, object: 'chat.completion', created, model, choices: [{ index: 0, message, finish_reason: finishReason }], usage: usageOut }));
+      if (opts.keepRequests !== false) exchanges.push({ body, text, toolCalls });
       done();
       return;
     }
@@ -274,6 +285,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
     chunk({}, finishReason);
     if (b.stream_options?.include_usage) send({ id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOut });
     res.end('data: [DONE]\n\n');
+    if (opts.keepRequests !== false && reply.dropAfterChunks === undefined) exchanges.push({ body, text, toolCalls });
     done();
   }
 
@@ -343,6 +355,7 @@ export async function startModelServer(opts: ModelServerOptions = {}): Promise<M
   return {
     baseURL: `http://127.0.0.1:${port}/v1`,
     requests,
+    exchanges,
     embeddingRequests,
     get failEmbeddings() {
       return failEmbeddings;
