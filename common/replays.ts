@@ -195,12 +195,20 @@ export const ReplayReportSchema = z.strictObject({
 });
 export type ReplayReport = z.infer<typeof ReplayReportSchema>;
 
-/** What the replay workflow starts with (workflows/replays/replay.ts). */
+/**
+ * What the replay workflow starts with (workflows/replays/replay.ts). The workflow writes its own
+ * Replay row from it (the row is a projection of the run: `selection` and `requestedBy` are the
+ * row's; absent in runs started before the workflow wrote its row).
+ */
 export interface ReplayTurnsInput {
   replayId: string;
   turnIds: string[];
   alternative: ReplayAlternative;
   concurrency: number;
+  /** The selection as resolved (the row's). */
+  selection?: unknown;
+  /** Who asked (the row's). */
+  requestedBy?: string;
 }
 
 /**

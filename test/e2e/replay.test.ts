@@ -31,7 +31,10 @@ import { createModelRegistry } from '../../domain/model.js';
 import { createMcpService } from '../../services/mcp.js';
 import { serverEntry, stdioServer } from '../helpers/mcp-servers.js';
 import { recordedTurn } from '../../domain/replays/record.js';
+import { replayReportFormats } from '../../domain/replays/formats.js';
 import { createReplay, getReplay } from '../../domain/store/replays.js';
+import { armFaultPoint, InjectedFault } from '../../common/fault-points.js';
+import { createReplayService, replayIdFor, replayStoreOf, startReplayWorkflow, type ReplayService } from '../../services/replays.js';
 import { replayTurnsWorkflow } from '../../workflows/replays/replay.js';
 import { createStewardWorker } from '../../workers/main.js';
 import { testDatabases } from '../helpers/db.js';
@@ -327,6 +330,97 @@ for (const kind of testDatabases()) {
         await mcp.close();
         rmSync(dataDir, { recursive: true, force: true });
       }
+    });
+
+    /** The replay service as `steward start` wires it, over this stack and the harness's background queue. */
+    const serviceOf = (h: Harness): ReplayService =>
+      createReplayService({
+        db: stack.db,
+        client: stack.env.client,
+        taskQueue: h.backgroundQueue,
+        account: 'default',
+        configuredProviders: () => ['openai-compatible'],
+        store: replayStoreOf(stack.db),
+        formats: replayReportFormats,
+      });
+    /** The replay runs Temporal has under this replay id (the parent; its turns are children). */
+    const runsOf = async (id: string) => {
+      const runs: string[] = [];
+      for await (const w of stack.env.client.workflow.list({ query: `WorkflowId = "replay:${id}"` })) runs.push(w.runId);
+      return runs;
+    };
+    const ended = (id: string) =>
+      waitFor(async () => {
+        const r = await getReplay(stack.db, id);
+        return r && r.status !== 'running' ? r : undefined;
+      }, `replay ${id} ended`, 60_000);
+
+    it('the run is the ledger, the row its projection: keyed starts give one replay, an API that dies after the start still ends with a row that reaches done, a failed or terminated run ends its row', async () => {
+      stack.model.setDefault(script);
+      await withHarness(opts(), async (h) => {
+        const worker = await replayWorker(h);
+        await worker.runUntil(async () => {
+          await h.send('say hello');
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
+          const [turnId] = await turnIdsOf(h.sessionId);
+          const service = serviceOf(h);
+          const body = { selection: { turnId } };
+          const rowsBefore = await stack.db.replay.count();
+
+          // the same key twice at once, then again: one id, one run, one row
+          const key = `k-${randomUUID()}`;
+          const [a, b] = await Promise.all([service.start(OPERATOR, body, { key }), service.start(OPERATOR, body, { key })]);
+          assert.equal(a.id, b.id);
+          assert.equal(a.id, replayIdFor(OPERATOR.id, key));
+          assert.deepEqual([a.turns, b.turns], [1, 1]);
+          const again = await service.start(OPERATOR, { selection: { turnId }, concurrency: 3 }, { key });
+          assert.deepEqual(again, a, 'a retry answers with the first call’s replay, whatever its body says');
+          assert.equal((await ended(a.id)).status, 'done');
+          assert.deepEqual((await waitFor(async () => ((await runsOf(a.id)).length > 0 ? runsOf(a.id) : undefined), 'the run listed')).length, 1, 'one run');
+          assert.equal(await stack.db.replay.count(), rowsBefore + 1, 'one row');
+          // without a key, two starts are two replays
+          const [x, y] = await Promise.all([service.start(OPERATOR, body), service.start(OPERATOR, body)]);
+          assert.notEqual(x.id, y.id);
+          await Promise.all([ended(x.id), ended(y.id)]);
+
+          // the API dies between the run's start and its row write: the run writes the row, which reaches done
+          const crashKey = `k-${randomUUID()}`;
+          const crashed = replayIdFor(OPERATOR.id, crashKey);
+          const disarm = armFaultPoint('replay.started');
+          try {
+            await assert.rejects(service.start(OPERATOR, body, { key: crashKey }), (err: unknown) => err instanceof InjectedFault);
+          } finally {
+            disarm();
+          }
+          const row = await ended(crashed);
+          assert.equal(row.status, 'done', row.error ?? '');
+          assert.ok(row.reportHash, 'its report is kept');
+          assert.deepEqual(row.turnIds, [turnId]);
+          assert.equal(row.requestedBy, OPERATOR.name);
+          // the client retries after the crash: the same replay, nothing new started
+          assert.equal((await service.start(OPERATOR, body, { key: crashKey })).id, crashed);
+          assert.equal((await runsOf(crashed)).length, 1);
+          assert.equal((await service.get(OPERATOR, crashed)).status, 'done');
+
+          // a run that fails (its report does not hold its schema): the row ends failed, with the reason
+          const failing = `rpfail${randomUUID().replace(/-/g, '').slice(0, 10)}`;
+          await startReplayWorkflow(stack.env.client, h.backgroundQueue, { replayId: failing, turnIds: [turnId!], alternative: {}, concurrency: 1, selection: { everything: true }, requestedBy: 'test' });
+          await assert.rejects(stack.env.client.workflow.getHandle(`replay:${failing}`).result(), /Workflow execution failed/);
+          const failed = await ended(failing);
+          assert.equal(failed.status, 'failed');
+          assert.match(failed.error ?? '', /the report of replay rpfail\w+ is invalid: selection/);
+          assert.equal((await service.get(OPERATOR, failing)).error, failed.error);
+
+          // a run terminated from the Temporal UI writes nothing: reading the replay projects its end
+          const slow = await service.start(OPERATOR, { selection: { turnId }, alternative: { model: 'openai-compatible:slow-model' } });
+          await waitFor(async () => (await getReplay(stack.db, slow.id)) ?? undefined, 'the slow replay row');
+          await stack.env.client.workflow.getHandle(slow.workflowId).terminate('test: terminated');
+          const seen = await service.get(OPERATOR, slow.id);
+          assert.equal(seen.status, 'failed');
+          assert.match(seen.error ?? '', /ended terminated/);
+          assert.equal((await getReplay(stack.db, slow.id))?.status, 'failed');
+        });
+      });
     });
 
     it('a cancelled replay cancels the turn in flight and keeps its report, status cancelled', async () => {
