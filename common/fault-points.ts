@@ -33,6 +33,8 @@ export const FAULT_POINTS = [
   'run.marked',
   // a replay's run started, before the service wrote its row (services/replays.ts)
   'replay.started',
+  // a fork's session started, before its claim and transcript are written (services/replays/fork.ts)
+  'fork.started',
 ] as const;
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];
