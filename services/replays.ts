@@ -22,43 +22,30 @@ import { z } from 'zod';
 import { faultPoint } from '../common/fault-points.js';
 import { parseModelRef, type Provider } from '../common/schemas.js';
 import { isAdmin, type Actor } from '../common/roles.js';
-import type { ReplayTurnsInput } from '../common/replays.js';
-import type { Db } from '../domain/db.js';
-import { getBlobText } from '../domain/blobs.js';
 import {
   DEFAULT_REPLAY_CONCURRENCY,
   MAX_REPLAY_CONCURRENCY,
   ReplayAlternativeSchema,
   ReplaySelectionSchema,
-  resolveSelection,
-  SelectionError,
   type ReplayAlternative,
   type ReplaySelection,
-} from '../domain/replays/select.js';
+  type ReplayStatus,
+  type ReplayTurnsInput,
+} from '../common/replays.js';
+import type { Db } from '../domain/db.js';
+import { getBlobText } from '../domain/blobs.js';
+import { resolveSelection, SelectionError } from '../domain/replays/select.js';
 import { KindAttr } from '../workflows/search-attributes.js';
 import { PROVIDER_SETUP } from './chat/commands.js';
 import { ServiceInputError } from './requests.js';
-import { finishReplay, getReplay, listReplays, upsertReplay } from '../domain/store/replays.js';
+import { finishReplay, getReplay, listReplays, upsertReplay, type ReplayRow } from '../domain/store/replays.js';
 
 /** A replay request refused (bad input, unknown replay, not allowed): nothing was started or changed. */
 export class ReplayInputError extends ServiceInputError {}
 
-export type ReplayStatus = 'running' | 'done' | 'failed' | 'cancelled';
-
+export type { ReplayStatus } from '../common/replays.js';
 /** A Replay row as the store gives it (domain/store/replays.ts). */
-export interface ReplayRow {
-  id: string;
-  status: ReplayStatus;
-  selection: unknown;
-  alternative: unknown;
-  turnCount: number;
-  /** The report's blob (JSON, domain/blobs.ts), once saved. */
-  reportHash: string | null;
-  error: string | null;
-  requestedBy: string | null;
-  createdAt: Date;
-  finishedAt: Date | null;
-}
+export type { ReplayRow };
 
 /**
  * The Replay rows, as the replay's store (domain/store/replays.ts: upsertReplay, getReplay,

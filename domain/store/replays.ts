@@ -22,20 +22,8 @@ export interface ReplayRow {
   finishedAt: Date | null;
 }
 
-interface RawRow {
-  id: string;
-  status: string;
-  selection: string;
-  alternative: string;
-  turnIds: string;
-  turnCount: number;
-  reportHash: string | null;
-  error: string | null;
-  requestedBy: string | null;
-  workflowId: string | null;
-  createdAt: Date;
-  finishedAt: Date | null;
-}
+/** The row as the database holds it: the JSON fields as text. */
+type RawRow = Omit<ReplayRow, 'status' | 'selection' | 'alternative' | 'turnIds'> & { status: string; selection: string; alternative: string; turnIds: string };
 
 function toRow(r: RawRow): ReplayRow {
   return {
