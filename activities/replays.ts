@@ -32,7 +32,7 @@ import { findMemory, type MemoryRow } from '../domain/knowledge/memory.js';
 import type { Db } from '../domain/db.js';
 import { recordedTurn, stepsOf, toolCallsOf, turnRunActivities, type HistoryArchive, type RecordedSteering, type RecordedTurn, type RecordedTurnResult } from '../domain/replays/record.js';
 import { compareSides, summarise } from '../domain/replays/sides.js';
-import { finishReplay, getReplay } from '../domain/store/replays.js';
+import { finishReplay, getReplay, upsertReplay } from '../domain/store/replays.js';
 import { loadToolCall } from '../domain/tools/calls.js';
 import { toolResultMessage } from '../domain/tools.js';
 import type { TurnInput } from '../workflows/types.js';
@@ -247,7 +247,9 @@ export function createReplayActivities(deps: ReplayActivityDeps) {
     // the replay workflow's own
     loadReplayTurn: (input: { replayId: string; turnId: string }) => loadReplayTurn(r, input),
     reportReplayTurn: (input: { replayId: string; turnId: string; result: ReplayedTurnResult }) => reportReplayTurn(r, input),
+    recordReplay: (input: RecordReplayInput) => recordReplay(deps, input),
     saveReplayReport: (input: SaveReplayReportInput) => saveReplayReport(deps, input),
+    failReplay: (input: { replayId: string; error: string }) => failReplay(deps, input),
   };
 }
 
@@ -257,6 +259,37 @@ interface Replays {
   replayOf(replayId: string): Promise<ReplayState>;
   recordOf(replayId: string, turnId: string): Promise<RecordedTurnResult>;
   resolve(id: string): Promise<{ replayId: string; state: ReplayState; record: RecordedTurn }>;
+}
+
+/** The Replay row as the replay workflow writes it at its start (its input). */
+export interface RecordReplayInput {
+  replayId: string;
+  workflowId: string;
+  turnIds: string[];
+  alternative: ReplayAlternative;
+  selection: unknown;
+  requestedBy?: string;
+}
+
+/** The replay's row, written by its own run (an idempotent upsert: a row already there is kept). */
+async function recordReplay(deps: ReplayActivityDeps, input: RecordReplayInput): Promise<{ status: ReplayStatus }> {
+  const row = await upsertReplay(deps.db, {
+    id: input.replayId,
+    selection: input.selection,
+    alternative: input.alternative,
+    turnIds: input.turnIds,
+    workflowId: input.workflowId,
+    ...(input.requestedBy !== undefined ? { requestedBy: input.requestedBy } : {}),
+  });
+  return { status: row.status };
+}
+
+/** The replay's run failed (anything but a cancellation): its row says so, with the reason, and its own receipt. */
+async function failReplay(deps: ReplayActivityDeps, input: { replayId: string; error: string }): Promise<void> {
+  const row = await finishReplay(deps.db, input.replayId, { status: 'failed', error: input.error });
+  if (!row) return;
+  const wf = activityInfo().workflowExecution;
+  await writeReceipt(deps.db, { key: `replay:${row.id}:end`, kind: 'replay.end', ...(wf ? { workflowId: wf.workflowId, runId: wf.runId } : {}), ...(row.requestedBy ? { actor: row.requestedBy } : {}), data: { replayId: row.id, status: row.status, error: input.error.slice(0, 500) } });
 }
 
 /** The replay's end as the workflow reports it: every turn's report blob, or why it has none. */
@@ -381,7 +414,7 @@ async function saveReplayReport(deps: ReplayActivityDeps, input: SaveReplayRepor
     else turns.push({ turnId: t.turnId, replayable: true, error: t.error ?? (input.status === 'cancelled' ? 'cancelled: the replay was cancelled before this turn finished' : 'not replayed') });
   }
   const summary = summarise(turns);
-  const report = ReplayReportSchema.parse({
+  const parsed = ReplayReportSchema.safeParse({
     replayId: row.id,
     status: input.status,
     selection: row.selection,
@@ -391,6 +424,9 @@ async function saveReplayReport(deps: ReplayActivityDeps, input: SaveReplayRepor
     turns,
     summary,
   });
+  // a report that does not hold its own schema is not kept: the same input fails again, so no retry (the run fails, the row says why)
+  if (!parsed.success) throw ApplicationFailure.create({ type: 'InvalidReport', message: `the report of replay ${row.id} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(report)'}: ${i.message}`).join('; ').slice(0, 500)}`, nonRetryable: true });
+  const report = parsed.data;
   const reportHash = await putBlob(deps.db, JSON.stringify(report), 'application/json');
   await finishReplay(deps.db, row.id, { status: input.status, reportHash });
   const wf = activityInfo().workflowExecution;

@@ -31,6 +31,10 @@ export const FAULT_POINTS = [
   // a run started under an id derived from its input (services/handoff.ts): event runs, triage
   'run.started',
   'run.marked',
+  // a replay's run started, before the service wrote its row (services/replays.ts)
+  'replay.started',
+  // a fork's session started, before its claim and transcript are written (services/replays/fork.ts)
+  'fork.started',
 ] as const;
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];

@@ -3,9 +3,12 @@
  * A replay re-runs past chat turns through the production turn loop with another model, prompt,
  * skills, retrieval or approval policy, while every effect is answered from the record
  * (docs/replay.md). The workflow side imports only the types and the queue suffix.
+ * The request's schemas (selection, alternative) are defined here once, with errors that name
+ * what is wrong; the service, the report and the tests all use these.
  */
 import { z } from 'zod';
 import { ModelRefSchema, PlatformSchema } from './schemas.js';
+import { TOOL_NAMES } from './tools.js';
 
 export { parseReplayTurnId, REPLAY_QUEUE_SUFFIX, replayQueueOf, replayTurnId } from './ids.js';
 
@@ -17,30 +20,71 @@ export const MAX_REPLAY_TURNS = 500;
 export const MAX_REPLAY_CONCURRENCY = 8;
 export const DEFAULT_REPLAY_CONCURRENCY = 2;
 
-const isoTime = z.iso.datetime({ offset: true });
-const shortId = z.string().trim().min(1).max(300);
+const KINDS = ['turnId', 'chatId', 'objectiveId', 'sample'] as const;
+const KIND_TEXT = 'turnId, chatId (with since and until), objectiveId (with last) or sample ({size, since?, until?, seed?})';
 
-/** Which past turns to replay: one turn; a chat in a time window; an objective's last N runs; a sample across chats. */
-export const ReplaySelectionSchema = z.union([
-  z.strictObject({ turnId: shortId }),
-  z.strictObject({
-    chatId: shortId,
+/** An ISO time with its offset (2026-11-28T10:00:00Z), kept as given. */
+const isoTime = (what: string) => z.iso.datetime({ offset: true, error: `${what}: expected an ISO time with its offset, e.g. 2026-11-28T10:00:00Z` });
+const shortId = (what: string) => z.string({ error: `${what}: expected a string` }).trim().min(1, `${what} is empty`).max(300, `${what} is longer than 300 characters`);
+const count = (what: string) =>
+  z
+    .number({ error: `${what}: expected a whole number from 1 to ${MAX_REPLAY_TURNS}` })
+    .int(`${what}: expected a whole number from 1 to ${MAX_REPLAY_TURNS}`)
+    .min(1, `${what}: expected a whole number from 1 to ${MAX_REPLAY_TURNS}`)
+    .max(MAX_REPLAY_TURNS, `${what}: at most ${MAX_REPLAY_TURNS} turns per replay`);
+
+const inverted = (w: { since?: string | undefined; until?: string | undefined }) => w.since === undefined || w.until === undefined || Date.parse(w.since) < Date.parse(w.until);
+const INVERTED = { message: 'the window is empty or inverted: since must be before until' };
+
+const TurnSelection = z.strictObject({ turnId: shortId('turnId') });
+const ChatSelection = z
+  .strictObject({
+    chatId: shortId('chatId'),
     platform: PlatformSchema.optional(),
-    account: shortId.optional(),
-    since: isoTime,
-    until: isoTime,
-  }),
-  z.strictObject({ objectiveId: shortId, last: z.number().int().min(1).max(MAX_REPLAY_TURNS) }),
-  z.strictObject({
-    sample: z.strictObject({
-      size: z.number().int().min(1).max(MAX_REPLAY_TURNS),
-      since: isoTime.optional(),
-      until: isoTime.optional(),
-      seed: z.number().int().optional(),
-    }),
-  }),
-]);
-export type ReplaySelection = z.infer<typeof ReplaySelectionSchema>;
+    account: shortId('account').optional(),
+    since: isoTime('since'),
+    until: isoTime('until'),
+  })
+  .refine(inverted, INVERTED);
+const ObjectiveSelection = z.strictObject({ objectiveId: shortId('objectiveId'), last: count('last') });
+const SampleSelection = z.strictObject({
+  sample: z
+    .strictObject({
+      size: count('sample.size'),
+      since: isoTime('sample.since').optional(),
+      until: isoTime('sample.until').optional(),
+      seed: z.number({ error: 'sample.seed: expected a whole number' }).int('sample.seed: expected a whole number').min(0, 'sample.seed: expected a whole number from 0').max(4_294_967_295, 'sample.seed: at most 4294967295').optional(),
+    })
+    .refine(inverted, INVERTED),
+});
+
+const BRANCHES = { turnId: TurnSelection, chatId: ChatSelection, objectiveId: ObjectiveSelection, sample: SampleSelection } as const;
+
+export type ReplaySelection = z.infer<typeof TurnSelection> | z.infer<typeof ChatSelection> | z.infer<typeof ObjectiveSelection> | z.infer<typeof SampleSelection>;
+
+/**
+ * Which past turns to replay: exactly one of one turn (`turnId`); a chat in a time window
+ * (`chatId`, `platform`? default http, `account`? default the HTTP API's, `since`, `until`); an
+ * objective's last N runs (`objectiveId` (its id or name), `last`); a sample of N turns across
+ * chats (`sample: {size, since?, until?, seed?}`, the same seed draws the same turns). No kind or
+ * two kinds are refused by name, before the kind's own fields are checked; every message names
+ * its field. Resolved to turn ids by domain/replays/select.ts.
+ */
+export const ReplaySelectionSchema = z
+  .record(z.string(), z.unknown(), { error: `a selection is an object naming one of ${KIND_TEXT}` })
+  .transform((v, ctx): ReplaySelection => {
+    const named = KINDS.filter((k) => k in v);
+    if (named.length !== 1) {
+      ctx.addIssue({ code: 'custom', message: named.length === 0 ? `a selection names one of ${KIND_TEXT}` : `a selection names exactly one kind; got ${named.join(' and ')}` });
+      return z.NEVER;
+    }
+    const r = BRANCHES[named[0]!].safeParse(v);
+    if (!r.success) {
+      for (const i of r.error.issues) ctx.addIssue({ code: 'custom', message: i.message, path: i.path });
+      return z.NEVER;
+    }
+    return r.data;
+  });
 
 /** Retrieval settings under test (absent fields: the configured ones). */
 export const ReplayRetrievalSchema = z.strictObject({
@@ -52,34 +96,47 @@ export const ReplayRetrievalSchema = z.strictObject({
 });
 export type ReplayRetrieval = z.infer<typeof ReplayRetrievalSchema>;
 
+/** A tool of the approval list: Steward's own, an MCP tool as server.tool or server.*, or * for every tool (as STEWARD_APPROVAL_TOOLS). */
+const ApprovalToolSchema = z
+  .string()
+  .trim()
+  .refine((n) => n === '*' || (TOOL_NAMES as string[]).includes(n) || /^[a-z][a-z0-9-]{0,23}\.([A-Za-z0-9_-]{1,64}|\*)$/.test(n), {
+    error: (i) => `unknown tool ${String(i.input)}: tools are ${TOOL_NAMES.join(', ')}, MCP tools as server.tool or server.* (or * for all)`,
+  });
+const ApprovalTools = z.array(ApprovalToolSchema).max(500, 'at most 500 tools in an approval list');
+const PromptText = (what: string) => z.string({ error: `${what}: expected text` }).max(64 * 1024, `${what} is longer than 64 KB`);
+
 /** The approval policy under test: the same fields as the configured one (STEWARD_APPROVAL_TOOLS, STEWARD_FORBID_SELF_APPROVAL). */
 export const ReplayToolPolicySchema = z.strictObject({
-  approvalTools: z.array(z.string().trim().min(1).max(200)).max(500).optional(),
+  approvalTools: ApprovalTools.optional(),
   forbidSelfApproval: z.boolean().optional(),
 });
 export type ReplayToolPolicy = z.infer<typeof ReplayToolPolicySchema>;
 
-/** A replayed turn's prompt layers: replace the layers' text (absent: the current ones). */
+/** A replayed turn's prompt layers: replace the layers' text ('' drops a layer; absent: the current ones). */
 export const ReplayPromptLayersSchema = z.strictObject({
-  steward: z.string().max(64 * 1024).optional(),
-  operator: z.string().max(64 * 1024).optional(),
-  workspace: z.string().max(64 * 1024).optional(),
-  chat: z.string().max(64 * 1024).optional(),
+  steward: PromptText('promptLayers.steward').optional(),
+  operator: PromptText('promptLayers.operator').optional(),
+  workspace: PromptText('promptLayers.workspace').optional(),
+  chat: PromptText('promptLayers.chat').optional(),
 });
 export type ReplayPromptLayers = z.infer<typeof ReplayPromptLayersSchema>;
 
 /**
- * What a replay changes; an empty object replays under the current configuration. `approvalTools`
- * is the short form of `toolPolicy.approvalTools` (both given: `approvalTools` wins).
+ * What a replay changes; `{}` replays under the current configuration (the record must then be
+ * reproduced). `approvalTools` is the short form of `toolPolicy.approvalTools` (both given:
+ * `approvalTools` wins). Whether the model's provider is configured is the service's check (the
+ * model registry knows, services/replays.ts).
  */
 export const ReplayAlternativeSchema = z.strictObject({
+  /** provider:model; its provider must be configured (checked by the service). */
   model: ModelRefSchema.optional(),
   /** Replaces the whole system prompt (every layer). */
-  systemPrompt: z.string().max(64 * 1024).optional(),
+  systemPrompt: PromptText('systemPrompt').optional(),
   promptLayers: ReplayPromptLayersSchema.optional(),
-  skills: z.enum(['on', 'off']).optional(),
+  skills: z.enum(['on', 'off'], { error: 'skills: expected on or off' }).optional(),
   retrieval: ReplayRetrievalSchema.optional(),
-  approvalTools: z.array(z.string().trim().min(1).max(200)).max(500).optional(),
+  approvalTools: ApprovalTools.optional(),
   toolPolicy: ReplayToolPolicySchema.optional(),
 });
 export type ReplayAlternative = z.infer<typeof ReplayAlternativeSchema>;
@@ -195,12 +252,20 @@ export const ReplayReportSchema = z.strictObject({
 });
 export type ReplayReport = z.infer<typeof ReplayReportSchema>;
 
-/** What the replay workflow starts with (workflows/replays/replay.ts). */
+/**
+ * What the replay workflow starts with (workflows/replays/replay.ts). The workflow writes its own
+ * Replay row from it (the row is a projection of the run: `selection` and `requestedBy` are the
+ * row's; absent in runs started before the workflow wrote its row).
+ */
 export interface ReplayTurnsInput {
   replayId: string;
   turnIds: string[];
   alternative: ReplayAlternative;
   concurrency: number;
+  /** The selection as resolved (the row's). */
+  selection?: unknown;
+  /** Who asked (the row's). */
+  requestedBy?: string;
 }
 
 /**

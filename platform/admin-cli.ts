@@ -8,6 +8,7 @@
  * deciding it tells people in chat or signals a workflow. Flag values are validated with the
  * same zod schemas as the API; a bad argument changes nothing and exits 2.
  */
+import { randomUUID } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
@@ -125,12 +126,12 @@ async function apiTarget(io: CliIo, values: ApiFlags): Promise<Api> {
 }
 
 /** A request to the running API; an unreachable server or a refused token is a usage error. */
-async function fetchApi(target: Api, method: string, route: string, body?: unknown): Promise<Response> {
+async function fetchApi(target: Api, method: string, route: string, body?: unknown, headers: Record<string, string> = {}): Promise<Response> {
   let res: Response;
   try {
     res = await fetch(`${target.url}${route}`, {
       method,
-      headers: { authorization: `Bearer ${target.token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      headers: { authorization: `Bearer ${target.token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
   } catch {
@@ -140,14 +141,14 @@ async function fetchApi(target: Api, method: string, route: string, body?: unkno
   return res;
 }
 
-async function callApi(target: Api, method: string, route: string, body?: unknown): Promise<Reply> {
-  const res = await fetchApi(target, method, route, body);
+async function callApi(target: Api, method: string, route: string, body?: unknown, headers?: Record<string, string>): Promise<Reply> {
+  const res = await fetchApi(target, method, route, body, headers);
   return { status: res.status, json: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
 
 /** A request to the running API named by the command's flags (or the machine's own). */
-async function api(io: CliIo, values: ApiFlags, method: string, route: string, body?: unknown): Promise<Reply> {
-  return callApi(await apiTarget(io, values), method, route, body);
+async function api(io: CliIo, values: ApiFlags, method: string, route: string, body?: unknown, headers?: Record<string, string>): Promise<Reply> {
+  return callApi(await apiTarget(io, values), method, route, body, headers);
 }
 
 /** A GET of a text answer (a report as Markdown or JSONL): its text, or the JSON refusal. */
@@ -546,11 +547,13 @@ const HANDLERS = {
         ...(values.platform !== undefined ? { platform: values.platform } : {}),
         ...(values.account !== undefined ? { account: values.account } : {}),
       };
-      const r = await api(io, values, 'POST', `/api/v1/chats/${encodeURIComponent(chat)}/fork`, body);
+      // one key per invocation: a retried request makes no second fork
+      const r = await api(io, values, 'POST', `/api/v1/chats/${encodeURIComponent(chat)}/fork`, body, { 'idempotency-key': randomUUID() });
       return done(io, r, (j) => `Forked ${chat} before ${body.turnId} into chat ${String(j.chatId)} (${String(j.copied)} messages copied; session ${String(j.sessionId)}).\n`, 201);
     },
     turns: async ({ values, io }) => {
-      const r = await api(io, values, 'POST', '/api/v1/replays', await replayBody(values));
+      // one key per invocation: a retried request starts no second replay
+      const r = await api(io, values, 'POST', '/api/v1/replays', await replayBody(values), { 'idempotency-key': randomUUID() });
       if (r.status !== 202) return apiFailure(io, r);
       const id = String(r.json.id);
       if (!values.wait) {

@@ -1,6 +1,7 @@
 /**
  * Counterfactual replay over HTTP (bearer token = the operator; docs/replay.md):
- *   POST /api/v1/replays (202: the replay's id and turn count), GET /api/v1/replays,
+ *   POST /api/v1/replays (202: the replay's id and turn count; Idempotency-Key: a retry with the
+ *   same key answers with the replay the first call started and starts nothing), GET /api/v1/replays,
  *   GET /api/v1/replays/{id} (?format=json|markdown|jsonl), POST /api/v1/replays/{id}/cancel.
  * The body is checked whole by the replay service (services/replays.ts) before anything starts.
  */
@@ -26,12 +27,18 @@ export function registerReplayRoutes(app: OpenAPIHono, replays: ReplayService): 
       method: 'post',
       path: '/api/v1/replays',
       summary: 'Replay past chat turns under an alternative (model, prompt, skills, retrieval, approval policy) with every effect answered from the record',
-      description: `${START_BODY}. A bad selection, an unknown model or a selection that names no turn is refused (400) and starts nothing.`,
+      description: `${START_BODY}. A bad selection, an unknown model or a selection that names no turn is refused (400) and starts nothing. A retry with the same Idempotency-Key answers with the replay the first call started (and starts nothing new).`,
       security: sec,
-      request: { body: { content: { 'application/json': { schema: { type: 'object' as const, description: START_BODY } } }, required: true } },
+      request: {
+        headers: z.object({ 'idempotency-key': z.string().min(1).max(200).optional() }),
+        body: { content: { 'application/json': { schema: { type: 'object' as const, description: START_BODY } } }, required: true },
+      },
       responses: { 202: json(z.object({ id: z.string(), workflowId: z.string(), turns: z.number().int(), truncated: z.boolean(), selection: Loose }), 'Started'), ...errors },
     }),
-    async (c) => reply(c as never, await answer(async () => replays.start(by, await parsedJsonBody(c))), 202) as never,
+    async (c) => {
+      const idem = c.req.valid('header')['idempotency-key'];
+      return reply(c as never, await answer(async () => replays.start(by, await parsedJsonBody(c), idem !== undefined ? { key: idem } : {})), 202) as never;
+    },
   );
 
   app.openapi(

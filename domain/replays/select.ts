@@ -7,124 +7,18 @@
  * session's id. Only turns that ended are selected: a running, stopped or failed turn has no
  * reply to compare with. An objective's runs name their turn (ObjectiveRun.turnId).
  *
- * The alternative (ReplayAlternativeSchema) is validated here too; whether its model's provider
- * is configured is the caller's check (the model registry knows, services/replays.ts).
- * These are the request's schemas, with errors that name what is wrong; the replay keeps the
- * same fields in its own (common/replays.ts). Two copies of one shape: to be made one.
+ * The request's schemas (ReplaySelectionSchema, ReplayAlternativeSchema) are common/replays.ts's:
+ * one definition for the service, the report and the tests; this module resolves a validated
+ * selection.
  */
-import { z } from 'zod';
 import { hash53, sessionWorkflowId } from '../../common/ids.js';
-import { ModelRefSchema, PlatformSchema, type Platform } from '../../common/schemas.js';
-import { TOOL_NAMES } from '../../common/tools.js';
+import { MAX_REPLAY_TURNS, type ReplaySelection } from '../../common/replays.js';
+import type { Platform } from '../../common/schemas.js';
 import type { Db } from '../db.js';
 import { findObjectiveByIdOrName } from '../store/objectives.js';
 
-/** At most this many turns in one replay, and this many replayed at once. */
-export const MAX_REPLAY_TURNS = 500;
-export const MAX_REPLAY_CONCURRENCY = 8;
-export const DEFAULT_REPLAY_CONCURRENCY = 2;
 /** A sample draws from at most this many of the newest turns of its window. */
 export const MAX_SAMPLE_POOL = 20_000;
-
-const KINDS = ['turnId', 'chatId', 'objectiveId', 'sample'] as const;
-const KIND_TEXT = 'turnId, chatId (with since and until), objectiveId (with last) or sample ({size, since?, until?, seed?})';
-
-/** An ISO time with its offset (2026-11-28T10:00:00Z), kept as given. */
-const isoTime = (what: string) => z.iso.datetime({ offset: true, error: `${what}: expected an ISO time with its offset, e.g. 2026-11-28T10:00:00Z` });
-const shortId = (what: string) => z.string({ error: `${what}: expected a string` }).trim().min(1, `${what} is empty`).max(300, `${what} is longer than 300 characters`);
-const count = (what: string) =>
-  z
-    .number({ error: `${what}: expected a whole number from 1 to ${MAX_REPLAY_TURNS}` })
-    .int(`${what}: expected a whole number from 1 to ${MAX_REPLAY_TURNS}`)
-    .min(1, `${what}: expected a whole number from 1 to ${MAX_REPLAY_TURNS}`)
-    .max(MAX_REPLAY_TURNS, `${what}: at most ${MAX_REPLAY_TURNS} turns per replay`);
-
-const inverted = (w: { since?: string | undefined; until?: string | undefined }) => w.since === undefined || w.until === undefined || Date.parse(w.since) < Date.parse(w.until);
-const INVERTED = { message: 'the window is empty or inverted: since must be before until' };
-
-const TurnSelection = z.strictObject({ turnId: shortId('turnId') });
-const ChatSelection = z
-  .strictObject({
-    chatId: shortId('chatId'),
-    platform: PlatformSchema.optional(),
-    account: shortId('account').optional(),
-    since: isoTime('since'),
-    until: isoTime('until'),
-  })
-  .refine(inverted, INVERTED);
-const ObjectiveSelection = z.strictObject({ objectiveId: shortId('objectiveId'), last: count('last') });
-const SampleSelection = z.strictObject({
-  sample: z
-    .strictObject({
-      size: count('sample.size'),
-      since: isoTime('sample.since').optional(),
-      until: isoTime('sample.until').optional(),
-      seed: z.number({ error: 'sample.seed: expected a whole number' }).int('sample.seed: expected a whole number').min(0, 'sample.seed: expected a whole number from 0').max(4_294_967_295, "sample.seed: at most 4294967295").optional(),
-    })
-    .refine(inverted, INVERTED),
-});
-
-const BRANCHES = { turnId: TurnSelection, chatId: ChatSelection, objectiveId: ObjectiveSelection, sample: SampleSelection } as const;
-
-export type ReplaySelection = z.infer<typeof TurnSelection> | z.infer<typeof ChatSelection> | z.infer<typeof ObjectiveSelection> | z.infer<typeof SampleSelection>;
-
-/**
- * Which past turns to replay: exactly one of one turn (`turnId`); a chat in a time window
- * (`chatId`, `platform`? default http, `account`? default the HTTP API's, `since`, `until`); an
- * objective's last N runs (`objectiveId` (its id or name), `last`); a sample of N turns across
- * chats (`sample: {size, since?, until?, seed?}`, the same seed draws the same turns). No kind or
- * two kinds are refused by name, before the kind's own fields are checked.
- */
-export const ReplaySelectionSchema = z
-  .record(z.string(), z.unknown(), { error: `a selection is an object naming one of ${KIND_TEXT}` })
-  .transform((v, ctx): ReplaySelection => {
-    const named = KINDS.filter((k) => k in v);
-    if (named.length !== 1) {
-      ctx.addIssue({ code: 'custom', message: named.length === 0 ? `a selection names one of ${KIND_TEXT}` : `a selection names exactly one kind; got ${named.join(' and ')}` });
-      return z.NEVER;
-    }
-    const r = BRANCHES[named[0]!].safeParse(v);
-    if (!r.success) {
-      for (const i of r.error.issues) ctx.addIssue({ code: 'custom', message: i.message, path: i.path });
-      return z.NEVER;
-    }
-    return r.data;
-  });
-
-/** A tool of the approval list: Steward's own, an MCP tool as server.tool or server.*, or * for every tool (as STEWARD_APPROVAL_TOOLS). */
-const ApprovalToolSchema = z
-  .string()
-  .trim()
-  .refine((n) => n === '*' || (TOOL_NAMES as string[]).includes(n) || /^[a-z][a-z0-9-]{0,23}\.([A-Za-z0-9_-]{1,64}|\*)$/.test(n), {
-    error: (i) => `unknown tool ${String(i.input)}: tools are ${TOOL_NAMES.join(', ')}, MCP tools as server.tool or server.* (or * for all)`,
-  });
-const ApprovalTools = z.array(ApprovalToolSchema).max(500, 'at most 500 tools in an approval list');
-const PromptText = (what: string) => z.string({ error: `${what}: expected text` }).max(64 * 1024, `${what} is longer than 64 KB`);
-
-/** What a replay changes; `{}` replays under the current configuration (the record must then be reproduced). */
-export const ReplayAlternativeSchema = z.strictObject({
-  /** provider:model; its provider must be configured (checked by the service). */
-  model: ModelRefSchema.optional(),
-  /** Replaces the whole system prompt (every layer). */
-  systemPrompt: PromptText('systemPrompt').optional(),
-  /** Replaces the named layers' text ('' drops a layer). */
-  promptLayers: z
-    .strictObject({ steward: PromptText('promptLayers.steward').optional(), operator: PromptText('promptLayers.operator').optional(), workspace: PromptText('promptLayers.workspace').optional(), chat: PromptText('promptLayers.chat').optional() })
-    .optional(),
-  skills: z.enum(['on', 'off'], { error: 'skills: expected on or off' }).optional(),
-  retrieval: z
-    .strictObject({
-      enabled: z.boolean().optional(),
-      results: z.number().int().min(0).max(50).optional(),
-      excerptBytes: z.number().int().min(0).max(64 * 1024).optional(),
-      totalBytes: z.number().int().min(0).max(256 * 1024).optional(),
-    })
-    .optional(),
-  /** The approval list under test (short for toolPolicy.approvalTools; both given: this one). */
-  approvalTools: ApprovalTools.optional(),
-  toolPolicy: z.strictObject({ approvalTools: ApprovalTools.optional(), forbidSelfApproval: z.boolean().optional() }).optional(),
-});
-export type ReplayAlternative = z.infer<typeof ReplayAlternativeSchema>;
 
 /** The selection resolved: turn ids newest first, and whether more turns matched than a replay takes. */
 export interface ResolvedSelection {

@@ -1,61 +1,71 @@
 /**
- * A replayed turn's two sides (recorded, counterfactual) as the report shows them, and the
- * minimal per-turn comparison and batch sum the replay workflow saves. Pure.
+ * A replayed turn's two sides (recorded, counterfactual) as the kept report holds them, and the
+ * batch sum the replay workflow saves. Pure.
  *
- * The report kept as JSON is built here; its Markdown and JSONL forms read it into the report
- * module's terms (domain/replays/formats.ts, domain/replays/report.ts: the line diff, tool calls
- * by canonical arguments, approvals flipped, medians). Two comparisons of one turn: to be made one.
+ * One comparison of a turn: the report module's (domain/replays/report.ts `turnReport`: the
+ * line diff, tool calls paired by canonical arguments, approvals flipped, divergences).
+ * `compareSides` reads a kept turn's sides into its terms (`sideInput`, also what the Markdown
+ * and JSONL forms read the kept report through, domain/replays/formats.ts) and keeps its verdicts
+ * in the kept shape (common/replays.ts ReplayTurnReportSchema).
  */
-import type { ReplayApproval, ReplaySide, ReplaySummary, ReplayTurnReport } from '../../common/replays.js';
+import { canonicalJson, type ReplayApproval, type ReplaySide, type ReplaySummary, type ReplayTurnReport } from '../../common/replays.js';
+import { turnReport, type ReplayTurnInput } from './report.js';
 
-const key = (c: { name: string; args: string }) => `${c.name} ${c.args}`;
-
-/** The comparison of one turn's sides: reply changed, tool calls same/different/new/dropped, approvals, divergences. */
-export function compareSides(
-  base: { turnId: string; sessionId?: string },
-  recorded: ReplaySide,
-  counterfactual: ReplaySide,
-  approvals: ReplayApproval[],
-): ReplayTurnReport {
-  const rec = recorded.toolCalls.map(key);
-  const cf = counterfactual.toolCalls.map(key);
-  const recNames = recorded.toolCalls.map((c) => c.name);
-  const same: string[] = [];
-  const different: string[] = [];
-  const added: string[] = [];
-  const left = [...rec];
-  const leftNames = [...recNames];
-  for (const c of counterfactual.toolCalls) {
-    const i = left.indexOf(key(c));
-    if (i >= 0) {
-      same.push(c.name);
-      left.splice(i, 1);
-      leftNames.splice(i, 1);
-      continue;
-    }
-    // the same tool with other arguments: different; a tool the record did not call: new
-    const j = leftNames.indexOf(c.name);
-    if (j >= 0) {
-      different.push(c.name);
-      left.splice(j, 1);
-      leftNames.splice(j, 1);
-    } else added.push(c.name);
+function parsedArgs(args: string): unknown {
+  try {
+    return JSON.parse(args);
+  } catch {
+    return args;
   }
-  const replyChanged = recorded.reply !== counterfactual.reply;
-  const divergences = counterfactual.toolCalls.filter((c) => c.answer === 'simulated').map((c) => `${c.name} ${c.args}: not in the record, simulated with no result`);
-  const flipped = approvals.some((a) => a.recordedWaited !== undefined && a.recordedWaited !== (a.verdict === 'would-wait'));
-  const toolsChanged = different.length + added.length + leftNames.length > 0 || cf.length !== rec.length;
+}
+
+/** The same call by tool and canonical arguments (the kept args are canonicalJson; a hand-written one is made so). */
+const sameCall = (a: { tool: string; args: string }, b: { name: string; args: string }) => a.tool === b.name && canonicalJson(parsedArgs(a.args)) === canonicalJson(parsedArgs(b.args));
+
+/**
+ * One kept side in the report module's terms. Approvals: the counterfactual call's verdict is
+ * its own (by call id); the recorded call waited when the replay found it in the record waiting
+ * (`recordedWaited` of the approval of the same tool and canonical arguments).
+ */
+export function sideInput(turnId: string, s: ReplaySide, approvals: readonly ReplayApproval[], which: 'recorded' | 'counterfactual'): ReplayTurnInput {
+  return {
+    turnId,
+    model: s.model,
+    outcome: s.outcome,
+    reply: s.reply === '' ? null : s.reply,
+    toolCalls: s.toolCalls.map((c) => {
+      const needsApproval = which === 'recorded' ? approvals.some((a) => a.recordedWaited === true && sameCall(a, c)) : approvals.find((x) => x.toolCallId === c.id)?.verdict === 'would-wait';
+      return {
+        id: c.id,
+        name: c.name,
+        input: parsedArgs(c.args),
+        needsApproval,
+        ...(which === 'counterfactual' && (c.answer === 'recorded' || c.answer === 'simulated') ? { result: c.answer } : {}),
+        ...(c.answer === 'refused' ? { error: 'refused by the turn loop (invalid input or unknown tool)' } : {}),
+      };
+    }),
+    usage: s.usage,
+    costMicros: s.cost === undefined ? null : Math.round(s.cost * 1_000_000),
+    latencyMs: s.latencyMs ?? null,
+  };
+}
+
+/** The comparison of one turn's sides (the report module's), kept: reply changed, tool calls same/different/new/dropped, approvals, divergences. */
+export function compareSides(base: { turnId: string; sessionId?: string }, recorded: ReplaySide, counterfactual: ReplaySide, approvals: ReplayApproval[]): ReplayTurnReport {
+  const r = turnReport(sideInput(base.turnId, recorded, approvals, 'recorded'), sideInput(base.turnId, counterfactual, approvals, 'counterfactual'));
+  if (!r.replayable) throw new Error(`compareSides: turn ${base.turnId} has two sides but was not compared: ${r.reason}`);
+  const of = (kind: 'same' | 'different' | 'new' | 'dropped') => r.toolCalls.filter((c) => c.kind === kind).map((c) => c.tool);
   return {
     turnId: base.turnId,
     ...(base.sessionId ? { sessionId: base.sessionId } : {}),
     replayable: true,
     recorded,
     counterfactual,
-    replyChanged,
-    toolCalls: { same, different, new: added, dropped: leftNames },
+    replyChanged: r.changes.reply,
+    toolCalls: { same: of('same'), different: of('different'), new: of('new'), dropped: of('dropped') },
     approvals,
-    divergences,
-    changed: replyChanged || toolsChanged || flipped || recorded.outcome !== counterfactual.outcome,
+    divergences: counterfactual.toolCalls.filter((c) => c.answer === 'simulated').map((c) => `${c.name} ${c.args}: not in the record, simulated with no result`),
+    changed: r.outcomeChanged,
   };
 }
 

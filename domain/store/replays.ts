@@ -4,6 +4,7 @@
  */
 import type { ReplayAlternative, ReplayStatus } from '../../common/replays.js';
 import type { Db } from '../db.js';
+import { isUniqueViolation } from '../prisma-errors.js';
 
 export interface ReplayRow {
   id: string;
@@ -21,20 +22,8 @@ export interface ReplayRow {
   finishedAt: Date | null;
 }
 
-interface RawRow {
-  id: string;
-  status: string;
-  selection: string;
-  alternative: string;
-  turnIds: string;
-  turnCount: number;
-  reportHash: string | null;
-  error: string | null;
-  requestedBy: string | null;
-  workflowId: string | null;
-  createdAt: Date;
-  finishedAt: Date | null;
-}
+/** The row as the database holds it: the JSON fields as text. */
+type RawRow = Omit<ReplayRow, 'status' | 'selection' | 'alternative' | 'turnIds'> & { status: string; selection: string; alternative: string; turnIds: string };
 
 function toRow(r: RawRow): ReplayRow {
   return {
@@ -70,6 +59,26 @@ export async function createReplay(db: Db, r: NewReplay): Promise<ReplayRow> {
     },
   });
   return toRow(row);
+}
+
+/**
+ * The replay's row as its workflow started it, written at most once: a row already there (the
+ * service's, or the workflow's own on a retried activity) is kept as it is. The replay workflow
+ * calls it first thing (activities/replays.ts `recordReplay`), so a row exists whatever instant
+ * the API that started it stopped at; the service may call it too, right after the start.
+ */
+export async function upsertReplay(db: Db, r: NewReplay): Promise<ReplayRow> {
+  const existing = await getReplay(db, r.id);
+  if (existing) return existing;
+  try {
+    return await createReplay(db, r);
+  } catch (err) {
+    // the same row written at the same moment by the other writer (service or workflow)
+    if (!isUniqueViolation(err)) throw err;
+    const row = await getReplay(db, r.id);
+    if (!row) throw err;
+    return row;
+  }
 }
 
 export async function getReplay(db: Db, id: string): Promise<ReplayRow | undefined> {

@@ -10,15 +10,25 @@
  *
  * Every surface (the API's POST /api/v1/chats/{chatId}/fork, `steward replay fork`) calls
  * `fork` here: bad input, an unknown chat or turn, a turn of another chat, a new chat id in use
- * are refused before anything is written or started. The fork's claim is its `chat.forked`
- * receipt, keyed by the new session: a retry (the same new chat id, or the same Idempotency-Key)
- * finds it, finishes what the first call did not get to, and answers the same.
+ * are refused before anything is written or started.
+ *
+ * Temporal is the ledger of a fork, as of every handoff: the new session's workflow is started
+ * FIRST, once under the new chat's id (REJECT_DUPLICATE), and carries in its memo which fork it
+ * is (the source session and turn). A second start under that id (a retry, the same request at
+ * the same moment, a message to that chat that started its session first) meets the run: the
+ * same fork (its memo, or its `chat.forked` claim) goes on and answers the same; anything else is
+ * refused (409) and writes nothing. Only then are the claim (the `chat.forked` receipt, keyed by
+ * the new session) and the transcript written, in one transaction, at most once. A keyed fork's
+ * chat id is derived from the key (the API's Idempotency-Key; `steward replay fork` sends one
+ * per invocation), so a retry lands on the same chat and finishes what the first call did not
+ * get to; a fork without a key or a new chat id gets a fresh chat id.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { arrayFromPayloads } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
 import { z } from 'zod';
+import { faultPoint } from '../../common/fault-points.js';
 import { sessionWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { isAdmin, type Actor } from '../../common/roles.js';
 import { THINK_LEVELS } from '../../common/limits.js';
@@ -126,11 +136,18 @@ export function createForkService(deps: ForkServiceDeps): ForkService {
 
   const answer = (c: ForkClaim): ForkResult => ({ chatId: c.chatId, sessionId: c.sessionId, forkedFrom: { sessionId: c.sourceSessionId, turnId: c.turnId }, copied: c.copied });
 
+  /** What a fork's session carries in its memo: which fork it is. */
+  interface ForkMemo {
+    stewardFork?: { sourceSessionId?: string; turnId?: string };
+  }
+
   /**
-   * Start the fork's session with the state it carries, at most once under its id: a session that
-   * a first call started is left as it is, running or closed (a retry never starts a closed fork again).
+   * The handoff: start the fork's session with the state it carries, at most once under its id.
+   * A run already there is this fork's when its memo (or the fork's claim) names the same source
+   * and turn: left as it is, running or closed (a retry never starts a closed fork again);
+   * anything else under that id is another chat's, and the fork is refused before it writes.
    */
-  async function startSession(conversation: ConversationKey, settings: StepInput['settings'], workingSet: WorkingSet, from: string): Promise<void> {
+  async function startSession(conversation: ConversationKey, settings: StepInput['settings'], workingSet: WorkingSet, from: string, fork: { sourceSessionId: string; turnId: string }): Promise<void> {
     const opts = sessionStartOptions(deps, conversation);
     const input: SessionInput = {
       conversation,
@@ -138,21 +155,19 @@ export function createForkService(deps: ForkServiceDeps): ForkService {
       limits: deps.limits,
       carried: { queue: [], pendingSteers: [], turnsStarted: 0, tokens: { input: 0, output: 0, total: 0 }, workingSet, generation: 0, taken: [] },
     };
+    const memo: ForkMemo = { stewardFork: fork };
     try {
-      await client.workflow.start(sessionWorkflow, { ...opts, args: [input], staticSummary: `${opts.staticSummary}, forked from ${from}`, workflowIdReusePolicy: 'REJECT_DUPLICATE' });
+      await client.workflow.start(sessionWorkflow, { ...opts, args: [input], memo: memo as Record<string, unknown>, staticSummary: `${opts.staticSummary}, forked from ${from}`, workflowIdReusePolicy: 'REJECT_DUPLICATE' });
+      return;
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }
-  }
-
-  async function workflowExists(workflowId: string): Promise<boolean> {
-    try {
-      await client.workflow.getHandle(workflowId).describe();
-      return true;
-    } catch (err) {
-      if (err instanceof WorkflowNotFoundError) return false;
-      throw err;
-    }
+    const theirs = ((await client.workflow.getHandle(opts.workflowId).describe()).memo as ForkMemo | undefined)?.stewardFork;
+    if (theirs?.sourceSessionId === fork.sourceSessionId && theirs.turnId === fork.turnId) return;
+    // a fork's session that continued as new keeps its claim, not necessarily its memo
+    const claim = await forkClaimOf(db, opts.workflowId);
+    if (claim && claim.sourceSessionId === fork.sourceSessionId && claim.turnId === fork.turnId) return;
+    throw new ForkError(`chat ${conversation.chatId} is in use: choose another new chat id`, 409);
   }
 
   return {
@@ -173,23 +188,27 @@ export function createForkService(deps: ForkServiceDeps): ForkService {
       const targetSessionId = sessionWorkflowId(target);
       if (targetSessionId === sourceSessionId) throw new ForkError('the new chat id is the chat being forked', 409);
       const same = (c: ForkClaim) => c.sourceSessionId === sourceSessionId && c.turnId === req.turnId;
+      // records first, the claim after: both are written in one transaction, so records seen mean their claim is seen (a twin's)
+      const hasRecords = await sessionHasRecords(db, targetSessionId);
       const claim = await forkClaimOf(db, targetSessionId);
       if (claim && !same(claim)) throw new ForkError(`chat ${target.chatId} is in use: forked from another chat or turn`, 409);
-      if (!claim && ((await sessionHasRecords(db, targetSessionId)) || (await workflowExists(targetSessionId)))) throw new ForkError(`chat ${target.chatId} is in use: choose another new chat id`, 409);
+      if (!claim && hasRecords) throw new ForkError(`chat ${target.chatId} is in use: choose another new chat id`, 409);
 
       if (!turn.workflowId || !turn.runId) throw new ForkError(`turn ${req.turnId} has no run on record to read its state from`, 409);
       const step = await firstStepInput(client, turn.workflowId, turn.runId, req.turnId);
       if ('error' in step) throw new ForkError(`turn ${req.turnId} cannot be forked: ${step.error}`, 409);
 
-      let copiedKeys: string[];
+      // what the fork copies (the transcript before the turn) and the working set naming the copies
+      const { entries, truncated } = await transcriptBeforeTurn(db, sourceSessionId, turn, step.inbound);
+      const map = new Map(entries.map((e) => [e.key, forkedMessageKey(targetSessionId, e.key)]));
+      // the handoff first: the session, started once under the new chat's id (or this fork's, found)
+      await startSession(target, step.settings, remapWorkingSet(step.workingSet, map), `${sourceLabel} before turn ${req.turnId}`, { sourceSessionId, turnId: req.turnId });
+      faultPoint('fork.started');
+
+      // then the claim and the transcript, in one transaction, once (a retry or a twin finds the claim)
       let done: ForkClaim;
-      if (claim) {
-        // a retry: the claim and the transcript were written; the session may still have to start
-        done = claim;
-        const { entries } = await transcriptBeforeTurn(db, sourceSessionId, turn, step.inbound);
-        copiedKeys = entries.map((e) => e.key);
-      } else {
-        const { entries, truncated } = await transcriptBeforeTurn(db, sourceSessionId, turn, step.inbound);
+      if (claim) done = claim;
+      else {
         const w = await writeFork(db, {
           actor: actor.id,
           source: { sessionId: sourceSessionId, platform: source.platform, account: source.account, chatId: source.chatId, turnId: req.turnId },
@@ -197,18 +216,14 @@ export function createForkService(deps: ForkServiceDeps): ForkService {
           entries,
           truncated,
         });
-        if (!w.claimed) {
-          // another call claimed it in between: the same fork, or a refusal
+        if (w.claimed) done = { sourceSessionId, turnId: req.turnId, chatId: target.chatId, sessionId: targetSessionId, copied: w.copied };
+        else {
+          // the same fork's twin claimed it in between (the session's start let only this fork through)
           const other = await forkClaimOf(db, targetSessionId);
           if (!other || !same(other)) throw new ForkError(`chat ${target.chatId} is in use: choose another new chat id`, 409);
           done = other;
-        } else {
-          done = { sourceSessionId, turnId: req.turnId, chatId: target.chatId, sessionId: targetSessionId, copied: w.copied };
         }
-        copiedKeys = entries.map((e) => e.key);
       }
-      const map = new Map(copiedKeys.map((k) => [k, forkedMessageKey(targetSessionId, k)]));
-      await startSession(target, step.settings, remapWorkingSet(step.workingSet, map), `${sourceLabel} before turn ${req.turnId}`);
       return answer(done);
     },
   };

@@ -61,7 +61,7 @@ function untouchableStore(calls: string[]): ReplayStore {
     calls.push(what);
     throw new Error(`the Replay store was reached (${what}) by a request that should have been refused`);
   };
-  return { create: async () => reached('create'), get: async () => reached('get'), list: async () => reached('list'), finish: async () => reached('finish') };
+  return { upsert: async () => reached('upsert'), get: async () => reached('get'), list: async () => reached('list'), finish: async () => reached('finish') };
 }
 
 describe('replay requests refused through the API and the CLI start nothing', () => {
@@ -261,8 +261,8 @@ describe('a replay started over the API and its report fetched', { skip: core ? 
   let model: ModelServer;
   let dir: string;
   let steward: Awaited<ReturnType<typeof startSteward>> | undefined;
-  const call = async (method: string, route: string, body?: unknown) => {
-    const res = await fetch(`${steward!.api}${route}`, { method, headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+  const call = async (method: string, route: string, body?: unknown, headers: Record<string, string> = {}) => {
+    const res = await fetch(`${steward!.api}${route}`, { method, headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
     const text = await res.text();
     return { status: res.status, text, json: (res.headers.get('content-type') ?? '').includes('json') && !(res.headers.get('content-type') ?? '').includes('ndjson') ? (JSON.parse(text) as Record<string, unknown>) : {} };
   };
@@ -314,6 +314,15 @@ describe('a replay started over the API and its report fetched', { skip: core ? 
     assert.equal(jsonl.status, 200);
     for (const line of jsonl.text.trim().split('\n')) JSON.parse(line);
     assert.equal((await call('POST', `/api/v1/replays/${id}/cancel`)).status, 409, 'a replay that ended is not cancelled');
+    // the same POST twice with one Idempotency-Key (at once, then again): one replay, one row
+    const keyed = { selection: { turnId: (report.turns[0] as { turnId?: string }).turnId } };
+    const before = ((await call('GET', '/api/v1/replays')).json.replays as unknown[]).length;
+    const [k1, k2] = await Promise.all([call('POST', '/api/v1/replays', keyed, { 'idempotency-key': 'replay-api-key-1' }), call('POST', '/api/v1/replays', keyed, { 'idempotency-key': 'replay-api-key-1' })]);
+    const k3 = await call('POST', '/api/v1/replays', keyed, { 'idempotency-key': 'replay-api-key-1' });
+    assert.deepEqual([k1.status, k2.status, k3.status], [202, 202, 202], `${k1.text} ${k2.text} ${k3.text}`);
+    assert.equal(k1.json.id, k2.json.id);
+    assert.equal(k1.json.id, k3.json.id);
+    assert.equal(((await call('GET', '/api/v1/replays')).json.replays as unknown[]).length, before + 1);
     assert.equal((await call('GET', '/api/v1/replays/rpnosuchreplay')).status, 404);
   });
 });

@@ -23,7 +23,11 @@ import { createHttpApp, startHttpServer } from '../../adapters/http/app.js';
 import { loadConfig } from '../../config/index.js';
 import { adminCommand } from '../../platform/admin-cli.js';
 import { transcriptBeforeTurn, turnStartOf, writeFork } from '../../domain/replays/fork.js';
-import { createForkService } from '../../services/replays/fork.js';
+import { createForkService, ForkError } from '../../services/replays/fork.js';
+import { armFaultPoint, InjectedFault } from '../../common/fault-points.js';
+import { OPERATOR } from '../../common/roles.js';
+import { sessionStartOptions } from '../../services/chat/session-start.js';
+import { sessionWorkflow } from '../../workflows/chat/session.js';
 import { testDatabases } from '../helpers/db.js';
 import { lastUserText, startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
 import type { Spawned } from '../helpers/process.js';
@@ -147,6 +151,60 @@ for (const database of testDatabases()) {
         assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: h.sessionIdOf(named) } }), 1);
         const namedTexts = (await h.ingress.transcript(h.sessionIdOf(named))).map((m) => m.text).join('\n');
         assert.ok(namedTexts.includes(words.one) && !namedTexts.includes(words.two), namedTexts);
+
+        // the session's start is the fork's ledger: one run per new chat, whoever races to it
+        const runsOf = async (sessionId: string) => {
+          const runs: string[] = [];
+          for await (const w of stack.env.client.workflow.list({ query: `WorkflowId = ${JSON.stringify(sessionId)}` })) runs.push(w.runId);
+          return runs;
+        };
+        const messagesOf = (sessionId: string) => stack.db.message.count({ where: { sessionId } });
+        // three times at once with one key: one chat, one session, one claim, nothing copied twice
+        const raceKey = `race-${t}`;
+        const raced = await Promise.all([0, 1, 2].map(() => post(h.chatId, { turnId: turns[1] }, { 'idempotency-key': raceKey })));
+        assert.deepEqual(
+          raced.map((r) => r.status),
+          [201, 201, 201],
+          JSON.stringify(raced.map((r) => r.json)),
+        );
+        assert.deepEqual(raced[1]!.json, raced[0]!.json);
+        assert.deepEqual(raced[2]!.json, raced[0]!.json);
+        const racedSession = String(raced[0]!.json.sessionId);
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: racedSession } }), 1);
+        assert.equal(await messagesOf(racedSession), 3, 'turn 1 and the fork line, once');
+        assert.equal((await waitFor(async () => ((await runsOf(racedSession)).length > 0 ? runsOf(racedSession) : undefined), 'the raced session listed')).length, 1, 'one session run');
+        // two forks of different turns to one new chat id at once: one wins, the other is refused and writes nothing
+        const contested = `contested-${t}`;
+        const both = await Promise.all([post(h.chatId, { turnId: turns[1], newChatId: contested }), post(h.chatId, { turnId: turns[2], newChatId: contested })]);
+        assert.deepEqual(both.map((r) => r.status).sort(), [201, 409], JSON.stringify(both.map((r) => r.json)));
+        const winner = both.find((r) => r.status === 201)!;
+        assert.match(String(both.find((r) => r.status === 409)!.json.error), /in use/);
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: h.sessionIdOf(contested) } }), 1);
+        assert.equal(await messagesOf(h.sessionIdOf(contested)), Number(winner.json.copied) + 1, "the winner's transcript only");
+        // a session another start put under the chat id first (a message's, before it wrote anything): refused, nothing written
+        const taken = `taken-${t}`;
+        const takenStart = sessionStartOptions({ taskQueue: h.taskQueue, defaultModel: 'openai-compatible:test-model', limits: { maxSteps: 4, maxTurnsPerRun: 100 } }, { platform: 'http', account: h.account, chatId: taken });
+        await stack.env.client.workflow.start(sessionWorkflow, takenStart);
+        const refusedTaken = await post(h.chatId, { turnId: turns[1], newChatId: taken });
+        assert.equal(refusedTaken.status, 409, JSON.stringify(refusedTaken.json));
+        assert.match(String(refusedTaken.json.error), /in use/);
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: h.sessionIdOf(taken) } }), 0);
+        assert.equal(await messagesOf(h.sessionIdOf(taken)), 0);
+        // a call that stopped after the session's start, before its claim and transcript: the retry (its key) finishes it
+        const crashKey = `crash-${t}`;
+        const disarm = armFaultPoint('fork.started');
+        try {
+          await assert.rejects(forks.fork(OPERATOR, { chatId: h.chatId, turnId: turns[1] }, { key: `api:${OPERATOR.id}:${crashKey}` }), (err: unknown) => err instanceof InjectedFault);
+        } finally {
+          disarm();
+        }
+        const retried = await post(h.chatId, { turnId: turns[1] }, { 'idempotency-key': crashKey });
+        assert.equal(retried.status, 201, JSON.stringify(retried.json));
+        const retriedSession = String(retried.json.sessionId);
+        assert.equal(await stack.db.receipt.count({ where: { kind: 'chat.forked', sessionId: retriedSession } }), 1);
+        assert.equal(await messagesOf(retriedSession), 3);
+        assert.equal((await runsOf(retriedSession)).length, 1, 'the first call’s session, not a second');
+        assert.ok(!(await forks.fork(OPERATOR, { chatId: h.chatId, turnId: turns[2], newChatId: String(retried.json.chatId) }).then(() => true, (err: unknown) => !(err instanceof ForkError))), 'another turn to that chat is refused');
 
         // a first call that stopped after its claim (the transcript written, no session started): the retry starts it
         const stopped = `stopped-${t}`;

@@ -31,7 +31,10 @@ import { createModelRegistry } from '../../domain/model.js';
 import { createMcpService } from '../../services/mcp.js';
 import { serverEntry, stdioServer } from '../helpers/mcp-servers.js';
 import { recordedTurn } from '../../domain/replays/record.js';
+import { replayReportFormats } from '../../domain/replays/formats.js';
 import { createReplay, getReplay } from '../../domain/store/replays.js';
+import { armFaultPoint, InjectedFault } from '../../common/fault-points.js';
+import { createReplayService, replayIdFor, replayStoreOf, startReplayWorkflow, type ReplayService } from '../../services/replays.js';
 import { replayTurnsWorkflow } from '../../workflows/replays/replay.js';
 import { createStewardWorker } from '../../workers/main.js';
 import { testDatabases } from '../helpers/db.js';
@@ -155,6 +158,15 @@ for (const kind of testDatabases()) {
         }),
       });
 
+    /** The harness with the replay queue's worker running and the scripted model answering: `fn` runs inside. */
+    const withReplayWorker = (mcp: McpTools | undefined, fn: (h: Harness) => Promise<void>) => {
+      stack.model.setDefault(script);
+      return withHarness(opts(mcp), async (h) => {
+        const worker = await replayWorker(h, mcp);
+        await worker.runUntil(() => fn(h));
+      });
+    };
+
     /** Start a replay as the service does (a Replay row, the workflow on the background queue) and wait for its report. */
     async function startReplay(h: Harness, turnIds: string[], alternative: ReplayAlternative = {}) {
       const id = `rp${randomUUID().replace(/-/g, '').slice(0, 12)}`;
@@ -196,132 +208,124 @@ for (const kind of testDatabases()) {
       (await stack.db.receipt.findMany({ where: { sessionId, kind: 'turn.start' }, orderBy: { id: 'asc' } })).map((r) => (JSON.parse(r.data) as { turnId: string }).turnId);
 
     it('replays recorded turns: the same replies exactly, effects answered from the record, approvals flipped by a changed list, pruned turns refused, nothing visible written', async () => {
-      stack.model.setDefault(script);
-      await withHarness(opts(), async (h) => {
-        const worker = await replayWorker(h);
-        await worker.runUntil(async () => {
-          // record: a plain reply, an approved http_request that reaches the listener, a save_note
-          await h.send('say hello');
-          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
-          await h.send('post the event');
-          const approval = await waitFor(async () => (await stack.db.approval.findFirst({ where: { sessionId: h.sessionId, toolCallId: 'call_post' } })) ?? undefined, 'the approval');
-          const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
-          assert.equal(decided.applied, true, decided.reply);
-          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Posted.'));
-          await h.send('note it: the deploy went out');
-          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Noted (the deploy went out)'));
-          assert.equal(capture.requests.length, 1, 'the recorded http_request reached the listener once');
-          const turns = await turnIdsOf(h.sessionId);
-          assert.equal(turns.length, 3);
-          const recordedReplies = (await stack.db.message.findMany({ where: { sessionId: h.sessionId, role: 'assistant' }, orderBy: { seq: 'asc' } })).map((m) => m.text);
+      await withReplayWorker(undefined, async (h) => {
+        // record: a plain reply, an approved http_request that reaches the listener, a save_note
+        await h.send('say hello');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
+        await h.send('post the event');
+        const approval = await waitFor(async () => (await stack.db.approval.findFirst({ where: { sessionId: h.sessionId, toolCallId: 'call_post' } })) ?? undefined, 'the approval');
+        const decided = await h.ingress.decideApproval(approval.id, 'approve', OPERATOR);
+        assert.equal(decided.applied, true, decided.reply);
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Posted.'));
+        await h.send('note it: the deploy went out');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Noted (the deploy went out)'));
+        assert.equal(capture.requests.length, 1, 'the recorded http_request reached the listener once');
+        const turns = await turnIdsOf(h.sessionId);
+        assert.equal(turns.length, 3);
+        const recordedReplies = (await stack.db.message.findMany({ where: { sessionId: h.sessionId, role: 'assistant' }, orderBy: { seq: 'asc' } })).map((m) => m.text);
 
-          // (a) unchanged configuration: every reply again, exactly; (b) the listener sees nothing; (e) nothing visible written
-          const before = await visible(h.sessionId);
-          const same = await replay(h, turns);
-          assert.equal(same.status, 'done');
-          assert.equal(same.turns.length, 3);
-          for (const [i, t] of same.turns.entries()) {
-            assert.equal(t.replayable, true, t.reason);
-            assert.equal(t.recorded?.reply, recordedReplies[i], `turn ${i + 1}: the recorded reply`);
-            assert.equal(t.counterfactual?.reply, t.recorded?.reply, `turn ${i + 1}: the replayed reply is the recorded one`);
-            assert.equal(t.replyChanged, false);
-            assert.equal(t.changed, false, JSON.stringify(t));
-            assert.deepEqual(t.divergences, []);
+        // (a) unchanged configuration: every reply again, exactly; (b) the listener sees nothing; (e) nothing visible written
+        const before = await visible(h.sessionId);
+        const same = await replay(h, turns);
+        assert.equal(same.status, 'done');
+        assert.equal(same.turns.length, 3);
+        for (const [i, t] of same.turns.entries()) {
+          assert.equal(t.replayable, true, t.reason);
+          assert.equal(t.recorded?.reply, recordedReplies[i], `turn ${i + 1}: the recorded reply`);
+          assert.equal(t.counterfactual?.reply, t.recorded?.reply, `turn ${i + 1}: the replayed reply is the recorded one`);
+          assert.equal(t.replyChanged, false);
+          assert.equal(t.changed, false, JSON.stringify(t));
+          assert.deepEqual(t.divergences, []);
+        }
+        const post = same.turns[1]!;
+        assert.deepEqual(post.counterfactual?.toolCalls.map((c) => [c.name, c.answer]), [['http_request', 'recorded']]);
+        assert.match(post.counterfactual!.toolCalls[0]!.result ?? '', /captured #1/);
+        assert.deepEqual(post.approvals?.map((a) => [a.tool, a.verdict, a.recordedWaited, a.continuedAs]), [['http_request', 'would-wait', true, 'approved']]);
+        assert.deepEqual(same.turns[2]!.counterfactual?.toolCalls.map((c) => [c.name, c.answer]), [['save_note', 'recorded']]);
+        assert.equal(same.summary.changed, 0);
+        // the same prompt building: each replayed model request carries the recorded request's messages and tools
+        const bodies = (word: string) => stack.model.requests.filter((q) => lastUserText(q.body).includes(word)).map((q) => q.body as { messages: unknown; tools: unknown });
+        for (const word of ['say hello', 'post the event', 'note it']) {
+          const b = bodies(word);
+          const steps = b.length / 2;
+          assert.ok(Number.isInteger(steps) && steps >= 1, `${word}: recorded and replayed steps`);
+          for (let i = 0; i < steps; i++) {
+            assert.deepEqual(b[steps + i]!.messages, b[i]!.messages, `${word}, step ${i + 1}: the same messages`);
+            assert.deepEqual(b[steps + i]!.tools, b[i]!.tools, `${word}, step ${i + 1}: the same tools`);
           }
-          const post = same.turns[1]!;
-          assert.deepEqual(post.counterfactual?.toolCalls.map((c) => [c.name, c.answer]), [['http_request', 'recorded']]);
-          assert.match(post.counterfactual!.toolCalls[0]!.result ?? '', /captured #1/);
-          assert.deepEqual(post.approvals?.map((a) => [a.tool, a.verdict, a.recordedWaited, a.continuedAs]), [['http_request', 'would-wait', true, 'approved']]);
-          assert.deepEqual(same.turns[2]!.counterfactual?.toolCalls.map((c) => [c.name, c.answer]), [['save_note', 'recorded']]);
-          assert.equal(same.summary.changed, 0);
-          // the same prompt building: each replayed model request carries the recorded request's messages and tools
-          const bodies = (word: string) => stack.model.requests.filter((q) => lastUserText(q.body).includes(word)).map((q) => q.body as { messages: unknown; tools: unknown });
-          for (const word of ['say hello', 'post the event', 'note it']) {
-            const b = bodies(word);
-            const steps = b.length / 2;
-            assert.ok(Number.isInteger(steps) && steps >= 1, `${word}: recorded and replayed steps`);
-            for (let i = 0; i < steps; i++) {
-              assert.deepEqual(b[steps + i]!.messages, b[i]!.messages, `${word}, step ${i + 1}: the same messages`);
-              assert.deepEqual(b[steps + i]!.tools, b[i]!.tools, `${word}, step ${i + 1}: the same tools`);
-            }
-          }
-          assert.equal(capture.requests.length, 1, 'no request reached the listener during the replay');
-          assert.deepEqual(await visible(h.sessionId), before, 'nothing a user sees was written');
-          assert.equal(await stack.db.receipt.count({ where: { key: { startsWith: 'replay:' }, kind: 'replay.end' } }), 1, "the replay's own receipt");
+        }
+        assert.equal(capture.requests.length, 1, 'no request reached the listener during the replay');
+        assert.deepEqual(await visible(h.sessionId), before, 'nothing a user sees was written');
+        assert.equal(await stack.db.receipt.count({ where: { key: { startsWith: 'replay:' }, kind: 'replay.end' } }), 1, "the replay's own receipt");
 
-          // (c) a changed approval list: exactly save_note flips to "would wait"; http_request waits either way
-          const flipped = await replay(h, turns, { approvalTools: ['save_note'] });
-          const verdicts = flipped.turns.flatMap((t) => (t.approvals ?? []).map((a) => [a.tool, a.verdict, a.recordedWaited]));
-          assert.deepEqual(verdicts, [
-            ['http_request', 'would-wait', true],
-            ['save_note', 'would-wait', false],
-          ]);
-          assert.equal(flipped.summary.approvalsFlipped, 1);
-          assert.deepEqual(
-            flipped.turns.map((t) => t.counterfactual?.reply),
-            recordedReplies,
-            'the flipped call continues as recorded (it ran): the replies stay',
-          );
-          assert.equal(capture.requests.length, 1);
+        // (c) a changed approval list: exactly save_note flips to "would wait"; http_request waits either way
+        const flipped = await replay(h, turns, { approvalTools: ['save_note'] });
+        const verdicts = flipped.turns.flatMap((t) => (t.approvals ?? []).map((a) => [a.tool, a.verdict, a.recordedWaited]));
+        assert.deepEqual(verdicts, [
+          ['http_request', 'would-wait', true],
+          ['save_note', 'would-wait', false],
+        ]);
+        assert.equal(flipped.summary.approvalsFlipped, 1);
+        assert.deepEqual(
+          flipped.turns.map((t) => t.counterfactual?.reply),
+          recordedReplies,
+          'the flipped call continues as recorded (it ran): the replies stay',
+        );
+        assert.equal(capture.requests.length, 1);
 
-          // (d) pruned blobs: the note turn's tool result is gone from the blob store
-          const rec = await recordedTurn(stack.db, stack.env.client, turns[2]!);
-          assert.equal(rec.replayable, true);
-          const resultHash = rec.replayable ? rec.toolCalls[0]!.resultHash! : '';
-          await stack.db.blob.delete({ where: { hash: resultHash } });
-          const pruned = await replay(h, [turns[0]!, turns[2]!]);
-          assert.equal(pruned.turns[0]!.replayable, true);
-          assert.equal(pruned.turns[1]!.replayable, false);
-          assert.match(pruned.turns[1]!.reason ?? '', /blobs pruned: 1 of the turn's stored messages are gone/);
-          assert.equal(pruned.summary.notReplayable, 1);
-          assert.deepEqual(await visible(h.sessionId), before, 'still nothing a user sees was written');
-        });
+        // (d) pruned blobs: the note turn's tool result is gone from the blob store
+        const rec = await recordedTurn(stack.db, stack.env.client, turns[2]!);
+        assert.equal(rec.replayable, true);
+        const resultHash = rec.replayable ? rec.toolCalls[0]!.resultHash! : '';
+        await stack.db.blob.delete({ where: { hash: resultHash } });
+        const pruned = await replay(h, [turns[0]!, turns[2]!]);
+        assert.equal(pruned.turns[0]!.replayable, true);
+        assert.equal(pruned.turns[1]!.replayable, false);
+        assert.match(pruned.turns[1]!.reason ?? '', /blobs pruned: 1 of the turn's stored messages are gone/);
+        assert.equal(pruned.summary.notReplayable, 1);
+        assert.deepEqual(await visible(h.sessionId), before, 'still nothing a user sees was written');
       });
     });
 
     it('a replayed turn whose model calls other tools: nothing runs (an MCP tool, http_request, send_email, run_command), the model is told they were simulated, the report marks the divergences', async () => {
-      stack.model.setDefault(script);
       const dataDir = mkdtempSync(path.join(tmpdir(), 'steward-replay-'));
       const mcp = createMcpTools({ db: stack.db, dataDir });
       try {
         await createMcpService({ db: stack.db, manager: mcp.manager }).add(stdioServer('every', [serverEntry('@modelcontextprotocol/server-everything'), 'stdio'], { allowTools: ['echo', 'get-sum'], readOnlyTools: ['echo', 'get-sum'] }), OPERATOR);
-        await withHarness(opts(mcp), async (h) => {
-          const worker = await replayWorker(h, mcp);
-          await worker.runUntil(async () => {
-            await h.send('use the tools');
-            await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Echoed:'), { timeoutMs: 60_000 });
-            assert.equal(await stack.db.mcpCall.count(), 1, 'the recorded MCP call ran');
-            const [turnId] = await turnIdsOf(h.sessionId);
-            const before = await visible(h.sessionId);
-            const connections = capture.connections;
-            const requests = capture.requests.length;
+        await withReplayWorker(mcp, async (h) => {
+          await h.send('use the tools');
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Echoed:'), { timeoutMs: 60_000 });
+          assert.equal(await stack.db.mcpCall.count(), 1, 'the recorded MCP call ran');
+          const [turnId] = await turnIdsOf(h.sessionId);
+          const before = await visible(h.sessionId);
+          const connections = capture.connections;
+          const requests = capture.requests.length;
 
-            const r = await replay(h, [turnId!], { model: 'openai-compatible:other-model' });
-            const t = r.turns[0]!;
-            assert.equal(t.replayable, true, t.reason);
-            assert.equal(t.counterfactual?.reply, 'Done, the other way.');
-            assert.equal(t.counterfactual?.model, 'openai-compatible:other-model');
-            assert.deepEqual(
-              t.counterfactual?.toolCalls.map((c) => [c.name, c.answer]),
-              [
-                ['every__echo', 'recorded'],
-                ['every__get-sum', 'simulated'],
-                ['http_request', 'simulated'],
-                ['send_email', 'simulated'],
-                ['run_command', 'simulated'],
-              ],
-            );
-            assert.equal(t.divergences?.length, 4);
-            assert.deepEqual(t.toolCalls, { same: ['every__echo'], different: [], new: ['every__get-sum', 'http_request', 'send_email', 'run_command'], dropped: [] });
-            assert.equal(t.changed, true);
-            assert.equal(r.summary.replyChanged, 1);
-            // the model was told, in the replay's second step, that the calls were simulated
-            const told = stack.model.requests.filter((q) => (q.body as { model?: string }).model === 'other-model').map((q) => JSON.stringify(q.body)).at(-1) ?? '';
-            assert.match(told, /Simulated \(counterfactual replay\): send_email was not executed/);
-            assert.equal(capture.connections, connections, 'no connection reached the listener (HTTP or SMTP)');
-            assert.equal(capture.requests.length, requests);
-            assert.deepEqual(await visible(h.sessionId), before, 'no MCP call, nothing a user sees');
-          });
+          const r = await replay(h, [turnId!], { model: 'openai-compatible:other-model' });
+          const t = r.turns[0]!;
+          assert.equal(t.replayable, true, t.reason);
+          assert.equal(t.counterfactual?.reply, 'Done, the other way.');
+          assert.equal(t.counterfactual?.model, 'openai-compatible:other-model');
+          assert.deepEqual(
+            t.counterfactual?.toolCalls.map((c) => [c.name, c.answer]),
+            [
+              ['every__echo', 'recorded'],
+              ['every__get-sum', 'simulated'],
+              ['http_request', 'simulated'],
+              ['send_email', 'simulated'],
+              ['run_command', 'simulated'],
+            ],
+          );
+          assert.equal(t.divergences?.length, 4);
+          assert.deepEqual(t.toolCalls, { same: ['every__echo'], different: [], new: ['every__get-sum', 'http_request', 'send_email', 'run_command'], dropped: [] });
+          assert.equal(t.changed, true);
+          assert.equal(r.summary.replyChanged, 1);
+          // the model was told, in the replay's second step, that the calls were simulated
+          const told = stack.model.requests.filter((q) => (q.body as { model?: string }).model === 'other-model').map((q) => JSON.stringify(q.body)).at(-1) ?? '';
+          assert.match(told, /Simulated \(counterfactual replay\): send_email was not executed/);
+          assert.equal(capture.connections, connections, 'no connection reached the listener (HTTP or SMTP)');
+          assert.equal(capture.requests.length, requests);
+          assert.deepEqual(await visible(h.sessionId), before, 'no MCP call, nothing a user sees');
         });
       } finally {
         await mcp.close();
@@ -329,29 +333,112 @@ for (const kind of testDatabases()) {
       }
     });
 
+    /** The replay service as `steward start` wires it, over this stack and the harness's background queue. */
+    const serviceOf = (h: Harness): ReplayService =>
+      createReplayService({
+        db: stack.db,
+        client: stack.env.client,
+        taskQueue: h.backgroundQueue,
+        account: 'default',
+        configuredProviders: () => ['openai-compatible'],
+        store: replayStoreOf(stack.db),
+        formats: replayReportFormats,
+      });
+    /** The replay runs Temporal has under this replay id (the parent; its turns are children). */
+    const runsOf = async (id: string) => {
+      const runs: string[] = [];
+      for await (const w of stack.env.client.workflow.list({ query: `WorkflowId = "replay:${id}"` })) runs.push(w.runId);
+      return runs;
+    };
+    const ended = (id: string) =>
+      waitFor(async () => {
+        const r = await getReplay(stack.db, id);
+        return r && r.status !== 'running' ? r : undefined;
+      }, `replay ${id} ended`, 60_000);
+
+    it('the run is the ledger, the row its projection: keyed starts give one replay, an API that dies after the start still ends with a row that reaches done, a failed or terminated run ends its row', async () => {
+      await withReplayWorker(undefined, async (h) => {
+        await h.send('say hello');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
+        const [turnId] = await turnIdsOf(h.sessionId);
+        const service = serviceOf(h);
+        const body = { selection: { turnId } };
+        const rowsBefore = await stack.db.replay.count();
+
+        // the same key twice at once, then again: one id, one run, one row
+        const key = `k-${randomUUID()}`;
+        const [a, b] = await Promise.all([service.start(OPERATOR, body, { key }), service.start(OPERATOR, body, { key })]);
+        assert.equal(a.id, b.id);
+        assert.equal(a.id, replayIdFor(OPERATOR.id, key));
+        assert.deepEqual([a.turns, b.turns], [1, 1]);
+        const again = await service.start(OPERATOR, { selection: { turnId }, concurrency: 3 }, { key });
+        assert.deepEqual(again, a, 'a retry answers with the first call’s replay, whatever its body says');
+        assert.equal((await ended(a.id)).status, 'done');
+        assert.deepEqual((await waitFor(async () => ((await runsOf(a.id)).length > 0 ? runsOf(a.id) : undefined), 'the run listed')).length, 1, 'one run');
+        assert.equal(await stack.db.replay.count(), rowsBefore + 1, 'one row');
+        // without a key, two starts are two replays
+        const [x, y] = await Promise.all([service.start(OPERATOR, body), service.start(OPERATOR, body)]);
+        assert.notEqual(x.id, y.id);
+        await Promise.all([ended(x.id), ended(y.id)]);
+
+        // the API dies between the run's start and its row write: the run writes the row, which reaches done
+        const crashKey = `k-${randomUUID()}`;
+        const crashed = replayIdFor(OPERATOR.id, crashKey);
+        const disarm = armFaultPoint('replay.started');
+        try {
+          await assert.rejects(service.start(OPERATOR, body, { key: crashKey }), (err: unknown) => err instanceof InjectedFault);
+        } finally {
+          disarm();
+        }
+        const row = await ended(crashed);
+        assert.equal(row.status, 'done', row.error ?? '');
+        assert.ok(row.reportHash, 'its report is kept');
+        assert.deepEqual(row.turnIds, [turnId]);
+        assert.equal(row.requestedBy, OPERATOR.name);
+        // the client retries after the crash: the same replay, nothing new started
+        assert.equal((await service.start(OPERATOR, body, { key: crashKey })).id, crashed);
+        assert.equal((await runsOf(crashed)).length, 1);
+        assert.equal((await service.get(OPERATOR, crashed)).status, 'done');
+
+        // a run that fails (its report does not hold its schema): the row ends failed, with the reason
+        const failing = `rpfail${randomUUID().replace(/-/g, '').slice(0, 10)}`;
+        await startReplayWorkflow(stack.env.client, h.backgroundQueue, { replayId: failing, turnIds: [turnId!], alternative: {}, concurrency: 1, selection: { everything: true }, requestedBy: 'test' });
+        await assert.rejects(stack.env.client.workflow.getHandle(`replay:${failing}`).result(), /Workflow execution failed/);
+        const failed = await ended(failing);
+        assert.equal(failed.status, 'failed');
+        assert.match(failed.error ?? '', /the report of replay rpfail\w+ is invalid: selection/);
+        assert.equal((await service.get(OPERATOR, failing)).error, failed.error);
+
+        // a run terminated from the Temporal UI writes nothing: reading the replay projects its end
+        const slow = await service.start(OPERATOR, { selection: { turnId }, alternative: { model: 'openai-compatible:slow-model' } });
+        await waitFor(async () => (await getReplay(stack.db, slow.id)) ?? undefined, 'the slow replay row');
+        await stack.env.client.workflow.getHandle(slow.workflowId).terminate('test: terminated');
+        const seen = await service.get(OPERATOR, slow.id);
+        assert.equal(seen.status, 'failed');
+        assert.match(seen.error ?? '', /ended terminated/);
+        assert.equal((await getReplay(stack.db, slow.id))?.status, 'failed');
+      });
+    });
+
     it('a cancelled replay cancels the turn in flight and keeps its report, status cancelled', async () => {
-      stack.model.setDefault(script);
-      await withHarness(opts(), async (h) => {
-        const worker = await replayWorker(h);
-        await worker.runUntil(async () => {
-          await h.send('say hello');
-          await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
-          const turns = await turnIdsOf(h.sessionId);
-          const { id, handle } = await startReplay(h, turns, { model: 'openai-compatible:slow-model' });
-          const aborted = stack.model.aborted;
-          await waitFor(() => stack.model.requests.some((q) => (q.body as { model?: string }).model === 'slow-model') || undefined, 'the slow model call');
-          await handle.cancel();
-          await assert.rejects(handle.result(), /cancel/i);
-          await stack.model.waitForAborted(aborted + 1, 15_000);
-          const row = await waitFor(async () => {
-            const r = await getReplay(stack.db, id);
-            return r?.status === 'cancelled' ? r : undefined;
-          }, 'the cancelled replay');
-          const report = ReplayReportSchema.parse(JSON.parse(await getBlobText(stack.db, row.reportHash!)));
-          assert.equal(report.status, 'cancelled');
-          assert.equal(report.turns.length, 1);
-          assert.match(report.turns[0]!.error ?? '', /cancelled/);
-        });
+      await withReplayWorker(undefined, async (h) => {
+        await h.send('say hello');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.startsWith('Hello back'));
+        const turns = await turnIdsOf(h.sessionId);
+        const { id, handle } = await startReplay(h, turns, { model: 'openai-compatible:slow-model' });
+        const aborted = stack.model.aborted;
+        await waitFor(() => stack.model.requests.some((q) => (q.body as { model?: string }).model === 'slow-model') || undefined, 'the slow model call');
+        await handle.cancel();
+        await assert.rejects(handle.result(), /cancel/i);
+        await stack.model.waitForAborted(aborted + 1, 15_000);
+        const row = await waitFor(async () => {
+          const r = await getReplay(stack.db, id);
+          return r?.status === 'cancelled' ? r : undefined;
+        }, 'the cancelled replay');
+        const report = ReplayReportSchema.parse(JSON.parse(await getBlobText(stack.db, row.reportHash!)));
+        assert.equal(report.status, 'cancelled');
+        assert.equal(report.turns.length, 1);
+        assert.match(report.turns[0]!.error ?? '', /cancelled/);
       });
     });
   });

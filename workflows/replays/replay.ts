@@ -5,6 +5,12 @@
  * queue (`<background queue>-replay`), where the replay implementations of the same activities
  * answer every effect from the record (activities/replays.ts). Cancelling the replay cancels its
  * children; the report of what was replayed is saved either way.
+ *
+ * Temporal is the ledger of a replay, its Replay row a projection: the run writes its own row
+ * first (`recordReplay`, an idempotent upsert: the row exists whatever instant the API that
+ * started the run stopped at) and its end last: `done` or `cancelled` with the report, `failed`
+ * with the reason when anything else ends it (`failReplay`). Runs started before this are told
+ * by the `steward-replay-row` patch and keep their commands.
  * Deterministic: no I/O here, only activities.
  */
 import { CancellationScope, condition, executeChild, isCancellation, patched, proxyActivities, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
@@ -135,37 +141,53 @@ export async function replayTurnsWorkflow(input: ReplayTurnsInput): Promise<Repl
   upsertSearchAttributes([{ key: KindAttr, value: 'replay' }]);
   const info = workflowInfo();
   const acts = replayActs();
+  // the run writes its own row and its failure (runs started before this did neither)
+  const owned = patched('steward-replay-row');
   const turns: Array<{ turnId: string; reportHash?: string; error?: string }> = input.turnIds.map((turnId) => ({ turnId }));
-  let next = 0;
-  const lane = async (): Promise<void> => {
-    while (next < input.turnIds.length) {
-      const i = next++;
-      const turnId = input.turnIds[i]!;
-      try {
-        const r = await executeChild(replayTurnWorkflow, {
-          workflowId: `${info.workflowId}:turn:${i + 1}`,
-          args: [{ replayId: input.replayId, turnId, alternative: input.alternative }],
-          taskQueue: info.taskQueue,
-          typedSearchAttributes: [{ key: KindAttr, value: 'replay' }],
-          staticSummary: `Replay ${input.replayId}: turn ${i + 1} of ${input.turnIds.length}`,
-        });
-        turns[i] = { turnId, reportHash: r.reportHash };
-      } catch (err) {
-        if (isCancellation(err)) throw err;
-        turns[i] = { turnId, error: err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err) };
-      }
-    }
-  };
-  const lanes = Math.max(1, Math.min(input.concurrency, input.turnIds.length));
-  let cancelled: unknown;
   try {
-    await Promise.all(Array.from({ length: lanes }, () => lane()));
+    if (owned) {
+      await CancellationScope.nonCancellable(() =>
+        acts.recordReplay({ replayId: input.replayId, workflowId: info.workflowId, turnIds: input.turnIds, alternative: input.alternative, selection: input.selection ?? null, ...(input.requestedBy !== undefined ? { requestedBy: input.requestedBy } : {}) }),
+      );
+    }
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < input.turnIds.length) {
+        const i = next++;
+        const turnId = input.turnIds[i]!;
+        try {
+          const r = await executeChild(replayTurnWorkflow, {
+            workflowId: `${info.workflowId}:turn:${i + 1}`,
+            args: [{ replayId: input.replayId, turnId, alternative: input.alternative }],
+            taskQueue: info.taskQueue,
+            typedSearchAttributes: [{ key: KindAttr, value: 'replay' }],
+            staticSummary: `Replay ${input.replayId}: turn ${i + 1} of ${input.turnIds.length}`,
+          });
+          turns[i] = { turnId, reportHash: r.reportHash };
+        } catch (err) {
+          if (isCancellation(err)) throw err;
+          turns[i] = { turnId, error: err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err) };
+        }
+      }
+    };
+    const lanes = Math.max(1, Math.min(input.concurrency, input.turnIds.length));
+    let cancelled: unknown;
+    try {
+      await Promise.all(Array.from({ length: lanes }, () => lane()));
+    } catch (err) {
+      if (!isCancellation(err)) throw err;
+      cancelled = err;
+    }
+    const saved = await CancellationScope.nonCancellable(() => acts.saveReplayReport({ replayId: input.replayId, status: cancelled ? 'cancelled' : 'done', turns }));
+    // the report is kept; a cancelled replay's run ends cancelled, as it was asked
+    if (cancelled) throw cancelled;
+    return saved;
   } catch (err) {
-    if (!isCancellation(err)) throw err;
-    cancelled = err;
+    // anything else that ends the run: the row says failed, with the reason (a cancellation was recorded above)
+    if (owned && !isCancellation(err)) {
+      const reason = err instanceof Error ? (err.cause instanceof Error ? `${err.message}: ${err.cause.message}` : err.message) : String(err);
+      await CancellationScope.nonCancellable(() => acts.failReplay({ replayId: input.replayId, error: reason }));
+    }
+    throw err;
   }
-  const saved = await CancellationScope.nonCancellable(() => acts.saveReplayReport({ replayId: input.replayId, status: cancelled ? 'cancelled' : 'done', turns }));
-  // the report is kept; a cancelled replay's run ends cancelled, as it was asked
-  if (cancelled) throw cancelled;
-  return saved;
 }
