@@ -141,6 +141,17 @@ function StartForm(props: { t: FormText; csrf: string; error?: string | undefine
       {hint ? <span class="hint"> ({hint})</span> : null} <input type="text" name={name} id={`f-${name}`} value={t[name] ?? ''} maxlength={400} {...attrs} />
     </label>
   );
+  /** A kind of selection: its radio button as the group's legend, its fields under it. */
+  const kindGroup = (k: keyof typeof KINDS, fields: Child[]) => (
+    <fieldset class="kind" id={`kind-${k}`}>
+      <legend>
+        <label>
+          <input type="radio" name="kind" value={k} checked={k === kind} /> {KINDS[k]}
+        </label>
+      </legend>
+      <div class="fields">{fields}</div>
+    </fieldset>
+  );
   return (
     <form method="post" action="/console/replays" id="start-form" class="replay-form">
       <input type="hidden" name={CSRF_FIELD} value={props.csrf} />
@@ -150,26 +161,16 @@ function StartForm(props: { t: FormText; csrf: string; error?: string | undefine
         </p>
       ) : null}
       <fieldset>
-        <legend>Which turns</legend>
-        <div class="kinds">
-          {Object.entries(KINDS).map(([k, label]) => (
-            <label>
-              <input type="radio" name="kind" value={k} checked={k === kind} /> {label}
-            </label>
-          ))}
-        </div>
-        <div class="fields">
-          {text('turnId', 'Turn id', 'with One turn; steward trace shows them')}
-          {text('chatId', 'Chat id', 'with A chat: an HTTP chat of this installation')}
-          {text('since', 'Since', 'ISO time with offset, or 7d, 2h, 90m back')}
-          {text('until', 'Until', 'empty: now')}
-          {text('objectiveId', 'Objective', 'id or name')}
-          {text('last', 'Last runs', '1 to 500', { inputmode: 'numeric' })}
-          {text('sampleSize', 'Sample size', '1 to 500', { inputmode: 'numeric' })}
-          {text('sampleSince', 'Sample since', 'optional')}
-          {text('sampleUntil', 'Sample until', 'optional')}
-          {text('seed', 'Seed', 'optional: the same seed draws the same turns', { inputmode: 'numeric' })}
-        </div>
+        <legend>Which turns (one of)</legend>
+        {kindGroup('turn', [text('turnId', 'Turn id', 'steward trace shows them; a reply on a chat page has a Replay link')])}
+        {kindGroup('chat', [text('chatId', 'Chat id', 'an HTTP chat of this installation'), text('since', 'Since', 'ISO time with offset, or 7d, 2h, 90m back'), text('until', 'Until', 'empty: now')])}
+        {kindGroup('objective', [text('objectiveId', 'Objective', 'id or name'), text('last', 'Last runs', '1 to 500', { inputmode: 'numeric' })])}
+        {kindGroup('sample', [
+          text('sampleSize', 'Sample size', '1 to 500', { inputmode: 'numeric' }),
+          text('sampleSince', 'Since', 'optional'),
+          text('sampleUntil', 'Until', 'optional'),
+          text('seed', 'Seed', 'optional: the same seed draws the same turns', { inputmode: 'numeric' }),
+        ])}
       </fieldset>
       <fieldset>
         <legend>The alternative (empty: as configured now)</legend>
@@ -513,7 +514,7 @@ function Turn(props: { t: ReplayTurnReport; n: number }) {
     <section class="replay-turn" id={id} data-replayable="true" data-changed={String(t.outcomeChanged)} aria-labelledby={`${id}-h`}>
       {head}
       <p class={t.outcomeChanged ? 'changed' : 'unchanged'}>
-        {t.outcomeChanged ? `Changed: ${changed.join(', ')}.` : 'Unchanged.'} Outcome {t.outcome.recorded}
+        {t.outcomeChanged ? `Changed: ${changed.join(', ')}.` : 'Unchanged.'} Outcome: {t.outcome.recorded}
         {t.outcome.counterfactual !== t.outcome.recorded ? ` → ${t.outcome.counterfactual}` : ''}
         {t.at ? (
           <>
@@ -656,15 +657,15 @@ export function TurnActions(props: { chatId: string; turnId: string; seq: number
         </a>
       ) : null}
       {props.fork ? (
-      <form method="post" action={`${base}/fork`} hx-post={`${base}/fork`} hx-target={`#${result}`} hx-swap="innerHTML">
-        <input type="hidden" name={CSRF_FIELD} value={props.csrf} />
-        <input type="hidden" name="turnId" value={props.turnId} />
-        {/* a double click forks once: the same key answers the same fork */}
-        <input type="hidden" name="key" value={randomUUID()} />
-        <button type="submit" class="fork" title="A new chat that starts from this chat's state just before this turn">
-          Fork from here
-        </button>
-      </form>
+        <form method="post" action={`${base}/fork`} hx-post={`${base}/fork`} hx-target={`#${result}`} hx-swap="innerHTML">
+          <input type="hidden" name={CSRF_FIELD} value={props.csrf} />
+          <input type="hidden" name="turnId" value={props.turnId} />
+          {/* a double click forks once: the same key answers the same fork */}
+          <input type="hidden" name="key" value={randomUUID()} />
+          <button type="submit" class="fork" title="A new chat that starts from this chat's state just before this turn">
+            Fork from here
+          </button>
+        </form>
       ) : null}
       <span id={result} role="status" aria-live="polite"></span>
     </div>

@@ -294,6 +294,7 @@ describe('the console: Replays page', { skip: browserSkip() || (await needs('chr
     const p = page!;
     await p.goto(`${api}/console/chats/${CHAT}`, { waitUntil: 'domcontentloaded' });
     await p.waitForFunction(() => (globalThis as unknown as { htmx?: unknown }).htmx !== undefined);
+    await saveScreenshot(p, shots, 'chat');
     const second = p.locator('#transcript li[data-role="assistant"]').nth(1);
     const answered = p.waitForResponse((r) => r.request().method() === 'POST' && r.url().endsWith(`/console/chats/${CHAT}/fork`));
     await second.locator('button.fork').click();
