@@ -21,6 +21,7 @@
  * secret Steward holds masked (domain/secrets.ts), downloads included.
  */
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Context, Hono } from 'hono';
 import type { Child } from 'hono/jsx';
 import { z } from 'zod';
@@ -771,7 +772,18 @@ function addListRoutes(app: Hono, { deps, render, actorOf }: ConsolePageContext)
     if (!replays) return c.text('no replay service', 404);
     const t = formTextOf(await c.req.parseBody());
     try {
-      const started = await replays.start(actorOf(c), startBodyOf(t));
+      const actor = actorOf(c);
+      const started = await replays.start(actor, startBodyOf(t));
+      // its page is opened once the service lists it (its row may be written by its workflow): a bounded wait
+      for (let i = 0; i < 25; i++) {
+        try {
+          await replays.get(actor, started.id);
+          break;
+        } catch (err) {
+          if (!(err instanceof ServiceInputError && err.status === 404)) throw err;
+          await sleep(200);
+        }
+      }
       return c.redirect(`/console/replays/${started.id}`, 303);
     } catch (err) {
       const r = refusal(err);
