@@ -624,6 +624,13 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     ...(runLink ? { runLink } : {}),
   });
   const budgets = budgetServiceFor(config, client, db, log);
+  const forks = createForkService({
+    client,
+    db,
+    taskQueue: config.temporal.taskQueue,
+    defaultModel: config.model.default,
+    limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun, budgetWaitMs: config.session.budgetWaitMs },
+  });
   const app = createHttpApp({
     ingress,
     apiToken: token,
@@ -644,13 +651,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
     mcp,
     heartbeat,
     inbox,
-    forks: createForkService({
-      client,
-      db,
-      taskQueue: config.temporal.taskQueue,
-      defaultModel: config.model.default,
-      limits: { maxSteps: config.model.maxSteps, maxTurnsPerRun: config.session.maxTurnsPerRun, budgetWaitMs: config.session.budgetWaitMs },
-    }),
+    forks,
     ...(replays ? { replays } : {}),
     policyWhatIf: (r) =>
       policyWhatIf(db, {
@@ -676,7 +677,7 @@ function createApiApp(config: StewardConfig, parts: ApiAppParts): { app: ReturnT
   if (uiUpstream) app.route('/', createTemporalUiProxy({ basePath: EMBEDDED_UI_PATH, upstream: uiUpstream, signIn, backoff, log }));
   // the operator console (docs/console.md), behind the same sign-in
   const chats = createConsoleChats({ ingress, db, account: 'default' });
-  app.route('/', createConsoleRoutes({ apiToken: token, signIn, persons, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets, receipts: createReceiptService(db) }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
+  app.route('/', createConsoleRoutes({ apiToken: token, signIn, persons, chats, services: { changes, objectives, workspaces, knowledge, heartbeat, mcp, tasks, inbox, budgets, forks, ...(replays ? { replays } : {}), receipts: createReceiptService(db) }, backoff, log, namespace: config.temporal.namespace, ...(uiUpstream ? { uiPath: EMBEDDED_UI_PATH } : {}) }));
   return { app };
 }
 

@@ -8,10 +8,10 @@
 import { randomUUID } from 'node:crypto';
 import { sessionWorkflowId } from '../common/ids.js';
 import type { Db } from '../domain/db.js';
-import { recentSessions } from '../domain/transcript.js';
+import { readTranscript, recentSessions } from '../domain/transcript.js';
 import type { Ingress, IngressResult } from './chat/intake.js';
 import type { SessionStatusView } from './chat/status.js';
-import type { TranscriptEntry } from './chat/transcript.js';
+import { transcriptEntry, type TranscriptEntry } from './chat/transcript.js';
 
 export interface ChatSummary {
   sessionId: string;
@@ -21,9 +21,12 @@ export interface ChatSummary {
   messages: number;
 }
 
+/** A transcript entry with the turn it belongs to (a reply's: its turn, which the chat page offers to replay or fork before). */
+export type ConsoleTranscriptEntry = TranscriptEntry & { turnId?: string };
+
 export interface ConsoleChats {
   list(): Promise<ChatSummary[]>;
-  transcript(chatId: string, limit?: number): Promise<TranscriptEntry[]>;
+  transcript(chatId: string, limit?: number): Promise<ConsoleTranscriptEntry[]>;
   status(chatId: string): Promise<SessionStatusView>;
   /** `/stop` to the chat, from `user` (the operator: `api`, as the HTTP API). */
   stop(chatId: string, user: string): Promise<IngressResult>;
@@ -40,7 +43,8 @@ export function createConsoleChats(deps: { ingress: Ingress; db: Db; account: st
     async list() {
       return (await recentSessions(deps.db)).map((s) => ({ ...s, ...(s.sessionId.startsWith(prefix) ? { chatId: s.sessionId.slice(prefix.length) } : {}) }));
     },
-    transcript: (chatId, limit = 200) => deps.ingress.transcript(sid(chatId), { limit }),
+    // the intake's transcript (services/chat/transcript.ts) with each entry's turn
+    transcript: async (chatId, limit = 200) => (await readTranscript(deps.db, sid(chatId), { limit })).map((r) => ({ ...transcriptEntry(r), ...(r.turnId ? { turnId: r.turnId } : {}) })),
     status: (chatId) => deps.ingress.status(sid(chatId)),
     stop: (chatId, user) => command(chatId, '/stop', user),
     steer: (chatId, text, user) => command(chatId, `/steer ${text}`, user),

@@ -28,15 +28,16 @@ import { addChangeRoutes } from './changes.js';
 import { addObjectiveRoutes } from './objectives.js';
 import { addKnowledgeRoutes } from './knowledge.js';
 import { addBudgetRoutes } from './budgets.js';
+import { addReplayRoutes } from './replays.js';
 import type { AddPageRoutes, ConsolePageContext, Render } from './page.js';
 
 export { chatEventHtml } from './chats.js';
 
 /** The page modules, each mounted behind the sign-in and CSRF guard. */
-const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes, addObjectiveRoutes, addKnowledgeRoutes, addBudgetRoutes];
+const PAGES: AddPageRoutes[] = [addChatRoutes, addInboxRoutes, addChangeRoutes, addObjectiveRoutes, addKnowledgeRoutes, addBudgetRoutes, addReplayRoutes];
 
 /** The services the pages use: the same objects the HTTP API's routes call (absent: the page says the feature is off). */
-export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets'> & {
+export type ConsoleServices = Pick<HttpDeps, 'changes' | 'objectives' | 'workspaces' | 'knowledge' | 'heartbeat' | 'mcp' | 'tasks' | 'inbox' | 'budgets' | 'replays' | 'forks'> & {
   /** The receipts (the Budgets and receipts page; `steward receipts export` reads the same). */
   receipts?: ReceiptService;
 };

@@ -10,7 +10,9 @@ import { z } from 'zod';
 import type { LiveApproval, PartialEvent } from '../../services/chat/live.js';
 import type { SessionStatusView } from '../../services/chat/status.js';
 import type { TranscriptEntry } from '../../services/chat/transcript.js';
+import type { Child } from 'hono/jsx';
 import type { ConsolePageContext } from './page.js';
+import { TurnActions } from './replays.js';
 import { csrfTokenOf } from './security.js';
 
 const ChatId = z.string().regex(/^[A-Za-z0-9._@+=-]{1,128}$/);
@@ -21,12 +23,13 @@ export function intakeUserOf(actor: { kind: string; id: string }): string {
   return actor.kind === 'operator' ? 'api' : actor.id;
 }
 
-/** A transcript entry as the console shows it (JSX escapes the text). */
-export function MessageItem(props: { e: TranscriptEntry }) {
+/** A transcript entry as the console shows it (JSX escapes the text); `actions`: what the page offers for its turn (replays.tsx). */
+export function MessageItem(props: { e: TranscriptEntry; actions?: Child }) {
   return (
     <li id={props.e.seq !== undefined ? `m-${props.e.seq}` : undefined} data-role={props.e.role}>
       <span class="role">{props.e.role === 'user' ? (props.e.user ?? 'user') : props.e.role}</span>
       <time datetime={props.e.at}>{props.e.at.slice(11, 19)}</time> {props.e.text}
+      {props.actions}
     </li>
   );
 }
@@ -136,6 +139,9 @@ export function addChatRoutes(app: Hono, { deps, render, actorOf }: ConsolePageC
     const [entries, status] = await Promise.all([deps.chats.transcript(chatId), deps.chats.status(chatId)]);
     const last = entries.at(-1)?.seq ?? 0;
     const base = `/console/chats/${encodeURIComponent(chatId)}`;
+    const csrf = csrfTokenOf(c, deps.apiToken);
+    // a reply's turn: Replay it, or fork the chat from just before it (admins: the page is theirs; the services check again)
+    const turnActions = deps.services?.replays || deps.services?.forks;
     return render(
       c,
       `Chat ${chatId}`,
@@ -164,7 +170,7 @@ export function addChatRoutes(app: Hono, { deps, render, actorOf }: ConsolePageC
         <h2>Transcript</h2>
         <ol class="transcript" id="transcript" aria-live="polite" sse-swap="message" hx-swap="beforeend">
           {entries.map((e) => (
-            <MessageItem e={e} />
+            <MessageItem e={e} actions={turnActions && e.role === 'assistant' && e.turnId ? <TurnActions chatId={chatId} turnId={e.turnId} seq={e.seq} csrf={csrf} replay={!!deps.services?.replays} fork={!!deps.services?.forks} /> : undefined} />
           ))}
         </ol>
         {/* the reply as the model types it (partial events); not live for screen readers: the reply arrives in the transcript */}

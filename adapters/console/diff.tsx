@@ -269,7 +269,8 @@ function bytes(n: number): string {
   return `${(n / 1024 / 1024).toFixed(1)} MB`;
 }
 
-function FileDiff(props: { f: DiffFileView; index: number }) {
+/** One file of a patch (also a replay report's reply diff, replays.tsx). */
+export function FileDiff(props: { f: DiffFileView; index: number }) {
   const { f } = props;
   const title = f.oldPath !== undefined ? `${f.oldPath} → ${f.path}` : f.path;
   const modes = f.oldMode && f.newMode && f.oldMode !== f.newMode ? ` · mode ${f.oldMode} → ${f.newMode}` : f.status === 'added' && f.newMode && f.newMode !== '100644' ? ` · mode ${f.newMode}` : '';

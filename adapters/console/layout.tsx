@@ -1,7 +1,7 @@
 /** The page every console page is drawn in: head (CSP-clean: only same-origin script and style), skip link, nav, who is signed in, sign out. */
 import type { Child } from 'hono/jsx';
 
-export type PageId = 'inbox' | 'chats' | 'changes' | 'objectives' | 'knowledge' | 'budgets';
+export type PageId = 'inbox' | 'chats' | 'changes' | 'objectives' | 'knowledge' | 'budgets' | 'replays';
 
 export const NAV: { id: PageId; label: string; href: string }[] = [
   { id: 'inbox', label: 'Inbox', href: '/console/inbox' },
@@ -10,6 +10,7 @@ export const NAV: { id: PageId; label: string; href: string }[] = [
   { id: 'objectives', label: 'Objectives', href: '/console/objectives' },
   { id: 'knowledge', label: 'Knowledge', href: '/console/knowledge' },
   { id: 'budgets', label: 'Budgets', href: '/console/budgets' },
+  { id: 'replays', label: 'Replays', href: '/console/replays' },
 ];
 
 /** Who the page is for. */
