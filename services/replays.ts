@@ -34,6 +34,7 @@ import {
 } from '../common/replays.js';
 import type { Db } from '../domain/db.js';
 import { getBlobText } from '../domain/blobs.js';
+import { maskHeldSecretsDeep } from '../domain/secrets.js';
 import { resolveSelection, SelectionError } from '../domain/replays/select.js';
 import { KindAttr } from '../workflows/search-attributes.js';
 import { PROVIDER_SETUP } from './chat/commands.js';
@@ -315,7 +316,9 @@ export function createReplayService(deps: ReplayServiceDeps): ReplayService {
       const r = await row(actor, id);
       const f = FormatSchema.safeParse(rawFormat ?? 'json');
       if (!f.success) throw new ReplayInputError(f.error.issues[0]?.message ?? 'format: expected json, markdown or jsonl');
-      const report = r.reportHash ? (JSON.parse(await getBlobText(db, r.reportHash)) as unknown) : null;
+      // every secret Steward holds is masked in every view of the report (the API, the CLI, the
+      // console: all read it here); the kept blob stays as recorded
+      const report = r.reportHash ? maskHeldSecretsDeep(JSON.parse(await getBlobText(db, r.reportHash)) as unknown) : null;
       if (f.data === 'json') return { format: 'json', replay: view(r), report };
       if (report === null) {
         throw new ReplayInputError(

@@ -26,7 +26,6 @@ import type { Context, Hono } from 'hono';
 import type { Child } from 'hono/jsx';
 import { z } from 'zod';
 import { formatMoney } from '../../domain/budgets/prices.js';
-import { maskHeldSecrets, maskHeldSecretsDeep } from '../../domain/secrets.js';
 import { renderedReport } from '../../domain/replays/formats.js';
 import type { ApprovalRow, ReplayableTurnReport, ReplayReport, ReplayTurnReport, TextDiff, ToolCallComparison, TurnMetrics } from '../../domain/replays/report.js';
 import { ServiceInputError } from '../../services/requests.js';
@@ -679,11 +678,11 @@ const ForkForm = z.object({ turnId: z.string().trim().min(1, 'which turn').max(4
 // Routes
 // ---------------------------------------------------------------------------------------
 
-/** The kept report, masked, read into the report module's terms; or why it could not be. */
+/** The kept report (masked by the service) read into the report module's terms; or why it could not be. */
 function reportOf(kept: unknown): { report?: ReplayReport; error?: string } {
   if (kept === null || kept === undefined) return {};
   try {
-    return { report: renderedReport(maskHeldSecretsDeep(kept)) };
+    return { report: renderedReport(kept) };
   } catch (err) {
     return { error: (err as Error).message.slice(0, 500) };
   }
@@ -876,8 +875,8 @@ function addDownloadRoute(app: Hono, { deps, actorOf }: ConsolePageContext): voi
       let text: string;
       if (got.format === 'json') {
         if (got.report === null) return c.text(`replay ${id.data} has no report yet (${got.replay.status})`, 409);
-        text = `${JSON.stringify(maskHeldSecretsDeep({ replay: got.replay, report: got.report }), null, 2)}\n`;
-      } else text = maskHeldSecrets(got.text);
+        text = `${JSON.stringify({ replay: got.replay, report: got.report }, null, 2)}\n`;
+      } else text = got.text;
       return c.body(text, 200, { 'content-type': FORMATS[format].type, 'content-disposition': `attachment; filename="replay-${id.data}.${FORMATS[format].ext}"` });
     } catch (err) {
       const r = refusal(err);
