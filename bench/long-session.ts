@@ -35,6 +35,7 @@
  * time above that, or both sides measure the server's back-off.
  */
 import { spawn } from 'node:child_process';
+import { cpus, loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
@@ -394,6 +395,7 @@ function figures(j: Json): Record<string, number> {
 const jsonNumber = (n: number) => (Number.isFinite(n) ? +n.toFixed(2) : null);
 
 async function compare(): Promise<void> {
+  const loadBefore = loadavg().map((l) => +l.toFixed(2));
   const rounds: Array<{ round: number; order: Side[]; floor: Record<string, number>; steward: Record<string, number> }> = [];
   const timelines: Partial<Record<Side, unknown>> = {};
   for (let r = 1; r <= ROUNDS; r++) {
@@ -418,6 +420,8 @@ async function compare(): Promise<void> {
         turns: TURNS,
         max_turns_per_run: MAX_TURNS_PER_RUN,
         node_flags: { floor: [], steward: STEWARD_NODE_FLAGS },
+        // how busy the machine was (1, 5 and 15 minute load averages), before and after
+        machine: { cpus: cpus().length, load_before: loadBefore, load_after: loadavg().map((l) => +l.toFixed(2)) },
         per_round: rounds,
         median: { floor, steward },
         ratio_steward_to_floor: ratios,
