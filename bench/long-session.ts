@@ -201,11 +201,11 @@ interface TurnPhases {
   workflow_tasks: number;
   /** Summed waits of its workflow tasks from scheduled to started (the server handing each to the worker). */
   wft_wait_ms: number;
-  /** Summed time its workflow tasks ran on the worker (started to completed). */
+  /** Summed time its workflow tasks ran on the worker (started to completed; the task that delivers the reply ends after it is seen). */
   wft_run_ms: number;
   /** Summed activity time, scheduled to completed (the model step). */
   activity_ms: number;
-  /** The rest: the message in (HTTP, ingress) and the reply out, before and after the events. */
+  /** The rest: the turn's time less the above (the message in: HTTP, ingress; 0 when the parts overlap it). */
   rest_ms: number;
 }
 
@@ -236,17 +236,20 @@ async function turnPhases(c: Conversation, turns: TurnRecord[], runs: RunRecord[
     for (const e of h.events ?? []) {
       const t = eventMs(e);
       at.set(Number(e.eventId ?? 0), t);
-      const add = (k: keyof TurnPhases, v: number) => {
-        const i = turnAt(t);
+      // a task or an activity belongs to the turn during which it started (its whole time counted there)
+      const add = (since: number | undefined, k: keyof TurnPhases, v: number) => {
+        const i = since === undefined ? -1 : turnAt(since);
         if (i >= 0 && Number.isFinite(v)) out[i]![k] += v;
       };
       if (e.eventType === ET.EVENT_TYPE_WORKFLOW_TASK_STARTED) {
-        add('workflow_tasks', 1);
-        add('wft_wait_ms', t - (at.get(Number(e.workflowTaskStartedEventAttributes?.scheduledEventId ?? 0)) ?? NaN));
+        add(t, 'workflow_tasks', 1);
+        add(t, 'wft_wait_ms', t - (at.get(Number(e.workflowTaskStartedEventAttributes?.scheduledEventId ?? 0)) ?? NaN));
       } else if (e.eventType === ET.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) {
-        add('wft_run_ms', t - (at.get(Number(e.workflowTaskCompletedEventAttributes?.startedEventId ?? 0)) ?? NaN));
+        const started = at.get(Number(e.workflowTaskCompletedEventAttributes?.startedEventId ?? 0));
+        add(started, 'wft_run_ms', t - (started ?? NaN));
       } else if (e.eventType === ET.EVENT_TYPE_ACTIVITY_TASK_COMPLETED) {
-        add('activity_ms', t - (at.get(Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? 0)) ?? NaN));
+        const scheduled = at.get(Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? 0));
+        add(scheduled, 'activity_ms', t - (scheduled ?? NaN));
       }
     }
   }
