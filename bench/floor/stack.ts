@@ -17,6 +17,9 @@ import { createFloorActivities } from './activities.js';
 import { floorConversation, sayUpdate } from './workflows.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+/** The floor worker's task queue. */
+export const FLOOR_TASK_QUEUE = 'floor';
+
 const silent = { trace() {}, debug() {}, info() {}, warn() {}, error() {}, log() {} } as never;
 
 export interface FloorStack {
@@ -34,7 +37,7 @@ export async function startFloorStack(dataDirPrefix = 'steward-floor-'): Promise
   const connection = await Connection.connect({ address: temporal.address });
   const nativeConnection = await NativeConnection.connect({ address: temporal.address });
   const client = new Client({ connection, namespace: 'default' });
-  const taskQueue = 'floor';
+  const taskQueue = FLOOR_TASK_QUEUE;
   const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(here, 'workflows.ts'), logger: silent });
   const worker = await Worker.create({
     connection: nativeConnection,

@@ -17,3 +17,20 @@ export async function floorConversation(): Promise<void> {
   await condition(allHandlersFinished);
   await continueAsNew<typeof floorConversation>();
 }
+
+/**
+ * The floor of a long conversation (bench/long-session.ts): the same conversation, continuing
+ * as new after `maxTurns` messages (or when Temporal suggests it), as a Steward session does
+ * every STEWARD_SESSION_MAX_TURNS turns. The smallest way plain Temporal has: a counter, then
+ * continue-as-new once the handlers have finished (in the task that returns the last reply).
+ */
+export async function floorLongConversation(maxTurns: number): Promise<void> {
+  let turns = 0;
+  setHandler(sayUpdate, (text) => {
+    turns++;
+    return chat(text);
+  });
+  await condition(() => turns >= maxTurns || workflowInfo().continueAsNewSuggested);
+  await condition(allHandlersFinished);
+  await continueAsNew<typeof floorLongConversation>(maxTurns);
+}
