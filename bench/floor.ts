@@ -7,6 +7,7 @@
  *
  *   node --expose-gc --import tsx bench/floor.ts
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/floor.ts
+ *   BENCH_SHAPE=cluster ...   (on a fresh 2-node cluster on PostgreSQL: bench/cluster-shape.ts)
  */
 import { applySourceMapSetting } from '../platform/source-maps.js';
 
@@ -14,6 +15,7 @@ import { applySourceMapSetting } from '../platform/source-maps.js';
 applySourceMapSetting();
 const { startFloorStack } = await import('./floor/stack.js');
 const { historyCost, phaseSettings, runPhases } = await import('./phases.js');
+const { benchShape, CLUSTER_TEMPORAL } = await import('./cluster-shape.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();
@@ -38,7 +40,8 @@ try {
         bench: 'floor',
         shape: 'update-with-start -> conversation workflow -> one chat/completions activity',
         cache: stack.cache,
-        temporal: 'embedded dev server (SQLite), Steward\'s flags',
+        deployment: benchShape(),
+        temporal: benchShape() === 'cluster' ? CLUSTER_TEMPORAL : 'embedded dev server (SQLite), Steward\'s flags',
         ...results,
         per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
       },

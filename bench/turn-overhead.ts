@@ -8,6 +8,8 @@
  *
  *   node --expose-gc --import tsx bench/turn-overhead.ts            (60 s sustained phase)
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/turn-overhead.ts
+ *   BENCH_SHAPE=cluster ...   (`steward cluster`'s processes on a fresh 2-node cluster on PostgreSQL:
+ *                              bench/cluster-shape.ts; this process drives the API and hosts the model)
  */
 import { applyHeapGrowthSetting } from '../platform/heap-growth.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
@@ -18,10 +20,12 @@ applySourceMapSetting();
 applyHeapGrowthSetting();
 const { phaseSettings, runPhases } = await import('./phases.js');
 const { startBenchStack } = await import('./stack.js');
+const { benchShape, CLUSTER_TEMPORAL, startClusterBenchStack } = await import('./cluster-shape.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();
-const stack = await startBenchStack();
+const cluster = benchShape() === 'cluster';
+const stack = cluster ? await startClusterBenchStack() : await startBenchStack();
 
 try {
   const results = await runPhases((chatId) => stack.turn(chatId), settings);
@@ -33,11 +37,14 @@ try {
       {
         bench: 'turn-overhead',
         cache: stack.cache,
-        database: stack.config.databaseUrl.startsWith('file:') ? 'sqlite' : 'postgresql',
-        temporal: 'embedded dev server (SQLite)',
+        deployment: benchShape(),
+        database: 'config' in stack && stack.config.databaseUrl.startsWith('file:') ? 'sqlite' : 'postgresql',
+        temporal: cluster ? CLUSTER_TEMPORAL : 'embedded dev server (SQLite)',
         ...results,
         per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
-        note: 'API, worker and ingress in one process (the all-in-one start); the Temporal server is a separate process',
+        note: cluster
+          ? 'steward cluster: api, worker and repo-worker processes with the compose environment; the reply is heard from the database (bench/cluster-shape.ts)'
+          : 'API, worker and ingress in one process (the all-in-one start); the Temporal server is a separate process',
       },
       null,
       2,
