@@ -14,7 +14,7 @@
  * version (cached; built the first time, several minutes).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -24,7 +24,7 @@ import { clusterDown, clusterUp, type ClusterState } from '../platform/cluster.j
 import { freeBase } from '../test/helpers/cluster.js';
 import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort, repoRoot } from '../test/helpers/process.js';
-import { historyCost } from './phases.js';
+import { historyCost, type PhaseResults } from './phases.js';
 
 /** BENCH_SHAPE: `dev` (default: the embedded dev server) or `cluster`. */
 export function benchShape(env: NodeJS.ProcessEnv = process.env): 'dev' | 'cluster' {
@@ -47,6 +47,64 @@ function postgresUrl(): string {
   const started = spawnSync('bash', [script, 'start'], { encoding: 'utf8' });
   if (started.status !== 0) throw new Error(`PostgreSQL could not be started (scripts/pg.sh start): ${started.stderr.trim()}`);
   return spawnSync('bash', [script, 'url'], { encoding: 'utf8' }).stdout.trim();
+}
+
+/** A process's CPU time in ms (user + system, with its reaped children's: /proc/<pid>/stat fields 14-17, clock ticks of 10 ms); 0 when it is gone. */
+function cpuMs(pid: number | null, children = false): number {
+  if (!pid) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+    // after the name: state is f[0], so utime (field 14) is f[11]
+    return (f[11]! + f[12]! + (children ? f[13]! + f[14]! : 0)) * 10;
+  } catch {
+    return 0;
+  }
+}
+
+/** The PostgreSQL server listening on `port`: its postmaster and live backends, and the backends it reaped. */
+function postgresCpuMs(port: string): number {
+  let postmaster: number | undefined;
+  const procs = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  for (const d of procs) {
+    try {
+      const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0');
+      if (cmd[0]?.endsWith('/postgres') && cmd.includes('-p') && cmd[cmd.indexOf('-p') + 1] === port) postmaster = Number(d);
+    } catch {
+      // gone
+    }
+  }
+  if (!postmaster) return NaN;
+  let total = cpuMs(postmaster, true);
+  for (const d of procs) {
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster) total += cpuMs(Number(d));
+    } catch {
+      // gone
+    }
+  }
+  return total;
+}
+
+/** CPU time so far (ms) of the cluster's parts: the Temporal nodes, the frontend balancer, PostgreSQL (shared by both sides, but only one side runs at a time), Steward's processes, this process. */
+export type CpuSnapshot = Record<'temporal_nodes' | 'frontend_balancer' | 'postgres' | 'steward_processes' | 'bench_process', number>;
+
+export function cpuSnapshot(c: BenchCluster): CpuSnapshot {
+  const u = process.cpuUsage();
+  return {
+    temporal_nodes: c.state.nodes.reduce((a, n) => a + cpuMs(n.pid), 0),
+    frontend_balancer: cpuMs(c.state.frontend.pid),
+    postgres: postgresCpuMs(new URL(c.state.pgUrl).port || '5432'),
+    steward_processes: c.state.processes.reduce((a, p) => a + cpuMs(p.pid, true), 0),
+    bench_process: (u.user + u.system) / 1000,
+  };
+}
+
+/** CPU ms per turn of each part between two snapshots, and their total. */
+export function cpuPerTurn(before: CpuSnapshot, after: CpuSnapshot, turns: number): Record<string, number> {
+  const per = Object.fromEntries(Object.keys(before).map((k) => [k, +((after[k as keyof CpuSnapshot] - before[k as keyof CpuSnapshot]) / Math.max(1, turns)).toFixed(2)]));
+  return { ...per, total: +Object.values(per).reduce((a, b) => a + b, 0).toFixed(2) };
 }
 
 export interface BenchCluster {
@@ -113,6 +171,7 @@ const TOKEN = 'bench-token-0123456789abcdef';
 export interface ClusterBenchStack {
   cache: number;
   cluster: BenchCluster;
+  cpu(): CpuSnapshot;
   turn(chatId: string): Promise<number>;
   /** History events and workflow tasks of a chat's session: every run of it and every workflow they started. */
   sessionCost(chatId: string): Promise<{ events: number; workflowTasks: number; runs: number }>;
@@ -177,6 +236,7 @@ export async function startClusterBenchStack(): Promise<ClusterBenchStack> {
   return {
     cache: CLUSTER_WORKER_CACHE,
     cluster,
+    cpu: () => cpuSnapshot(cluster),
     async turn(chatId) {
       const sessionId = sessionOf(chatId);
       const expected = (sent.get(sessionId) ?? 0) + 1;
@@ -227,8 +287,13 @@ export async function startClusterBenchStack(): Promise<ClusterBenchStack> {
   };
 }
 
-/** Temporal's side of a fresh cluster for the floor (bench/floor/stack.ts): its frontend's address, and how to stop it. */
-export async function startFloorCluster(): Promise<{ address: string; namespace: string; stop(): Promise<void> }> {
+/** Temporal's side of a fresh cluster for the floor (bench/floor/stack.ts): its frontend's address, its processes' CPU, and how to stop it. */
+export async function startFloorCluster(): Promise<{ address: string; namespace: string; cpu(): CpuSnapshot; stop(): Promise<void> }> {
   const c = await startBenchCluster({ steward: false });
-  return { address: c.address, namespace: c.namespace, stop: () => c.stop() };
+  return { address: c.address, namespace: c.namespace, cpu: () => cpuSnapshot(c), stop: () => c.stop() };
+}
+
+/** Turns the phases ran (bench/phases.ts runPhases' results, the idle-sessions phase off as on the cluster): what the CPU is divided by. */
+export function phaseTurns(r: PhaseResults): number {
+  return r.settings.warmupTurns + r.latency_1_conversation.turns + r.latency_n_conversations.turns + r.sustained.turns + r.settings.idleSessions + r.wake_after_idle.turns;
 }

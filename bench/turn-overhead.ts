@@ -20,7 +20,7 @@ applySourceMapSetting();
 applyHeapGrowthSetting();
 const { phaseSettings, runPhases } = await import('./phases.js');
 const { startBenchStack } = await import('./stack.js');
-const { benchShape, CLUSTER_TEMPORAL, startClusterBenchStack } = await import('./cluster-shape.js');
+const { benchShape, CLUSTER_TEMPORAL, cpuPerTurn, phaseTurns, startClusterBenchStack } = await import('./cluster-shape.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();
@@ -28,7 +28,9 @@ const cluster = benchShape() === 'cluster';
 const stack = cluster ? await startClusterBenchStack() : await startBenchStack();
 
 try {
+  const cpuBefore = 'cpu' in stack ? stack.cpu() : undefined;
   const results = await runPhases((chatId) => stack.turn(chatId), settings);
+  const cpuAfter = 'cpu' in stack ? stack.cpu() : undefined;
   for (let i = 0; i < HISTORY_TURNS; i++) await stack.turn('history');
   await new Promise((r) => setTimeout(r, 500)); // the last turn's closing tasks
   const cost = await stack.sessionCost('history');
@@ -41,6 +43,7 @@ try {
         database: 'config' in stack && stack.config.databaseUrl.startsWith('file:') ? 'sqlite' : 'postgresql',
         temporal: cluster ? CLUSTER_TEMPORAL : 'embedded dev server (SQLite)',
         ...results,
+        ...(cpuBefore && cpuAfter ? { cpu_ms_per_turn: cpuPerTurn(cpuBefore, cpuAfter, phaseTurns(results)) } : {}),
         per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
         note: cluster
           ? 'steward cluster: api, worker and repo-worker processes with the compose environment; the reply is heard from the database (bench/cluster-shape.ts)'

@@ -13,7 +13,7 @@ import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker
 import { startEmbeddedTemporal } from '../../platform/temporal-server.js';
 import { startModelServer } from '../../test/helpers/model-server.js';
 import { freePort } from '../../test/helpers/process.js';
-import { benchShape, CLUSTER_WORKER_CACHE, startFloorCluster } from '../cluster-shape.js';
+import { benchShape, CLUSTER_WORKER_CACHE, startFloorCluster, type CpuSnapshot } from '../cluster-shape.js';
 import { createFloorActivities } from './activities.js';
 import { floorConversation, sayUpdate } from './workflows.js';
 
@@ -24,6 +24,8 @@ export interface FloorStack {
   client: Client;
   cache: number;
   turn(chatId: string): Promise<string>;
+  /** On the cluster (BENCH_SHAPE=cluster): CPU time so far of its parts and of this process. */
+  cpu?: () => CpuSnapshot;
   stop(): Promise<void>;
 }
 
@@ -51,6 +53,7 @@ export async function startFloorStack(dataDirPrefix = 'steward-floor-'): Promise
   return {
     client,
     cache,
+    ...('cpu' in temporal ? { cpu: temporal.cpu } : {}),
     turn: (chatId) =>
       client.workflow.executeUpdateWithStart(sayUpdate, {
         args: [`ping ${chatId}`],
