@@ -88,7 +88,7 @@ function postgresCpuMs(port: string): number {
 }
 
 /** CPU time so far (ms) of the cluster's parts: the Temporal nodes, the frontend balancer, PostgreSQL (shared by both sides, but only one side runs at a time), Steward's processes, this process. */
-export type CpuSnapshot = Record<'temporal_nodes' | 'frontend_balancer' | 'postgres' | 'steward_processes' | 'bench_process', number>;
+export type CpuSnapshot = Record<'temporal_nodes' | 'frontend_balancer' | 'postgres' | 'steward_processes' | 'bench_process', number> & { steward?: Record<string, number> };
 
 export function cpuSnapshot(c: BenchCluster): CpuSnapshot {
   const u = process.cpuUsage();
@@ -98,13 +98,17 @@ export function cpuSnapshot(c: BenchCluster): CpuSnapshot {
     postgres: postgresCpuMs(new URL(c.state.pgUrl).port || '5432'),
     steward_processes: c.state.processes.reduce((a, p) => a + cpuMs(p.pid, true), 0),
     bench_process: (u.user + u.system) / 1000,
+    ...(c.api ? { steward: Object.fromEntries(c.state.processes.map((p) => [p.service, cpuMs(p.pid, true)])) } : {}),
   };
 }
 
 /** CPU ms per turn of each part between two snapshots, and their total. */
-export function cpuPerTurn(before: CpuSnapshot, after: CpuSnapshot, turns: number): Record<string, number> {
-  const per = Object.fromEntries(Object.keys(before).map((k) => [k, +((after[k as keyof CpuSnapshot] - before[k as keyof CpuSnapshot]) / Math.max(1, turns)).toFixed(2)]));
-  return { ...per, total: +Object.values(per).reduce((a, b) => a + b, 0).toFixed(2) };
+export function cpuPerTurn(before: CpuSnapshot, after: CpuSnapshot, turns: number): Record<string, number | Record<string, number>> {
+  const per = (a: Record<string, number>, b: Record<string, number>) => Object.fromEntries(Object.keys(a).map((k) => [k, +((b[k]! - a[k]!) / Math.max(1, turns)).toFixed(2)]));
+  const { steward: sBefore, ...parts } = before;
+  const { steward: sAfter, ...partsAfter } = after;
+  const p = per(parts, partsAfter);
+  return { ...p, total: +Object.values(p).reduce((a, b) => a + b, 0).toFixed(2), ...(sBefore && sAfter ? { by_steward_process: per(sBefore, sAfter) } : {}) };
 }
 
 export interface BenchCluster {
