@@ -83,7 +83,11 @@ const ALL_METRICS: Record<string, string> = {
 /** The idle-sessions phase is not run on the cluster. */
 const IDLE_PHASE = ['rss_mb_idle_sessions', 'rss_growth_mb_idle_sessions', 'p50_ms_wake_after_idle'];
 /** On the cluster: CPU ms per turn of each part (bench/cluster-shape.ts), over all the phases' turns. */
-const CLUSTER_CPU: Record<string, string> = Object.fromEntries(['total', 'temporal_nodes', 'postgres', 'frontend_balancer', 'steward_processes', 'bench_process'].map((k) => [`cpu_ms_per_turn_${k}`, `cpu_ms_per_turn.${k}`]));
+const CLUSTER_CPU: Record<string, string> = {
+  ...Object.fromEntries(['total', 'temporal_nodes', 'postgres', 'frontend_balancer', 'steward_processes', 'bench_process'].map((k) => [`cpu_ms_per_turn_${k}`, `cpu_ms_per_turn.${k}`])),
+  // Steward's side only (null for the floor)
+  ...Object.fromEntries(['api', 'worker', 'repo-worker'].map((k) => [`cpu_ms_per_turn_steward_${k.replace('-', '_')}`, `cpu_ms_per_turn.by_steward_process.${k}`])),
+};
 const METRICS = CLUSTER ? { ...Object.fromEntries(Object.entries(ALL_METRICS).filter(([m]) => !IDLE_PHASE.includes(m))), ...CLUSTER_CPU } : ALL_METRICS;
 
 const pick = (j: Json, p: string): number => {
