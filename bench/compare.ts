@@ -8,6 +8,14 @@
  *
  *   npm run bench:compare
  *   BENCH_ROUNDS=5 BENCH_SECONDS=30 npm run bench:compare
+ *
+ * `--cluster` (or BENCH_SHAPE=cluster): the same comparison on the production shape. Each side
+ * gets a fresh 2-node Temporal cluster on PostgreSQL for its round (bench/cluster-shape.ts: the
+ * code of `steward cluster up`, the Temporal part only for the floor), so the ratio is Steward's
+ * cost on that shape. The idle-sessions phase (RSS, wake-up) is skipped there: Steward's memory
+ * is spread over three processes and the floor's is one.
+ *
+ *   npm run bench:compare -- --cluster
  */
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -16,6 +24,11 @@ import { STEWARD_NODE_FLAGS, stewardProcessEnv } from '../platform/node-options.
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
+const unknownArgs = process.argv.slice(2).filter((a) => a !== '--cluster');
+if (unknownArgs.length) throw new Error(`bench/compare.ts: unknown argument ${unknownArgs.join(' ')} (only --cluster)`);
+const CLUSTER = process.argv.includes('--cluster') || process.env.BENCH_SHAPE === 'cluster';
+/** What the children are given besides the environment: on the cluster, the shape, and no idle-sessions phase. */
+const shapeEnv: Record<string, string> = CLUSTER ? { BENCH_SHAPE: 'cluster', BENCH_IDLE_SESSIONS: '0', BENCH_SETTLE_SECONDS: '0' } : {};
 
 type Json = Record<string, unknown>;
 
@@ -29,7 +42,7 @@ const floorEnv: Record<string, string | undefined> = process.env.BENCH_FLOOR_ENV
 
 function run(script: string, nodeFlags: readonly string[], processEnv: Record<string, string | undefined>): Promise<Json> {
   return new Promise((resolve, reject) => {
-    const env: Record<string, string | undefined> = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' '), ...processEnv };
+    const env: Record<string, string | undefined> = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' '), ...processEnv, ...shapeEnv };
     for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
     const child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', path.join(here, script)], { stdio: ['ignore', 'pipe', 'pipe'], env });
     let out = '';
@@ -55,7 +68,7 @@ function run(script: string, nodeFlags: readonly string[], processEnv: Record<st
 }
 
 /** The figures compared, as paths into each benchmark's JSON. */
-const METRICS: Record<string, string> = {
+const ALL_METRICS: Record<string, string> = {
   p50_ms_1_conversation: 'latency_1_conversation.p50_ms',
   p99_ms_1_conversation: 'latency_1_conversation.p99_ms',
   p50_ms_n_conversations: 'latency_n_conversations.p50_ms',
@@ -67,6 +80,15 @@ const METRICS: Record<string, string> = {
   history_events_per_turn: 'per_turn.history_events',
   workflow_tasks_per_turn: 'per_turn.workflow_tasks',
 };
+/** The idle-sessions phase is not run on the cluster. */
+const IDLE_PHASE = ['rss_mb_idle_sessions', 'rss_growth_mb_idle_sessions', 'p50_ms_wake_after_idle'];
+/** On the cluster: CPU ms per turn of each part (bench/cluster-shape.ts), over all the phases' turns. */
+const CLUSTER_CPU: Record<string, string> = {
+  ...Object.fromEntries(['total', 'temporal_nodes', 'postgres', 'frontend_balancer', 'steward_processes', 'bench_process'].map((k) => [`cpu_ms_per_turn_${k}`, `cpu_ms_per_turn.${k}`])),
+  // Steward's side only (null for the floor)
+  ...Object.fromEntries(['api', 'worker', 'repo-worker'].map((k) => [`cpu_ms_per_turn_steward_${k.replace('-', '_')}`, `cpu_ms_per_turn.by_steward_process.${k}`])),
+};
+const METRICS = CLUSTER ? { ...Object.fromEntries(Object.entries(ALL_METRICS).filter(([m]) => !IDLE_PHASE.includes(m))), ...CLUSTER_CPU } : ALL_METRICS;
 
 const pick = (j: Json, p: string): number => {
   let v: unknown = j;
@@ -94,26 +116,40 @@ const medians = (side: 'floor' | 'steward') => Object.fromEntries(Object.keys(ME
 const floor = medians('floor');
 const steward = medians('steward');
 const ratios = Object.fromEntries(Object.keys(METRICS).map((m) => [m, floor[m] ? +(steward[m]! / floor[m]!).toFixed(2) : null]));
+/** Each side's lowest and highest figure over the rounds, and each round's ratio: how much a side moves between rounds. */
+const spread = (side: 'floor' | 'steward') => Object.fromEntries(Object.keys(METRICS).map((m) => [m, [Math.min(...rounds.map((r) => r[side][m]!)), Math.max(...rounds.map((r) => r[side][m]!))]]));
+const roundRatios = Object.fromEntries(Object.keys(METRICS).map((m) => [m, rounds.map((r) => (r.floor[m] ? +(r.steward[m]! / r.floor[m]!).toFixed(2) : null))]));
+const DEV_TARGETS = {
+  p50_ms_1_conversation: '<= 1.5',
+  p99_ms_1_conversation: '<= 2',
+  p50_ms_n_conversations: '<= 1.5',
+  turns_per_s: '>= 0.7',
+  rss_mb_idle_sessions: '<= 1 (and <= 300 MB with the shipped defaults)',
+  history_events_per_turn: '<= 1.5',
+  workflow_tasks_per_turn: '<= 1.5',
+};
+const CLUSTER_TARGETS = {
+  p50_ms_1_conversation: '<= 1.3',
+  p99_ms_1_conversation: '<= 1.3',
+  p50_ms_n_conversations: '<= 1.3',
+  turns_per_s: '>= 0.8',
+};
 console.log(
   JSON.stringify(
     {
       bench: 'compare',
+      shape: CLUSTER ? 'cluster' : 'dev',
+      ...(CLUSTER ? { note: 'each side on a fresh 2-node Temporal cluster on PostgreSQL (bench/cluster-shape.ts); the idle-sessions phase (RSS, wake-up) is skipped on the cluster' } : {}),
       rounds: ROUNDS,
       settings: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_'))),
       node_flags: { floor: [], steward: STEWARD_NODE_FLAGS },
       process_env: { floor: Object.fromEntries(Object.entries(floorEnv).filter(([, v]) => v !== undefined)), steward: stewardEnv },
       per_round: rounds,
       median: { floor, steward },
+      spread: { floor: spread('floor'), steward: spread('steward') },
       ratio_steward_to_floor: ratios,
-      targets: {
-        p50_ms_1_conversation: '<= 1.5',
-        p99_ms_1_conversation: '<= 2',
-        p50_ms_n_conversations: '<= 1.5',
-        turns_per_s: '>= 0.7',
-        rss_mb_idle_sessions: '<= 1 (and <= 300 MB with the shipped defaults)',
-        history_events_per_turn: '<= 1.5',
-        workflow_tasks_per_turn: '<= 1.5',
-      },
+      ratio_per_round: roundRatios,
+      targets: CLUSTER ? CLUSTER_TARGETS : DEV_TARGETS,
     },
     null,
     2,

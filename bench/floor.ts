@@ -7,6 +7,7 @@
  *
  *   node --expose-gc --import tsx bench/floor.ts
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/floor.ts
+ *   BENCH_SHAPE=cluster ...   (on a fresh 2-node cluster on PostgreSQL: bench/cluster-shape.ts)
  */
 import { applySourceMapSetting } from '../platform/source-maps.js';
 
@@ -14,6 +15,7 @@ import { applySourceMapSetting } from '../platform/source-maps.js';
 applySourceMapSetting();
 const { startFloorStack } = await import('./floor/stack.js');
 const { historyCost, phaseSettings, runPhases } = await import('./phases.js');
+const { benchShape, CLUSTER_TEMPORAL, cpuPerTurn, phaseTurns } = await import('./cluster-shape.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();
@@ -27,7 +29,9 @@ async function turn(chatId: string): Promise<number> {
 }
 
 try {
+  const cpuBefore = stack.cpu?.();
   const results = await runPhases(turn, settings);
+  const cpuAfter = stack.cpu?.();
   // server work per turn: a fresh conversation of HISTORY_TURNS turns
   for (let i = 0; i < HISTORY_TURNS; i++) await turn('history');
   const h = await stack.client.workflow.getHandle('floor-history').fetchHistory();
@@ -38,8 +42,10 @@ try {
         bench: 'floor',
         shape: 'update-with-start -> conversation workflow -> one chat/completions activity',
         cache: stack.cache,
-        temporal: 'embedded dev server (SQLite), Steward\'s flags',
+        deployment: benchShape(),
+        temporal: benchShape() === 'cluster' ? CLUSTER_TEMPORAL : 'embedded dev server (SQLite), Steward\'s flags',
         ...results,
+        ...(cpuBefore && cpuAfter ? { cpu_ms_per_turn: cpuPerTurn(cpuBefore, cpuAfter, phaseTurns(results)) } : {}),
         per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
       },
       null,

@@ -8,6 +8,8 @@
  *
  *   node --expose-gc --import tsx bench/turn-overhead.ts            (60 s sustained phase)
  *   BENCH_SECONDS=10 BENCH_IDLE_SESSIONS=200 node --expose-gc --import tsx bench/turn-overhead.ts
+ *   BENCH_SHAPE=cluster ...   (`steward cluster`'s processes on a fresh 2-node cluster on PostgreSQL:
+ *                              bench/cluster-shape.ts; this process drives the API and hosts the model)
  */
 import { applyHeapGrowthSetting } from '../platform/heap-growth.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
@@ -18,13 +20,17 @@ applySourceMapSetting();
 applyHeapGrowthSetting();
 const { phaseSettings, runPhases } = await import('./phases.js');
 const { startBenchStack } = await import('./stack.js');
+const { benchShape, CLUSTER_TEMPORAL, cpuPerTurn, phaseTurns, startClusterBenchStack } = await import('./cluster-shape.js');
 
 const HISTORY_TURNS = 10;
 const settings = phaseSettings();
-const stack = await startBenchStack();
+const cluster = benchShape() === 'cluster';
+const stack = cluster ? await startClusterBenchStack() : await startBenchStack();
 
 try {
+  const cpuBefore = 'cpu' in stack ? stack.cpu() : undefined;
   const results = await runPhases((chatId) => stack.turn(chatId), settings);
+  const cpuAfter = 'cpu' in stack ? stack.cpu() : undefined;
   for (let i = 0; i < HISTORY_TURNS; i++) await stack.turn('history');
   await new Promise((r) => setTimeout(r, 500)); // the last turn's closing tasks
   const cost = await stack.sessionCost('history');
@@ -33,11 +39,15 @@ try {
       {
         bench: 'turn-overhead',
         cache: stack.cache,
-        database: stack.config.databaseUrl.startsWith('file:') ? 'sqlite' : 'postgresql',
-        temporal: 'embedded dev server (SQLite)',
+        deployment: benchShape(),
+        database: 'config' in stack && stack.config.databaseUrl.startsWith('file:') ? 'sqlite' : 'postgresql',
+        temporal: cluster ? CLUSTER_TEMPORAL : 'embedded dev server (SQLite)',
         ...results,
+        ...(cpuBefore && cpuAfter ? { cpu_ms_per_turn: cpuPerTurn(cpuBefore, cpuAfter, phaseTurns(results)) } : {}),
         per_turn: { history_events: +(cost.events / HISTORY_TURNS).toFixed(1), workflow_tasks: +(cost.workflowTasks / HISTORY_TURNS).toFixed(1), turns: HISTORY_TURNS },
-        note: 'API, worker and ingress in one process (the all-in-one start); the Temporal server is a separate process',
+        note: cluster
+          ? 'steward cluster: api, worker and repo-worker processes with the compose environment; the reply is heard from the database (bench/cluster-shape.ts)'
+          : 'API, worker and ingress in one process (the all-in-one start); the Temporal server is a separate process',
       },
       null,
       2,

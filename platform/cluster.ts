@@ -70,6 +70,11 @@ export interface ClusterOptions {
   say: (line: string) => void;
   /** How long a started node may take to join the others' ring (default 30 s). */
   joinTimeoutMs?: number;
+  /**
+   * The Temporal part only (nodes, namespace, frontend): no Steward database or processes. For a
+   * plain Temporal application on the same cluster shape (bench/cluster-shape.ts: the floor).
+   */
+  temporalOnly?: boolean;
 }
 
 const statePath = (dir: string) => path.join(dir, 'state.json');
@@ -480,14 +485,14 @@ export async function clusterUp(opts: ClusterOptions): Promise<ClusterState> {
   const pgUrl = postgresUrl(opts);
   await query(pgUrl, 'postgres', 'SELECT 1');
   await prepareTemporalSchemas(binDir, pgUrl, opts.dbPrefix, opts.say);
-  await ensureDatabase(pgUrl, `${opts.dbPrefix}steward`);
+  if (!opts.temporalOnly) await ensureDatabase(pgUrl, `${opts.dbPrefix}steward`);
   const namespace = topology.processes[0]!.environment.TEMPORAL_NAMESPACE || 'default';
   const state = planState(opts, topology.temporalVersion, binDir, pgUrl, namespace);
   writeState(opts.dir, state);
   await startNodes(state, opts, sqlTarget(pgUrl, `${opts.dbPrefix}temporal`), sqlTarget(pgUrl, `${opts.dbPrefix}temporal_visibility`));
   await prepareNamespace(state);
   await startFrontend(state, opts);
-  await startStewardProcesses(state, opts);
+  if (!opts.temporalOnly) await startStewardProcesses(state, opts);
   return state;
 }
 

@@ -3,7 +3,10 @@
  * frontends, what a load balancer or a Kubernetes Service is in a deployment. Each new
  * connection goes to the next node in turn that accepts it; a node that refuses (killed,
  * restarting) is skipped, so clients reconnect to a live one. Bytes pass through untouched
- * (gRPC over HTTP/2). Run by `steward cluster up` as its own process:
+ * (gRPC over HTTP/2), each write at once: both sockets have Nagle's algorithm off, as gRPC's own
+ * sockets do (with it on, a small gRPC frame waited for the peer's delayed ACK, about 40 ms, on
+ * each side: a workflow task's completion took 85-95 ms instead of 5 ms, bench/cluster-shape.ts).
+ * Run by `steward cluster up` as its own process:
  *
  *   node --import tsx platform/frontend-proxy.ts <listen port> <target port>...
  */
@@ -14,7 +17,7 @@ async function firstAccepting(targets: number[], start: number): Promise<Socket 
   for (let i = 0; i < targets.length; i++) {
     const port = targets[(start + i) % targets.length]!;
     const socket = await new Promise<Socket | undefined>((resolve) => {
-      const s = connect({ port, host: '127.0.0.1' });
+      const s = connect({ port, host: '127.0.0.1', noDelay: true });
       const fail = () => {
         s.destroy();
         resolve(undefined);
@@ -36,7 +39,7 @@ async function firstAccepting(targets: number[], start: number): Promise<Socket 
 export function startFrontendProxy(port: number, targets: number[]): Promise<{ close(): Promise<void> }> {
   let next = 0;
   const open = new Set<Socket>();
-  const server = createServer((client) => {
+  const server = createServer({ noDelay: true }, (client) => {
     client.pause();
     open.add(client);
     client.once('close', () => open.delete(client));

@@ -13,6 +13,7 @@ import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker
 import { startEmbeddedTemporal } from '../../platform/temporal-server.js';
 import { startModelServer } from '../../test/helpers/model-server.js';
 import { freePort } from '../../test/helpers/process.js';
+import { benchShape, CLUSTER_WORKER_CACHE, startFloorCluster, type CpuSnapshot } from '../cluster-shape.js';
 import { createFloorActivities } from './activities.js';
 import { floorConversation, sayUpdate } from './workflows.js';
 
@@ -26,22 +27,26 @@ export interface FloorStack {
   client: Client;
   cache: number;
   turn(chatId: string): Promise<string>;
+  /** On the cluster (BENCH_SHAPE=cluster): CPU time so far of its parts and of this process. */
+  cpu?: () => CpuSnapshot;
   stop(): Promise<void>;
 }
 
 export async function startFloorStack(dataDirPrefix = 'steward-floor-'): Promise<FloorStack> {
-  const cache = Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
+  const cluster = benchShape() === 'cluster';
+  const cache = cluster ? CLUSTER_WORKER_CACHE : Number(process.env.BENCH_CACHE ?? process.env.STEWARD_WORKER_MAX_CACHED_WORKFLOWS ?? 200);
   const model = await startModelServer({ keepRequests: false });
   const dataDir = mkdtempSync(path.join(tmpdir(), dataDirPrefix));
-  const temporal = await startEmbeddedTemporal({ dataDir, port: await freePort(), uiPort: await freePort(), ui: false, namespace: 'default' });
+  const temporal = cluster ? await startFloorCluster() : await startEmbeddedTemporal({ dataDir, port: await freePort(), uiPort: await freePort(), ui: false, namespace: 'default' });
+  const namespace = temporal.namespace;
   const connection = await Connection.connect({ address: temporal.address });
   const nativeConnection = await NativeConnection.connect({ address: temporal.address });
-  const client = new Client({ connection, namespace: 'default' });
+  const client = new Client({ connection, namespace });
   const taskQueue = FLOOR_TASK_QUEUE;
   const workflowBundle = await bundleWorkflowCode({ workflowsPath: path.join(here, 'workflows.ts'), logger: silent });
   const worker = await Worker.create({
     connection: nativeConnection,
-    namespace: 'default',
+    namespace,
     taskQueue,
     workflowBundle,
     activities: createFloorActivities(model.baseURL),
@@ -51,6 +56,7 @@ export async function startFloorStack(dataDirPrefix = 'steward-floor-'): Promise
   return {
     client,
     cache,
+    ...('cpu' in temporal ? { cpu: temporal.cpu } : {}),
     turn: (chatId) =>
       client.workflow.executeUpdateWithStart(sayUpdate, {
         args: [`ping ${chatId}`],

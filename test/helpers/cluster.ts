@@ -32,7 +32,7 @@ export function clusterMissing(): string | undefined {
  * Temporal keeps members' ports as SQL smallints), in the blocks' range that `freePort` and
  * `freeKeptPort` never draw from: a node killed by a test gets its ports back when it restarts.
  */
-async function freeBase(): Promise<number> {
+export async function freeBase(): Promise<number> {
   const slots = Math.floor((KEPT_LOW - 1 - 212 - BLOCKS_LOW) / 40);
   for (let i = 0; i < 50; i++) {
     const base = BLOCKS_LOW + 40 * Math.floor(Math.random() * slots);
