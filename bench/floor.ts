@@ -27,7 +27,7 @@ async function turn(chatId: string): Promise<number> {
 }
 
 try {
-  const results = await runPhases(turn, settings);
+  const results = await runPhases(turn, stack.cache, settings);
   // server work per turn: a fresh conversation of HISTORY_TURNS turns
   for (let i = 0; i < HISTORY_TURNS; i++) await turn('history');
   const h = await stack.client.workflow.getHandle('floor-history').fetchHistory();

@@ -24,7 +24,7 @@ const settings = phaseSettings();
 const stack = await startBenchStack();
 
 try {
-  const results = await runPhases((chatId) => stack.turn(chatId), settings);
+  const results = await runPhases((chatId) => stack.turn(chatId), stack.cache, settings);
   for (let i = 0; i < HISTORY_TURNS; i++) await stack.turn('history');
   await new Promise((r) => setTimeout(r, 500)); // the last turn's closing tasks
   const cost = await stack.sessionCost('history');
