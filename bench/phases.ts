@@ -17,7 +17,11 @@
  * - BENCH_WAKE_SESSIONS (200): the oldest idle sessions, woken one after the other with one
  *   turn each. With more idle sessions than the workflow cache (BENCH_CACHE, 200) plus the woken
  *   ones, each woken session has left the cache: its first turn replays its history on a worker
- *   that no longer holds it (`wake_after_idle.evicted` says whether that held).
+ *   that no longer holds it (`wake_after_idle.evicted` says whether that held);
+ * - BENCH_WAKE_PAUSE_MS (0): a pause before each woken session's turn. Back to back (0), each
+ *   wake starts as the previous turn's last tasks pass the server's transfer queue, whose reads
+ *   come at most every 50 ms (docs/performance.md, "Where the one-conversation tail comes from");
+ *   with a pause longer than that (300), each wake is an arrival on its own, as chats wake.
  */
 import { cpus } from 'node:os';
 
@@ -31,6 +35,7 @@ export interface PhaseSettings {
   settleSeconds: number;
   idleConcurrency: number;
   wakeSessions: number;
+  wakePauseMs: number;
 }
 
 export function phaseSettings(env: NodeJS.ProcessEnv = process.env): PhaseSettings {
@@ -49,6 +54,7 @@ export function phaseSettings(env: NodeJS.ProcessEnv = process.env): PhaseSettin
     settleSeconds: n('BENCH_SETTLE_SECONDS', 12),
     idleConcurrency: Math.max(1, n('BENCH_IDLE_CONCURRENCY', 50)),
     wakeSessions: n('BENCH_WAKE_SESSIONS', 200),
+    wakePauseMs: n('BENCH_WAKE_PAUSE_MS', 0),
   };
 }
 
@@ -88,7 +94,7 @@ export interface PhaseResults {
    * Latency of the first turn of an idle session woken after the others were made (the oldest
    * ones, one at a time); `evicted`: more sessions were made after them than the cache holds.
    */
-  wake_after_idle: LatencyStats & { sessions: number; evicted: boolean };
+  wake_after_idle: LatencyStats & { sessions: number; evicted: boolean; first_ms: number; slowest_at: number };
 }
 
 /** Run `task(i)` for i in [0, n) on `lanes` lanes, each taking the next index as soon as its last task finished. */
@@ -142,7 +148,10 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, cache
   // the oldest idle sessions, one at a time: each has left the cache when more were made after it than it holds
   const woken = Array.from({ length: Math.min(s.wakeSessions, s.idleSessions) }, (_, i) => idleChat(i));
   const wake: number[] = [];
-  for (const chat of woken) wake.push(await turn(chat));
+  for (const chat of woken) {
+    if (s.wakePauseMs > 0) await new Promise((r) => setTimeout(r, s.wakePauseMs));
+    wake.push(await turn(chat));
+  }
 
   return {
     node: process.version,
@@ -159,7 +168,14 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, cache
       heap_used_mb: mb(memAfter.heapUsed),
       rss_growth_for_idle_sessions_mb: mb(memAfter.rss - memBefore.rss),
     },
-    wake_after_idle: { ...stats(wake), sessions: woken.length, evicted: s.idleSessions - woken.length >= cache },
+    wake_after_idle: {
+      ...stats(wake),
+      sessions: woken.length,
+      evicted: s.idleSessions - woken.length >= cache,
+      // the first wake comes after the settle: a cost of the process's idling shows there
+      first_ms: +(wake[0] ?? 0).toFixed(1),
+      slowest_at: wake.indexOf(Math.max(...wake)),
+    },
   };
 }
 
