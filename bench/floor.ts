@@ -30,7 +30,7 @@ async function turn(chatId: string): Promise<number> {
 
 try {
   const cpuBefore = stack.cpu?.();
-  const results = await runPhases(turn, settings);
+  const results = await runPhases(turn, stack.cache, settings);
   const cpuAfter = stack.cpu?.();
   // server work per turn: a fresh conversation of HISTORY_TURNS turns
   for (let i = 0; i < HISTORY_TURNS; i++) await turn('history');

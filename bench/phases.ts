@@ -2,14 +2,26 @@
  * The phases every turn benchmark runs, in the same order with the same settings, so that
  * Steward (bench/turn-overhead.ts) and the plain-Temporal floor (bench/floor.ts) are measured
  * alike: warm-up, one conversation turn after turn, N conversations at once, a sustained
- * phase, then idle sessions and the process's memory. `turn(chatId)` sends one message and
- * resolves with its latency in milliseconds once the reply exists.
+ * phase, then the scale phase: idle sessions, the process's memory, and some of those sessions
+ * woken. `turn(chatId)` sends one message and resolves with its latency in milliseconds once
+ * the reply exists.
  *
- * Settings (environment): BENCH_SECONDS (sustained phase, 60), BENCH_IDLE_SESSIONS (1000),
- * BENCH_SEQUENTIAL_TURNS (200), BENCH_CONCURRENCY (50), BENCH_CONCURRENT_TURNS (10 per
- * conversation), BENCH_WARMUP_TURNS (20), BENCH_SETTLE_SECONDS (12: how long the process idles
- * after the idle sessions before its memory is read; past Steward's malloc trim interval,
- * STEWARD_MALLOC_TRIM_INTERVAL's 10s, so the figure is an idle process's; the floor idles as long).
+ * Settings (environment): BENCH_SECONDS (sustained phase, 60), BENCH_SEQUENTIAL_TURNS (200),
+ * BENCH_CONCURRENCY (50), BENCH_CONCURRENT_TURNS (10 per conversation), BENCH_WARMUP_TURNS (20),
+ * and for the scale phase (issue 37: 10,000 idle sessions, then 200 of them woken):
+ * - BENCH_IDLE_SESSIONS (10000): sessions made with one turn each, BENCH_IDLE_CONCURRENCY (50) at
+ *   a time (lanes that each take the next session as soon as their last one answered);
+ * - BENCH_SETTLE_SECONDS (12): how long the process idles after them before its memory is read
+ *   (past Steward's malloc trim interval, STEWARD_MALLOC_TRIM_INTERVAL's 10s, so the figure is an
+ *   idle process's; the floor idles as long);
+ * - BENCH_WAKE_SESSIONS (200): the oldest idle sessions, woken one after the other with one
+ *   turn each. With more idle sessions than the workflow cache (BENCH_CACHE, 200) plus the woken
+ *   ones, each woken session has left the cache: its first turn replays its history on a worker
+ *   that no longer holds it (`wake_after_idle.evicted` says whether that held);
+ * - BENCH_WAKE_PAUSE_MS (0): a pause before each woken session's turn. Back to back (0), each
+ *   wake starts as the previous turn's last tasks pass the server's transfer queue, whose reads
+ *   come at most every 50 ms (docs/performance.md, "Where the one-conversation tail comes from");
+ *   with a pause longer than that (300), each wake is an arrival on its own, as chats wake.
  */
 import { cpus } from 'node:os';
 
@@ -21,6 +33,9 @@ export interface PhaseSettings {
   concurrentTurns: number;
   warmupTurns: number;
   settleSeconds: number;
+  idleConcurrency: number;
+  wakeSessions: number;
+  wakePauseMs: number;
 }
 
 export function phaseSettings(env: NodeJS.ProcessEnv = process.env): PhaseSettings {
@@ -31,12 +46,15 @@ export function phaseSettings(env: NodeJS.ProcessEnv = process.env): PhaseSettin
   };
   return {
     seconds: n('BENCH_SECONDS', 60),
-    idleSessions: n('BENCH_IDLE_SESSIONS', 1000),
+    idleSessions: n('BENCH_IDLE_SESSIONS', 10_000),
     sequentialTurns: Math.max(1, n('BENCH_SEQUENTIAL_TURNS', 200)),
     concurrency: Math.max(1, n('BENCH_CONCURRENCY', 50)),
     concurrentTurns: Math.max(1, n('BENCH_CONCURRENT_TURNS', 10)),
     warmupTurns: n('BENCH_WARMUP_TURNS', 20),
     settleSeconds: n('BENCH_SETTLE_SECONDS', 12),
+    idleConcurrency: Math.max(1, n('BENCH_IDLE_CONCURRENCY', 50)),
+    wakeSessions: n('BENCH_WAKE_SESSIONS', 200),
+    wakePauseMs: n('BENCH_WAKE_PAUSE_MS', 0),
   };
 }
 
@@ -63,13 +81,37 @@ export interface PhaseResults {
   latency_1_conversation: LatencyStats;
   latency_n_conversations: LatencyStats & { conversations: number };
   sustained: { seconds: number; conversations: number; turns: number; turns_per_s: number };
-  idle_sessions: { sessions: number; process_rss_mb: number; heap_used_mb: number; rss_growth_for_idle_sessions_mb: number };
-  /** Latency of the first turn of a session that has been idle while the idle sessions were made (it may have left the cache). */
-  wake_after_idle: LatencyStats;
+  idle_sessions: {
+    sessions: number;
+    /** How long making the idle sessions took, and how many a second. */
+    seconds: number;
+    sessions_per_s: number;
+    process_rss_mb: number;
+    heap_used_mb: number;
+    rss_growth_for_idle_sessions_mb: number;
+  };
+  /**
+   * Latency of the first turn of an idle session woken after the others were made (the oldest
+   * ones, one at a time); `evicted`: more sessions were made after them than the cache holds.
+   */
+  wake_after_idle: LatencyStats & { sessions: number; evicted: boolean; first_ms: number; slowest_at: number };
 }
 
-/** Run the phases against `turn`; the caller prints the results with its own fields. */
-export async function runPhases(turn: (chatId: string) => Promise<number>, s: PhaseSettings = phaseSettings()): Promise<PhaseResults> {
+/** Run `task(i)` for i in [0, n) on `lanes` lanes, each taking the next index as soon as its last task finished. */
+export async function inLanes(n: number, lanes: number, task: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(lanes, n) }, async () => {
+      while (next < n) await task(next++);
+    }),
+  );
+}
+
+/** The chat id of the i-th idle session. */
+export const idleChat = (i: number) => `idle-${i}`;
+
+/** Run the phases against `turn` on a worker that caches `cache` workflows; the caller prints the results with its own fields. */
+export async function runPhases(turn: (chatId: string) => Promise<number>, cache: number, s: PhaseSettings = phaseSettings()): Promise<PhaseResults> {
   for (let i = 0; i < s.warmupTurns; i++) await turn('warmup');
 
   const one: number[] = [];
@@ -96,16 +138,20 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, s: Ph
   const elapsed = Math.max(0.001, (performance.now() - t0) / 1000);
 
   const memBefore = process.memoryUsage();
-  for (let i = 0; i < s.idleSessions; i += s.concurrency) {
-    await Promise.all(Array.from({ length: Math.min(s.concurrency, s.idleSessions - i) }, (_, k) => turn(`idle-${i + k}`)));
-  }
+  const idleStart = performance.now();
+  await inLanes(s.idleSessions, s.idleConcurrency, (i) => turn(idleChat(i)));
+  const idleSeconds = Math.max(0.001, (performance.now() - idleStart) / 1000);
   await new Promise((r) => setTimeout(r, s.settleSeconds * 1000));
   (globalThis as { gc?: () => void }).gc?.();
   const memAfter = process.memoryUsage();
 
-  // sessions that went idle before the idle phase: the cache may have evicted them
+  // the oldest idle sessions, one at a time: each has left the cache when more were made after it than it holds
+  const woken = Array.from({ length: Math.min(s.wakeSessions, s.idleSessions) }, (_, i) => idleChat(i));
   const wake: number[] = [];
-  for (let c = 0; c < Math.min(s.concurrency, 20); c++) wake.push(await turn(`conc-${c}`));
+  for (const chat of woken) {
+    if (s.wakePauseMs > 0) await new Promise((r) => setTimeout(r, s.wakePauseMs));
+    wake.push(await turn(chat));
+  }
 
   return {
     node: process.version,
@@ -116,11 +162,20 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, s: Ph
     sustained: { seconds: +elapsed.toFixed(1), conversations: s.concurrency, turns: sustained, turns_per_s: +(sustained / elapsed).toFixed(1) },
     idle_sessions: {
       sessions: s.idleSessions + s.concurrency * 2 + 2,
+      seconds: +idleSeconds.toFixed(1),
+      sessions_per_s: +(s.idleSessions / idleSeconds).toFixed(1),
       process_rss_mb: mb(memAfter.rss),
       heap_used_mb: mb(memAfter.heapUsed),
       rss_growth_for_idle_sessions_mb: mb(memAfter.rss - memBefore.rss),
     },
-    wake_after_idle: stats(wake),
+    wake_after_idle: {
+      ...stats(wake),
+      sessions: woken.length,
+      evicted: s.idleSessions - woken.length >= cache,
+      // the first wake comes after the settle: a cost of the process's idling shows there
+      first_ms: +(wake[0] ?? 0).toFixed(1),
+      slowest_at: wake.indexOf(Math.max(...wake)),
+    },
   };
 }
 

@@ -69,7 +69,11 @@ export async function startBenchStack(extraEnv: Record<string, string> = {}): Pr
     replies.set(sessionId, n);
     const list = waiters.get(sessionId) ?? [];
     for (const w of list.filter((x) => x.n <= n)) w.resolve();
-    waiters.set(sessionId, list.filter((x) => x.n > n));
+    // no entry kept per session once nobody waits (the scale phase makes 10,000 sessions: the
+    // bench's own bookkeeping should not count in Steward's memory more than it must)
+    const left = list.filter((x) => x.n > n);
+    if (left.length > 0) waiters.set(sessionId, left);
+    else waiters.delete(sessionId);
   });
   const waitReply = (sessionId: string, n: number) =>
     new Promise<void>((resolve) => {

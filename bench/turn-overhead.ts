@@ -29,7 +29,7 @@ const stack = cluster ? await startClusterBenchStack() : await startBenchStack()
 
 try {
   const cpuBefore = 'cpu' in stack ? stack.cpu() : undefined;
-  const results = await runPhases((chatId) => stack.turn(chatId), settings);
+  const results = await runPhases((chatId) => stack.turn(chatId), stack.cache, settings);
   const cpuAfter = 'cpu' in stack ? stack.cpu() : undefined;
   for (let i = 0; i < HISTORY_TURNS; i++) await stack.turn('history');
   await new Promise((r) => setTimeout(r, 500)); // the last turn's closing tasks

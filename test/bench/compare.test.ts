@@ -23,6 +23,8 @@ describe('bench/compare.ts', () => {
         BENCH_ROUNDS: '1',
         BENCH_SECONDS: '1',
         BENCH_IDLE_SESSIONS: '3',
+        BENCH_IDLE_CONCURRENCY: '2',
+        BENCH_WAKE_SESSIONS: '2',
         BENCH_SEQUENTIAL_TURNS: '3',
         BENCH_CONCURRENCY: '2',
         BENCH_CONCURRENT_TURNS: '2',
@@ -39,7 +41,7 @@ describe('bench/compare.ts', () => {
     };
     assert.equal(out.rounds, 1);
     assert.equal(out.per_round.length, 1);
-    const metrics = ['p50_ms_1_conversation', 'p99_ms_1_conversation', 'p50_ms_n_conversations', 'turns_per_s', 'rss_mb_idle_sessions', 'p50_ms_wake_after_idle', 'history_events_per_turn', 'workflow_tasks_per_turn'];
+    const metrics = ['p50_ms_1_conversation', 'p99_ms_1_conversation', 'p50_ms_n_conversations', 'turns_per_s', 'rss_mb_idle_sessions', 'idle_sessions_per_s', 'p50_ms_wake_after_idle', 'p99_ms_wake_after_idle', 'history_events_per_turn', 'workflow_tasks_per_turn'];
     for (const m of metrics) {
       for (const side of ['floor', 'steward'] as const) assert.ok(Number.isFinite(out.median[side][m]) && out.median[side][m]! > 0, `${side} ${m}: ${out.median[side][m]}`);
       assert.ok(typeof out.ratio_steward_to_floor[m] === 'number', `ratio ${m}`);

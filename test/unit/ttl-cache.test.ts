@@ -41,6 +41,16 @@ describe('ttlCache', () => {
     assert.equal(await cache.get(1, async () => -1), 1, 'a recently used key stays');
   });
 
+  it('lets expired values go while nobody asks (an idle process keeps no stale per-chat lookups)', async () => {
+    const cache = ttlCache<string, number>({ ttlMs: 50 });
+    for (let i = 0; i < 100; i++) await cache.get(`chat-${i}`, async () => i);
+    assert.equal(cache.size, 100);
+    // nobody asks again: within two of its times the purge has let every value go
+    for (let i = 0; i < 40 && cache.size > 0; i++) await sleep(10);
+    assert.equal(cache.size, 0, 'expired values purged without being read');
+    assert.equal(await cache.get('chat-1', async () => -1), -1, 'and loaded again when asked');
+  });
+
   it('keeps nothing with a time of 0 (tests that must see every change at once)', async () => {
     const cache = ttlCache<string, number>({ ttlMs: 0 });
     let loads = 0;
