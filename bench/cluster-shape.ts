@@ -24,7 +24,7 @@ import { clusterDown, clusterUp, type ClusterState } from '../platform/cluster.j
 import { freeBase } from '../test/helpers/cluster.js';
 import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort, repoRoot } from '../test/helpers/process.js';
-import { historyCost, type PhaseResults } from './phases.js';
+import { sessionCost, type PhaseResults } from './phases.js';
 
 /** BENCH_SHAPE: `dev` (default: the embedded dev server) or `cluster`. */
 export function benchShape(env: NodeJS.ProcessEnv = process.env): 'dev' | 'cluster' {
@@ -256,32 +256,7 @@ export async function startClusterBenchStack(): Promise<ClusterBenchStack> {
       await waitReply(sessionId, expected);
       return performance.now() - t0;
     },
-    async sessionCost(chatId) {
-      const seen = new Set<string>();
-      const histories: Array<{ events?: Array<{ eventType?: unknown } | null> | null }> = [];
-      let runs = 0;
-      const visit = async (workflowId: string, runId?: string): Promise<void> => {
-        const key = `${workflowId}/${runId ?? ''}`;
-        if (seen.has(key)) return;
-        seen.add(key);
-        const h = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-        histories.push(h as never);
-        for (const e of h.events ?? []) {
-          const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
-          if (child?.workflowId) await visit(child.workflowId);
-        }
-      };
-      const sessionId = sessionOf(chatId);
-      for await (const wf of client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) {
-        runs++;
-        await visit(wf.workflowId, wf.runId);
-      }
-      if (runs === 0) {
-        runs = 1; // not visible yet: the current run
-        await visit(sessionId);
-      }
-      return { ...historyCost(histories), runs };
-    },
+    sessionCost: (chatId) => sessionCost(client, sessionOf(chatId)),
     async stop() {
       await listener.end().catch(() => undefined);
       await connection.close();

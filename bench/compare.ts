@@ -18,10 +18,10 @@
  *
  *   npm run bench:compare -- --cluster
  */
-import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { STEWARD_NODE_FLAGS, stewardProcessEnv } from '../platform/node-options.js';
+import { STEWARD_NODE_FLAGS } from '../platform/node-options.js';
+import { floorEnvOf, runJsonProcess, stewardEnv, type Json } from './sides.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3));
@@ -31,41 +31,12 @@ const CLUSTER = process.argv.includes('--cluster') || process.env.BENCH_SHAPE ==
 /** What the children are given besides the environment: on the cluster, the shape, and no idle-sessions phase. */
 const shapeEnv: Record<string, string> = CLUSTER ? { BENCH_SHAPE: 'cluster', BENCH_IDLE_SESSIONS: '0', BENCH_SETTLE_SECONDS: '0' } : {};
 
-type Json = Record<string, unknown>;
-
-// Steward runs with its own Node options and process environment, as the launcher starts it
-// (platform/node-options.ts); the floor with Node's and glibc's defaults (any of those options in
-// NODE_OPTIONS, and the environment's settings, are taken out for it), or with Steward's
-// environment too when BENCH_FLOOR_ENV=steward (to see what the setting alone gives the floor).
-const inheritedOptions = (process.env.NODE_OPTIONS ?? '').split(/\s+/).filter((o) => o !== '' && !STEWARD_NODE_FLAGS.includes(o));
-const stewardEnv = stewardProcessEnv();
-const floorEnv: Record<string, string | undefined> = process.env.BENCH_FLOOR_ENV === 'steward' ? stewardEnv : Object.fromEntries(Object.keys(stewardEnv).map((k) => [k, undefined]));
+// Steward with its own Node options and environment, the floor with the defaults (bench/sides.ts),
+// or with Steward's environment too when BENCH_FLOOR_ENV=steward (to see what the setting alone gives the floor).
+const floorEnv = floorEnvOf(process.env.BENCH_FLOOR_ENV === 'steward');
 
 function run(script: string, nodeFlags: readonly string[], processEnv: Record<string, string | undefined>): Promise<Json> {
-  return new Promise((resolve, reject) => {
-    const env: Record<string, string | undefined> = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' '), ...processEnv, ...shapeEnv };
-    for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
-    const child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', path.join(here, script)], { stdio: ['ignore', 'pipe', 'pipe'], env });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    child.stderr.on('data', (b: Buffer) => (err += b.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const start = out.indexOf('{');
-      if (code !== 0 || start < 0) {
-        // the head says what failed (a server's crash log follows it), the tail where
-        const lines = err.split('\n').filter((l) => !l.includes('[INFO]'));
-        const shown = lines.length > 40 ? [...lines.slice(0, 25), '…', ...lines.slice(-15)] : lines;
-        return reject(new Error(`${script} exited with ${code}: ${shown.join('\n')}`));
-      }
-      try {
-        resolve(JSON.parse(out.slice(start)) as Json);
-      } catch (e) {
-        reject(new Error(`${script} printed no JSON: ${(e as Error).message}`));
-      }
-    });
-  });
+  return runJsonProcess({ label: script, script: path.join(here, script), nodeFlags, env: { ...processEnv, ...shapeEnv } });
 }
 
 /** The figures compared, as paths into each benchmark's JSON. */

@@ -34,13 +34,13 @@
  * continue-as-new minimum interval, 1 s by default): keep STEWARD_SESSION_MAX_TURNS x a turn's
  * time above that, or both sides measure the server's back-off.
  */
-import { spawn } from 'node:child_process';
 import { cpus, loadavg } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
 import protoModule, { type temporal } from '@temporalio/proto';
-import { STEWARD_NODE_FLAGS, stewardProcessEnv } from '../platform/node-options.js';
+import { STEWARD_NODE_FLAGS } from '../platform/node-options.js';
+import { floorEnvOf, runJsonProcess, stewardEnv, type Json } from './sides.js';
 import { applySourceMapSetting } from '../platform/source-maps.js';
 import type { LatencyStats } from './phases.js';
 
@@ -58,7 +58,6 @@ const FIRST = Math.min(100, TURNS);
 const SIDES = ['floor', 'steward'] as const;
 type Side = (typeof SIDES)[number];
 
-type Json = Record<string, unknown>;
 
 const median = (xs: number[]) => {
   const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
@@ -342,36 +341,15 @@ function ratio(a: number, b: number): number | null {
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-// Steward runs with its own Node options and process environment, as the launcher starts it
-// (platform/node-options.ts); the floor with Node's and glibc's defaults (as bench/compare.ts).
-const inheritedOptions = (process.env.NODE_OPTIONS ?? '').split(/\s+/).filter((o) => o !== '' && !STEWARD_NODE_FLAGS.includes(o));
-const stewardEnv = stewardProcessEnv();
-const floorEnv: Record<string, string | undefined> = Object.fromEntries(Object.keys(stewardEnv).map((k) => [k, undefined]));
+const floorEnv = floorEnvOf();
 
 function runProcess(side: Side): Promise<Json> {
-  const nodeFlags = side === 'steward' ? STEWARD_NODE_FLAGS : [];
-  return new Promise((resolve, reject) => {
-    const env: Record<string, string | undefined> = { ...process.env, NODE_OPTIONS: inheritedOptions.join(' '), ...(side === 'steward' ? stewardEnv : floorEnv), LONG_SIDE: side };
-    for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
-    const child = spawn(process.execPath, [...nodeFlags, '--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url)], { cwd: path.dirname(here), stdio: ['ignore', 'pipe', 'pipe'], env });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    child.stderr.on('data', (b: Buffer) => (err += b.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const start = out.indexOf('{');
-      if (code !== 0 || start < 0) {
-        const lines = err.split('\n').filter((l) => !l.includes('[INFO]'));
-        const shown = lines.length > 40 ? [...lines.slice(0, 25), '…', ...lines.slice(-15)] : lines;
-        return reject(new Error(`the ${side} side exited with ${code}: ${shown.join('\n')}`));
-      }
-      try {
-        resolve(JSON.parse(out.slice(start)) as Json);
-      } catch (e) {
-        reject(new Error(`the ${side} side printed no JSON: ${(e as Error).message}`));
-      }
-    });
+  return runJsonProcess({
+    label: `the ${side} side`,
+    script: fileURLToPath(import.meta.url),
+    nodeFlags: side === 'steward' ? STEWARD_NODE_FLAGS : [],
+    env: { ...(side === 'steward' ? stewardEnv : floorEnv), LONG_SIDE: side },
+    cwd: path.dirname(here),
   });
 }
 

@@ -24,6 +24,7 @@
  *   with a pause longer than that (300), each wake is an arrival on its own, as chats wake.
  */
 import { cpus } from 'node:os';
+import type { Client } from '@temporalio/client';
 
 export interface PhaseSettings {
   seconds: number;
@@ -177,6 +178,36 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, cache
       slowest_at: wake.indexOf(Math.max(...wake)),
     },
   };
+}
+
+/**
+ * What a session cost in Temporal: its runs (by visibility; the current run when none is listed
+ * yet) and every child they started, as history events and workflow tasks (historyCost).
+ */
+export async function sessionCost(client: Client, sessionId: string): Promise<{ events: number; workflowTasks: number; runs: number }> {
+  const seen = new Set<string>();
+  const histories: Array<{ events?: Array<{ eventType?: unknown } | null> | null }> = [];
+  let runs = 0;
+  const visit = async (workflowId: string, runId?: string): Promise<void> => {
+    const key = `${workflowId}/${runId ?? ''}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    const h = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+    histories.push(h as never);
+    for (const e of h.events ?? []) {
+      const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
+      if (child?.workflowId) await visit(child.workflowId);
+    }
+  };
+  for await (const wf of client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) {
+    runs++;
+    await visit(wf.workflowId, wf.runId);
+  }
+  if (runs === 0) {
+    runs = 1; // not visible yet: the current run
+    await visit(sessionId);
+  }
+  return { ...historyCost(histories), runs };
 }
 
 /** History events and workflow tasks in a list of histories (each as `temporal workflow show -o json` or the client's fetchHistory gives it). */

@@ -13,7 +13,7 @@ import { loadConfig, type StewardConfig } from '../config/index.js';
 import { startSteward, type RunningSteward } from '../platform/start.js';
 import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort } from '../test/helpers/process.js';
-import { historyCost } from './phases.js';
+import { sessionCost } from './phases.js';
 
 /** The API token every bench stack is started with. */
 export const BENCH_TOKEN = 'bench-token-0123456789abcdef';
@@ -100,32 +100,7 @@ export async function startBenchStack(extraEnv: Record<string, string> = {}): Pr
       await waitReply(sessionId, expected);
       return performance.now() - t0;
     },
-    async sessionCost(chatId) {
-      const seen = new Set<string>();
-      const histories: Array<{ events?: Array<{ eventType?: unknown } | null> | null }> = [];
-      let runs = 0;
-      const visit = async (workflowId: string, runId?: string): Promise<void> => {
-        const key = `${workflowId}/${runId ?? ''}`;
-        if (seen.has(key)) return;
-        seen.add(key);
-        const h = await steward.client.workflow.getHandle(workflowId, runId).fetchHistory();
-        histories.push(h as never);
-        for (const e of h.events ?? []) {
-          const child = e.startChildWorkflowExecutionInitiatedEventAttributes;
-          if (child?.workflowId) await visit(child.workflowId);
-        }
-      };
-      const sessionId = sessionOf(chatId);
-      for await (const wf of steward.client.workflow.list({ query: `WorkflowId = "${sessionId}"` })) {
-        runs++;
-        await visit(wf.workflowId, wf.runId);
-      }
-      if (runs === 0) {
-        runs = 1; // not visible yet: the current run
-        await visit(sessionId);
-      }
-      return { ...historyCost(histories), runs };
-    },
+    sessionCost: (chatId) => sessionCost(steward.client, sessionOf(chatId)),
     async stop() {
       await steward.stop();
       await model.close();
