@@ -31,6 +31,11 @@ export function replyKey(turnId: string): string {
   return `${turnId}:reply`;
 }
 
+/** The outbox key of the notice a turn stopped by /stop ends with (a stopped turn writes no end receipt). */
+export function stoppedKey(turnId: string): string {
+  return `${turnId}:stopped`;
+}
+
 /** 53 bits of a string's hash (cyrb53): deterministic and pure, for ids workflows derive. */
 export function hash53(text: string, seed = 0): number {
   let h1 = 0xdeadbeef ^ seed;

@@ -23,7 +23,7 @@
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { arrayFromPayloads } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
-import { replyKey, type ConversationKey } from '../../common/ids.js';
+import { replyKey, stoppedKey, type ConversationKey } from '../../common/ids.js';
 import { canonicalJson } from '../../common/replays.js';
 import type { InboundRef, ScratchRef, SessionSettings, TokenUsage, ToolCallRef, TurnInput, WorkingSet } from '../../workflows/types.js';
 import { getBlobText } from '../blobs.js';
@@ -326,7 +326,7 @@ export async function recordedTurn(db: Db, client: Client, turnId: string, archi
   const maxSteps = Math.max(steps.length, 1);
   const steering = steeringOf(acts);
   // a stopped turn writes no end receipt; its notice is in the transcript under `<turn>:stopped`
-  const stopped = !end && (await messageByKey(db, `${turnId}:stopped`)) !== undefined;
+  const stopped = !end && (await messageByKey(db, stoppedKey(turnId))) !== undefined;
   const lastModelStep = acts.filter((a) => a.type === 'modelStep').at(-1);
   const outcome = end ? (typeof endData.outcome === 'string' ? endData.outcome : endData.kind === 'notice' ? 'notice' : 'replied') : stopped ? 'stopped' : 'unfinished';
   return {

@@ -25,7 +25,7 @@ import {
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import type { createActivities } from '../../activities/index.js';
-import { turnWorkflowId } from '../../common/ids.js';
+import { stoppedKey, turnWorkflowId } from '../../common/ids.js';
 import { SessionState } from './session-state.js';
 import {
   approvalDecisionUpdate,
@@ -371,7 +371,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
         if (session.newTaskBy === undefined) {
           await notify(
             `Stopped the running turn. ${plural(state.queue.length, 'queued message')} kept.`,
-            `${turnId}:stopped`,
+            stoppedKey(turnId),
           );
         }
       } else {
