@@ -290,7 +290,7 @@ export function createHttpApp(deps: HttpDeps) {
     await next();
     return undefined;
   });
-  registerChatEventRoutes(app, { ...deps.chatEvents, ingress: deps.ingress, account });
+  registerChatEventRoutes(app, { ...deps.chatEvents, ingress: deps.ingress, account, ...(deps.log ? { log: deps.log } : {}) });
   if (deps.admin) registerAdminRoutes(app, { ...deps.admin, ingress: deps.ingress });
   if (deps.admin) registerBudgetRoutes(app, deps.budgets ?? createBudgetService(deps.admin.db));
   if (deps.changes) registerChangeRoutes(app, deps.changes);

@@ -21,12 +21,15 @@
  *
  * Without `Last-Event-ID` or `after` the stream starts at the newest entry (only what comes
  * next). At most `maxStreams` streams are open at once (503 with Retry-After beyond); a stream
- * ends when its client goes away. `?format=html` sends each event's data as an HTML fragment
+ * ends when its client goes away. A read that fails (the database, the status query) does not end
+ * it: the poll is retried, backing off up to 5 s, and only reads failing for `failLimitMs` end the
+ * stream (the client's EventSource then reconnects with `Last-Event-ID`, losing nothing). `?format=html` sends each event's data as an HTML fragment
  * (escaped by JSX) for the console's htmx SSE extension; the default is JSON. The route is in
  * the OpenAPI document (registered by hand: it streams, so it is not an `app.openapi` route).
  */
 import { z, type OpenAPIHono } from '@hono/zod-openapi';
 import { streamSSE } from 'hono/streaming';
+import type { Logger } from 'pino';
 import { sessionWorkflowId } from '../../common/ids.js';
 import type { Ingress } from '../../services/chat/intake.js';
 import type { ChatLive, LiveApproval, PartialEvent } from '../../services/chat/live.js';
@@ -45,6 +48,10 @@ export interface ChatEventOptions {
   pollMs?: number;
   /** Heartbeat comment interval (default 15 s). */
   heartbeatMs?: number;
+  /** How long reads may keep failing before the stream ends (default 30 s); until then a failed poll is retried, backing off. */
+  failLimitMs?: number;
+  /** Where a failing read is told (once per run of failures). */
+  log?: Pick<Logger, 'warn'>;
   /** HTML renderers for `?format=html` (the console's). */
   html?: {
     message(e: TranscriptEntry): string;
@@ -156,6 +163,7 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
   const maxStreams = opts.maxStreams ?? 32;
   const pollMs = opts.pollMs ?? 250;
   const heartbeatMs = opts.heartbeatMs ?? 15_000;
+  const failLimitMs = opts.failLimitMs ?? 30_000;
   const live = opts.live;
   let open = 0;
   describeRoute(app);
@@ -187,7 +195,6 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         if (!aborted) await stream.writeSSE({ event, data, ...(id !== undefined ? { id } : {}) });
       };
       try {
-        if (after === undefined) after = (await opts.ingress.transcript(sessionId, { limit: 1 })).at(-1)?.seq ?? 0;
         let lastStatus = '';
         let status: SessionStatusView | undefined;
         let lastBeat = Date.now();
@@ -200,56 +207,68 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         const ended = new Set<string>();
         /** Approvals followed: id -> the state last sent ('' before the first). */
         const approvals = new Map<string, string>();
+        /** When the current run of failed reads began (undefined while reads succeed), and its length. */
+        let failingSince: number | undefined;
+        let failures = 0;
         while (!aborted) {
-          let replied = false;
-          for (const e of await opts.ingress.transcript(sessionId, { afterSeq: after, limit: 200 })) {
-            if (e.seq === undefined || aborted) continue;
-            await send('message', html ? html.message(e) : JSON.stringify(e), String(e.seq));
-            after = e.seq;
-            if (e.role !== 'user') replied = true;
-          }
-          if (Date.now() - lastStatusRead >= pollMs * 2) {
-            lastStatusRead = Date.now();
-            status = await opts.ingress.status(sessionId);
-            const key = statusKey(status);
-            if (key !== lastStatus) {
-              lastStatus = key;
-              lastStatusChange = Date.now();
-              await send('status', html ? html.status(status) : JSON.stringify(status));
+          try {
+            if (after === undefined) after = (await opts.ingress.transcript(sessionId, { limit: 1 })).at(-1)?.seq ?? 0;
+            let replied = false;
+            for (const e of await opts.ingress.transcript(sessionId, { afterSeq: after, limit: 200 })) {
+              if (e.seq === undefined || aborted) continue;
+              await send('message', html ? html.message(e) : JSON.stringify(e), String(e.seq));
+              after = e.seq;
+              if (e.role !== 'user') replied = true;
             }
-            if (live) {
-              // a decision moves the turn on (the status changes): pending approvals are read again
-              // then, and every few seconds besides, not at every poll of a long wait
-              const soon = Date.now() - lastStatusChange < APPROVAL_REREAD_AFTER_CHANGE_MS;
-              const due = soon || Date.now() - lastApprovalRead >= APPROVAL_REREAD_MS;
-              if (due) lastApprovalRead = Date.now();
-              await followApprovals(live, status, approvals, due, async (a) => send('approval', html ? html.approval(a) : JSON.stringify(a)));
-            }
-          }
-          if (live && (status?.running || shown)) {
-            const running = status?.running;
-            const d = running ? await live.draft(sessionId) : undefined;
-            if (d && running && d.turnId === running.turnId && d.text !== '' && !(replied || ended.has(d.stepKey))) {
-              if (!shown || shown.stepKey !== d.stepKey || shown.text !== d.text) {
-                shown = { turnId: d.turnId, stepKey: d.stepKey, text: d.text };
-                await send('partial', html ? html.partial(shown) : JSON.stringify(shown));
+            if (Date.now() - lastStatusRead >= pollMs * 2) {
+              lastStatusRead = Date.now();
+              status = await opts.ingress.status(sessionId);
+              const key = statusKey(status);
+              if (key !== lastStatus) {
+                lastStatus = key;
+                lastStatusChange = Date.now();
+                await send('status', html ? html.status(status) : JSON.stringify(status));
               }
-            } else if (shown && (replied || !running || running.turnId !== shown.turnId || !['model', 'delivering'].includes(running.phase))) {
-              // the draft is over: its reply came (or the turn moved on to tools, an approval, its end)
-              const over: PartialEvent = { turnId: shown.turnId, stepKey: shown.stepKey, text: '' };
-              // a draft row its step failed to clear is not shown again
-              ended.add(shown.stepKey);
-              if (ended.size > 64) ended.delete(ended.values().next().value as string);
-              shown = undefined;
-              await send('partial', html ? html.partial(over) : JSON.stringify(over));
+              if (live) {
+                // a decision moves the turn on (the status changes): pending approvals are read again
+                // then, and every few seconds besides, not at every poll of a long wait
+                const soon = Date.now() - lastStatusChange < APPROVAL_REREAD_AFTER_CHANGE_MS;
+                const due = soon || Date.now() - lastApprovalRead >= APPROVAL_REREAD_MS;
+                if (due) lastApprovalRead = Date.now();
+                await followApprovals(live, status, approvals, due, async (a) => send('approval', html ? html.approval(a) : JSON.stringify(a)));
+              }
             }
+            if (live && (status?.running || shown)) {
+              const running = status?.running;
+              const d = running ? await live.draft(sessionId) : undefined;
+              if (d && running && d.turnId === running.turnId && d.text !== '' && !(replied || ended.has(d.stepKey))) {
+                if (!shown || shown.stepKey !== d.stepKey || shown.text !== d.text) {
+                  shown = { turnId: d.turnId, stepKey: d.stepKey, text: d.text };
+                  await send('partial', html ? html.partial(shown) : JSON.stringify(shown));
+                }
+              } else if (shown && (replied || !running || running.turnId !== shown.turnId || !['model', 'delivering'].includes(running.phase))) {
+                // the draft is over: its reply came (or the turn moved on to tools, an approval, its end)
+                const over: PartialEvent = { turnId: shown.turnId, stepKey: shown.stepKey, text: '' };
+                // a draft row its step failed to clear is not shown again
+                ended.add(shown.stepKey);
+                if (ended.size > 64) ended.delete(ended.values().next().value as string);
+                shown = undefined;
+                await send('partial', html ? html.partial(over) : JSON.stringify(over));
+              }
+            }
+            failingSince = undefined;
+            failures = 0;
+          } catch (err) {
+            failingSince ??= Date.now();
+            if (failures++ === 0) opts.log?.warn({ err, chatId }, 'chat event stream: a read failed; retrying');
+            if (Date.now() - failingSince >= failLimitMs) break;
           }
           if (Date.now() - lastBeat >= heartbeatMs && !aborted) {
             lastBeat = Date.now();
             await stream.write(': heartbeat\n\n');
           }
           await new Promise<void>((resolve) => {
-            const t = setTimeout(resolve, pollMs);
+            const t = setTimeout(resolve, failures === 0 ? pollMs : Math.min(pollMs * 2 ** failures, 5_000));
             wake = () => {
               clearTimeout(t);
               resolve();
