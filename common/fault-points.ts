@@ -24,7 +24,7 @@ export const FAULT_POINTS = [
   'task.created',
   'change.created',
   // the handoff of a recorded message to its session (services/handoff.ts)
-  'handoff.signalled',
+  'handoff.delivered',
   'handoff.marked',
   // objective events: webhooks, file changes, email (services/objectives.ts)
   'event.recorded',

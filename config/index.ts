@@ -194,6 +194,12 @@ export const ConfigEnvSchema = z.object(documented({
       return prices;
     }),
   STEWARD_SESSION_MAX_TURNS: positiveInt(100, 'a positive whole number of turns before a session continues as new'),
+  STEWARD_HANDOFF_ACCEPT_MS: z.coerce
+    .number({ error: 'expected a whole number of milliseconds from 0 to 60000 (0: messages go by signal only)' })
+    .int('expected a whole number of milliseconds from 0 to 60000 (0: messages go by signal only)')
+    .min(0, 'expected a whole number of milliseconds from 0 to 60000 (0: messages go by signal only)')
+    .max(60_000, 'expected a whole number of milliseconds from 0 to 60000 (0: messages go by signal only)')
+    .default(2_000),
   STEWARD_RETRIEVAL_RESULTS: z.coerce
     .number({ error: 'expected a whole number of workspace sections per model step (0 to 20; 0 turns grounding off)' })
     .int('expected a whole number of workspace sections per model step (0 to 20; 0 turns grounding off)')
@@ -534,6 +540,8 @@ export interface StewardConfig {
     maxTurnsPerRun: number;
     /** STEWARD_BUDGET_WAIT: how long a chat turn refused by a budget waits for a raise (0: it ends at once). */
     budgetWaitMs: number;
+    /** STEWARD_HANDOFF_ACCEPT_MS: how long a message's handoff waits for a worker to accept its update before it signals (0: signal only). */
+    handoffAcceptMs: number;
   };
   /** Grounding: the workspace sections before each model step (STEWARD_RETRIEVAL_*). */
   retrieval: {
@@ -980,7 +988,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
     dataDir,
     http: httpSection(e),
     model,
-    session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS, budgetWaitMs: e.STEWARD_BUDGET_WAIT },
+    session: { maxTurnsPerRun: e.STEWARD_SESSION_MAX_TURNS, budgetWaitMs: e.STEWARD_BUDGET_WAIT, handoffAcceptMs: e.STEWARD_HANDOFF_ACCEPT_MS },
     retrieval: {
       results: e.STEWARD_RETRIEVAL_RESULTS,
       excerptBytes: e.STEWARD_RETRIEVAL_EXCERPT_BYTES,

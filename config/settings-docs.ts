@@ -127,6 +127,12 @@ export const SETTING_DOCS = {
     group: 'Models',
     description: 'A session continues as new after this many turns in one run (or earlier when Temporal suggests it), carrying a bounded working set.',
   },
+  STEWARD_HANDOFF_ACCEPT_MS: {
+    group: 'Models',
+    description:
+      "How long a chat message's handoff waits for a worker to accept it as an update (answered by a speculative workflow task) before it is signalled instead (durable at once; the session takes a message's key once either way); 0 signals every message (services/handoff.ts).",
+    example: '2000',
+  },
   STEWARD_RETRIEVAL_RESULTS: {
     group: 'Knowledge',
     description: "Grounding: how many sections of a chat's workspace are put before each model step (0 to 20; 0 turns grounding off).",

@@ -763,6 +763,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       taskQueue: config.temporal.backgroundTaskQueue,
       defaultModel: config.model.default,
       sessionStart: (conversation, binding) => sessionStartOptions({ taskQueue: config.temporal.taskQueue, defaultModel: config.model.default, limits: sessionLimits }, conversation, binding),
+      handoffAcceptMs: config.session.handoffAcceptMs,
       log,
     });
 
@@ -781,6 +782,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
       defaultModel: config.model.default,
       configuredProviders: () => models.configuredProviders(),
       limits: sessionLimits,
+      handoffAcceptMs: config.session.handoffAcceptMs,
       log,
       onTranscript,
       senders,

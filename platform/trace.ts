@@ -395,8 +395,9 @@ async function historyEntries(client: Client, workflowId: string, runId: string,
         let args: unknown[] | undefined;
         try {
           args = await decodeArgs(client, req?.input?.args?.payloads);
-          const d = args[0] as { approvalId?: unknown; decision?: unknown; byName?: unknown } | undefined;
+          const d = args[0] as { approvalId?: unknown; decision?: unknown; byName?: unknown; key?: unknown } | undefined;
           if (d && typeof d === 'object' && 'decision' in d) detail = `: ${str(d.decision)} approval ${str(d.approvalId)}${d.byName ? ` by ${str(d.byName)}` : ''}`;
+          else if (name === 'inbound' && typeof d?.key === 'string') detail = ` (message ${d.key})`;
         } catch {
           args = undefined;
         }
@@ -621,12 +622,16 @@ async function inlineTurnEvents(
         } else if (inSpan && TURN_SIGNALS.has(a?.signalName ?? '')) out.push(e);
         break;
       }
-      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-        if (inSpan && TURN_UPDATES.has(e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.name ?? '')) {
+      case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: {
+        const input = e.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input;
+        // the turn's own messages, handed over by update (services/handoff.ts), wherever they are
+        const mine = input?.name === 'inbound' ? inbound.size > 0 && inbound.has(str(((await decodeOne(client, input.args?.payloads?.[0])) as { key?: unknown } | undefined)?.key)) : inSpan && TURN_UPDATES.has(input?.name ?? '');
+        if (mine) {
           acceptedUpdates.add(longNum(e.eventId));
           out.push(e);
         }
         break;
+      }
       case EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
         if (acceptedUpdates.has(longNum(e.workflowExecutionUpdateCompletedEventAttributes?.acceptedEventId))) out.push(e);
         break;

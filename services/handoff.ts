@@ -4,12 +4,18 @@
  * database row only says an input was accepted, never that it was handed over.
  *
  * - A message (chat, API, OpenHarness, a task handed to the agent) is recorded under its key,
- *   then signalled to its session with that key (signal-with-start: the session's id is
- *   deterministic), then marked handed over (an `ingress.handed` receipt, written only after
- *   the signal succeeded). A redelivery of a recorded key that is not marked is signalled again
- *   with the same key; the session drops a key it has already queued or answered (a bounded set
- *   of recent keys carried across continue-as-new, workflows/chat/session-state.ts), so a
- *   signal that did arrive before the crash is not answered twice.
+ *   then handed to its session with that key (the session's id is deterministic), then marked
+ *   handed over (an `ingress.handed` receipt, written only after the handoff succeeded). The
+ *   handoff is an update-with-start (`inbound`, the update's id the message's key) that waits
+ *   up to `acceptMs` for a worker to accept it: accepted, the message is in the session's
+ *   history. Not accepted in time (no worker polls, or it is busy), refused by a worker that
+ *   does not know the update, or failed, the same message goes by signal-with-start, durable at
+ *   once. A redelivery of a recorded key that is not marked is handed over again with the same
+ *   key; the session takes a key once (a bounded set of recent keys carried across
+ *   continue-as-new, workflows/chat/session-state.ts): the update's validator refuses a key it
+ *   took (an answer meaning "already handed over", nothing written to the history) and the
+ *   signal's handler drops it, so a message that came both ways, or before a crash and again
+ *   after it, is answered once.
  * - A run (an objective's event run: webhook, file change, email; a group message's triage) has a
  *   workflow id derived from its input and starts with REJECT_DUPLICATE: a second start, while
  *   the run lives or after it closed, is refused by Temporal and means "already handed over";
@@ -27,12 +33,12 @@
  * The checkpoints of test/e2e/intake-faults.test.ts (common/fault-points.ts) sit between the
  * steps.
  */
-import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowStartOptions } from '@temporalio/client';
-import type { Workflow } from '@temporalio/common';
+import { WithStartWorkflowOperation, WorkflowExecutionAlreadyStartedError, WorkflowUpdateFailedError, type Client, type WorkflowStartOptions } from '@temporalio/client';
+import { ApplicationFailure, type Workflow } from '@temporalio/common';
 import { faultPoint } from '../common/fault-points.js';
 import type { Db } from '../domain/db.js';
 import { receiptExists, writeReceipt, type ReceiptInput } from '../domain/receipts.js';
-import { inboundSignal } from '../workflows/messages.js';
+import { DUPLICATE_MESSAGE_FAILURE, inboundSignal, inboundUpdate } from '../workflows/messages.js';
 import { sessionWorkflow } from '../workflows/chat/session.js';
 import type { InboundRef } from '../workflows/types.js';
 
@@ -63,28 +69,60 @@ export function wasHandedOver(db: Db, messageKey: string): Promise<boolean> {
   return receiptExists(db, handedKey(messageKey));
 }
 
+/** How long a handoff waits for a worker to accept the message's update before it signals instead (STEWARD_HANDOFF_ACCEPT_MS). */
+export const DEFAULT_HANDOFF_ACCEPT_MS = 2_000;
+
+/** How a message reached its session: accepted by update, refused by update as taken before, or signalled. */
+export type HandoffWay = 'update' | 'duplicate' | 'signal';
+
 /**
- * Hand a recorded message to its session (signal-with-start, keyed by the message's key), then
- * mark it handed over. Safe to repeat for the same key: the session takes a key once.
+ * Hand a recorded message to its session (update-with-start keyed by the message's key, else
+ * signal-with-start), then mark it handed over. Safe to repeat for the same key: the session
+ * takes a key once.
  */
 export async function handOverMessage(
   client: Client,
   db: Db,
-  h: { ref: InboundRef; start: WorkflowStartOptions<typeof sessionWorkflow> & { workflowId: string }; actor?: string },
-): Promise<{ runId: string }> {
-  const handle = await client.workflow.signalWithStart(sessionWorkflow, { ...h.start, signal: inboundSignal, signalArgs: [h.ref] });
-  faultPoint('handoff.signalled');
+  h: { ref: InboundRef; start: WorkflowStartOptions<typeof sessionWorkflow> & { workflowId: string }; actor?: string; acceptMs?: number },
+): Promise<{ runId: string; way: HandoffWay }> {
+  const delivered = (await byUpdate(client, h)) ?? { runId: (await client.workflow.signalWithStart(sessionWorkflow, { ...h.start, signal: inboundSignal, signalArgs: [h.ref] })).signaledRunId, way: 'signal' as const };
+  faultPoint('handoff.delivered');
   await writeReceipt(db, {
     key: handedKey(h.ref.key),
     kind: 'ingress.handed',
     workflowId: h.start.workflowId,
-    runId: handle.signaledRunId,
+    runId: delivered.runId,
     sessionId: h.start.workflowId,
     ...(h.actor ? { actor: h.actor } : {}),
-    data: { messageKey: h.ref.key },
+    data: { messageKey: h.ref.key, way: delivered.way },
   });
   faultPoint('handoff.marked');
-  return { runId: handle.signaledRunId };
+  return delivered;
+}
+
+/**
+ * The message by update-with-start, waiting up to `acceptMs` for a worker to accept it: its run
+ * and way, or undefined when it was not accepted (the caller signals). An update left waiting
+ * on the server may still reach the session later: it finds the key taken (by the signal) and
+ * is refused.
+ */
+async function byUpdate(client: Client, h: { ref: InboundRef; start: WorkflowStartOptions<typeof sessionWorkflow> & { workflowId: string }; acceptMs?: number }): Promise<{ runId: string; way: HandoffWay } | undefined> {
+  const acceptMs = h.acceptMs ?? DEFAULT_HANDOFF_ACCEPT_MS;
+  if (acceptMs <= 0) return undefined;
+  const startWorkflowOperation = new WithStartWorkflowOperation(sessionWorkflow, { ...h.start, workflowIdConflictPolicy: 'USE_EXISTING' });
+  let runId = '';
+  try {
+    await client.withDeadline(Date.now() + acceptMs, async () => {
+      const handle = await client.workflow.startUpdateWithStart(inboundUpdate, { args: [h.ref], updateId: h.ref.key, waitForStage: 'ACCEPTED', startWorkflowOperation });
+      runId = handle.workflowRunId ?? '';
+      // the handler queues at once: its outcome (or the validator's refusal) came with the acceptance
+      await handle.result();
+    });
+    return { runId, way: 'update' };
+  } catch (err) {
+    if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === DUPLICATE_MESSAGE_FAILURE) return { runId, way: 'duplicate' };
+    return undefined;
+  }
 }
 
 /**

@@ -59,6 +59,8 @@ export interface TaskServiceDeps {
   defaultModel: string;
   /** How the chat's session workflow is started (the ingress's options), for handing a task to the agent. */
   sessionStart: (conversation: ConversationKey, binding?: BindingRecord) => WorkflowStartOptions<typeof sessionWorkflow>;
+  /** How long a task's handoff waits for a worker to accept its update before it signals (services/handoff.ts). */
+  handoffAcceptMs?: number;
   /**
    * The limits of every path that causes a model call (domain/limits.ts): a classification claims
    * its group's and its sender's budget; making a task by hand and handing one to the agent count
@@ -353,6 +355,7 @@ export function createTaskService(deps: TaskServiceDeps) {
           ref: { key, user: by.name, at: new Date().toISOString(), ...(by.id !== 'operator' ? { identityId: by.id } : {}) },
           start: deps.sessionStart(conversation, found.kind === 'bound' ? found.binding : undefined),
           actor: by.id,
+          ...(deps.handoffAcceptMs !== undefined ? { acceptMs: deps.handoffAcceptMs } : {}),
         });
       }
       const handed = await updateTaskIf(db, task.id, ['open'], { status: 'handed', assignee: 'agent' });

@@ -18,7 +18,25 @@ import type {
   TurnStatus,
 } from './types.js';
 
-/** A chat message for the session's queue (signal-with-start). */
+/**
+ * A chat message for the session's queue, by update-with-start (services/handoff.ts): the
+ * update's id is the message's key, its validator refuses a key the session took before (the
+ * failure's type is `DUPLICATE_MESSAGE_FAILURE`: "already handed over", never written to the
+ * history), and the handler queues it. An update to a running session is answered by a
+ * speculative workflow task, which does not wait for the server's transfer queue.
+ */
+export const inboundUpdate = defineUpdate<InboundTaken, [InboundRef]>('inbound');
+/** What the inbound update answers: the message is queued for the next turn (its place in the queue). */
+export interface InboundTaken {
+  queued: number;
+}
+/** The failure type of the inbound update's refusal of a key the session took before. */
+export const DUPLICATE_MESSAGE_FAILURE = 'DuplicateMessage';
+/**
+ * A chat message for the session's queue by signal-with-start: the handoff's way when the update
+ * is not accepted in time (no worker polls, or it is busy) and the way of histories from before
+ * the update; both queue by the message's key, so a message that comes both ways is taken once.
+ */
 export const inboundSignal = defineSignal<[InboundRef]>('inbound');
 /**
  * What a chat command sends its session: who, and the key of the message that asked for it. The

@@ -132,6 +132,8 @@ export interface IngressDeps {
   defaultModel: string;
   configuredProviders: () => Provider[];
   limits: SessionLimits;
+  /** How long a message's handoff waits for a worker to accept its update before it signals (services/handoff.ts; default 2 s, 0: signal only). */
+  handoffAcceptMs?: number;
   log?: Logger;
   /** Called after a message lands in a transcript (live updates for adapters). */
   onTranscript?: (sessionId: string, role: 'user' | 'assistant' | 'system') => void;

@@ -310,6 +310,7 @@ async function route(s: IngressSteps, a: Admitted, p: Persisted): Promise<Ingres
       ref: { key, user: msg.user, at: msg.at, ...(who.kind === 'person' ? { identityId: who.id } : {}) },
       start: s.startOptions(conversation, binding),
       actor: who.kind === 'person' ? who.id : msg.user,
+      ...(s.deps.handoffAcceptMs !== undefined ? { acceptMs: s.deps.handoffAcceptMs } : {}),
     });
     s.deps.log?.debug({ workflowId, runId }, 'message queued');
     const note = p.refusedFiles.length ? `Some files were not taken: ${p.refusedFiles.join('; ')}.` : undefined;

@@ -43,6 +43,7 @@ export async function resumeHandoffs(deps: IngressDeps, startOptions: (c: Conver
           ref: { key: m.key, user: m.user ?? '', at: m.at, ...(m.identityId ? { identityId: m.identityId } : {}) },
           start: startOptions(conversation, found?.kind === 'bound' ? found.binding : undefined),
           actor: m.identityId ?? m.user ?? '',
+          ...(deps.handoffAcceptMs !== undefined ? { acceptMs: deps.handoffAcceptMs } : {}),
         });
         resumed++;
         deps.log?.info({ key: m.key }, 'a message whose handoff did not complete was handed over');

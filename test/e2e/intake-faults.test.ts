@@ -43,19 +43,19 @@ const OP = { id: OPERATOR.id, name: OPERATOR.name };
 const tag = () => randomBytes(4).toString('hex');
 
 /** The points each kind of input passes between being accepted and being handed over, in order. */
-const MESSAGE_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'handoff.signalled', 'handoff.marked'];
+const MESSAGE_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'handoff.delivered', 'handoff.marked'];
 const COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'ingress.command-run', 'ingress.command-answered'];
 /** A command that makes something: its record, then its run (a task's reminder, a change's workflow) started once, then the answer. */
 const TASK_COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'task.created', 'run.started', 'run.marked', 'ingress.command-run', 'ingress.command-answered'];
 const CHANGE_COMMAND_POINTS: FaultPointName[] = ['ingress.session', 'ingress.receipted', 'ingress.recorded', 'change.created', 'run.started', 'run.marked', 'ingress.command-run', 'ingress.command-answered'];
 /** Points before the record: the redelivery is the first delivery that was recorded. */
 const BEFORE_RECORD: ReadonlySet<FaultPointName> = new Set(['ingress.session', 'ingress.receipted']);
-const TASK_POINTS: FaultPointName[] = ['task.recorded', 'handoff.signalled', 'handoff.marked', 'task.handed'];
+const TASK_POINTS: FaultPointName[] = ['task.recorded', 'handoff.delivered', 'handoff.marked', 'task.handed'];
 const EVENT_POINTS: FaultPointName[] = ['event.recorded', 'run.started', 'run.marked'];
 const TRIAGE_POINTS: FaultPointName[] = ['run.started', 'run.marked'];
 
 /** Points after which the input already reached its workflow: the redelivery comes once that has answered, so the dedup of an answered key is what is tried. */
-const HANDED: ReadonlySet<FaultPointName> = new Set(['handoff.signalled', 'handoff.marked', 'run.started', 'run.marked', 'task.handed']);
+const HANDED: ReadonlySet<FaultPointName> = new Set(['handoff.delivered', 'handoff.marked', 'run.started', 'run.marked', 'task.handed']);
 
 /** One input and how it is delivered, redelivered and checked. */
 interface Case {
@@ -543,12 +543,12 @@ for (const kind of testDatabases()) {
         const { oneRun } = eventRuns(o.id);
         try {
           const messages: Array<{ probe: string; sessionId: string }> = [];
-          for (const point of ['ingress.recorded', 'handoff.signalled'] as const) {
+          for (const point of ['ingress.recorded', 'handoff.delivered'] as const) {
             const probe = `probe-${tag()}`;
             const msg: InboundMessage = { id: String(Math.floor(Math.random() * 1e15)), platform: 'discord', account: 'sweep-app', chatId: `dm-${tag()}`, chatType: 'dm', user: 'Dina', userId: dcUser, text: `${probe} are you there`, at: new Date().toISOString() };
             const sessionId = sessionWorkflowId({ platform: 'discord', account: msg.account, chatId: msg.chatId });
             await crashAt({ name: `discord message at ${point}`, point, deliver: async () => (await h.ingress.handle(msg), 'ok'), redeliver: async () => undefined, settle: async () => undefined });
-            if (point === 'handoff.signalled') await answeredAndCarried(h, sessionId, probe);
+            if (point === 'handoff.delivered') await answeredAndCarried(h, sessionId, probe);
             messages.push({ probe, sessionId });
           }
           const markers: string[] = [];

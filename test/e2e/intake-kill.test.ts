@@ -132,7 +132,7 @@ describe('intake through a real kill -9 at a checkpoint (a whole Steward process
     const probe = `probe-${tag()}`;
     const echoes = () => tg.callsOf('sendMessage').filter((c) => String(c.params.chat_id) === String(user.id) && String(c.params.text).includes(probe)).length;
 
-    const armed = await startSteward('handoff.signalled');
+    const armed = await startSteward('handoff.delivered');
     tg.privateText(user, `${probe} are you there?`);
     await killedItself(armed.p);
     assert.equal(await stack.db.receipt.count({ where: { kind: 'ingress.handed', sessionId } }), 0, 'killed between the signal and the mark');

@@ -66,6 +66,8 @@ export interface HarnessOptions {
   env: TestWorkflowEnvironment;
   db: Db;
   providers: ModelProvidersConfig;
+  /** The task queue of the worker and its sessions (default: a fresh one). */
+  taskQueue?: string;
   model?: string;
   maxSteps?: number;
   maxTurnsPerRun?: number;
@@ -127,7 +129,7 @@ export interface Harness {
 
 /** Run `fn` with a worker on a fresh task queue; the worker stops when `fn` settles. */
 export async function withHarness<T>(opts: HarnessOptions, fn: (h: Harness) => Promise<T>): Promise<T> {
-  const taskQueue = `test-${randomUUID()}`;
+  const taskQueue = opts.taskQueue ?? `test-${randomUUID()}`;
   const account = `acct-${randomUUID().slice(0, 8)}`;
   // one limiter for every path that causes a model call, as in the started platform; every model call reserves from the spend budget when one is set
   const limits: LimitSettings = { ...DEFAULT_LIMITS, turns: opts.rateLimits ?? {}, ...opts.limits };

@@ -8,6 +8,7 @@
  */
 import {
   allHandlersFinished,
+  ApplicationFailure,
   CancellationScope,
   ChildWorkflowCancellationType,
   condition,
@@ -30,7 +31,9 @@ import { SessionState } from './session-state.js';
 import {
   approvalDecisionUpdate,
   budgetRaisedSignal,
+  DUPLICATE_MESSAGE_FAILURE,
   inboundSignal,
+  inboundUpdate,
   newTaskSignal,
   settingsUpdate,
   statusQuery,
@@ -200,9 +203,23 @@ class SessionRun {
     });
   }
 
-  /** The updates: /steer, /model and /think, and an admin's decision on an approval the running turn waits for. */
+  /** The updates: a chat message, /steer, /model and /think, and an admin's decision on an approval the running turn waits for. */
   registerUpdates(): void {
     const { state } = this;
+    // a message handed over by update-with-start; a key taken before (it came by signal, or an
+    // earlier update) is refused by the validator, so it leaves nothing in the history
+    setHandler(
+      inboundUpdate,
+      (ref) => {
+        state.enqueue(ref);
+        return { queued: state.queue.length };
+      },
+      {
+        validator: (ref) => {
+          if (state.hasTaken(ref.key)) throw ApplicationFailure.create({ type: DUPLICATE_MESSAGE_FAILURE, message: `message ${ref.key} was taken in before`, nonRetryable: true });
+        },
+      },
+    );
     setHandler(
       steerUpdate,
       async (note) => {
