@@ -107,9 +107,12 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 
  * beside `session-ch-inl-NN`, recorded before it. `rp` marks the session scenarios recorded with
  * their replay records (test/replay/records/<tag>.json: the rows and model answers a replay of
  * their turns reads), beside the same scenarios' earlier files (`session-inl-cm-NN`,
- * `session-ch-rs-NN`, `session-dd-NN`, `session-bw-NN`, `session-mcp-NN`, `session-kn-NN`).
+ * `session-ch-rs-NN`, `session-dd-NN`, `session-bw-NN`, `session-mcp-NN`, `session-kn-NN`). `up`
+ * marks the intake scenario recorded with messages handed over by the `inbound` update
+ * (update-with-start, services/handoff.ts), the redelivered signals of their keys dropped, beside
+ * `session-dd-rp-NN`, recorded when every message was signalled.
  */
-const TAGS: Record<string, string> = { foundation: 'fd-rp-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-rp-' };
+const TAGS: Record<string, string> = { foundation: 'fd-rp-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);

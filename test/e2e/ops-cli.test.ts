@@ -61,7 +61,7 @@ function assertFix(fix: string | null, re: RegExp): void {
 describe('steward trace and receipts export', () => {
   const stack = useStack();
 
-  it('trace rebuilds a turn that ran inside its session: ingress, its signal, model calls, approval, steering, tool, delivery marker, in order, with the session run', async (t) => {
+  it('trace rebuilds a turn that ran inside its session: ingress, its handoff (the inbound update), model calls, approval, steering, tool, delivery marker, in order, with the session run', async (t) => {
     await withHarness(
       {
         env: stack.env,
@@ -132,7 +132,7 @@ describe('steward trace and receipts export', () => {
         };
         const receipt = (kind: string, from = 0) => at((e) => e.source === 'receipt' && e.kind === kind, `receipt ${kind}`, from);
         const iIngress = receipt('ingress');
-        const iSignal = at((e) => e.kind === 'signal' && e.summary === `signal inbound received (message ${key})`, "the message's inbound signal to the session");
+        const iSignal = at((e) => e.kind === 'update.accepted' && e.summary === `update inbound accepted (message ${key})`, "the message's inbound update to the session (its handoff)");
         const iScheduled = at((e) => e.kind === 'activity.scheduled' && /^modelStep scheduled .*: Turn 2: model step 1 \(openai-compatible:test-model\)$/.test(e.summary), "the turn's first model step, scheduled by the session");
         const iTurn = receipt('turn.start');
         const iModel1 = receipt('model.call');
@@ -161,7 +161,8 @@ describe('steward trace and receipts export', () => {
         for (const e of tl) if (e.source === 'history') assert.deepEqual([e.workflowId, e.runId], [h.sessionId, runId]);
         // only this turn: not turn 1's message, model step, receipts or delivery, and not the session's own start
         assert.ok(!tl.some((e) => e.summary.includes('Turn 1:') || e.summary.includes(firstId)), dump(tl));
-        assert.equal(tl.filter((e) => e.kind === 'signal').length, 1, dump(tl));
+        assert.equal(tl.filter((e) => e.kind === 'update.accepted' && e.summary.startsWith('update inbound')).length, 1, dump(tl));
+        assert.equal(tl.filter((e) => e.kind === 'signal').length, 0, dump(tl));
         assert.ok(!tl.some((e) => e.kind.startsWith('workflow.')), `the session run's start is not part of the turn:\n${dump(tl)}`);
         const turn1Receipts = await stack.db.receipt.findMany({ where: { OR: [{ key: { startsWith: `${turn1}:` } }, { key: `in:http:${h.account}:${h.chatId}:${firstId}:ingress` }] } });
         assert.ok(turn1Receipts.length >= 4, 'turn 1 has receipts of its own');
@@ -180,7 +181,9 @@ describe('steward trace and receipts export', () => {
         const first = await buildTrace(firstId, opts);
         assert.equal(first.turn?.turnId, turn1);
         assert.ok(first.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes('Turn 1: reply')), dump(first.timeline));
-        assert.ok(!first.timeline.some((e) => e.summary.includes('Turn 2:') || e.kind.startsWith('approval') || e.kind.startsWith('update')), dump(first.timeline));
+        // (its own message's handoff is an update: the inbound one, and no other)
+        assert.ok(!first.timeline.some((e) => e.summary.includes('Turn 2:') || e.kind.startsWith('approval') || (e.kind.startsWith('update') && !e.summary.startsWith('update inbound'))), dump(first.timeline));
+        assert.equal(first.timeline.filter((e) => e.kind === 'update.accepted').length, 1, dump(first.timeline));
         // the session's run id and its workflow id: the whole run, both turns, from the session's start
         for (const ref of [runId, h.sessionId]) {
           const whole = await buildTrace(ref, opts);

@@ -1,7 +1,7 @@
 /**
  * Traces and metrics, end to end: `./steward start` with OTEL_EXPORTER_OTLP_ENDPOINT at a
  * loopback OTLP/HTTP collector double and the scripted model server. A chat message through
- * the HTTP API yields one trace (the API request, the client's signal-with-start, the
+ * the HTTP API yields one trace (the API request, the client's update-with-start, the
  * session's run, and the turn's activities it schedules: the model step, and the reply's
  * delivery as a local activity; the turn runs inside the session), linked by parent ids; `/metrics`
  * serves the Temporal SDK's metrics and Steward's (turns, tokens, model calls) in valid
@@ -29,6 +29,9 @@ import { startOtlpCollector, type CollectedSpan, type OtlpCollector } from '../h
 import { freePort, spawnProcess, type Spawned } from '../helpers/process.js';
 import { freeStewardPorts, startEnv, startSteward, stopSteward, type StewardPorts } from '../helpers/started-steward.js';
 import { testBundle } from '../helpers/steward.js';
+
+/** The client's span of a message's handoff (services/handoff.ts: update-with-start of the `inbound` update, a worker accepting it). */
+const HANDOFF_SPAN = 'UpdateWithStartWorkflow:inbound';
 
 const TOKEN = 'telemetry-token-0123456789abcdef';
 
@@ -221,7 +224,7 @@ describe('traces and metrics of the started stack', () => {
   /** The span the turn's activities were scheduled under: the session run's (exported when that run ends). */
   let scheduledUnder = '';
 
-  it("exports one linked trace of a chat message: API request, the session's signal-with-start, the turn's activities", async () => {
+  it("exports one linked trace of a chat message: API request, the session's update-with-start, the turn's activities", async () => {
     before1 = (await scrape()).samples;
     model.enqueue({ chunks: ['Traced ', 'reply.'], usage: { prompt_tokens: 123, completion_tokens: 45 } });
     assert.equal((await post(api, chat, 'hello traces')).status, 202);
@@ -231,7 +234,7 @@ describe('traces and metrics of the started stack', () => {
     const byName = (spans: CollectedSpan[], name: string, pred: (s: CollectedSpan) => boolean = () => true) => spans.find((s) => s.name === name && pred(s));
     const found = await collector.waitFor(
       (spans) => {
-        const client = byName(spans, 'SignalWithStartWorkflow:sessionWorkflow', (s) => s.attributes.temporalWorkflowId === sessionId);
+        const client = byName(spans, HANDOFF_SPAN, (s) => s.attributes.temporalWorkflowId === sessionId);
         if (!client) return undefined;
         const inTrace = (s: CollectedSpan) => s.traceId === client.traceId;
         const names = ['StartActivity:modelStep', 'RunActivity:modelStep', 'StartActivity:deliver', 'RunActivity:deliver'];
@@ -289,9 +292,9 @@ describe('traces and metrics of the started stack', () => {
       (spans) => spans.find((s) => s.name === 'RunWorkflow:sessionWorkflow' && s.attributes.workflowId === sessionId),
       "the session's first run span",
     );
-    const client = collector.spans.find((s) => s.name === 'SignalWithStartWorkflow:sessionWorkflow' && s.traceId === run.traceId);
+    const client = collector.spans.find((s) => s.name === HANDOFF_SPAN && s.traceId === run.traceId);
     assert.ok(client, 'the session run is in the trace of the message that started it');
-    assert.equal(run.parentSpanId, client.spanId, "the session's run is a child of the ingress's signal-with-start");
+    assert.equal(run.parentSpanId, client.spanId, "the session's run is a child of the ingress's update-with-start");
     assert.equal(run.spanId, scheduledUnder, "the turn's activities were scheduled from the session's run");
     // only the run's identity is copied onto workflow spans
     assert.deepEqual(Object.keys(run.attributes).sort(), ['namespace', 'runId', 'taskQueue', 'workflowId', 'workflowType']);

@@ -8,7 +8,7 @@
  *    finds the chat's session by its chat and sees its decoded input and, in its event
  *    history, the turn's activities by their summaries (the model step, the reply's delivery as
  *    a local activity), the model step's decoded input with the turn id and the sender in the
- *    decoded inbound signal (the UI calls the same origin's /codec with the sign-in cookie);
+ *    decoded inbound update (the message's handoff; the UI calls the same origin's /codec with the sign-in cookie);
  *    the link works once;
  *  - without the sign-in gets no plaintext: the UI at `<api>/ui` sends it to the sign-in form,
  *    its API and the codec endpoint answer 401, and the dev server's own UI port shows only
@@ -41,7 +41,7 @@ const CHAT = `ui-${tag}`;
 const OTHER_CHAT = `ui-other-${tag}`;
 /** Objective runs start turns in their own chat, away from the chats filtered below. */
 const OBJECTIVE_CHAT = `ui-objective-${tag}`;
-/** The sender's name travels in the inbound signal (the message text stays in the database). */
+/** The sender's name travels in the inbound update (the message text stays in the database). */
 const USER = `inspector-${tag}`;
 /**
  * A person (an OpenHarness shell, with an identity of its own) writes in a third conversation:
@@ -306,8 +306,8 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
       await rowOf(`Turn 1: model step 1 (${MODEL})`).click();
       await waitForEvents(page, events, "the model step's decoded input", (t) => flat(t).includes(`"turnId":"${turnId}"`), 'model-step-decoded');
       await saveScreenshot(page, shots, 'session-history-decoded');
-      // and the inbound signal names the sender
-      await page.locator(EVENT_ROW).filter({ hasText: 'Workflow Execution Signaled' }).filter({ hasText: 'inbound' }).last().click();
+      // and the message's handoff (the inbound update, services/handoff.ts) names the sender
+      await page.locator(EVENT_ROW).filter({ hasText: 'Workflow Execution Update Accepted' }).filter({ hasText: 'inbound' }).last().click();
       await waitForEvents(page, events, 'the decoded inbound message', (t) => flat(t).includes(`"user":"${USER}"`), 'inbound-decoded');
       assert.equal(await page.locator('[data-testid="data-encoder-status-error"]').count(), 0, 'no codec error is shown');
       const stored = await page.evaluate(() => ({ includeCredentials: localStorage.getItem('includeCredentials'), override: localStorage.getItem('overrideRemoteCodecConfiguration') }));

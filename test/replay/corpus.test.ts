@@ -194,6 +194,22 @@ describe('replay corpus', () => {
     assert.ok(carriedAndRepeated.length > 0, 'a session run that was signalled a key its previous run carried as taken');
   });
 
+  it('has session runs that took messages in by the inbound update (update-with-start) and dropped a redelivered signal of such a key', () => {
+    const updated = (f: Fixture) =>
+      f.events.flatMap((e) => {
+        const req = (e as { workflowExecutionUpdateAcceptedEventAttributes?: { acceptedRequest?: { meta?: { updateId?: string }; input?: { name?: string } } } }).workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest;
+        return req?.input?.name === 'inbound' ? [req.meta?.updateId ?? ''] : [];
+      });
+    const signalled = (f: Fixture) =>
+      f.events.flatMap((e) => (e.workflowExecutionSignaledEventAttributes?.signalName === 'inbound' ? [(plain(e.workflowExecutionSignaledEventAttributes.input?.payloads?.[0]) as { key?: string } | undefined)?.key ?? ''] : []));
+    const byUpdate = sessions.filter((f) => updated(f).length > 0);
+    assert.ok(byUpdate.length > 0, 'a session run that took a message in by the inbound update; record one with scripts/record-histories.ts intake');
+    assert.ok(
+      byUpdate.some((f) => signalled(f).some((k) => updated(f).includes(k))),
+      'a session run signalled a key it had taken in by update (a redelivery by signal, dropped)',
+    );
+  });
+
   it('has inline sessions whose approvals carry the requester set (steward-requester-set) and ones from before it', () => {
     const asked = (f: Fixture) => activitiesOf(f).filter((a) => a.type === 'requestApproval');
     const withSet = inlineSessions.filter((f) => patchesOf(f).includes(REQUESTER_SET_PATCH) && asked(f).length > 0);

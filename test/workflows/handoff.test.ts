@@ -65,6 +65,17 @@ describe('the handoff of a chat message', () => {
     return { updates, signals, count: events.length };
   }
 
+  /** The session's history once it stops growing (the turn's last tasks done). */
+  async function settled(sessionId: string) {
+    let last = await inboundEvents(sessionId);
+    for (;;) {
+      await sleep(400);
+      const now = await inboundEvents(sessionId);
+      if (now.count === last.count) return now;
+      last = now;
+    }
+  }
+
   const handedWay = async (key: string) => {
     const r = await dbh.db.receipt.findFirst({ where: { key: handedKey(key) } });
     return r ? (JSON.parse(r.data) as { way?: string }).way : undefined;
@@ -91,7 +102,7 @@ describe('the handoff of a chat message', () => {
       assert.equal(handed.length, 1);
       const key = (JSON.parse(handed[0]!.data) as { messageKey: string }).messageKey;
       assert.equal(await handedWay(key), 'update');
-      const before = await inboundEvents(h.sessionId);
+      const before = await settled(h.sessionId);
       assert.deepEqual(before.updates, [key], 'one accepted update, its id the message key');
       assert.deepEqual(before.signals, [], 'no signal');
 
@@ -141,7 +152,7 @@ describe('the handoff of a chat message', () => {
       const r = await handOverMessage(env.client, dbh.db, { ref: { key, user: 'tester', at: new Date().toISOString() }, start: sessionStartOptions({ taskQueue: h.taskQueue, defaultModel: 'openai-compatible:test-model', limits }, conversation), acceptMs: 0 });
       assert.equal(r.way, 'signal');
       await waitFor('the reply', async () => ((await replies(h.sessionId)) >= 1 ? true : undefined));
-      const events = await inboundEvents(h.sessionId);
+      const events = await settled(h.sessionId);
       assert.deepEqual(events.signals, [key]);
       assert.deepEqual(events.updates, []);
       // handed over again by update: the validator finds the key taken (by the signal) and refuses it
