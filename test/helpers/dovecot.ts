@@ -15,7 +15,7 @@ import path from 'node:path';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ImapFlow } from 'imapflow';
-import { freePort } from '../../platform/ports.js';
+import { freeKeptPort } from '../../platform/ports.js';
 
 export const DOVECOT = '/usr/sbin/dovecot';
 
@@ -50,12 +50,32 @@ const portOpen = (port: number) =>
     s.on('error', () => resolve(false));
   });
 
+/** Whether an IMAP server answers on the port with its greeting (`* OK`), not merely something listening. */
+const imapGreets = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    let got = '';
+    const s = connect({ host: '127.0.0.1', port });
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), 2_000);
+    s.on('data', (d: Buffer) => {
+      got += d.toString('latin1');
+      if (got.includes('\n')) done(/^\* OK/.test(got));
+    });
+    s.on('error', () => done(false));
+    s.on('close', () => done(false));
+  });
+
 export async function startDovecot(opts: { user?: string; password?: string } = {}): Promise<Dovecot> {
   const user = opts.user ?? 'ops';
   const password = opts.password ?? `pw-${randomBytes(8).toString('hex')}`;
   const dir = await mkdtemp(path.join(tmpdir(), 'steward-dovecot-'));
   await chmod(dir, 0o755);
-  const port = await freePort();
+  // a port the server takes again after a kill: drawn where no other suite's freePort draws
+  const port = await freeKeptPort();
   const root = process.getuid?.() === 0;
   const me = userInfo().username;
   const internal = root ? 'dovecot' : me;
@@ -120,8 +140,8 @@ service auth {
     // a process group of its own: a kill takes its children (logins, IMAP sessions) too, as a crash of the machine would
     child = spawn(DOVECOT, ['-F', '-c', path.join(dir, 'dovecot.conf')], { stdio: 'ignore', detached: true });
     const deadline = Date.now() + 15_000;
-    while (!(await portOpen(port))) {
-      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`Dovecot did not start (see ${dir}/dovecot.log)`);
+    while (!(await imapGreets(port))) {
+      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`Dovecot did not start on port ${port} (see ${dir}/dovecot.log)`);
       await sleep(50);
     }
   };
