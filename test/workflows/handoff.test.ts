@@ -26,7 +26,7 @@ import { recordInbound } from '../../domain/transcript.js';
 import { ensureSession } from '../../domain/store/sessions.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
-import { withHarness } from '../helpers/steward.js';
+import { waitFor, withHarness } from '../helpers/steward.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
 
 const database = testDatabases()[0]!;
@@ -82,16 +82,6 @@ describe('the handoff of a chat message', () => {
   };
   const replies = async (sessionId: string) => dbh.db.message.count({ where: { sessionId, role: 'assistant' } });
 
-  async function waitFor<T>(what: string, fn: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const v = await fn();
-      if (v !== undefined) return v;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await sleep(50);
-    }
-  }
-
   it('with a worker: the message goes in by update, answered once; handed over again, the server answers with the first update and nothing is written', async () => {
     await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
       const conversation: ConversationKey = { platform: 'http', account: h.account, chatId: h.chatId };
@@ -135,7 +125,7 @@ describe('the handoff of a chat message', () => {
     assert.deepEqual((await inboundEvents(sessionId)).signals, [key], 'the signal is in the history before any worker came');
 
     await withHarness({ env, db: dbh.db, providers: providers(), taskQueue }, async () => {
-      await waitFor('the reply', async () => ((await replies(sessionId)) >= 1 ? true : undefined));
+      await waitFor(async () => ((await replies(sessionId)) >= 1 ? true : undefined), 'the reply');
       await sleep(1_000);
       const events = await inboundEvents(sessionId);
       assert.deepEqual(events.signals, [key]);
@@ -151,7 +141,7 @@ describe('the handoff of a chat message', () => {
       await recordInbound(dbh.db, { key, sessionId: h.sessionId, text: 'hello by signal', user: 'tester', identityId: null, command: false });
       const r = await handOverMessage(env.client, dbh.db, { ref: { key, user: 'tester', at: new Date().toISOString() }, start: sessionStartOptions({ taskQueue: h.taskQueue, defaultModel: 'openai-compatible:test-model', limits }, conversation), acceptMs: 0 });
       assert.equal(r.way, 'signal');
-      await waitFor('the reply', async () => ((await replies(h.sessionId)) >= 1 ? true : undefined));
+      await waitFor(async () => ((await replies(h.sessionId)) >= 1 ? true : undefined), 'the reply');
       const events = await settled(h.sessionId);
       assert.deepEqual(events.signals, [key]);
       assert.deepEqual(events.updates, []);
