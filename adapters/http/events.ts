@@ -12,7 +12,8 @@
  * - `partial`: the running model step's text so far, as the model streams it (with
  *   STEWARD_MODEL_STREAM): read from the live draft the worker keeps in the database
  *   (services/chat/live.ts, domain/live-drafts.ts), masked for held secrets; an event with empty
- *   text when the draft is over (the reply's `message`, or the step's tool calls, follow). No id:
+ *   text when the draft is over (after the reply's `message`, never before it; or when the step
+ *   moves on to its tool calls). No id:
  *   a preview, not resumable state (the reply is).
  * - `approval`: an approval the running turn waits for (the status's `approvalId`), with the
  *   request text exactly as the chat shows it (the operator inbox's item), when it starts waiting
@@ -100,7 +101,7 @@ const PartialData = z
   .object({
     turnId: z.string(),
     stepKey: z.string().openapi({ description: 'The model step: model:<turnId>:<step>' }),
-    text: z.string().openapi({ description: "The step's text so far, held secrets masked; empty when the draft is over (the reply's message, or the step's tool calls, follow)" }),
+    text: z.string().openapi({ description: "The step's text so far, held secrets masked; empty when the draft is over (sent after the reply's message, or when the step moves on to its tool calls)" }),
   })
   .openapi('ChatEventPartial', { description: 'The running model step\'s text as the model streams it (STEWARD_MODEL_STREAM=true); written by the worker at most every ~300 ms once a step has streamed ~400 ms' });
 
@@ -118,7 +119,7 @@ const EVENTS_DESCRIPTION = [
   'Server-sent events (text/event-stream). Each event has a type (`event:`) and data (`data:`): JSON, or with `format=html` an HTML fragment (escaped) for the console.',
   '- `message` (id: the transcript seq; resumable with Last-Event-ID or `after`): a transcript entry (ChatEventMessage).',
   '- `status` (no id): the session status when it changes (ChatEventStatus); the first is sent at once.',
-  "- `partial` (no id): the running model step's text so far (ChatEventPartial), with STEWARD_MODEL_STREAM=true; empty text when the draft is over. Replaced by the reply's `message`.",
+  "- `partial` (no id): the running model step's text so far (ChatEventPartial), with STEWARD_MODEL_STREAM=true; empty text when the draft is over (after the reply's `message`, which replaces it).",
   '- `approval` (no id): an approval the turn waits for, with the request text as the chat shows it, and again when decided (ChatEventApproval).',
   '- a `: heartbeat` comment every 15 s.',
 ].join('\n');
@@ -213,13 +214,18 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         while (!aborted) {
           try {
             if (after === undefined) after = (await opts.ingress.transcript(sessionId, { limit: 1 })).at(-1)?.seq ?? 0;
-            let replied = false;
-            for (const e of await opts.ingress.transcript(sessionId, { afterSeq: after, limit: 200 })) {
-              if (e.seq === undefined || aborted) continue;
-              await send('message', html ? html.message(e) : JSON.stringify(e), String(e.seq));
-              after = e.seq;
-              if (e.role !== 'user') replied = true;
-            }
+            /** Sends the transcript's new entries; true when one of them is a reply. */
+            const pump = async (): Promise<boolean> => {
+              let r = false;
+              for (const e of await opts.ingress.transcript(sessionId, { afterSeq: after, limit: 200 })) {
+                if (e.seq === undefined || aborted) continue;
+                await send('message', html ? html.message(e) : JSON.stringify(e), String(e.seq));
+                after = e.seq;
+                if (e.role !== 'user') r = true;
+              }
+              return r;
+            };
+            let replied = await pump();
             if (Date.now() - lastStatusRead >= pollMs * 2) {
               lastStatusRead = Date.now();
               status = await opts.ingress.status(sessionId);
@@ -247,7 +253,11 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
                   await send('partial', html ? html.partial(shown) : JSON.stringify(shown));
                 }
               } else if (shown && (replied || !running || running.turnId !== shown.turnId || !['model', 'delivering'].includes(running.phase))) {
-                // the draft is over: its reply came (or the turn moved on to tools, an approval, its end)
+                // the draft is over: its reply came (or the turn moved on to tools, an approval, its end).
+                // The status can show the turn over before this poll's transcript read showed its reply
+                // (written between the two reads): the transcript is read again first, so the reply
+                // comes before the empty partial that ends the draft, never after it.
+                if (!replied) replied = await pump();
                 const over: PartialEvent = { turnId: shown.turnId, stepKey: shown.stepKey, text: '' };
                 // a draft row its step failed to clear is not shown again
                 ended.add(shown.stepKey);

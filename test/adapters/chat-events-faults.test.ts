@@ -2,7 +2,8 @@
  * The chat event stream under failing reads (adapters/http/events.ts): a read that fails (the
  * database, the session's status query) does not end a stream, so it keeps its place among the
  * `maxStreams` and the limit holds; reads failing for `failLimitMs` end it (once logged) and free
- * its place. The reads fail by injection into the route's ingress (the fault under test); the
+ * its place. A reply read after its turn's end still comes before the empty partial that ends its
+ * draft. The reads fail by injection into the route's ingress (the fault under test); the
  * route, Hono's SSE stream and the limit are the real ones, served over 127.0.0.1.
  */
 import assert from 'node:assert/strict';
@@ -115,6 +116,53 @@ describe('the chat event stream under failing reads', () => {
       await again.body?.cancel();
     } finally {
       await s.close();
+    }
+  });
+
+  it('the reply comes before the empty partial that ends its draft, even when the turn is read over before the reply is read', async () => {
+    // The race of the real stream: a poll reads the transcript (no reply yet), the reply is written
+    // and the turn ends, then the same poll reads the status (the turn is over). The status read
+    // here flips the state, so every such poll meets the race.
+    const turnId = 'acct:c1:turn:1';
+    const stepKey = `model:${turnId}:1`;
+    let ending = false;
+    let over = false;
+    const transcript: TranscriptEntry[] = [{ seq: 1, role: 'user', text: 'hi', at: '2026-11-28T00:00:00.000Z' }];
+    const running = (sessionId: string): SessionStatusView => ({ ...idle(sessionId), exists: true, running: { turnId, runWorkflowId: sessionId, step: 1, phase: 'model', startedAt: '2026-11-28T00:00:00.000Z' } });
+    const ingress = {
+      transcript: async (_sessionId: string, opts: { afterSeq?: number; limit?: number }) => (opts.afterSeq === undefined ? [] : transcript.filter((e) => e.seq! > opts.afterSeq!)),
+      status: async (sessionId: string) => {
+        if (ending && !over) {
+          over = true;
+          transcript.push({ seq: 2, role: 'assistant', text: 'hello there', at: '2026-11-28T00:00:01.000Z' });
+        }
+        return over ? { ...idle(sessionId), exists: true, turns: 1 } : running(sessionId);
+      },
+    } as unknown as Ingress;
+    const live = {
+      draft: async () => (over ? undefined : { turnId, stepKey, text: 'hello', updatedAt: '2026-11-28T00:00:00.500Z' }),
+      approval: async () => undefined,
+    };
+    const app = new OpenAPIHono();
+    registerChatEventRoutes(app, { ingress, live, account: 'acct', pollMs: 10 });
+    const server = serve({ fetch: app.fetch, hostname: '127.0.0.1', port: 0 });
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+    const ac = new AbortController();
+    try {
+      const r = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api/v1/chats/c1/events?after=1`, { signal: ac.signal });
+      assert.equal(r.status, 200);
+      const first = await readUntil(r, /event: partial\ndata: \{[^\n]*"text":"hello"/);
+      assert.match(first.text, /"text":"hello"/, 'the draft showed');
+      ending = true;
+      const rest = await readUntil(r, /"text":""/);
+      const text = first.text + rest.text;
+      const reply = text.indexOf('event: message\ndata: {"seq":2');
+      const end = text.indexOf('"text":""');
+      assert.ok(reply >= 0 && end >= 0, text);
+      assert.ok(reply < end, `the reply came before the draft's end:\n${text}`);
+    } finally {
+      ac.abort();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 });
