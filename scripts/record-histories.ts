@@ -110,9 +110,11 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 
  * `session-ch-rs-NN`, `session-dd-NN`, `session-bw-NN`, `session-mcp-NN`, `session-kn-NN`). `up`
  * marks the intake scenario recorded with messages handed over by the `inbound` update
  * (update-with-start, services/handoff.ts), the redelivered signals of their keys dropped, beside
- * `session-dd-rp-NN`, recorded when every message was signalled.
+ * `session-dd-rp-NN`, recorded when every message was signalled. `so` marks the foundation
+ * scenario recorded with the patch `steward-turn-over-before-notice` (its stopped turn is over
+ * before the stop's notice is delivered), beside `session-fd-rp-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'fd-rp-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
+const TAGS: Record<string, string> = { foundation: 'fd-so-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);

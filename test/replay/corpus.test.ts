@@ -17,7 +17,7 @@ import { describe, it } from 'node:test';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
 import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH } from '../../workflows/chat/session.js';
+import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH, TURN_OVER_BEFORE_NOTICE_PATCH } from '../../workflows/chat/session.js';
 import { BUDGET_WAIT_PATCH, REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
 import { OBJECTIVE_BUDGET_SKIP_PATCH } from '../../workflows/objectives/objective.js';
 
@@ -178,6 +178,14 @@ describe('replay corpus', () => {
     const before = inlineSessions.filter((f) => !patchesOf(f).includes(CONTINUE_ON_MESSAGE_PATCH) && continued(f));
     assert.ok(onMessage.length > 0, `an inline session run with the ${CONTINUE_ON_MESSAGE_PATCH} marker that continued as new; record one with scripts/record-histories.ts foundation`);
     assert.ok(before.length > 0, `an inline session run from before ${CONTINUE_ON_MESSAGE_PATCH} that continued as new: keep those files`);
+  });
+
+  it('has inline sessions with a stopped turn recorded with the steward-turn-over-before-notice marker and before it', () => {
+    const stopped = (f: Fixture) => activitiesOf(f).some((a) => a.type === 'deliver' && String(a.input.key ?? '').endsWith(':stopped'));
+    const over = inlineSessions.filter((f) => patchesOf(f).includes(TURN_OVER_BEFORE_NOTICE_PATCH) && stopped(f));
+    const before = inlineSessions.filter((f) => !patchesOf(f).includes(TURN_OVER_BEFORE_NOTICE_PATCH) && stopped(f));
+    assert.ok(over.length > 0, `an inline session run with the ${TURN_OVER_BEFORE_NOTICE_PATCH} marker whose turn was stopped; record one with scripts/record-histories.ts foundation`);
+    assert.ok(before.length > 0, `an inline session run from before ${TURN_OVER_BEFORE_NOTICE_PATCH} whose turn was stopped: keep those files`);
   });
 
   it('has session runs that dropped a redelivered signal of a message they had answered (steward-inbound-dedup), in the run that answered it and in the next one', () => {

@@ -215,6 +215,60 @@ describe('the session workflow with stubbed activities (dev server)', () => {
     );
   });
 
+  it('a stopped turn is over before its notice is delivered: the status shows no running turn, a steer goes to the next turn and a second /stop finds nothing running', async () => {
+    const notice = gate();
+    await withWorker(
+      {
+        modelStep: async (input) => {
+          if (input.step > 1 || input.inbound.includes('in-2')) return reply('h-answer');
+          const ctx = Context.current();
+          const beat = setInterval(() => ctx.heartbeat({ step: input.step }), 100);
+          try {
+            await Promise.race([ctx.cancelled, new Promise((r) => setTimeout(r, 30_000))]);
+            return reply('h-too-late');
+          } finally {
+            clearInterval(beat);
+          }
+        },
+        // the stop's notice is held until the test has looked at the session meanwhile
+        deliver: async (input) => {
+          if (String(input.key).endsWith(':stopped')) await notice.wait;
+          return delivered;
+        },
+        updateProgress: async () => 'ok',
+        clearProgress: async () => 'ok',
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { platform: 'telegram' });
+        await chat.send('pat');
+        await until('the model step', () => named(calls, 'modelStep').length === 1);
+        assert.ok((await chat.handle().query(statusQuery)).running, 'the turn runs');
+        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1' });
+        await until('the stop notice being delivered', () => named(calls, 'deliver').length === 1);
+        try {
+          // the notice has not been delivered: the turn is over all the same
+          const status = await chat.handle().query(statusQuery);
+          assert.equal(status.running, null, 'no running turn while the stop notice is delivered');
+          const steer = await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'shorter please', by: 'pat' }] });
+          assert.equal(steer.appliedTo, 'next-turn', 'a steer meanwhile guides the next turn, not the stopped one');
+          await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-2' });
+        } finally {
+          // held no longer (a failed assertion must not leave the worker waiting on it)
+          notice.open();
+        }
+        await until('the second stop answered', () => named(calls, 'deliver').length === 2);
+        assert.equal(named(calls, 'deliver')[0]!.input.text, 'Stopped the running turn. 0 queued messages kept.');
+        assert.equal(named(calls, 'deliver')[1]!.input.text, 'Nothing is running to stop. 0 messages queued.');
+        // the steer reaches the next turn's first model step
+        await chat.send('pat');
+        await until('the next turn answered', () => named(calls, 'deliver').length === 3);
+        const next = named(calls, 'modelStep')[1]!.input;
+        assert.deepEqual(next.inbound, ['in-2']);
+        assert.deepEqual(next.steers, ['shorter please']);
+      },
+    );
+  });
+
   it('/steer during a turn answers running-turn and reaches the next model step’s input; between turns it guides the next turn', async () => {
     const first = gate();
     let step = 0;

@@ -76,6 +76,15 @@ export const CONTINUE_GRACE = '2 seconds';
  */
 export const INBOUND_DEDUP_PATCH = 'steward-inbound-dedup';
 
+/**
+ * A turn that was stopped (or failed) is over as soon as its scope ends: the session's status
+ * shows no running turn from then on, while its notice ("Stopped the running turn.") is
+ * delivered, instead of only after that delivery (an activity of its own, two more workflow
+ * tasks). A /stop arriving meanwhile is answered "Nothing is running to stop", which it was not
+ * before: decided per turn, so a history recorded before this patch replays as it ran.
+ */
+export const TURN_OVER_BEFORE_NOTICE_PATCH = 'steward-turn-over-before-notice';
+
 /** How many of a conversation's most recent users the session lists in `StewardUser`. */
 const MAX_LISTED_USERS = 20;
 
@@ -384,6 +393,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       state.pendingSteers.unshift(...result.unappliedSteers);
     } catch (err) {
       state.recordTurn({ inbound: batch.map((m) => m.key) }, { input: 0, output: 0, total: 0 });
+      if (patched(TURN_OVER_BEFORE_NOTICE_PATCH)) session.running = null;
       if (isCancellation(err)) {
         if (session.newTaskBy === undefined) {
           await notify(
