@@ -206,6 +206,17 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         let shown: PartialEvent | undefined;
         /** Steps whose draft is over (their reply came, or the turn moved on). */
         const ended = new Set<string>();
+        /** Sends the transcript's entries after `after` (moving it on); true when one of them is a reply. */
+        const pump = async (): Promise<boolean> => {
+          let r = false;
+          for (const e of await opts.ingress.transcript(sessionId, { afterSeq: after, limit: 200 })) {
+            if (e.seq === undefined || aborted) continue;
+            await send('message', html ? html.message(e) : JSON.stringify(e), String(e.seq));
+            after = e.seq;
+            if (e.role !== 'user') r = true;
+          }
+          return r;
+        };
         /** Approvals followed: id -> the state last sent ('' before the first). */
         const approvals = new Map<string, string>();
         /** When the current run of failed reads began (undefined while reads succeed), and its length. */
@@ -214,17 +225,6 @@ export function registerChatEventRoutes(app: OpenAPIHono, opts: ChatEventOptions
         while (!aborted) {
           try {
             if (after === undefined) after = (await opts.ingress.transcript(sessionId, { limit: 1 })).at(-1)?.seq ?? 0;
-            /** Sends the transcript's new entries; true when one of them is a reply. */
-            const pump = async (): Promise<boolean> => {
-              let r = false;
-              for (const e of await opts.ingress.transcript(sessionId, { afterSeq: after, limit: 200 })) {
-                if (e.seq === undefined || aborted) continue;
-                await send('message', html ? html.message(e) : JSON.stringify(e), String(e.seq));
-                after = e.seq;
-                if (e.role !== 'user') r = true;
-              }
-              return r;
-            };
             let replied = await pump();
             if (Date.now() - lastStatusRead >= pollMs * 2) {
               lastStatusRead = Date.now();

@@ -143,9 +143,10 @@ describe('the operator console', { skip: browserSkip() || (await needs('chromium
       // a stream that ended early freed its place: Steward's log says why
       assert.equal(over.status, 503, `a 33rd stream was let in; Steward's log ends:\n${steward!.output().slice(-3000)}`);
       assert.ok(over.headers.get('retry-after'));
-      assert.equal(open.length, 32);
     } finally {
       for (const ac of controllers) ac.abort();
+      // released only now, once the 33rd was answered
+      open.length = 0;
     }
     // the aborted streams close (each notices at its next poll) and free their places
     await until('a place for a new stream', async () => {

@@ -20,6 +20,7 @@ import { budgetRaisedSignal, inboundSignal, statusQuery, steerUpdate, stopSignal
 import { BudgetAttr } from '../../workflows/search-attributes.js';
 import { sessionWorkflow } from '../../workflows/chat/session.js';
 import type { InboundRef, SessionInput } from '../../workflows/types.js';
+import type { ModelStepResult } from '../../activities/index.js';
 import { createTestEnvironment } from '../helpers/temporal.js';
 import { delivered, reply, until, USAGE, withStubbedWorker, type Call, type Stubs } from './stubbed-worker.js';
 
@@ -33,6 +34,28 @@ function gate(): { wait: Promise<void>; open: () => void } {
   let open!: () => void;
   const wait = new Promise<void>((r) => (open = r));
   return { wait, open };
+}
+
+/**
+ * A model step that waits until it is cancelled (at most 30 s, then answers `h-too-late`),
+ * heartbeating every 100 ms as the real one does, so /stop reaches it; `onBeat` sees each beat,
+ * `onCancelled` the cancellation, rethrown.
+ */
+async function untilCancelled(step: number, hooks: { onBeat?: () => void; onCancelled?: (err: Error) => void } = {}): Promise<ModelStepResult> {
+  const ctx = Context.current();
+  const beat = setInterval(() => {
+    hooks.onBeat?.();
+    ctx.heartbeat({ step });
+  }, 100);
+  try {
+    await Promise.race([ctx.cancelled, new Promise((r) => setTimeout(r, 30_000))]);
+    return reply('h-too-late');
+  } catch (err) {
+    hooks.onCancelled?.(err as Error);
+    throw err;
+  } finally {
+    clearInterval(beat);
+  }
 }
 
 const eventTypes = (events: HistoryEvent[]) => events.map((e) => EventType[e.eventType ?? 0]);
@@ -151,20 +174,10 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         modelStep: async (input) => {
           if (++step > 1) return reply(`h-answer-${step}`);
           // the first step waits until it is cancelled, heartbeating as the real one does
-          const ctx = Context.current();
-          const beat = setInterval(() => {
-            beats++;
-            ctx.heartbeat({ step: input.step });
-          }, 100);
-          try {
-            await Promise.race([ctx.cancelled, new Promise((r) => setTimeout(r, 30_000))]);
-            return reply('h-too-late');
-          } catch (err) {
-            cancelled.push(`${input.turnId}: ${(err as Error).name}`);
-            throw err;
-          } finally {
-            clearInterval(beat);
-          }
+          return untilCancelled(input.step, {
+            onBeat: () => beats++,
+            onCancelled: (err) => cancelled.push(`${input.turnId}: ${err.name}`),
+          });
         },
         deliver: async () => delivered,
         updateProgress: async () => 'ok',
@@ -221,14 +234,7 @@ describe('the session workflow with stubbed activities (dev server)', () => {
       {
         modelStep: async (input) => {
           if (input.step > 1 || input.inbound.includes('in-2')) return reply('h-answer');
-          const ctx = Context.current();
-          const beat = setInterval(() => ctx.heartbeat({ step: input.step }), 100);
-          try {
-            await Promise.race([ctx.cancelled, new Promise((r) => setTimeout(r, 30_000))]);
-            return reply('h-too-late');
-          } finally {
-            clearInterval(beat);
-          }
+          return untilCancelled(input.step);
         },
         // the stop's notice is held until the test has looked at the session meanwhile
         deliver: async (input) => {
