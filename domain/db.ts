@@ -20,6 +20,7 @@ import pg from 'pg';
 import { PrismaClient as PostgresClient } from '../generated/prisma/postgres/client.js';
 import { PrismaClient as SqliteClient } from '../generated/prisma/sqlite/client.js';
 import { registerAdapterSource } from './sql.js';
+import { BACKSTOP_PAGES, startWalCheckpointer } from './wal-checkpointer.js';
 
 /** The client type both databases share (the generated APIs are the same). */
 export type Db = SqliteClient;
@@ -194,11 +195,24 @@ export function driverAdapter(url: string): SqlMigrationAwareDriverAdapterFactor
   return stewardAdapter(url);
 }
 
-/** Connection settings worth applying once per process: WAL for SQLite (readers never wait on the writer). */
-export async function tuneDb(db: Db, url: string): Promise<void> {
-  if (databaseKind(url) !== 'sqlite') return;
+/**
+ * Connection settings worth applying once per process: WAL for SQLite (readers never wait on
+ * the writer), with its checkpoints in a thread of their own (domain/wal-checkpointer.ts) unless
+ * `checkpointThread` is false. Returns the stop of that thread (nothing to stop on PostgreSQL):
+ * call it before the client disconnects.
+ */
+export async function tuneDb(db: Db, url: string, opts: { checkpointThread?: boolean } = {}): Promise<() => Promise<void>> {
+  if (databaseKind(url) !== 'sqlite') return async () => undefined;
   await db.$queryRawUnsafe('PRAGMA journal_mode = WAL');
   await db.$queryRawUnsafe('PRAGMA synchronous = NORMAL');
+  if (opts.checkpointThread === false) return async () => undefined;
+  const checkpointer = startWalCheckpointer(sqlitePath(url));
+  await db.$queryRawUnsafe(`PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES}`);
+  return async () => {
+    await checkpointer.stop();
+    // the connection checkpoints itself again should it go on writing
+    await db.$queryRawUnsafe('PRAGMA wal_autocheckpoint = 1000').catch(() => undefined);
+  };
 }
 
 /**

@@ -472,7 +472,7 @@ async function openDatabase(databaseUrl: string, cleanups: Cleanups): Promise<Db
   await migrateDatabase(databaseUrl);
   const db = createDb(databaseUrl);
   cleanups.push(() => db.$disconnect());
-  await tuneDb(db, databaseUrl);
+  cleanups.push(await tuneDb(db, databaseUrl));
   // the budget gauges read the ledger when /metrics is scraped
   setBudgetStandings(() => budgetStandings(db));
   return db;
@@ -868,7 +868,7 @@ export async function startWorkerOnly(
   const { connection, nativeConnection } = await connectTemporal(config.temporal, config.temporal.address);
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
-  await tuneDb(db, config.databaseUrl);
+  const stopCheckpoints = await tuneDb(db, config.databaseUrl);
   setBudgetStandings(() => budgetStandings(db));
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too
@@ -915,6 +915,7 @@ export async function startWorkerOnly(
     await runCleanups(mcpCleanups, log);
     await metricsServer?.close();
     await tracing.flush();
+    await stopCheckpoints();
     await db.$disconnect();
     await nativeConnection.close();
     await connection.close();
