@@ -38,7 +38,7 @@ export interface CheckpointResult {
 }
 
 export interface WalCheckpointer {
-  /** Checkpoint now in the thread (tests, shutdown); its result. */
+  /** Checkpoint now in the thread and answer with its result (the tests use it; Steward itself relies on the interval). */
   checkpoint(): Promise<CheckpointResult>;
   /** Checkpoints that moved frames (or were asked for) so far, and the last failure's message, if any. */
   readonly stats: { checkpoints: number; lastError?: string };
