@@ -11,10 +11,9 @@
  *
  * A turn is one message and its reply, sent back to back. Afterwards the benchmark reads the
  * conversation's runs (visibility): a turn during which a run closed is a continue-as-new turn
- * (Steward's session continues as new in the task that delivers its last reply, which completes
- * just after the reply is written, while the next message is on its way, so that turn is the
- * new run's first; the floor's in the task that returns its last reply, which is the reply, so it
- * is the old run's last). The turn after it is reported on its own (the floor's
+ * (Steward's session continues as new in the task that takes in the message after its last
+ * turn, so that turn is the new run's first; the floor's in the task that returns its last
+ * reply, so it is the old run's last). The turn after it is reported on its own (the floor's
  * new run answers its first message there); every other turn after the first is one of the
  * others. For each side: p50/p99 of all turns, of the first 100, of the continue-as-new turns,
  * of the turns after them and of the others; the two target ratios (continue-as-new p99 / the
@@ -278,7 +277,7 @@ async function runSide(side: Side): Promise<void> {
       turns.push({ ms: t1 - t0, sent: performance.timeOrigin + t0, replied: performance.timeOrigin + t1 });
     }
     // a run closed (continued as new) during the turn whose message was the last sent before it
-    // (a run that closes between a reply and the next message, with nothing sent, counts for no turn)
+    // (not after its reply: a session that ran its turns continues as new on its own 2 s after the last)
     const runs = await runsOf(c);
     const canTurns = new Set<number>();
     for (const r of runs) {

@@ -112,12 +112,9 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 
  * (update-with-start, services/handoff.ts), the redelivered signals of their keys dropped, beside
  * `session-dd-rp-NN`, recorded when every message was signalled. `so` marks the foundation
  * scenario recorded with the patch `steward-turn-over-before-notice` (its stopped turn is over
- * before the stop's notice is delivered), beside `session-fd-rp-NN`, recorded before it. `ca`
- * marks the foundation scenario recorded with the patch `steward-continue-after-reply` (the run
- * whose third turn was stopped continues as new in that turn's last task, carrying the queued
- * message, with no grace), beside `session-fd-so-NN`, recorded before it.
+ * before the stop's notice is delivered), beside `session-fd-rp-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'fd-ca-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
+const TAGS: Record<string, string> = { foundation: 'fd-so-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);

@@ -17,7 +17,7 @@ import { describe, it } from 'node:test';
 import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLOW_IDS_FILE } from '../../platform/histories.js';
 import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
-import { CONTINUE_AFTER_REPLY_PATCH, CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH, TURN_OVER_BEFORE_NOTICE_PATCH } from '../../workflows/chat/session.js';
+import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH, TURN_OVER_BEFORE_NOTICE_PATCH } from '../../workflows/chat/session.js';
 import { BUDGET_WAIT_PATCH, REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
 import { OBJECTIVE_BUDGET_SKIP_PATCH } from '../../workflows/objectives/objective.js';
 
@@ -178,16 +178,6 @@ describe('replay corpus', () => {
     const before = inlineSessions.filter((f) => !patchesOf(f).includes(CONTINUE_ON_MESSAGE_PATCH) && continued(f));
     assert.ok(onMessage.length > 0, `an inline session run with the ${CONTINUE_ON_MESSAGE_PATCH} marker that continued as new; record one with scripts/record-histories.ts foundation`);
     assert.ok(before.length > 0, `an inline session run from before ${CONTINUE_ON_MESSAGE_PATCH} that continued as new: keep those files`);
-  });
-
-  it('has inline sessions that continued as new in the task after their last turn with steward-continue-after-reply, carrying a queued message', () => {
-    const continued = (f: Fixture) => f.events.at(-1)?.eventType === 'EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW';
-    const afterReply = inlineSessions.filter((f) => patchesOf(f).includes(CONTINUE_AFTER_REPLY_PATCH) && continued(f));
-    assert.ok(afterReply.length > 0, `an inline session run with the ${CONTINUE_AFTER_REPLY_PATCH} marker that continued as new; record one with scripts/record-histories.ts foundation`);
-    for (const f of afterReply) {
-      assert.ok(!patchesOf(f).includes(CONTINUE_ON_MESSAGE_PATCH), `${f.file}: a run with ${CONTINUE_AFTER_REPLY_PATCH} does not take the grace's path`);
-      assert.ok(!f.events.some((e) => e.eventType === 'EVENT_TYPE_TIMER_STARTED'), `${f.file}: no grace timer`);
-    }
   });
 
   it('has inline sessions with a stopped turn recorded with the steward-turn-over-before-notice marker and before it', () => {

@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { defaultPayloadConverter } from '@temporalio/common';
 import proto from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { CONTINUE_AFTER_REPLY_PATCH, CONTINUE_ON_MESSAGE_PATCH } from '../../workflows/chat/session.js';
+import { CONTINUE_ON_MESSAGE_PATCH } from '../../workflows/chat/session.js';
 import { statusQuery } from '../../workflows/messages.js';
 import { UserAttr } from '../../workflows/search-attributes.js';
 import { testDatabases } from '../helpers/db.js';
@@ -270,34 +270,44 @@ for (const database of testDatabases()) {
       return { types, patches, count, inbound };
     };
 
-    /** The runs of a session, oldest first (visibility lists the closed ones once they are indexed). */
-    const runsOf = async (workflowId: string, atLeast: number): Promise<string[]> =>
-      waitFor(async () => {
-        const runs: Array<{ runId: string; startTime: Date }> = [];
-        for await (const w of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push({ runId: w.runId, startTime: w.startTime });
-        return runs.length >= atLeast ? runs.sort((a, b) => a.startTime.getTime() - b.startTime.getTime()).map((r) => r.runId) : undefined;
-      }, `${atLeast} runs of ${workflowId}`, 15_000);
-
-    it('a session that has run its turns continues as new in the task that delivered its last reply, and the next run answers', async () => {
+    it('a session that has run its turns carries the next message into its next run, without a failed workflow task', async () => {
       await withHarness({ env, db: dbh.db, providers: providers(), maxTurnsPerRun: 2 }, async (h) => {
-        await h.send('message one');
-        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('message one'));
+        for (const word of ['one', 'two']) {
+          await h.send(`message ${word}`);
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes(`message ${word}`));
+        }
+        const first = await env.client.workflow.getHandle(h.sessionId).describe();
+        // the next message right after the last reply, while the task that delivered it may
+        // still be completing: the run continues as new in the task that takes the message in
+        await h.send('message three');
+        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('message three'));
+        const st = await env.client.workflow.getHandle(h.sessionId).query(statusQuery);
+        assert.equal(st.generation, 1);
+        assert.equal(st.turnsStarted, 3);
+        const run = await runHistory(h.sessionId, first.runId);
+        assert.ok(run.patches.includes(CONTINUE_ON_MESSAGE_PATCH), `the run recorded ${CONTINUE_ON_MESSAGE_PATCH} (${run.patches.join(', ')})`);
+        assert.equal(run.types.at(-1), EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, 'the first run continued as new');
+        assert.equal(run.count(EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), 0, 'no workflow task failed (so the worker did not replay the run)');
+        assert.equal(run.inbound, 3, 'the first run took in the third message and carried it');
+        assert.equal(run.count(EventType.EVENT_TYPE_TIMER_FIRED), 0, 'before its grace ended');
+      });
+    });
+
+    it('a session that has run its turns and hears nothing continues as new after the grace, and the next run answers', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers(), maxTurnsPerRun: 2 }, async (h) => {
+        for (const word of ['one', 'two']) {
+          await h.send(`message ${word}`);
+          await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes(`message ${word}`));
+        }
         const handle = env.client.workflow.getHandle(h.sessionId);
-        const first = (await handle.describe()).runId;
-        await h.send('message two');
-        await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('message two'));
-        // no grace: the next run is started by the task that delivered the reply
-        await waitFor(async () => ((await handle.describe()).runId !== first ? true : undefined), 'the next run', 2_000);
-        const run = await runHistory(h.sessionId, first);
-        assert.ok(run.patches.includes(CONTINUE_AFTER_REPLY_PATCH), `the run recorded ${CONTINUE_AFTER_REPLY_PATCH} (${run.patches.join(', ')})`);
-        assert.ok(!run.patches.includes(CONTINUE_ON_MESSAGE_PATCH), 'and not the grace of the patch before it');
+        const first = await handle.describe();
+        // CONTINUE_GRACE (2 s) later the run continues as new on its own
+        await waitFor(async () => ((await handle.describe()).runId !== first.runId ? true : undefined), 'the next run', 15_000);
+        const run = await runHistory(h.sessionId, first.runId);
         assert.equal(run.types.at(-1), EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW);
-        assert.equal(run.count(EventType.EVENT_TYPE_TIMER_STARTED), 0, 'no grace timer');
+        assert.equal(run.count(EventType.EVENT_TYPE_TIMER_FIRED), 1, "the grace's timer");
         assert.equal(run.inbound, 2);
         assert.equal(run.count(EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED), 0);
-        // the reply's task ended the run: the continue-as-new follows the reply's delivery in the same task
-        const completed = run.types.lastIndexOf(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED);
-        assert.ok(run.types.slice(completed).includes(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
         await h.send('message three');
         await h.waitForMessage((m) => m.role === 'assistant' && m.text.includes('message three'));
         const st = await handle.query(statusQuery);
@@ -308,12 +318,19 @@ for (const database of testDatabases()) {
       });
     });
 
+    /** The runs of a session, oldest first (visibility lists the closed ones once they are indexed). */
+    const runsOf = async (workflowId: string, atLeast: number): Promise<string[]> =>
+      waitFor(async () => {
+        const runs: Array<{ runId: string; startTime: Date }> = [];
+        for await (const w of env.client.workflow.list({ query: `WorkflowId = '${workflowId}'` })) runs.push({ runId: w.runId, startTime: w.startTime });
+        return runs.length >= atLeast ? runs.sort((a, b) => a.startTime.getTime() - b.startTime.getTime()).map((r) => r.runId) : undefined;
+      }, `${atLeast} runs of ${workflowId}`, 15_000);
+
     it('messages sent the moment the previous reply is written, at every continue-as-new, are each answered once, with no failed workflow task', async () => {
-      // One turn a run: every message meets a run ending in the task that delivered the reply
-      // before it, and most reach it while that task is still completing. The server aborts
-      // such an update with a retryable error and it lands on the next run (or, if it is not
-      // accepted in time, the handoff signals: a signal that reached the ending run would fail
-      // its task, which this counts).
+      // One turn a run: every message meets a run that has run its turns, within a few ms of the
+      // reply the run's last task delivered (its task may still be completing): the run takes it
+      // in and carries it into the next. A signal or a continue-as-new that raced it would fail
+      // a workflow task, which this counts.
       const words = ['alpha', 'bravo', 'charlie', 'delta', 'echo', 'foxtrot'];
       await withHarness({ env, db: dbh.db, providers: providers(), maxTurnsPerRun: 1 }, async (h) => {
         for (const word of words) {
@@ -327,7 +344,7 @@ for (const database of testDatabases()) {
         }
         const rows = await h.ingress.transcript(h.sessionId, { limit: 1000 });
         for (const word of words) assert.equal(rows.filter((m) => m.role === 'assistant' && m.text.includes(`message ${word}`)).length, 1, `${word} answered once`);
-        // the last run continues as new in the task that wrote the last reply: query once it has
+        // the last run continues as new once its grace has passed: query once it has
         const st = await waitFor(async () => {
           const s = await env.client.workflow.getHandle(h.sessionId).query(statusQuery);
           return s.generation === words.length ? s : undefined;

@@ -69,19 +69,6 @@ export const CONTINUE_ON_MESSAGE_PATCH = 'steward-continue-on-message';
 export const CONTINUE_GRACE = '2 seconds';
 
 /**
- * A session that has run its turns continues as new in the task that delivered its last reply
- * again, as plain Temporal's smallest conversation does, instead of waiting CONTINUE_GRACE for a
- * message to carry (CONTINUE_ON_MESSAGE_PATCH). That wait was for messages that came by signal:
- * a signal that reached the run while its last task completed made the server refuse the
- * continue-as-new, and the worker replayed the whole run. Messages come by update now
- * (services/handoff.ts), and the server aborts an update that reaches a run while it continues
- * as new with a retryable error, so the update lands on the next run. A message after the last
- * reply then meets the next run, started at once, instead of a task that only hands it over.
- * Decided once per run: runs started before this patch keep waiting for a message.
- */
-export const CONTINUE_AFTER_REPLY_PATCH = 'steward-continue-after-reply';
-
-/**
  * A redelivered inbound signal is dropped when its key was queued or answered before (within
  * MAX_TAKEN_KEYS, carried across continue-as-new), not only while it is still queued: the
  * ingress signals again when it stopped between its signal and its mark (services/handoff.ts).
@@ -355,7 +342,7 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
   session.registerSignals();
   session.registerUpdates();
   session.registerStatusQuery();
-  session.continueOnMessage = !patched(CONTINUE_AFTER_REPLY_PATCH) && patched(CONTINUE_ON_MESSAGE_PATCH);
+  session.continueOnMessage = patched(CONTINUE_ON_MESSAGE_PATCH);
 
   const wake = () => state.queue.length > 0 || session.newTaskBy !== undefined || session.timeToContinue();
   for (;;) {
