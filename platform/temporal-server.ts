@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import type { StewardConfig } from '../config/index.js';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes.js';
 import { freePort, portFree } from './ports.js';
+import { stewardRetryInterceptor } from './temporal-retry.js';
 
 /**
  * Steward's custom search attributes (names and the types the CLI and the operator API name them
@@ -243,7 +244,8 @@ function tlsOptions(cfg: StewardConfig['temporal']) {
 export async function connectTemporal(cfg: StewardConfig['temporal'], address: string): Promise<{ connection: Connection; nativeConnection: NativeConnection }> {
   const tls = tlsOptions(cfg);
   const common = { address, ...(tls ? { tls } : {}), ...(cfg.apiKey ? { apiKey: cfg.apiKey } : {}) };
-  const connection = await Connection.connect(common as ConnectionOptions);
+  // the SDK's retries, but a workflow that is closing is retried at once (platform/temporal-retry.ts)
+  const connection = await Connection.connect({ ...common, interceptors: [stewardRetryInterceptor()] } as ConnectionOptions);
   try {
     const nativeConnection = await NativeConnection.connect(common as NativeConnectionOptions);
     return { connection, nativeConnection };
