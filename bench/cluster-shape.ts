@@ -25,6 +25,7 @@ import { freeBase } from '../test/helpers/cluster.js';
 import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort, repoRoot } from '../test/helpers/process.js';
 import { sessionCost, type PhaseResults } from './phases.js';
+import { cpuMs } from './proc-cpu.js';
 
 /** BENCH_SHAPE: `dev` (default: the embedded dev server) or `cluster`. */
 export function benchShape(env: NodeJS.ProcessEnv = process.env): 'dev' | 'cluster' {
@@ -47,19 +48,6 @@ function postgresUrl(): string {
   const started = spawnSync('bash', [script, 'start'], { encoding: 'utf8' });
   if (started.status !== 0) throw new Error(`PostgreSQL could not be started (scripts/pg.sh start): ${started.stderr.trim()}`);
   return spawnSync('bash', [script, 'url'], { encoding: 'utf8' }).stdout.trim();
-}
-
-/** A process's CPU time in ms (user + system, with its reaped children's: /proc/<pid>/stat fields 14-17, clock ticks of 10 ms); 0 when it is gone. */
-function cpuMs(pid: number | null, children = false): number {
-  if (!pid) return 0;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
-    // after the name: state is f[0], so utime (field 14) is f[11]
-    return (f[11]! + f[12]! + (children ? f[13]! + f[14]! : 0)) * 10;
-  } catch {
-    return 0;
-  }
 }
 
 /** The PostgreSQL server listening on `port`: its postmaster and live backends, and the backends it reaped. */

@@ -53,16 +53,18 @@ const ALL_METRICS: Record<string, string> = {
   p99_ms_wake_after_idle: 'wake_after_idle.p99_ms',
   history_events_per_turn: 'per_turn.history_events',
   workflow_tasks_per_turn: 'per_turn.workflow_tasks',
+  // the sustained phase's CPU per turn by part (bench/proc-cpu.ts): whose CPU a throughput ratio is
+  ...Object.fromEntries(['process', 'main_thread', 'temporal_core', 'other_threads', 'child_processes'].map((k) => [`cpu_ms_per_turn_sustained_${k}`, `sustained.cpu_ms_per_turn.${k}`])),
 };
-/** The idle-sessions phase is not run on the cluster. */
-const IDLE_PHASE = ['rss_mb_idle_sessions', 'rss_growth_mb_idle_sessions', 'p50_ms_wake_after_idle'];
+/** Not on the cluster: the idle-sessions phase is not run there, and its CPU is measured by part of the cluster instead. */
+const NOT_ON_CLUSTER = ['rss_mb_idle_sessions', 'rss_growth_mb_idle_sessions', 'p50_ms_wake_after_idle', ...Object.keys(ALL_METRICS).filter((m) => m.startsWith('cpu_ms_per_turn_sustained_'))];
 /** On the cluster: CPU ms per turn of each part (bench/cluster-shape.ts), over all the phases' turns. */
 const CLUSTER_CPU: Record<string, string> = {
   ...Object.fromEntries(['total', 'temporal_nodes', 'postgres', 'frontend_balancer', 'steward_processes', 'bench_process'].map((k) => [`cpu_ms_per_turn_${k}`, `cpu_ms_per_turn.${k}`])),
   // Steward's side only (null for the floor)
   ...Object.fromEntries(['api', 'worker', 'repo-worker'].map((k) => [`cpu_ms_per_turn_steward_${k.replace('-', '_')}`, `cpu_ms_per_turn.by_steward_process.${k}`])),
 };
-const METRICS = CLUSTER ? { ...Object.fromEntries(Object.entries(ALL_METRICS).filter(([m]) => !IDLE_PHASE.includes(m))), ...CLUSTER_CPU } : ALL_METRICS;
+const METRICS = CLUSTER ? { ...Object.fromEntries(Object.entries(ALL_METRICS).filter(([m]) => !NOT_ON_CLUSTER.includes(m))), ...CLUSTER_CPU } : ALL_METRICS;
 
 const pick = (j: Json, p: string): number => {
   let v: unknown = j;

@@ -25,6 +25,7 @@
  */
 import { cpus } from 'node:os';
 import type { Client } from '@temporalio/client';
+import { threadCpu, threadCpuPerTurn, type ThreadCpu } from './proc-cpu.js';
 
 export interface PhaseSettings {
   seconds: number;
@@ -81,7 +82,12 @@ export interface PhaseResults {
   settings: PhaseSettings;
   latency_1_conversation: LatencyStats;
   latency_n_conversations: LatencyStats & { conversations: number };
-  sustained: { seconds: number; conversations: number; turns: number; turns_per_s: number };
+  /**
+   * `cpu_ms_per_turn`: CPU per turn of the sustained phase by part (bench/proc-cpu.ts: this
+   * process's main thread, the SDK core's threads, its other threads, and its child processes,
+   * the embedded Temporal server); null where /proc is not there.
+   */
+  sustained: { seconds: number; conversations: number; turns: number; turns_per_s: number; cpu_ms_per_turn: (ThreadCpu & { process: number }) | null };
   idle_sessions: {
     sessions: number;
     /** How long making the idle sessions took, and how many a second. */
@@ -126,6 +132,7 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, cache
   );
 
   let sustained = 0;
+  const cpu0 = threadCpu();
   const until = performance.now() + s.seconds * 1000;
   const t0 = performance.now();
   await Promise.all(
@@ -137,6 +144,7 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, cache
     }),
   );
   const elapsed = Math.max(0.001, (performance.now() - t0) / 1000);
+  const cpu = threadCpuPerTurn(cpu0, threadCpu(), sustained);
 
   const memBefore = process.memoryUsage();
   const idleStart = performance.now();
@@ -160,7 +168,7 @@ export async function runPhases(turn: (chatId: string) => Promise<number>, cache
     settings: s,
     latency_1_conversation: stats(one),
     latency_n_conversations: { ...stats(many), conversations: s.concurrency },
-    sustained: { seconds: +elapsed.toFixed(1), conversations: s.concurrency, turns: sustained, turns_per_s: +(sustained / elapsed).toFixed(1) },
+    sustained: { seconds: +elapsed.toFixed(1), conversations: s.concurrency, turns: sustained, turns_per_s: +(sustained / elapsed).toFixed(1), cpu_ms_per_turn: cpu },
     idle_sessions: {
       sessions: s.idleSessions + s.concurrency * 2 + 2,
       seconds: +idleSeconds.toFixed(1),

@@ -46,6 +46,13 @@ describe('bench/compare.ts', () => {
       for (const side of ['floor', 'steward'] as const) assert.ok(Number.isFinite(out.median[side][m]) && out.median[side][m]! > 0, `${side} ${m}: ${out.median[side][m]}`);
       assert.ok(typeof out.ratio_steward_to_floor[m] === 'number', `ratio ${m}`);
     }
+    // whose CPU a turn is (bench/proc-cpu.ts): each side's process by thread, and its Temporal server
+    for (const side of ['floor', 'steward'] as const) {
+      const cpu = (k: string) => out.median[side][`cpu_ms_per_turn_sustained_${k}`]!;
+      for (const k of ['main_thread', 'temporal_core', 'other_threads', 'child_processes']) assert.ok(Number.isFinite(cpu(k)) && cpu(k) >= 0, `${side} ${k}: ${cpu(k)}`);
+      assert.ok(cpu('main_thread') > 0 && cpu('child_processes') > 0, `${side}: the main thread and the dev server worked in the sustained phase (${cpu('main_thread')}, ${cpu('child_processes')})`);
+      assert.ok(Math.abs(cpu('process') - (cpu('main_thread') + cpu('temporal_core') + cpu('other_threads'))) < 0.2, `${side}: the process is its threads`);
+    }
     // the floor's shape: one update, one activity per turn
     assert.ok(out.median.floor.workflow_tasks_per_turn! >= 1 && out.median.floor.workflow_tasks_per_turn! <= 3, `floor workflow tasks per turn ${out.median.floor.workflow_tasks_per_turn}`);
   });
