@@ -48,11 +48,18 @@ export function refusedAsClosing(status: Pick<StatusObject, 'code' | 'details'> 
   return CLOSING.test(status.details ?? '') || operationMessages(status).some((m) => CLOSING.test(m));
 }
 
-/** The SDK's retry options, with a closing workflow retried at once. */
+/**
+ * The SDK's retry options, with a closing workflow retried at once: every other status goes to
+ * the SDK's own default options (so its intervals are the SDK's, whatever version), a closing
+ * one to the same defaults with CLOSING_RETRY_MS before the first retry.
+ */
 export function stewardRetryOptions(): GrpcRetryOptions {
-  return defaultGrpcRetryOptions({
-    initialIntervalMs: (status) => (refusedAsClosing(status) ? CLOSING_RETRY_MS : status.code === grpcStatus.RESOURCE_EXHAUSTED ? 1000 : 100),
-  });
+  const sdk = defaultGrpcRetryOptions();
+  const closing = defaultGrpcRetryOptions({ initialIntervalMs: () => CLOSING_RETRY_MS });
+  return {
+    retryableDecider: (attempt, status) => sdk.retryableDecider(attempt, status),
+    delayFunction: (attempt, status) => (refusedAsClosing(status) ? closing : sdk).delayFunction(attempt, status),
+  };
 }
 
 /** The interceptor every client connection Steward makes uses (platform/temporal-server.ts). */
