@@ -20,7 +20,7 @@ import pg from 'pg';
 import { PrismaClient as PostgresClient } from '../generated/prisma/postgres/client.js';
 import { PrismaClient as SqliteClient } from '../generated/prisma/sqlite/client.js';
 import { registerAdapterSource } from './sql.js';
-import { BACKSTOP_PAGES, startWalCheckpointer } from './wal-checkpointer.js';
+import { BACKSTOP_PAGES, startWalCheckpointer, type CheckpointTrouble } from './wal-checkpointer.js';
 
 /** The client type both databases share (the generated APIs are the same). */
 export type Db = SqliteClient;
@@ -195,18 +195,39 @@ export function driverAdapter(url: string): SqlMigrationAwareDriverAdapterFactor
   return stewardAdapter(url);
 }
 
+/** Where tuneDb tells of the checkpoint thread's trouble (a pino logger is one). */
+export interface CheckpointLog {
+  warn(obj: object, msg: string): void;
+}
+
+/**
+ * The answer to the checkpoint thread's trouble: said in the log (never silent in production),
+ * and when the thread has stopped, the main connection's own automatic checkpoint back at
+ * SQLite's 1,000 pages, so the log does not grow to the backstop's 64 MB before each checkpoint.
+ */
+export function checkpointTrouble(db: Db, log: CheckpointLog | undefined): (t: CheckpointTrouble) => void {
+  return (t) => {
+    if (!t.stopped) {
+      log?.warn({ err: t.message }, 'a SQLite WAL checkpoint failed in its thread (it tries again)');
+      return;
+    }
+    log?.warn({ err: t.message }, 'the SQLite WAL checkpoint thread stopped: the main connection checkpoints itself again, every 1,000 pages inside a commit');
+    db.$queryRawUnsafe('PRAGMA wal_autocheckpoint = 1000').catch((err: unknown) => log?.warn({ err }, 'restoring the automatic WAL checkpoint failed'));
+  };
+}
+
 /**
  * Connection settings worth applying once per process: WAL for SQLite (readers never wait on
  * the writer), with its checkpoints in a thread of their own (domain/wal-checkpointer.ts) unless
  * `checkpointThread` is false. Returns the stop of that thread (nothing to stop on PostgreSQL):
  * call it before the client disconnects.
  */
-export async function tuneDb(db: Db, url: string, opts: { checkpointThread?: boolean } = {}): Promise<() => Promise<void>> {
+export async function tuneDb(db: Db, url: string, opts: { checkpointThread?: boolean; log?: CheckpointLog } = {}): Promise<() => Promise<void>> {
   if (databaseKind(url) !== 'sqlite') return async () => undefined;
   await db.$queryRawUnsafe('PRAGMA journal_mode = WAL');
   await db.$queryRawUnsafe('PRAGMA synchronous = NORMAL');
   if (opts.checkpointThread === false) return async () => undefined;
-  const checkpointer = startWalCheckpointer(sqlitePath(url));
+  const checkpointer = startWalCheckpointer(sqlitePath(url), { onTrouble: checkpointTrouble(db, opts.log) });
   await db.$queryRawUnsafe(`PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES}`);
   return async () => {
     await checkpointer.stop();

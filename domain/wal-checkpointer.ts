@@ -82,29 +82,52 @@ parentPort.on('message', (m) => {
 type ThreadMessage = { kind: 'tick' | 'result'; id?: number; error?: string } & Partial<CheckpointResult>;
 
 /**
- * Start checkpointing the SQLite database at `file` (already in WAL mode) from a worker thread.
- * The thread does not keep the process alive.
+ * What went wrong in the thread: a checkpoint that failed (the thread tries again on its next
+ * interval; told once per distinct message), or the thread itself stopped (it could not open the
+ * database, or died): then nothing checkpoints but the main connection's backstop.
  */
-export function startWalCheckpointer(file: string, opts: { everyMs?: number } = {}): WalCheckpointer {
+export interface CheckpointTrouble {
+  message: string;
+  stopped: boolean;
+}
+
+/**
+ * Start checkpointing the SQLite database at `file` (already in WAL mode) from a worker thread.
+ * The thread does not keep the process alive. `onTrouble` hears of a failure (see
+ * CheckpointTrouble); `stats.lastError` keeps the last one.
+ */
+export function startWalCheckpointer(file: string, opts: { everyMs?: number; onTrouble?: (t: CheckpointTrouble) => void } = {}): WalCheckpointer {
   const module = createRequire(import.meta.url).resolve('better-sqlite3');
   const worker = new Worker(THREAD_SOURCE, { eval: true, workerData: { file, module, everyMs: opts.everyMs ?? CHECKPOINT_EVERY_MS } });
   const stats: WalCheckpointer['stats'] = { checkpoints: 0 };
   const waiting = new Map<number, { resolve: (r: CheckpointResult) => void; reject: (e: Error) => void }>();
   let next = 0;
   let exited = false;
+  let stopping = false;
+  let told: string | undefined;
+  let toldStopped = false;
+  const trouble = (message: string, stopped: boolean) => {
+    stats.lastError = message;
+    if (stopped ? toldStopped : told === message) return;
+    told = message;
+    toldStopped ||= stopped;
+    opts.onTrouble?.({ message, stopped });
+  };
   const exit = new Promise<void>((resolve) => {
-    worker.once('exit', () => {
+    worker.once('exit', (code) => {
       exited = true;
+      if (!stopping) trouble(stats.lastError ?? `the thread exited (code ${code})`, true);
       for (const w of waiting.values()) w.reject(new Error('the WAL checkpoint thread has stopped'));
       waiting.clear();
       resolve();
     });
   });
   worker.on('error', (err) => {
-    stats.lastError = err.message;
+    // an error the thread did not catch ends it ('exit' follows)
+    trouble(err.message, true);
   });
   worker.on('message', (m: ThreadMessage) => {
-    if (m.error !== undefined) stats.lastError = m.error;
+    if (m.error !== undefined) trouble(m.error, false);
     else stats.checkpoints++;
     if (m.kind !== 'result' || m.id === undefined) return;
     const w = waiting.get(m.id);
@@ -130,6 +153,7 @@ export function startWalCheckpointer(file: string, opts: { everyMs?: number } = 
       });
     },
     async stop() {
+      stopping = true;
       if (!exited) {
         worker.ref();
         worker.postMessage({ kind: 'stop' });

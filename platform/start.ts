@@ -468,11 +468,11 @@ async function startTemporal(config: StewardConfig, log: Logger, cleanups: Clean
 }
 
 /** The database, migrated and tuned; its disconnect joins the shutdown steps. */
-async function openDatabase(databaseUrl: string, cleanups: Cleanups): Promise<Db> {
+async function openDatabase(databaseUrl: string, cleanups: Cleanups, log: Logger): Promise<Db> {
   await migrateDatabase(databaseUrl);
   const db = createDb(databaseUrl);
   cleanups.push(() => db.$disconnect());
-  cleanups.push(await tuneDb(db, databaseUrl));
+  cleanups.push(await tuneDb(db, databaseUrl, { log }));
   // the budget gauges read the ledger when /metrics is scraped
   setBudgetStandings(() => budgetStandings(db));
   return db;
@@ -706,7 +706,7 @@ export async function startSteward(config: StewardConfig, log: Logger, opts: Sta
     const temporal = await startTemporal(config, log, cleanups);
     const { address, uiUpstream, connection } = temporal;
     const client = clientFor(config, connection, dataConverter, tracing);
-    const db = await openDatabase(config.databaseUrl, cleanups);
+    const db = await openDatabase(config.databaseUrl, cleanups, log);
     const mcp = await startMcp(config, db, log, cleanups, true);
 
     // Worker
@@ -868,7 +868,7 @@ export async function startWorkerOnly(
   const { connection, nativeConnection } = await connectTemporal(config.temporal, config.temporal.address);
   await migrateDatabase(config.databaseUrl);
   const db = createDb(config.databaseUrl);
-  const stopCheckpoints = await tuneDb(db, config.databaseUrl);
+  const stopCheckpoints = await tuneDb(db, config.databaseUrl, { log });
   setBudgetStandings(() => budgetStandings(db));
   const runLink = runLinker(temporalUiBase(config), config.temporal.namespace);
   // an approved start_repo_change starts the change from here too

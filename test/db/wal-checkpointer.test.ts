@@ -2,7 +2,7 @@
  * SQLite's WAL checkpoints in a thread of their own (domain/wal-checkpointer.ts): the thread
  * moves committed pages into the database file while the main connection, its automatic
  * checkpoint raised to the backstop, never does it inside a commit; and tuneDb wires it to a
- * migrated database and stops it.
+ * migrated database and stops it, and a thread's trouble is told and answered.
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -12,8 +12,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import Database from 'better-sqlite3';
-import { tuneDb } from '../../domain/db.js';
-import { BACKSTOP_PAGES, startWalCheckpointer } from '../../domain/wal-checkpointer.js';
+import { checkpointTrouble, tuneDb } from '../../domain/db.js';
+import { BACKSTOP_PAGES, startWalCheckpointer, type CheckpointTrouble } from '../../domain/wal-checkpointer.js';
 import { testDatabases, type TestDatabase } from '../helpers/db.js';
 
 /** Rows in the database file alone: a copy of it opened without its -wal file. */
@@ -120,12 +120,30 @@ describe('the WAL checkpoint thread', () => {
     assert.equal(r.stdout, 'done');
   });
 
-  it('a file that is not there: the thread fails and says so, and stop still returns', async () => {
-    const cp = startWalCheckpointer(path.join(dir, 'missing', 'none.db'), { everyMs: 20 });
+  it('a file that is not there: the thread fails and says so, once, as stopped, and stop still returns', async () => {
+    const troubles: CheckpointTrouble[] = [];
+    const cp = startWalCheckpointer(path.join(dir, 'missing', 'none.db'), { everyMs: 20, onTrouble: (t) => troubles.push(t) });
     const t0 = Date.now();
-    while (cp.stats.lastError === undefined && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
+    while (troubles.length === 0 && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 20));
     assert.match(cp.stats.lastError ?? '', /directory does not exist|unable to open|no such file/i);
+    // the thread's error and its exit that follows are one trouble
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(troubles.length, 1, JSON.stringify(troubles));
+    assert.equal(troubles[0]?.stopped, true);
+    assert.equal(troubles[0]?.message, cp.stats.lastError);
     await cp.stop();
+    await assert.rejects(cp.checkpoint(), /stopped/);
+  });
+
+  it('a thread stopped on purpose is no trouble', async () => {
+    const file = path.join(dir, 'quiet.db');
+    const db = mainConnection(file);
+    const troubles: CheckpointTrouble[] = [];
+    const cp = startWalCheckpointer(file, { everyMs: 20, onTrouble: (t) => troubles.push(t) });
+    await cp.checkpoint();
+    await cp.stop();
+    db.close();
+    assert.deepEqual(troubles, []);
   });
 });
 
@@ -147,5 +165,28 @@ describe('tuneDb on SQLite', () => {
     const none = await tuneDb(t.db, t.url, { checkpointThread: false });
     assert.equal(await pragma(), 1000, 'no thread, no backstop');
     await none();
+  });
+
+  it("tells of the thread's trouble in the log, and a stopped thread's backstop goes back to SQLite's own checkpoint", async () => {
+    const pragma = async () => Number(((await t.db.$queryRawUnsafe('PRAGMA wal_autocheckpoint')) as Array<Record<string, unknown>>)[0]?.wal_autocheckpoint);
+    const warned: Array<{ obj: object; msg: string }> = [];
+    const log = { warn: (obj: object, msg: string) => warned.push({ obj, msg }) };
+    const stop = await tuneDb(t.db, t.url, { log });
+    try {
+      assert.equal(await pragma(), BACKSTOP_PAGES);
+      const answer = checkpointTrouble(t.db, log);
+      answer({ message: 'disk I/O error', stopped: false });
+      assert.equal(warned.length, 1);
+      assert.match(warned[0]!.msg, /checkpoint failed.*tries again/);
+      assert.deepEqual(warned[0]!.obj, { err: 'disk I/O error' });
+      assert.equal(await pragma(), BACKSTOP_PAGES, 'a failed checkpoint leaves the thread in charge');
+      answer({ message: 'the thread exited (code 1)', stopped: true });
+      assert.match(warned[1]!.msg, /thread stopped: the main connection checkpoints itself again/);
+      const t0 = Date.now();
+      while ((await pragma()) !== 1000 && Date.now() - t0 < 5000) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(await pragma(), 1000, "the main connection's own automatic checkpoint is back");
+    } finally {
+      await stop();
+    }
   });
 });
