@@ -175,7 +175,8 @@ export class StewardCodec implements PayloadCodec {
 
   encodeOne(payload: Payload): Payload {
     const first = this.keys[0];
-    if (!first) throw new CodecError('the payload codec has no key to encrypt with');
+    const key = first ? this.byId.get(first.id) : undefined;
+    if (!first || !key) throw new CodecError('the payload codec has no key to encrypt with');
     let plain: Uint8Array = ProtoPayload.encode({ metadata: payload.metadata ?? {}, data: payload.data ?? new Uint8Array() }).finish();
     let compression: Compression | undefined;
     if (plain.length > this.compressAboveBytes) {
@@ -186,8 +187,6 @@ export class StewardCodec implements PayloadCodec {
       }
     }
     const iv = nextIv();
-    const key = this.byId.get(first.id);
-    if (!key) throw new CodecError('the payload codec has no key to encrypt with');
     const cipher = createCipheriv('aes-256-gcm', key, iv, { authTagLength: TAG_BYTES });
     cipher.setAAD(this.aad(first.id, compression));
     const sealed = Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]);
