@@ -162,7 +162,73 @@ export function reusePreparedStatements(client: Database.Database, max = STATEME
   client.prepare = reused as unknown as typeof client.prepare;
 }
 
-/** Prisma's better-sqlite3 adapter with its statements prepared once per connection. */
+/**
+ * Statements sent outside a transaction wait until the open transaction (and every transaction
+ * queued behind it) has ended. SQLite is one connection here, and the better-sqlite3 adapter
+ * lets one transaction at a time have it (its mutex) but not the statements sent to the adapter
+ * itself: a statement of another flow (another chat's ingress receipt, a Prisma query) sent
+ * while a transaction was open between two of its statements ran inside that transaction, and
+ * was rolled back with it, while its caller was told it had been written. Here the adapter's
+ * transactions take a lock of Steward's when they begin and give it back when they commit or
+ * roll back, and its own `queryRaw`, `executeRaw` and `executeScript` wait for that lock.
+ * A transaction's own statements go through its transaction object and do not wait.
+ */
+export function isolateTransactions(adapter: SqlDriverAdapter): SqlDriverAdapter {
+  // resolves once every transaction begun so far has ended
+  let ended: Promise<void> = Promise.resolve();
+  let open = 0;
+  const startTransaction = adapter.startTransaction.bind(adapter);
+  adapter.startTransaction = async (isolationLevel) => {
+    const before = ended;
+    let release!: () => void;
+    const mine = new Promise<void>((resolve) => (release = resolve));
+    ended = before.then(() => mine);
+    open++;
+    let released = false;
+    const end = () => {
+      if (released) return;
+      released = true;
+      open--;
+      release();
+    };
+    try {
+      await before;
+      const tx = await startTransaction(isolationLevel);
+      const commit = tx.commit.bind(tx);
+      const rollback = tx.rollback.bind(tx);
+      tx.commit = async () => {
+        try {
+          await commit();
+        } finally {
+          end();
+        }
+      };
+      tx.rollback = async () => {
+        try {
+          await rollback();
+        } finally {
+          end();
+        }
+      };
+      return tx;
+    } catch (err) {
+      end();
+      throw err;
+    }
+  };
+  const outside =
+    <A extends unknown[], R>(f: (...a: A) => Promise<R>) =>
+    async (...a: A): Promise<R> => {
+      while (open > 0) await ended;
+      return f(...a);
+    };
+  adapter.queryRaw = outside(adapter.queryRaw.bind(adapter));
+  adapter.executeRaw = outside(adapter.executeRaw.bind(adapter));
+  adapter.executeScript = outside(adapter.executeScript.bind(adapter));
+  return adapter;
+}
+
+/** Prisma's better-sqlite3 adapter with its statements prepared once per connection, and its transactions isolated (isolateTransactions). */
 class StewardSqlite extends PrismaBetterSqlite3 {
   /** The adapter the client connected through, until it is disposed (domain/sql.ts sends the turn path's statements to it). */
   connected: SqlDriverAdapter | undefined;
@@ -172,7 +238,7 @@ class StewardSqlite extends PrismaBetterSqlite3 {
     const client = (adapter as unknown as { client?: Database.Database }).client;
     // a later adapter version that keeps its connection elsewhere simply goes without the cache
     if (client && typeof client.prepare === 'function') reusePreparedStatements(client);
-    return keepConnected(this, adapter);
+    return keepConnected(this, isolateTransactions(adapter));
   }
 }
 
