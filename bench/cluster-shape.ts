@@ -25,7 +25,7 @@ import { freeBase } from '../test/helpers/cluster.js';
 import { startModelServer } from '../test/helpers/model-server.js';
 import { freePort, repoRoot } from '../test/helpers/process.js';
 import { sessionCost, type PhaseResults } from './phases.js';
-import { cpuMs } from './proc-cpu.js';
+import { cpuMs, statFields } from './proc-cpu.js';
 
 /** BENCH_SHAPE: `dev` (default: the embedded dev server) or `cluster`. */
 export function benchShape(env: NodeJS.ProcessEnv = process.env): 'dev' | 'cluster' {
@@ -64,14 +64,7 @@ function postgresCpuMs(port: string): number {
   }
   if (!postmaster) return NaN;
   let total = cpuMs(postmaster, true);
-  for (const d of procs) {
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster) total += cpuMs(Number(d));
-    } catch {
-      // gone
-    }
-  }
+  for (const d of procs) if (statFields(`/proc/${d}/stat`)?.f[1] === postmaster) total += cpuMs(Number(d));
   return total;
 }
 

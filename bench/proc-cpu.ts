@@ -6,8 +6,8 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 
-/** The fields of a /proc stat line after the process's name: state is f[0], utime (field 14) f[11], stime f[12], cutime f[13], cstime f[14]. */
-function statFields(file: string): { comm: string; f: number[] } | undefined {
+/** The fields of a /proc stat line after the process's name: state is f[0], the parent's pid f[1], utime (field 14) f[11], stime f[12], cutime f[13], cstime f[14]. */
+export function statFields(file: string): { comm: string; f: number[] } | undefined {
   try {
     const stat = readFileSync(file, 'utf8');
     return { comm: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), f: stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number) };
