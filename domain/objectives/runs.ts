@@ -24,7 +24,7 @@ import type { Senders } from '../outbox.js';
 import { isUniqueViolation } from '../prisma-errors.js';
 import { writeReceipt } from '../receipts.js';
 import { objectiveRunScopes } from '../spend-scopes.js';
-import { ensureRunSession, findObjective, findObjectiveRun, recordRunFinished, recordRunPrompt, recordRunStarted, type ObjectiveRow, type ObjectiveRunRow } from '../store/objectives.js';
+import { ensureRunSession, findObjective, findObjectiveRun, recordRunFinished, recordRunPrompt, recordRunSkipped, recordRunStarted, type ObjectiveRow, type ObjectiveRunRow } from '../store/objectives.js';
 
 /** How much of an event's payload reaches the model. */
 const MAX_EVENT_CHARS = 8000;
@@ -169,17 +169,16 @@ export async function prepareObjectiveRun(
   const skip = missed || spent !== undefined || limited !== undefined;
   const turnId = `${input.runId}:turn`;
   const skipped = spent ? budgetSkipText(spent) : limited ? limited.message : `missed runs before ${obj.skipBefore?.toISOString()} are skipped`;
-  await recordRunStarted(
-    db,
-    skip
-      ? { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'skipped', ...(spent ? { outcome: 'budget', error: skipped } : {}) }
-      : { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'running', turnId },
-  );
   if (skip) {
-    await writeReceipt(db, { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...opts.execution(), data: { objectiveId: obj.id, name: obj.name, scheduledAt: scheduledAt?.toISOString() ?? null, skipped, ...(spent ? budgetData(spent) : {}) } });
+    await recordRunSkipped(
+      db,
+      { id: input.runId, objectiveId: obj.id, scheduledAt, ...(spent ? { outcome: 'budget', error: skipped } : {}) },
+      { key: `objective-run:${input.runId}:skip`, kind: 'objective.run', ...opts.execution(), data: { objectiveId: obj.id, name: obj.name, scheduledAt: scheduledAt?.toISOString() ?? null, skipped, ...(spent ? budgetData(spent) : {}) } },
+    );
     if (spent) await tellBudgetSkip(db, opts.senders, obj, spent);
     return { kind: 'skip', reason: skipped };
   }
+  await recordRunStarted(db, { id: input.runId, objectiveId: obj.id, scheduledAt, status: 'running', turnId });
   const conversation = { platform: obj.platform, account: obj.account, chatId: obj.chatId } as ConversationKey;
   const sessionId = sessionWorkflowId(conversation);
   await ensureRunSession(db, sessionId, conversation);
@@ -239,8 +238,7 @@ export async function finishObjectiveRun(
         : await budgetRefusalOf(db, run, obj, input.outcome).then((b) => (b ? { text: budgetSkipText(b), budget: b } : undefined))
       : undefined;
   if (refused && obj) {
-    await recordRunFinished(db, input.runId, { status: 'skipped', outcome: 'budget', error: refused.text });
-    await writeReceipt(db, {
+    await recordRunFinished(db, input.runId, { status: 'skipped', outcome: 'budget', error: refused.text }, {
       key: `objective-run:${input.runId}:end`,
       kind: 'objective.run',
       ...opts.execution(),
@@ -249,8 +247,7 @@ export async function finishObjectiveRun(
     if (refused.budget) await tellBudgetSkip(db, senders, obj, refused.budget);
     return { status: 'skipped', reason: refused.text };
   }
-  await recordRunFinished(db, input.runId, { status: input.status, outcome: input.outcome ?? null, error: input.reason ?? null });
-  await writeReceipt(db, {
+  await recordRunFinished(db, input.runId, { status: input.status, outcome: input.outcome ?? null, error: input.reason ?? null }, {
     key: `objective-run:${input.runId}:end`,
     kind: 'objective.run',
     ...opts.execution(),

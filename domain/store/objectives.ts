@@ -8,6 +8,8 @@
 import type { ConversationKey } from '../../common/ids.js';
 import type { Objective, ObjectiveEvent, ObjectiveRun } from '../../generated/prisma/sqlite/client.js';
 import type { Db } from '../db.js';
+import { writeReceiptIn, type ReceiptInput } from '../receipts.js';
+import { directSql } from '../sql.js';
 
 export type ObjectiveRow = Objective;
 export type ObjectiveRunRow = ObjectiveRun;
@@ -99,14 +101,36 @@ export function findObjectiveRun(db: Db, id: string): Promise<ObjectiveRunRow | 
 /** Record a run as running (with its turn) or skipped (with why, when given), once: a run recorded already is left as it is. */
 export async function recordRunStarted(
   db: Db,
-  run: { id: string; objectiveId: string; scheduledAt: Date | null } & ({ status: 'running'; turnId: string } | { status: 'skipped'; outcome?: string; error?: string }),
+  run: { id: string; objectiveId: string; scheduledAt: Date | null; status: 'running'; turnId: string },
 ): Promise<void> {
   await db.objectiveRun.upsert({ where: { id: run.id }, create: run, update: {} });
 }
 
-/** Record how a run ended (skipped: its turn was refused by a model budget). */
-export async function recordRunFinished(db: Db, id: string, end: { status: 'done' | 'failed' | 'skipped'; outcome: string | null; error: string | null }): Promise<void> {
-  await db.objectiveRun.update({ where: { id }, data: end });
+/**
+ * Record a run skipped before its turn, with its receipt, in one transaction (as
+ * `recordRunFinished`); a run recorded already keeps what was recorded.
+ */
+export async function recordRunSkipped(db: Db, run: { id: string; objectiveId: string; scheduledAt: Date | null; outcome?: string; error?: string }, receipt: ReceiptInput): Promise<void> {
+  const at = new Date();
+  await directSql(db).transaction(async (tx) => {
+    await tx.execute(
+      'INSERT INTO "ObjectiveRun" ("id", "objectiveId", "scheduledAt", "status", "turnId", "outcome", "error", "createdAt", "updatedAt") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ("id") DO NOTHING',
+      [run.id, run.objectiveId, run.scheduledAt, 'skipped', null, run.outcome ?? null, run.error ?? null, at, at],
+    );
+    await writeReceiptIn(tx, receipt);
+  });
+}
+
+/**
+ * Record how a run ended (skipped: its turn was refused by a model budget). The end and its receipt, in one transaction: a reader that sees the run finished finds its
+ * receipt, and a process that dies between them leaves neither (the retried activity writes both;
+ * the receipt's key is taken at most once).
+ */
+export async function recordRunFinished(db: Db, id: string, end: { status: 'done' | 'failed' | 'skipped'; outcome: string | null; error: string | null }, receipt: ReceiptInput): Promise<void> {
+  await directSql(db).transaction(async (tx) => {
+    await tx.execute('UPDATE "ObjectiveRun" SET "status" = ?, "outcome" = ?, "error" = ?, "updatedAt" = ? WHERE "id" = ?', [end.status, end.outcome, end.error, new Date(), id]);
+    await writeReceiptIn(tx, receipt);
+  });
 }
 
 /** The destination chat's session exists (a run's prompt and reply are written into it). */
