@@ -14,7 +14,7 @@ import { isUniqueViolation } from '../domain/prisma-errors.js';
 import { describeIssues } from '../common/schemas.js';
 import { commandSpec, mayUse } from '../common/commands.js';
 import type { Role } from '../common/roles.js';
-import { listReceipts, writeReceipt } from '../domain/receipts.js';
+import { listReceipts, writeReceipt, type ReceiptInput } from '../domain/receipts.js';
 import { faultPoint } from '../common/fault-points.js';
 import { startRunOnce } from './handoff.js';
 import type { ConversationKey } from '../common/ids.js';
@@ -207,6 +207,11 @@ export function changeIdFor(key: string): string {
   return `chg-${createHash('sha256').update(`change:${key}`).digest('hex').slice(0, 12)}`;
 }
 
+/** A change's `change.start` receipt: the mark after its workflow started (keyed by the change). */
+function startMark(id: string, actor: string, sessionId: string | undefined, data: { changeId: string; repo: string; base: string; chars: number; from: string }): ReceiptInput & { key: string } {
+  return { key: `change:${id}:start`, kind: 'change.start', workflowId: id, actor, ...(sessionId ? { sessionId } : {}), data };
+}
+
 /**
  * Start a change: the record, then its workflow (the request travels by reference), started at
  * most once under the change's id (services/handoff.ts `startRunOnce`), then its `change.start`
@@ -228,8 +233,22 @@ async function startChange(
   const id = opts.key !== undefined ? changeIdFor(opts.key) : newChangeId();
   const existing = opts.key !== undefined ? await store.findChange(deps.db, id) : null;
   const answer = { id, workflowId: id, runUrl: deps.runLink?.(id) ?? null };
-  // recorded by a first call and no longer running (it ended, or its start failed and the record says so): nothing to start
-  if (existing && existing.status !== 'running') return answer;
+  // recorded by a first call and no longer running (it ended, or its start failed and the record
+  // says so): nothing to start. A first call that died between the start and its mark leaves a
+  // run without its `change.start` receipt, and the run may end before the repeat: the mark
+  // follows the run (keyed: written once), whatever the run's state.
+  if (existing && existing.status !== 'running') {
+    const ran = await deps.client.workflow
+      .getHandle(id)
+      .describe()
+      .then(
+        () => true,
+        () => false,
+      );
+    const from = existing.platform && existing.chatId ? `${existing.platform}:${existing.chatId}` : 'api';
+    if (ran) await writeReceipt(deps.db, startMark(id, existing.requestedBy, existing.sessionId ?? undefined, { changeId: id, repo: existing.repo, base: existing.baseBranch, chars: existing.request.length, from }));
+    return answer;
+  }
   if (!existing) {
     // a change's intake, plan and coding agent call models: it counts against the asker's turn limit
     const limited = await deps.limiter?.turn(by, 'change');
@@ -278,14 +297,7 @@ async function startChange(
         staticSummary: `Repo change on ${repo.name}: ${request.slice(0, 150)}`,
         staticDetails: `Requested by ${requestedBy.name}. Base ${base}. [Open this change in the Steward console](/console/changes/${encodeURIComponent(id)})\n\n${request.slice(0, 2000)}`,
       },
-      {
-        key: `change:${id}:start`,
-        kind: 'change.start',
-        workflowId: id,
-        actor: requestedBy.id,
-        ...(origin ? { sessionId: origin.sessionId } : {}),
-        data: { changeId: id, repo: repo.name, base, chars: request.length, from: origin ? `${origin.conversation.platform}:${origin.conversation.chatId}` : 'api' },
-      },
+      startMark(id, requestedBy.id, origin?.sessionId, { changeId: id, repo: repo.name, base, chars: request.length, from: origin ? `${origin.conversation.platform}:${origin.conversation.chatId}` : 'api' }),
     );
   } catch (err) {
     // the record says the start failed only when no workflow runs under its id (the mark after a start may be what failed)

@@ -302,17 +302,29 @@ for (const kind of testDatabases()) {
               let reply: string | undefined;
               assert.deepEqual(await faultPointsPassed(async () => ({ reply } = await h.send(m.text(probe), { chatId }))), m.points, `/${name}`);
               await m.one(probe, m.reply.exec(reply ?? '')?.[1], `/${name} without a crash`);
-              for (const point of m.points) {
+              // and a change whose run ended before the redelivery (its start's mark must follow the run all the same)
+              const points = name === 'change' ? [...m.points.map((p) => ({ point: p, ended: false })), { point: 'run.started' as const, ended: true }] : m.points.map((p) => ({ point: p, ended: false }));
+              for (const { point, ended } of points) {
                 const c = { probe: `probe-${tag()}`, chatId: `cmd-${tag()}`, id: randomUUID() };
                 const key = inboundKey({ platform: 'http', account: h.account, chatId: c.chatId, id: c.id });
                 let made: string | undefined;
                 cases.push({
-                  name: `/${name} at ${point}`,
+                  name: `/${name} at ${point}${ended ? ' (its run ended before the redelivery)' : ''}`,
                   point,
                   deliver: async () => {
                     await h.send(m.text(c.probe), c);
                     return 'ok';
                   },
+                  ...(ended
+                    ? {
+                        async afterCrash() {
+                          const [change] = await stack.db.repoChange.findMany({ where: { request: { contains: c.probe } } });
+                          assert.ok(change, `/${name} at ${point}: recorded before the crash`);
+                          await stack.env.client.workflow.getHandle(change.id).terminate('ended before the redelivery');
+                          await stack.db.repoChange.update({ where: { id: change.id }, data: { status: 'cancelled' } });
+                        },
+                      }
+                    : {}),
                   async redeliver() {
                     const r = await h.send(m.text(c.probe), c);
                     assert.deepEqual([r.kind, r.duplicate], ['command', false], `/${name} at ${point}: run again`);
@@ -322,7 +334,7 @@ for (const kind of testDatabases()) {
                     assert.deepEqual([again.kind, again.duplicate], ['command', true], `/${name} at ${point}: then a duplicate`);
                   },
                   async settle() {
-                    await m.one(c.probe, made, `/${name} at ${point}`);
+                    await m.one(c.probe, made, `/${name} at ${point}${ended ? ' (its run ended before the redelivery)' : ''}`);
                     assert.equal(await stack.db.receipt.count({ where: { key: `${key}:command` } }), 1);
                   },
                 });
