@@ -31,9 +31,10 @@ import { neutralise } from '../common/untrusted.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall, type SpendContext, type SpendScopes, withStepKey } from '../domain/model.js';
 import { isObjectiveTurn, turnScopes } from '../domain/spend-scopes.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
-import { writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
+import { receiptsByKeys, writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
 import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadApprovalRow } from '../domain/store/approvals.js';
 import { findSession } from '../domain/store/sessions.js';
+import { faultPoint } from '../common/fault-points.js';
 import { recordTurn } from '../common/metrics.js';
 import type { RepoChangeSettings } from './changes.js';
 import { viewProposal } from '../domain/actions/proposals.js';
@@ -45,7 +46,9 @@ import { describeToolCall, runValidatedTool, toolResultMessage, validateToolCall
 import { mcpDisplayName, parseMcpWireName } from '../common/mcp.js';
 import type { McpCatalogue, McpTools } from '../domain/mcp/tools.js';
 import { personOf } from '../domain/knowledge/turn-knowledge.js';
-import { messagesByKeys } from '../domain/transcript.js';
+import { z } from 'zod';
+import { messageByKey, messagesByKeys } from '../domain/transcript.js';
+import { replyGateQuery } from '../workflows/messages.js';
 import { liveDraftWriter } from '../domain/live-drafts.js';
 
 export interface ToolPolicy {
@@ -145,6 +148,20 @@ export interface ModelStepInput {
   scratch?: ScratchRef[];
   /** Everyone who shaped the turn (its senders and steerers); absent in turns from before the set: the last sender. */
   requesters?: string[];
+  /** A chat turn's step (patch `steward-deliver-in-step`): a final answer is delivered by the step itself when the session allows (replyGateQuery). */
+  deliverFinal?: DeliverFinal;
+}
+
+/** What a step needs to deliver the turn's reply itself (the turn's delivery input, less what the step makes). */
+export interface DeliverFinal {
+  /** The turn's reply key (replyKey). */
+  key: string;
+  /** The turn's usage before this step: the `turn.end` receipt records it with the step's. */
+  usageBefore: TokenUsage;
+  /** Files the turn's tools attached to the reply. */
+  attachments?: AttachmentRef[];
+  /** Remove the progress panel after the reply (Telegram, Discord). */
+  clearPanel?: boolean;
 }
 
 export type ModelStepResult =
@@ -159,6 +176,8 @@ export type ModelStepResult =
       toolCalls?: ToolCallRef[];
       /** Skills injected into this step's prompt (name -> version), for the session's ledger. */
       skills?: Record<string, string>;
+      /** The step delivered this answer as the turn's reply (ModelStepInput.deliverFinal): the turn ends without delivering it. */
+      delivered?: boolean;
     }
   | { kind: 'not-configured'; message: string; usage: TokenUsage };
 
@@ -419,10 +438,102 @@ export interface StepOutcome {
   ms: number;
 }
 
-/** One model step of a turn: build the prompt from references, stream the model's answer, store it. */
+/**
+ * One model step of a turn: build the prompt from references, stream the model's answer, store
+ * it. A chat turn's step whose answer ends the turn delivers it (`deliverFinal`, patch
+ * `steward-deliver-in-step`; deliverFromStep); retried after its delivery began, it finishes
+ * that delivery instead of asking the model again.
+ */
 async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelStepResult> {
-  return (await modelStepWith(c, input, { receipts: true, liveDraft: c.streamModel === true, spend: turnSpend(c, input) })).result;
+  const gate = input.deliverFinal;
+  if (gate && activityInfo().attempt > 1) {
+    const earlier = await deliveredByEarlierAttempt(c, input, gate);
+    if (earlier) return earlier;
+  }
+  const result = (await modelStepWith(c, input, { receipts: true, liveDraft: c.streamModel === true, spend: turnSpend(c, input) })).result;
+  if (!gate || result.kind !== 'output' || (result.toolCalls?.length ?? 0) > 0) return result;
+  return (await deliverFromStep(c, input, gate, result, true)) ? { ...result, delivered: true } : result;
 }
+
+/** How long a step waits for the session's answer before it leaves the delivery to the turn. */
+const REPLY_GATE_MS = 5_000;
+
+/**
+ * Deliver a step's final answer as the turn's reply: true when delivered. The session is asked
+ * first (replyGateQuery, when `ask`): it says no when steering waits for another step or the turn
+ * was stopped, and no answer in time counts as no. Any failure of the delivery leaves it to the
+ * turn as well (false): its local activity delivers under the same key, so what this attempt
+ * recorded or sent is not sent again. Heartbeats while it works, so a slow platform does not
+ * time the step out.
+ */
+async function deliverFromStep(c: ChatContext, input: ModelStepInput, gate: DeliverFinal, result: { outputHash: string; usage: TokenUsage }, ask: boolean): Promise<boolean> {
+  const ctx = Context.current();
+  const wf = activityInfo().workflowExecution;
+  if (!wf || ctx.cancellationSignal.aborted) return false;
+  const beat = setInterval(() => ctx.heartbeat({ step: input.step, delivering: true }), c.beatMs);
+  try {
+    if (ask) {
+      const which = { turnId: input.turnId, step: input.step };
+      const deadline = AbortSignal.any([AbortSignal.timeout(REPLY_GATE_MS), ctx.cancellationSignal]);
+      const may = await ctx.client.withAbortSignal(deadline, () => ctx.client.workflow.getHandle(wf.workflowId, wf.runId).query(replyGateQuery, which)).catch((err: unknown) => {
+        c.log?.debug({ err, turnId: input.turnId }, 'the session did not answer the reply gate: the turn delivers the reply');
+        return false;
+      });
+      if (may !== true || ctx.cancellationSignal.aborted) return false;
+    }
+    faultPoint('step.delivering');
+    const u = gate.usageBefore;
+    await deliver(c, {
+      key: gate.key,
+      sessionId: input.sessionId,
+      conversation: input.conversation,
+      turnId: input.turnId,
+      kind: 'reply',
+      blobHash: result.outputHash,
+      ...(gate.attachments?.length ? { attachments: gate.attachments } : {}),
+      usage: { input: u.input + result.usage.input, output: u.output + result.usage.output, total: u.total + result.usage.total },
+      steps: input.step,
+    });
+  } catch (err) {
+    c.log?.warn({ err, turnId: input.turnId }, 'delivering the reply from its model step failed: the turn delivers it');
+    return false;
+  } finally {
+    clearInterval(beat);
+  }
+  faultPoint('step.delivered');
+  if (gate.clearPanel) {
+    // a panel left behind is cosmetic
+    await clearProgress(c, { turnId: input.turnId, conversation: input.conversation }).catch(() => undefined);
+  }
+  return true;
+}
+
+/**
+ * A retried step whose earlier attempt recorded the reply (its delivery began: the session had
+ * said yes): that attempt's answer, from its `model.call` receipt, with the delivery finished
+ * (delivered: false when it fails again, so the turn finishes it). Undefined when no earlier
+ * attempt recorded the reply: the step runs as usual.
+ */
+async function deliveredByEarlierAttempt(c: ChatContext, input: ModelStepInput, gate: DeliverFinal): Promise<ModelStepResult | undefined> {
+  const reply = await messageByKey(c.db, gate.key);
+  if (!reply) return undefined;
+  const attempts = Array.from({ length: activityInfo().attempt - 1 }, (_, i) => `${input.turnId}:model:${input.step}:${i + 1}`);
+  const answered = (await receiptsByKeys(c.db, attempts)).map((r) => ModelCallAnswer.safeParse(r.data)).flatMap((p) => (p.success && p.data.outputHash ? [p.data] : []));
+  const last = answered.at(-1);
+  const outputHash = last?.outputHash ?? (await putBlob(c.db, reply.text));
+  const usage = last?.usage ?? ZERO;
+  const result = { kind: 'output' as const, outputHash, finishReason: last?.finishReason ?? 'stop', usage, chars: last?.chars ?? reply.text.length, ...(last?.skills ? { skills: last.skills } : {}) };
+  return { ...result, delivered: await deliverFromStep(c, input, gate, result, false) };
+}
+
+/** What an answered step's `model.call` receipt tells a retried attempt. */
+const ModelCallAnswer = z.object({
+  outputHash: z.string().optional(),
+  finishReason: z.string().optional(),
+  usage: z.object({ input: z.number(), output: z.number(), total: z.number() }).optional(),
+  chars: z.number().optional(),
+  skills: z.record(z.string(), z.string()).optional(),
+});
 
 /** modelStep with its effects chosen (StepOptions): the production step and a replay's. */
 export async function modelStepWith(c: ChatContext, input: ModelStepInput, o: StepOptions): Promise<StepOutcome> {
@@ -539,6 +650,7 @@ export async function modelStepWith(c: ChatContext, input: ModelStepInput, o: St
       tools = { messageHash, toolCalls };
     }
     const ms = Date.now() - started;
+    const injected = skillUse?.injected.length ? { skills: Object.fromEntries(skillUse.injected.map((s) => [s.name, s.version])) } : {};
     if (o.receipts) {
       await writeReceipt(c.db, {
         key: `${input.turnId}:model:${input.step}:${info.attempt}`,
@@ -553,11 +665,12 @@ export async function modelStepWith(c: ChatContext, input: ModelStepInput, o: St
           usage,
           ms,
           outputHash,
+          chars: out.text.length,
           ...(tools ? { toolCalls: tools.toolCalls.map((t) => t.name) } : {}),
+          ...injected,
         },
       });
     }
-    const injected = skillUse?.injected.length ? { skills: Object.fromEntries(skillUse.injected.map((s) => [s.name, s.version])) } : {};
     return { result: { kind: 'output', outputHash, finishReason: out.finishReason, usage, chars: out.text.length, ...(tools ?? {}), ...injected }, ms };
   } catch (err) {
     if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason ?? err;

@@ -1,7 +1,8 @@
 /**
  * Named checkpoints between accepting an input and handing it over (a message to its session,
  * an event to its objective run, a task to the agent): the fault-injection harness of intake
- * (test/e2e/intake-faults.test.ts) stops the process at each one, then redelivers.
+ * (test/e2e/intake-faults.test.ts) stops the process at each one, then redelivers. Two more sit
+ * in a model step that delivers the turn's reply (test/e2e/deliver-in-step.test.ts).
  *
  * In production nothing is armed and `faultPoint` returns at once. A test arms one point, in
  * this process (`armFaultPoint`: the next pass throws InjectedFault, as if the process had
@@ -35,6 +36,11 @@ export const FAULT_POINTS = [
   'replay.started',
   // a fork's session started, before its claim and transcript are written (services/replays/fork.ts)
   'fork.started',
+  // a chat turn's reply delivered by its model step (activities/chat.ts deliverFromStep): about
+  // to deliver (a fault there is a failed delivery: the turn delivers), and delivered (the step
+  // dies before it completes: its retry finishes the delivery without asking the model again)
+  'step.delivering',
+  'step.delivered',
 ] as const;
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];

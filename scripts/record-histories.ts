@@ -112,9 +112,12 @@ if (!['foundation', 'channels', 'repo', 'objectives', 'budgets', 'budget-wait', 
  * (update-with-start, services/handoff.ts), the redelivered signals of their keys dropped, beside
  * `session-dd-rp-NN`, recorded when every message was signalled. `so` marks the foundation
  * scenario recorded with the patch `steward-turn-over-before-notice` (its stopped turn is over
- * before the stop's notice is delivered), beside `session-fd-rp-NN`, recorded before it.
+ * before the stop's notice is delivered), beside `session-fd-rp-NN`, recorded before it. `ds`
+ * marks the foundation scenario recorded with the patch `steward-deliver-in-step` (a turn's
+ * last model step delivers its reply; its steered turn's first step was told no and the turn
+ * delivered), beside `session-fd-so-NN`, recorded before it.
  */
-const TAGS: Record<string, string> = { foundation: 'fd-so-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
+const TAGS: Record<string, string> = { foundation: 'fd-ds-', channels: 'ch-rp-', repo: 'rc-', objectives: 'ob-', budgets: 'ob-bs-', 'budget-wait': 'bw-rp-', workspaces: 'ws-', knowledge: 'kn-rp-', mcp: 'mcp-rp-', tasks: 'tk-', intake: 'dd-up-' };
 const tag = TAGS[scenario]!;
 /** This scenario's files (and only those: `session-inl-01.json` is not `session-ch-inl-01.json`'s scenario). */
 const mine = (f: string) => new RegExp(`^[a-z]+-${tag}\\d+\\.json$`).test(f);

@@ -59,6 +59,21 @@ export const settingsUpdate = defineUpdate<SettingsResult, [SettingsChange]>('se
 /** /status. */
 export const statusQuery = defineQuery<SessionStatus>('status');
 
+/** Which step of which turn asks to deliver its final answer itself (ReplyGateQuery). */
+export interface ReplyGateAsk {
+  turnId: string;
+  step: number;
+}
+/**
+ * Asked by a chat turn's model step that ends the turn (patch `steward-deliver-in-step`) just
+ * before it delivers the reply itself: true when the turn is still running that step and nothing
+ * the session took in since would change the reply (no /stop or /new, no steering waiting for
+ * another step). Steering or a stop the session took in before the answer leaves the delivery
+ * to the turn (workflows/chat/turn-loop.ts); one taken in after it meets a reply already on
+ * its way, as one taken in during the reply's delivery always has.
+ */
+export const replyGateQuery = defineQuery<boolean, [ReplyGateAsk]>('replyGate');
+
 /** A budget was raised (or changed, or removed): a turn waiting on it tries its model step again. */
 export interface BudgetRaised {
   /** The budget's id. */

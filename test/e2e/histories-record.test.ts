@@ -199,7 +199,8 @@ describe('steward histories record', () => {
     assert.match(turnIds[0]!, new RegExp(`^${sessionA.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:turn:1:[0-9a-f]{8}$`));
     assert.deepEqual(steps.map((s) => s.summary), ['Turn 1: model step 1 (openai-compatible:test-model)', 'Turn 2: model step 1 (openai-compatible:test-model)', 'Turn 2: model step 2 (openai-compatible:test-model)']);
     assert.ok(payloadText(session.json).includes('save_note'), 'the session ran the save_note tool (its runTool input names the call)');
-    assert.ok(session.json.events.some((e) => (e as Ev).eventType === 'EVENT_TYPE_MARKER_RECORDED' && plain(((e as Ev).userMetadata as { summary?: unknown } | undefined)?.summary) === 'Turn 2: reply'), "turn 2's reply delivered by a local activity");
+    assert.ok(patches(session).includes('steward-deliver-in-step'), `patches: ${patches(session).join(', ')}`);
+    assert.ok(payloadText(session.json).includes('"delivered":true'), "a turn's reply delivered by its last model step (its decoded result)");
     assert.ok(r.out.includes(`${session.file} (sessionWorkflow ${sessionA}`) && /session-e2e-[0-9a-f]{12}\.json .*, 2 turns inside the session\)/.test(r.out), r.out);
     // the objective run still starts its turn as a child workflow
     assert.deepEqual(childTypes(objectives[0]!), ['turnWorkflow']);

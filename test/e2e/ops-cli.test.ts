@@ -106,11 +106,11 @@ describe('steward trace and receipts export', () => {
         await assert.rejects(stack.env.client.workflow.getHandle(turnId).describe(), (err: unknown) => /not found/i.test(String((err as Error).message)));
 
         const opts = { db: stack.db, client: stack.env.client, namespace: 'default', uiBase: 'http://127.0.0.1:8233' };
-        // the reply's local activity marker is recorded when the workflow task that ran it completes, just after turn.end
+        // the last model step delivered the reply (steward-deliver-in-step): its completion is recorded just after turn.end
         const trace = await waitFor(async () => {
           const tr = await buildTrace(messageId, opts);
-          return tr.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes('Turn 2: reply')) ? tr : undefined;
-        }, 'the delivery marker in the trace');
+          return tr.timeline.some((e) => e.kind === 'activity.completed' && e.summary.includes('[Turn 2: model step 2')) ? tr : undefined;
+        }, 'the last model step completed in the trace');
         TraceSchema.parse(trace);
         assert.equal(trace.matched, 'message');
         const key = `in:http:${h.account}:${h.chatId}:${messageId}`;
@@ -145,12 +145,13 @@ describe('steward trace and receipts export', () => {
         const iModel2 = receipt('model.call', iTool);
         const iDelivery = at((e) => e.source === 'receipt' && e.kind === 'delivery' && /^reply delivered/.test(e.summary), 'the reply delivery', iModel2);
         const iEnd = receipt('turn.end');
-        const iMarker = at((e) => e.kind === 'local-activity.completed' && /^deliver completed \(local activity: Turn 2: reply\)/.test(e.summary), 'the delivery marker in the session history', iDelivery);
-        const order = [iIngress, iSignal, iScheduled, iTurn, iModel1, iModel1Done, iAsked, iSteer, iUpdate, iDecision, iTool, iModel2, iDelivery, iEnd, iMarker];
+        const iStepDone = at((e) => e.kind === 'activity.completed' && e.summary.startsWith('modelStep') && e.summary.includes('[Turn 2: model step 2'), 'the step that delivered, completed in the session history', iDelivery);
+        const order = [iIngress, iSignal, iScheduled, iTurn, iModel1, iModel1Done, iAsked, iSteer, iUpdate, iDecision, iTool, iModel2, iDelivery, iEnd, iStepDone];
         assert.deepEqual([...order].sort((a, b) => a - b), order, `in order: ${order.join(', ')}\n${dump(tl)}`);
         assert.match(tl[iTool]!.summary, /tool save_note \(call_note\) ok/);
         assert.match(tl[iDecision]!.summary, new RegExp(`approval ${approval.id} approved by the operator`));
-        assert.equal(tl[iMarker]!.workflowId, h.sessionId);
+        assert.equal(tl[iStepDone]!.workflowId, h.sessionId);
+        assert.ok(!tl.some((e) => e.kind === 'local-activity.completed' && e.summary.includes('Turn 2: reply')), 'no delivery by local activity');
         // activities with their timings, all the turn's, all in the session's run
         const model = tl.filter((e) => e.kind === 'activity.completed' && e.summary.startsWith('modelStep'));
         assert.deepEqual(model.map((e) => /\[(Turn \d+: model step \d+)/.exec(e.summary)?.[1]), ['Turn 2: model step 1', 'Turn 2: model step 2']);
@@ -180,7 +181,8 @@ describe('steward trace and receipts export', () => {
         // turn 1 by its message: its own path only
         const first = await buildTrace(firstId, opts);
         assert.equal(first.turn?.turnId, turn1);
-        assert.ok(first.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes('Turn 1: reply')), dump(first.timeline));
+        assert.ok(first.timeline.some((e) => e.source === 'receipt' && e.kind === 'delivery' && /^reply delivered/.test(e.summary)), dump(first.timeline));
+        assert.ok(first.timeline.some((e) => e.kind === 'activity.completed' && e.summary.includes('[Turn 1: model step 1')), dump(first.timeline));
         // (its own message's handoff is an update: the inbound one, and no other)
         assert.ok(!first.timeline.some((e) => e.summary.includes('Turn 2:') || e.kind.startsWith('approval') || (e.kind.startsWith('update') && !e.summary.startsWith('update inbound'))), dump(first.timeline));
         assert.equal(first.timeline.filter((e) => e.kind === 'update.accepted').length, 1, dump(first.timeline));
@@ -191,7 +193,7 @@ describe('steward trace and receipts export', () => {
           assert.deepEqual(whole.runs.map((r) => [r.runId, r.workflowType]), [[runId, 'sessionWorkflow']]);
           assert.equal(whole.timeline.filter((e) => e.source === 'receipt' && e.kind === 'turn.start').length, 2);
           assert.ok(whole.timeline.some((e) => e.kind === 'workflow.started' && e.summary.startsWith('sessionWorkflow')));
-          for (const n of [1, 2]) assert.ok(whole.timeline.some((e) => e.kind === 'local-activity.completed' && e.summary.includes(`Turn ${n}: reply`)), `turn ${n}'s delivery`);
+          assert.equal(whole.timeline.filter((e) => e.source === 'receipt' && e.kind === 'turn.end').length, 2, "both turns' ends");
         }
         await assert.rejects(buildTrace('no-such-message-or-run', opts), (err: unknown) => err instanceof TraceNotFoundError && /Nothing matches no-such-message-or-run: it is not an inbound message id/.test(err.message));
         await assert.rejects(buildTrace(`${h.sessionId}:turn:99:${runId.slice(0, 8)}`, opts), (err: unknown) => err instanceof TraceNotFoundError);
@@ -214,7 +216,8 @@ describe('steward trace and receipts export', () => {
         assert.match(human.stdout, /^ +\+0 ms  receipt  ingress /m);
         assert.match(human.stdout, /history  activity\.scheduled +modelStep scheduled \(activity \d+\): Turn 2: model step 1/);
         assert.match(human.stdout, /approval\.decision +approval \w+ approved by the operator/);
-        assert.match(human.stdout, /history  local-activity\.completed +deliver completed \(local activity: Turn 2: reply\)/);
+        assert.match(human.stdout, /receipt  delivery +reply delivered/);
+        assert.match(human.stdout, /history  activity\.completed +modelStep completed .*Turn 2: model step 2/);
         const missing = await cli(['trace', 'nothing-like-this'], env);
         assert.equal(missing.code, 1);
         assert.match(missing.stderr, /Nothing matches nothing-like-this/);

@@ -2,8 +2,8 @@
  * Traces and metrics, end to end: `./steward start` with OTEL_EXPORTER_OTLP_ENDPOINT at a
  * loopback OTLP/HTTP collector double and the scripted model server. A chat message through
  * the HTTP API yields one trace (the API request, the client's update-with-start, the
- * session's run, and the turn's activities it schedules: the model step, and the reply's
- * delivery as a local activity; the turn runs inside the session), linked by parent ids; `/metrics`
+ * session's run, and the turn's activity it schedules: the model step, which delivers the
+ * reply; the turn runs inside the session), linked by parent ids; `/metrics`
  * serves the Temporal SDK's metrics and Steward's (turns, tokens, model calls) in valid
  * Prometheus text format, on the API (token) and on the metrics listener (no token), and a
  * worker-only process serves its own. Tracing is the worker's: no run records the retired
@@ -237,7 +237,7 @@ describe('traces and metrics of the started stack', () => {
         const client = byName(spans, HANDOFF_SPAN, (s) => s.attributes.temporalWorkflowId === sessionId);
         if (!client) return undefined;
         const inTrace = (s: CollectedSpan) => s.traceId === client.traceId;
-        const names = ['StartActivity:modelStep', 'RunActivity:modelStep', 'StartActivity:deliver', 'RunActivity:deliver'];
+        const names = ['StartActivity:modelStep', 'RunActivity:modelStep'];
         return names.every((n) => byName(spans, n, inTrace)) ? { client } : undefined;
       },
       "the ingress span and the turn's activities (scheduled and run) in its trace",
@@ -257,10 +257,10 @@ describe('traces and metrics of the started stack', () => {
     assert.equal(found.client.parentSpanId, request.spanId, 'the client call is inside the request');
     // the turn runs inside the session: no turn workflow, child or otherwise
     assert.deepEqual(spans.filter((s) => s.name.endsWith(':turnWorkflow')).map((s) => s.name), [], 'no turn workflow in the trace');
-    // the workflow side: the session schedules the turn's activities (the model step a regular
-    // activity, the reply's delivery a local one), each run under its scheduling span
+    // the workflow side: the session schedules the turn's activity (the model step, which
+    // delivers the reply: steward-deliver-in-step), run under its scheduling span
     const scheduledFrom = new Set<string>();
-    for (const activity of ['modelStep', 'deliver']) {
+    for (const activity of ['modelStep']) {
       const scheduled = spans.filter((s) => s.name === `StartActivity:${activity}`);
       const ran = spans.filter((s) => s.name === `RunActivity:${activity}`);
       assert.equal(scheduled.length, 1, `${activity} scheduled once in this trace: ${names()}`);
@@ -272,13 +272,11 @@ describe('traces and metrics of the started stack', () => {
       assert.ok(s.parentSpanId, `StartActivity:${activity} has a parent`);
       scheduledFrom.add(s.parentSpanId);
     }
-    assert.equal(scheduledFrom.size, 1, "the model step and the delivery are scheduled from the same span (the session's run)");
+    assert.equal(scheduledFrom.size, 1, "the model step is scheduled from one span (the session's run)");
     scheduledUnder = [...scheduledFrom][0]!;
     assert.ok(!spans.some((s) => s.spanId === scheduledUnder && s.name.startsWith('StartActivity:')), 'not from another activity');
-    // the reply is delivered once the model has answered (the workflow's clock counts whole
-    // milliseconds: a millisecond of slack)
-    const ranModel = one('RunActivity:modelStep');
-    assert.ok(one('StartActivity:deliver').startNs + 1_000_000n >= ranModel.endNs, 'the delivery is scheduled after the model step ended');
+    // the reply went out from the model step: no delivery activity in this trace
+    assert.deepEqual(spans.filter((x) => /Activity:deliver$/.test(x.name)).map((x) => x.name), [], `no delivery activity: ${names()}`);
     for (const s of spans) {
       assert.equal(s.resource['service.name'], 'steward-e2e', `${s.name} carries the service name`);
       assert.ok(s.endNs >= s.startNs);
@@ -299,7 +297,7 @@ describe('traces and metrics of the started stack', () => {
     // only the run's identity is copied onto workflow spans
     assert.deepEqual(Object.keys(run.attributes).sort(), ['namespace', 'runId', 'taskQueue', 'workflowId', 'workflowType']);
     const trace = collector.spans.filter((s) => s.traceId === run.traceId);
-    for (const activity of ['modelStep', 'deliver']) {
+    for (const activity of ['modelStep']) {
       const scheduled = trace.find((s) => s.name === `StartActivity:${activity}`);
       assert.equal(scheduled?.parentSpanId, run.spanId, `StartActivity:${activity} is a child of the session's run`);
       const ran = trace.find((s) => s.name === `RunActivity:${activity}`);
@@ -394,7 +392,7 @@ describe('traces and metrics of the started stack', () => {
         // the worker's bundle traced the run: no patch decided it
         assert.ok(patchMarkers(history).some((p) => p.id === INLINE_TURN_PATCH), `${r.workflowId}: its patch markers are read`);
         assert.deepEqual(patchMarkers(history).filter((p) => p.id === OTEL_PATCH), [], `${r.workflowId} recorded no tracing patch marker`);
-        // the traced turn is in this history: the inline-turn patch, the model step, the local delivery
+        // the traced turn is in this history: the inline-turn patch, the model step (which delivered the reply)
         assert.ok(marked(INLINE_TURN_PATCH), `${r.workflowId} recorded the inline-turn patch marker`);
         const activities = (history.events ?? []).map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name).filter(Boolean);
         assert.ok(activities.includes('modelStep'), `${r.workflowId} scheduled the model step: ${activities.join(', ')}`);

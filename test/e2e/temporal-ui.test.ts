@@ -6,8 +6,8 @@
  * each page in a fresh browser profile:
  *  - opens the one-time sign-in link the start banner prints and, with nothing set in the UI,
  *    finds the chat's session by its chat and sees its decoded input and, in its event
- *    history, the turn's activities by their summaries (the model step, the reply's delivery as
- *    a local activity), the model step's decoded input with the turn id and the sender in the
+ *    history, the turn's activities by their summaries (the model step, whose decoded result
+ *    says it delivered the reply), the model step's decoded input with the turn id and the sender in the
  *    decoded inbound update (the message's handoff; the UI calls the same origin's /codec with the sign-in cookie);
  *    the link works once;
  *  - without the sign-in gets no plaintext: the UI at `<api>/ui` sends it to the sign-in form,
@@ -294,17 +294,18 @@ describe('the Temporal UI as the run inspector', { skip: browserSkip() || (await
         page,
         events,
         "the turn's activities with their summaries",
-        (t) => t.includes(`Turn 1: model step 1 (${MODEL})`) && t.includes('Turn 1: reply'),
+        (t) => t.includes(`Turn 1: model step 1 (${MODEL})`),
         'session-history-summaries',
       );
       const rowOf = (text: string) => page.locator(EVENT_ROW).filter({ hasText: text }).first();
       assert.match(await rowOf(`Turn 1: model step 1 (${MODEL})`).innerText(), /Activity Task Scheduled[\s\S]*modelStep/, 'the model step: an activity the session scheduled');
-      // the marker's activity type shows once the UI has decoded its details: waited for, not read once
-      await waitForText('the reply\'s row', page, rowOf('Turn 1: reply'), 'the reply: delivered by a local activity', (t) => /Local Activity[\s\S]*deliver/.test(t), 'reply-local-activity');
       assert.doesNotMatch(await events.innerText(), /turnWorkflow|Start Child Workflow/i, 'no child turn workflow');
       // opened, the model step shows its decoded input: the turn it belongs to
       await rowOf(`Turn 1: model step 1 (${MODEL})`).click();
       await waitForEvents(page, events, "the model step's decoded input", (t) => flat(t).includes(`"turnId":"${turnId}"`), 'model-step-decoded');
+      // and its decoded result: the step delivered the reply (steward-deliver-in-step; no delivery activity after it)
+      await page.locator(EVENT_ROW).filter({ hasText: 'Activity Task Completed' }).first().click();
+      await waitForEvents(page, events, "the model step's decoded result", (t) => flat(t).includes('"delivered":true'), 'model-step-delivered');
       await saveScreenshot(page, shots, 'session-history-decoded');
       // and the message's handoff (the inbound update, services/handoff.ts) names the sender
       await page.locator(EVENT_ROW).filter({ hasText: 'Workflow Execution Update Accepted' }).filter({ hasText: 'inbound' }).last().click();

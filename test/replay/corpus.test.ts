@@ -18,7 +18,8 @@ import { ENCRYPTED_ENCODING, findPayloads, fixtureKind, payloadEncoding, WORKFLO
 import { historyFromJSON } from '../../platform/history-json.js';
 import { OTEL_PATCH } from '../../workflows/otel-interceptors.js';
 import { CONTINUE_ON_MESSAGE_PATCH, INBOUND_DEDUP_PATCH, INLINE_TURN_PATCH, TURN_OVER_BEFORE_NOTICE_PATCH } from '../../workflows/chat/session.js';
-import { BUDGET_WAIT_PATCH, REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
+import { BUDGET_WAIT_PATCH, DELIVER_IN_STEP_PATCH, REQUESTER_SET_PATCH } from '../../workflows/chat/turn-loop.js';
+import { replyKey } from '../../common/ids.js';
 import { OBJECTIVE_BUDGET_SKIP_PATCH } from '../../workflows/objectives/objective.js';
 
 const dir = new URL('./histories/', import.meta.url);
@@ -32,6 +33,8 @@ interface PayloadJson {
 }
 interface Event {
   eventType: string;
+  eventId?: string;
+  activityTaskCompletedEventAttributes?: { scheduledEventId?: string; result?: { payloads?: PayloadJson[] } };
   userMetadata?: { summary?: PayloadJson };
   workflowExecutionStartedEventAttributes?: { workflowType?: { name?: string }; workflowId?: string; input?: { payloads?: PayloadJson[] } };
   workflowExecutionSignaledEventAttributes?: { signalName?: string; input?: { payloads?: PayloadJson[] } };
@@ -82,6 +85,17 @@ function activitiesOf(f: Fixture): Array<{ type: string; input: Record<string, u
       const summary = plain(e.userMetadata?.summary) as string | undefined;
       return { type: a?.activityType?.name ?? '', input: (plain(a?.input?.payloads?.[0]) ?? {}) as Record<string, unknown>, ...(summary ? { summary } : {}) };
     });
+}
+
+/** The model steps a history completed: their decoded input and result, in order. */
+function completedSteps(f: Fixture): Array<{ input: Record<string, unknown>; result: Record<string, unknown> }> {
+  const results = new Map(f.events.flatMap((e) => (e.activityTaskCompletedEventAttributes ? [[String(e.activityTaskCompletedEventAttributes.scheduledEventId), plain(e.activityTaskCompletedEventAttributes.result?.payloads?.[0])]] : [])));
+  return f.events.flatMap((e) => {
+    const a = e.activityTaskScheduledEventAttributes;
+    const result = results.get(String(e.eventId));
+    if (a?.activityType?.name !== 'modelStep' || !result) return [];
+    return [{ input: (plain(a.input?.payloads?.[0]) ?? {}) as Record<string, unknown>, result: result as Record<string, unknown> }];
+  });
 }
 
 /** The Temporal UI summaries of a history's local activity markers (an inline turn's delivery: `Turn 3: reply`). */
@@ -238,6 +252,28 @@ describe('replay corpus', () => {
     assert.ok(waited.some((f) => signals(f).includes('stop')), 'a turn stopped while it waited');
   });
 
+  it('has inline sessions whose replies their last model step delivered (steward-deliver-in-step), with a step the session told no (steering came) and ones from before it', () => {
+    const withPatch = inlineSessions.filter((f) => patchesOf(f).includes(DELIVER_IN_STEP_PATCH));
+    assert.ok(withPatch.length > 0, `an inline session with the ${DELIVER_IN_STEP_PATCH} marker; record one with scripts/record-histories.ts foundation`);
+    for (const f of withPatch) {
+      for (const { input, result } of completedSteps(f)) {
+        const final = input.deliverFinal as { key?: string } | undefined;
+        assert.equal(final?.key, replyKey(String(input.turnId)), `${f.file}: a step of a turn with the patch carries the turn's reply key`);
+        if (result.delivered === true) assert.ok(!(Array.isArray(result.toolCalls) && result.toolCalls.length > 0), `${f.file}: only a final answer is delivered by its step`);
+      }
+      assert.ok(!localActivitySummaries(f).some((x) => /^Turn \d+: reply$/.test(x)) || completedSteps(f).some((x) => x.result.delivered !== true), `${f.file}: a reply marker only for a turn its step did not deliver`);
+    }
+    const toldNo = withPatch.some((f) => {
+      const steps = completedSteps(f);
+      return steps.some((x, i) => x.result.delivered !== true && !x.result.toolCalls && steps[i + 1]?.input.turnId === x.input.turnId && Array.isArray(steps[i + 1]?.input.steers) && (steps[i + 1]!.input.steers as unknown[]).length > 0);
+    });
+    assert.ok(toldNo, 'a final answer the session told no (steering waited), and the same turn\'s next step took the steering in');
+    assert.ok(
+      inlineSessions.some((f) => !patchesOf(f).includes(DELIVER_IN_STEP_PATCH) && localActivitySummaries(f).some((x) => /^Turn \d+: reply$/.test(x))),
+      `an inline session from before ${DELIVER_IN_STEP_PATCH}, its replies delivered by local activity: keep those files`,
+    );
+  });
+
   it('has sessions of both shapes: turns inside the session (steward-inline-turn) and turns as child workflows (before it)', () => {
     const names = (fs: Fixture[]) => fs.map((f) => f.file).join(', ');
     assert.ok(inlineSessions.length > 0, `a session history with the ${INLINE_TURN_PATCH} marker, its turns' model steps and no child turn (sessions: ${names(sessions)}); record one with scripts/record-histories.ts`);
@@ -249,8 +285,10 @@ describe('replay corpus', () => {
         assert.match(String(s.input.turnId), new RegExp(`^${ids[f.file]!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:turn:\\d+:[0-9a-f]{8}$`), `${f.file}: a model step names its turn`);
         assert.match(s.summary ?? '', /^Turn \d+: model step \d+ \(/, `${f.file}: a model step's summary`);
       }
-      // each reply went out from a local activity in the session (a marker), not from a child
-      assert.ok(localActivitySummaries(f).some((x) => /^Turn \d+: (reply|notice)$/.test(x)), `${f.file}: a turn's delivery marker`);
+      // each reply went out from the session, not from a child: by a local activity (a marker), or
+      // by its last model step (steward-deliver-in-step)
+      if (patchesOf(f).includes(DELIVER_IN_STEP_PATCH)) assert.ok(completedSteps(f).some((x) => x.result.delivered === true), `${f.file}: a reply delivered by its model step`);
+      else assert.ok(localActivitySummaries(f).some((x) => /^Turn \d+: (reply|notice)$/.test(x)), `${f.file}: a turn's delivery marker`);
       assert.ok(!activitiesOf(f).some((a) => a.type === 'deliver' && typeof a.input.turnId === 'string'), `${f.file}: no reply delivered by a regular activity`);
     }
     // the objective runs' turns are still child turn workflows

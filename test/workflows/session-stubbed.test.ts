@@ -16,7 +16,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
 import { replyKey, sessionWorkflowId, turnWorkflowId, type ConversationKey } from '../../common/ids.js';
 import { ApplicationFailure } from '@temporalio/common';
-import { budgetRaisedSignal, inboundSignal, statusQuery, steerUpdate, stopSignal } from '../../workflows/messages.js';
+import { budgetRaisedSignal, inboundSignal, replyGateQuery, statusQuery, steerUpdate, stopSignal } from '../../workflows/messages.js';
 import { BudgetAttr } from '../../workflows/search-attributes.js';
 import { sessionWorkflow } from '../../workflows/chat/session.js';
 import type { InboundRef, SessionInput } from '../../workflows/types.js';
@@ -324,6 +324,74 @@ describe('the session workflow with stubbed activities (dev server)', () => {
         const s3 = named(calls, 'modelStep')[2]!.input;
         assert.deepEqual([s3.step, s3.steers, s3.inbound, s3.requesters], [1, ['be brief'], ['in-2'], ['id-pat', 'id-cy']]);
         assert.equal((await chat.handle().query(statusQuery)).pendingSteers, 0);
+      },
+    );
+  });
+
+  it('a step that ends the turn delivers the reply itself when the session says it may (steward-deliver-in-step); steering or a /stop the session took in first leaves the delivery to the turn', async () => {
+    const gates: Array<{ turn: number; step: number; may: boolean }> = [];
+    const held = [gate(), gate()];
+    let steps = 0;
+    await withWorker(
+      {
+        modelStep: async (input) => {
+          const n = ++steps;
+          // steps 2 (turn 2's first) and 4 (turn 3's) wait until the test has steered or stopped
+          if (n === 2) await held[0]!.wait;
+          if (n === 4) await held[1]!.wait;
+          const turn = Number(/:turn:(\d+):/.exec(input.turnId)?.[1]);
+          const ask = (step: number) => Context.current().client.workflow.getHandle(Context.current().info.workflowExecution!.workflowId).query(replyGateQuery, { turnId: input.turnId, step });
+          // as the real step does: ask, and deliver only on yes (a wrong step or turn is never a yes)
+          assert.equal(await ask(input.step + 1), false, 'the session says no for a step that is not running');
+          assert.equal(await Context.current().client.workflow.getHandle(Context.current().info.workflowExecution!.workflowId).query(replyGateQuery, { turnId: `${input.turnId}x`, step: input.step }), false);
+          const may = await ask(input.step);
+          gates.push({ turn, step: input.step, may });
+          return may ? { ...reply(`h-${n}`), delivered: true } : reply(`h-${n}`);
+        },
+        deliver: async () => delivered,
+        updateProgress: async () => 'ok',
+        clearProgress: async () => 'ok',
+      },
+      async ({ taskQueue, calls, started }) => {
+        const chat = conversation(taskQueue, started, { platform: 'telegram' });
+        await chat.send('pat');
+        await until('the first turn over', async () => (await chat.handle().query(statusQuery)).turnsStarted === 1 && (await chat.handle().query(statusQuery)).running === null);
+        const runId = (await chat.handle().describe()).runId;
+        const turn1 = turnWorkflowId(chat.workflowId, runId, 1);
+        assert.deepEqual(gates, [{ turn: 1, step: 1, may: true }]);
+        assert.deepEqual(
+          calls.map((c) => c.name),
+          ['updateProgress', 'modelStep'],
+          'the step delivered the reply and cleared the panel: no delivery and no panel activity after it',
+        );
+        assert.deepEqual(named(calls, 'modelStep')[0]!.input.deliverFinal, { key: replyKey(turn1), usageBefore: { input: 0, output: 0, total: 0 }, clearPanel: true });
+        assert.equal(localActivityMarkers(await chat.history()), 1, 'one local activity marker: the panel before the step');
+        assert.deepEqual((await chat.handle().query(statusQuery)).tokens, USAGE, "the step's usage counts");
+
+        // steering taken in while the step runs: the session says no, one more step, and that step delivers
+        await chat.send('pat');
+        await until('turn 2 step 1', () => named(calls, 'modelStep').length === 2);
+        assert.equal((await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'shorter', by: 'Bo', byId: 'id-bo', key: 'steer-1' }] })).appliedTo, 'running-turn');
+        held[0]!.open();
+        await until('turn 2 over', async () => (await chat.handle().query(statusQuery)).running === null && named(calls, 'modelStep').length === 3);
+        const s3 = named(calls, 'modelStep')[2]!.input;
+        assert.deepEqual([s3.step, s3.steers, s3.draftHash], [2, ['shorter'], 'h-2']);
+        assert.deepEqual((s3.deliverFinal as { usageBefore: unknown }).usageBefore, USAGE, "the turn's usage before its second step");
+        assert.deepEqual(gates.slice(1), [{ turn: 2, step: 1, may: false }, { turn: 2, step: 2, may: true }]);
+        assert.equal(named(calls, 'deliver').length, 0, 'the steered turn replied from its second step');
+
+        // a /stop taken in while the step runs: the session says no, the turn is stopped, no reply
+        await chat.send('pat');
+        await until('turn 3 step 1', () => named(calls, 'modelStep').length === 4);
+        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1' });
+        await until("the stop taken in (the step's cancellation requested)", async () => eventTypes(await chat.history()).includes('EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED'));
+        held[1]!.open();
+        await until('the stop notice', () => named(calls, 'deliver').length === 1);
+        const turn3 = turnWorkflowId(chat.workflowId, runId, 3);
+        assert.deepEqual(gates.at(-1), { turn: 3, step: 1, may: false });
+        const notice = named(calls, 'deliver')[0]!.input;
+        assert.deepEqual([notice.kind, notice.key], ['notice', `${turn3}:stopped`]);
+        assert.ok(!calls.some((c) => c.name === 'deliver' && c.input.key === replyKey(turn3)), 'the stopped turn never replies');
       },
     );
   });

@@ -8,7 +8,9 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import proto from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { CONTINUE_ON_MESSAGE_PATCH } from '../../workflows/chat/session.js';
+import { DELIVER_IN_STEP_PATCH } from '../../workflows/chat/turn-loop.js';
 import { statusQuery } from '../../workflows/messages.js';
+import { armFaultPoint, faultPointArmed } from '../../common/fault-points.js';
 import { UserAttr } from '../../workflows/search-attributes.js';
 import { testDatabases } from '../helpers/db.js';
 import { startModelServer, type ModelServer } from '../helpers/model-server.js';
@@ -162,6 +164,65 @@ for (const database of testDatabases()) {
         assert.doesNotMatch(lastUserContent(first.body), /answer in French/);
         assert.match(lastUserContent(second.body), /answer in French/);
         assert.match(lastUserContent(second.body), /draft answer/);
+        // the steering was taken in before the first step's answer: the session said no to its
+        // delivery (steward-deliver-in-step) and the second step, asked again, delivered
+        const gateReceipts = await dbh.db.receipt.findMany({ where: { sessionId: h.sessionId, kind: 'model.call' }, orderBy: { id: 'asc' } });
+        assert.equal(gateReceipts.length, 2);
+        assert.equal((await dbh.db.message.count({ where: { sessionId: h.sessionId, role: 'assistant' } })), 1, 'one reply: the draft never went out');
+      });
+    });
+
+    it("a step that delivered the reply and died before it completed is retried without asking the model again: one reply, the step's usage once (steward-deliver-in-step)", async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        const before = model.requests.length;
+        model.enqueue({ text: 'delivered once', usage: { prompt_tokens: 11, completion_tokens: 7 } });
+        const disarm = armFaultPoint('step.delivered');
+        try {
+          await h.send('answer me');
+          const reply = await h.waitForMessage((m) => m.role === 'assistant');
+          assert.equal(reply.text, 'delivered once');
+          const turnId = (await dbh.db.message.findFirstOrThrow({ where: { sessionId: h.sessionId, role: 'assistant' } })).turnId!;
+          // the retried attempt completes the step: the turn ends and its status has the step's usage
+          await waitFor(async () => (await env.client.workflow.getHandle(h.sessionId).query(statusQuery)).running === null || undefined, 'the turn to end', 15_000);
+          assert.equal(faultPointArmed(), undefined, 'the first attempt died after its delivery');
+          assert.equal(model.requests.length - before, 1, 'the model was asked once');
+          const calls = await dbh.db.receipt.findMany({ where: { sessionId: h.sessionId, kind: 'model.call' } });
+          assert.deepEqual(calls.map((r) => r.key), [`${turnId}:model:1:1`], 'one model call, by the first attempt');
+          assert.equal(await dbh.db.message.count({ where: { sessionId: h.sessionId, role: 'assistant' } }), 1);
+          assert.equal(await dbh.db.delivery.count({ where: { sessionId: h.sessionId } }), 1);
+          const end = await dbh.db.receipt.findUniqueOrThrow({ where: { key: `${turnId}:end` } });
+          assert.deepEqual((JSON.parse(end.data) as { usage: unknown }).usage, { input: 11, output: 7, total: 18 });
+          const status = await env.client.workflow.getHandle(h.sessionId).query(statusQuery);
+          assert.deepEqual(status.tokens, { input: 11, output: 7, total: 18 }, "the retried step reports the first attempt's usage");
+          const history = await env.client.workflow.getHandle(h.sessionId).fetchHistory();
+          const started = (history.events ?? []).filter((e) => e.activityTaskStartedEventAttributes);
+          assert.equal(started.at(-1)?.activityTaskStartedEventAttributes?.attempt, 2, 'the step completed on its second attempt');
+        } finally {
+          disarm();
+        }
+      });
+    });
+
+    it('a step whose delivery fails leaves the reply to the turn, which delivers it under the same key, once (steward-deliver-in-step)', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        model.enqueue({ text: 'through the turn' });
+        const disarm = armFaultPoint('step.delivering');
+        try {
+          await h.send('answer me too');
+          const reply = await h.waitForMessage((m) => m.role === 'assistant');
+          assert.equal(reply.text, 'through the turn');
+          assert.equal(faultPointArmed(), undefined, "the step's delivery failed");
+          const summaries = async () =>
+            ((await env.client.workflow.getHandle(h.sessionId).fetchHistory()).events ?? [])
+              .map((e) => e.userMetadata?.summary)
+              .filter((p): p is NonNullable<typeof p> => !!p)
+              .map((p) => defaultPayloadConverter.fromPayload<string>(p as never));
+          await waitFor(async () => (await summaries()).includes('Turn 1: reply') || undefined, "the turn's delivery marker", 10_000);
+          assert.equal(await dbh.db.message.count({ where: { sessionId: h.sessionId, role: 'assistant' } }), 1);
+          assert.equal(await dbh.db.delivery.count({ where: { sessionId: h.sessionId } }), 1);
+        } finally {
+          disarm();
+        }
       });
     });
 
@@ -389,22 +450,27 @@ for (const database of testDatabases()) {
         const turns: string[] = [];
         for await (const wf of env.client.workflow.list({ query: `StewardChat = "${h.chatId}" AND StewardKind = "turn"` })) turns.push(wf.workflowId);
         assert.deepEqual(turns, []);
-        // (the reply's marker is recorded when the task that delivered it completes, just after the delivery)
+        // each turn's model step delivered its reply (steward-deliver-in-step): no reply marker
+        // after it (the step's completion is recorded just after its delivery)
         let history = await env.client.workflow.getHandle(h.sessionId).fetchHistory();
         const summariesOf = (hist: typeof history) =>
           (hist.events ?? [])
             .map((e) => e.userMetadata?.summary)
             .filter((p): p is NonNullable<typeof p> => !!p)
             .map((p) => defaultPayloadConverter.fromPayload<string>(p as never));
+        const completedSteps = (hist: typeof history) => (hist.events ?? []).filter((e) => e.activityTaskCompletedEventAttributes).length;
         await waitFor(async () => {
           history = await env.client.workflow.getHandle(h.sessionId).fetchHistory();
-          return summariesOf(history).includes('Turn 2: reply') || undefined;
-        }, "the second turn's reply marker", 10_000);
+          return completedSteps(history) >= 2 || undefined;
+        }, "the second turn's model step to complete", 10_000);
         const summaries = summariesOf(history);
-        for (const want of [/^Turn 1: model step 1 /, /^Turn 1: reply$/, /^Turn 2: model step 1 /, /^Turn 2: reply$/]) {
+        for (const want of [/^Turn 1: model step 1 /, /^Turn 2: model step 1 /]) {
           assert.ok(summaries.some((x) => want.test(x)), `${want} among ${summaries.join(' | ')}`);
         }
+        assert.ok(!summaries.some((x) => /: reply$/.test(x)), `no reply delivered by a local activity among ${summaries.join(' | ')}`);
         const markers = (history.events ?? []).filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch');
+        const patches = markers.map((e) => defaultPayloadConverter.fromPayload<{ id: string }>(e.markerRecordedEventAttributes!.details!['patch-data']!.payloads![0] as never).id);
+        assert.ok(patches.includes(DELIVER_IN_STEP_PATCH), `the deliver-in-step patch marker among ${patches.join(', ')}`);
         assert.ok(markers.length >= 1, 'the inline-turn patch marker is recorded');
       });
     });

@@ -36,6 +36,7 @@ import {
   inboundUpdate,
   newTaskSignal,
   settingsUpdate,
+  replyGateQuery,
   statusQuery,
   steerUpdate,
   stopSignal,
@@ -291,6 +292,11 @@ class SessionRun {
         generation: state.generation,
         pendingSteers: state.pendingSteers.length,
       };
+    });
+    // a turn's last model step asks before it delivers the reply itself (DELIVER_IN_STEP_PATCH)
+    setHandler(replyGateQuery, ({ turnId, step }): boolean => {
+      const running = this.running;
+      return running !== null && running.turnId === turnId && running.stoppedBy === undefined && !running.scope.consideredCancelled && running.loop?.mayDeliverFromStep(step) === true;
     });
   }
 

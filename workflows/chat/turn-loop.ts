@@ -67,6 +67,18 @@ export const REQUESTER_SET_PATCH = 'steward-requester-set';
  */
 export const BUDGET_WAIT_PATCH = 'steward-budget-wait';
 
+/**
+ * A chat turn (inline) whose model step gives the final answer has that step deliver it: the
+ * activity asks the session (replyGateQuery) whether the turn may still reply as it is, then
+ * delivers through the outbox under the turn's reply key and clears the progress panel, and the
+ * turn ends without the delivery's local activity. The session's answer is the line: steering,
+ * /stop or /new it took in before leave the delivery to the turn (one more step, or the stop),
+ * as before this patch. A step retried after its attempt delivered finds the reply recorded and
+ * finishes that delivery instead of asking the model again. Decided per turn: turns recorded
+ * before this patch deliver by local activity when replayed.
+ */
+export const DELIVER_IN_STEP_PATCH = 'steward-deliver-in-step';
+
 /** STEWARD_BUDGET_WAIT's default, for sessions started before the setting. */
 export const DEFAULT_BUDGET_WAIT_MS = 30 * 60_000;
 
@@ -225,6 +237,8 @@ export class TurnLoop {
   private budgetDeadline: number | undefined;
   /** A `budgetRaised` signal for a budget the turn waits on arrived. */
   private budgetWake = false;
+  /** DELIVER_IN_STEP_PATCH: a step that ends the turn delivers its answer (inline turns). */
+  private readonly deliverInStep: boolean;
 
   constructor(
     private readonly input: TurnInput,
@@ -235,6 +249,7 @@ export class TurnLoop {
     const last = input.inbound.at(-1);
     this.requestedBy = last ? requesterOf(last) : undefined;
     this.requesterSet = patched(REQUESTER_SET_PATCH);
+    this.deliverInStep = opts.inline === true && patched(DELIVER_IN_STEP_PATCH);
     const requesters = this.requesterSet
       ? [...input.inbound.map(requesterOf), ...input.steers.map(steererOf)]
       : this.requestedBy !== undefined
@@ -247,6 +262,16 @@ export class TurnLoop {
         ? 'you shaped the turn that proposed this (a message in its batch, or steering), so you may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides'
         : 'the person whose message led to this proposal may not approve it (policy STEWARD_FORBID_SELF_APPROVAL); another admin decides',
     });
+  }
+
+  /**
+   * The session's answer to a step that would deliver the final answer itself
+   * (replyGateQuery): it is this turn's step now running, and no steering waits that would take
+   * one more step.
+   */
+  mayDeliverFromStep(step: number): boolean {
+    const { status, incoming, input } = this;
+    return this.deliverInStep && status.phase === 'model' && status.step === step && (incoming.length === 0 || step >= input.maxSteps);
   }
 
   /** Steering for this turn: taken in before its next model step; the steerer joins the requester set. */
@@ -357,6 +382,20 @@ export class TurnLoop {
     };
   }
 
+  /** DELIVER_IN_STEP_PATCH: what a step needs to deliver the turn's reply itself (nothing for turns without the patch). */
+  private deliverFinal(attachments: AttachmentRef[]) {
+    const { input, status } = this;
+    if (!this.deliverInStep) return {};
+    return {
+      deliverFinal: {
+        key: replyKey(input.turnId),
+        usageBefore: status.usage,
+        ...(attachments.length > 0 ? { attachments: [...attachments] } : {}),
+        ...(input.progress ? { clearPanel: true } : {}),
+      },
+    };
+  }
+
   /** Show `text` in the conversation's progress panel (when the turn has one); a failure other than a cancellation is ignored. */
   private async progress(acts: TurnActivities, text: string, important = false): Promise<void> {
     const { input } = this;
@@ -411,6 +450,7 @@ export class TurnLoop {
     let finalHash: string | undefined;
     let notice: string | undefined;
     let outcome: TurnResult['outcome'] = 'budget-exhausted';
+    let delivered = false;
     const scratch: ScratchRef[] = [];
     const notes: string[] = [];
     const skills: Record<string, string> = {};
@@ -430,6 +470,7 @@ export class TurnLoop {
           ...(this.requesterSet ? { requesters: this.approvals.requesterSet() } : {}),
           ...(draftHash ? { draftHash } : {}),
           ...(scratch.length > 0 ? { scratch: [...scratch] } : {}),
+          ...this.deliverFinal(attachments),
         };
         let result: Awaited<ReturnType<Activities['modelStep']>>;
         try {
@@ -480,10 +521,12 @@ export class TurnLoop {
           }
           continue;
         }
+        // the step delivered it (DELIVER_IN_STEP_PATCH): the session said nothing waits
+        delivered = result.delivered === true;
         draftHash = result.outputHash;
         // Steering that arrived while this step ran is taken in by one more step before the
         // reply goes out, so a reply never ignores guidance the user gave during the turn.
-        if (incoming.length > 0 && step < input.maxSteps) continue;
+        if (!delivered && incoming.length > 0 && step < input.maxSteps) continue;
         finalHash = result.outputHash;
         outcome = 'replied';
         break;
@@ -531,8 +574,8 @@ export class TurnLoop {
       // how the turn ended, for its receipt (an activity's input: not part of the replay check)
       ...(outcome === 'budget-refused' ? { outcome } : {}),
     };
-    await outboxActs.deliver.executeWithOptions(named(finalHash ? 'reply' : 'notice'), [deliverInput]);
-    if (input.progress) {
+    if (!delivered) await outboxActs.deliver.executeWithOptions(named(finalHash ? 'reply' : 'notice'), [deliverInput]);
+    if (input.progress && !delivered) {
       try {
         await panelActs.clearProgress({ turnId, conversation: input.conversation });
       } catch {
