@@ -31,7 +31,7 @@ import { neutralise } from '../common/untrusted.js';
 import { classifyModelError, ModelNotConfiguredError, runModelStep, type createModelRegistry, type ModelToolCall, type SpendContext, type SpendScopes, withStepKey } from '../domain/model.js';
 import { isObjectiveTurn, turnScopes } from '../domain/spend-scopes.js';
 import { clearPanel, deliverOnce, DeliveryError, lastSentPart, updatePanel, type Senders } from '../domain/outbox.js';
-import { receiptsByKeys, writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
+import { receiptsByKeys, sessionCommandsSent, writeReceipt, writeReceipts, type ReceiptInput } from '../domain/receipts.js';
 import { approvalNotices, createApproval, decideApproval, findApprovalRow, loadApprovalRow } from '../domain/store/approvals.js';
 import { findSession } from '../domain/store/sessions.js';
 import { faultPoint } from '../common/fault-points.js';
@@ -162,6 +162,8 @@ export interface DeliverFinal {
   attachments?: AttachmentRef[];
   /** Remove the progress panel after the reply (Telegram, Discord). */
   clearPanel?: boolean;
+  /** The session's count of marked commands when it scheduled the step (absent: unknown, the session is asked). */
+  commandsTaken?: number;
 }
 
 export type ModelStepResult =
@@ -455,6 +457,17 @@ async function modelStep(c: ChatContext, input: ModelStepInput): Promise<ModelSt
   return (await deliverFromStep(c, input, gate, result, true)) ? { ...result, delivered: true } : result;
 }
 
+/**
+ * No /steer, /stop or /new was sent to the session since it scheduled the step, nor is one on
+ * its way: its `session.command` receipts (each written before its command is sent) number
+ * exactly the marked commands the session had taken in then. One command more, in flight or
+ * taken in during the step, makes them outnumber the count; then the session is asked.
+ */
+async function nothingSentSince(c: ChatContext, sessionId: string, gate: DeliverFinal): Promise<boolean> {
+  if (gate.commandsTaken === undefined) return false;
+  return (await sessionCommandsSent(c.db, sessionId)) === gate.commandsTaken;
+}
+
 /** How long a step waits for the session's answer before it leaves the delivery to the turn. */
 const REPLY_GATE_MS = 5_000;
 
@@ -472,7 +485,7 @@ async function deliverFromStep(c: ChatContext, input: ModelStepInput, gate: Deli
   if (!wf || ctx.cancellationSignal.aborted) return false;
   const beat = setInterval(() => ctx.heartbeat({ step: input.step, delivering: true }), c.beatMs);
   try {
-    if (ask) {
+    if (ask && !(await nothingSentSince(c, input.sessionId, gate))) {
       const which = { turnId: input.turnId, step: input.step };
       const deadline = AbortSignal.any([AbortSignal.timeout(REPLY_GATE_MS), ctx.cancellationSignal]);
       const may = await ctx.client.withAbortSignal(deadline, () => ctx.client.workflow.getHandle(wf.workflowId, wf.runId).query(replyGateQuery, which)).catch((err: unknown) => {

@@ -5,12 +5,13 @@
 import type { Db } from './db.js';
 import { isUniqueViolation } from './prisma-errors.js';
 import { maskHeldSecrets, maskHeldSecretsDeep } from './secrets.js';
-import { directSql, type SqlRunner } from './sql.js';
+import { directSql, sqlInt, type SqlRunner } from './sql.js';
 
 export type ReceiptKind =
   | 'ingress'
   | 'ingress.handed'
   | 'command'
+  | 'session.command'
   | 'turn.start'
   | 'chat.forked'
   | 'turn.end'
@@ -225,6 +226,15 @@ export async function receiptIdsByKeys(db: Db, keys: string[]): Promise<Map<stri
   if (keys.length === 0) return new Map();
   const rows = await db.receipt.findMany({ where: { key: { in: keys } }, select: { key: true, id: true } });
   return new Map(rows.flatMap((r) => (r.key ? [[r.key, r.id] as const] : [])));
+}
+
+/**
+ * How many `session.command` receipts a session has: one for each /steer, /stop and /new sent
+ * to it (keyed by the command's message, written before it is sent; services/chat/commands.ts).
+ */
+export async function sessionCommandsSent(db: Db, sessionId: string): Promise<number> {
+  const [row] = await directSql(db).query('SELECT COUNT(*) AS "n" FROM "Receipt" WHERE "sessionId" = ? AND "kind" = ?', [sessionId, 'session.command']);
+  return sqlInt(row?.n);
 }
 
 /** The receipts written under these keys, oldest first. */

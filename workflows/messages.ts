@@ -47,13 +47,15 @@ export const inboundSignal = defineSignal<[InboundRef]>('inbound');
 export interface CommandRef {
   by: string;
   key?: string;
+  /** Its sender wrote the command's `session.command` receipt before sending it (services/chat/commands.ts): the session counts it. */
+  marked?: boolean;
 }
 /** /stop: cancel the running turn at once; the queue stays. */
 export const stopSignal = defineSignal<[CommandRef]>('stop');
 /** /new: a hard task boundary. */
 export const newTaskSignal = defineSignal<[CommandRef]>('newTask');
 /** /steer: validated at once; taken in before the running turn's next model step. */
-export const steerUpdate = defineUpdate<SteerResult, [SteerNote & { key?: string }]>('steer');
+export const steerUpdate = defineUpdate<SteerResult, [SteerNote & { key?: string; marked?: boolean }]>('steer');
 /** /model and /think. */
 export const settingsUpdate = defineUpdate<SettingsResult, [SettingsChange]>('settings');
 /** /status. */

@@ -88,6 +88,12 @@ export interface CarriedState {
    * started before INBOUND_DEDUP_PATCH).
    */
   taken?: string[];
+  /**
+   * Marked session commands (/stop, /new, /steer whose sender wrote their `session.command`
+   * receipt before sending: `marked`) this session has taken in, over its whole chain (absent
+   * in runs continued from before the count: unknown from then on).
+   */
+  commands?: number;
 }
 
 export interface TurnInput {

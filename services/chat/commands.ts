@@ -19,6 +19,7 @@ import {
   type PairingDecision,
 } from '../../domain/governance.js';
 import { writeReceipt } from '../../domain/receipts.js';
+import { MAX_STEER_CHARS } from '../../common/limits.js';
 import { helpText, type ParsedCommand } from '../../common/commands.js';
 import type { ConversationKey } from '../../common/ids.js';
 import type { Role } from '../../common/roles.js';
@@ -82,6 +83,19 @@ export const PROVIDER_SETUP: Record<Provider, string> = {
   'openai-compatible': 'set STEWARD_MODEL_BASE_URL (and STEWARD_MODEL_API_KEY if the endpoint needs one)',
 };
 
+/**
+ * Before a /steer, /stop or /new is sent to the session: its `session.command` receipt, keyed by
+ * the command's message (written once, also when a redelivery runs it again), and the command
+ * goes out `marked`. A model step that would deliver a turn's reply counts these receipts against
+ * the marked commands the session had taken in (workflows/chat/turn-loop.ts
+ * DELIVER_IN_STEP_PATCH): one written before its command was taken in keeps the reply with the
+ * turn. So the receipt is written before the send, whatever happens after.
+ */
+async function markSessionCommand(env: CommandEnv, call: CommandCall, command: 'steer' | 'stop' | 'new'): Promise<{ marked: true }> {
+  await writeReceipt(env.db, { key: `${call.key}:session-command`, kind: 'session.command', workflowId: call.session.workflowId, sessionId: call.session.workflowId, actor: call.actor.id, data: { command } });
+  return { marked: true };
+}
+
 const withStart = (call: CommandCall) => new WithStartWorkflowOperation(sessionWorkflow, { ...call.session, workflowIdConflictPolicy: 'USE_EXISTING' });
 const person = (call: CommandCall) => ({ id: call.actor.id, name: call.by });
 
@@ -101,13 +115,15 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
   };
   return {
     async stop(_cmd, call) {
-      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: stopSignal, signalArgs: [{ by: call.by, key: call.key }] });
+      const marked = await markSessionCommand(env, call, 'stop');
+      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: stopSignal, signalArgs: [{ by: call.by, key: call.key, ...marked }] });
       const stopped = env.changes ? await env.changes.stopInChat(call.conversation, person(call)) : [];
       // the session answers for the turn through the outbox; stopped changes are named here
       return stopped.length ? `Stopping change${stopped.length > 1 ? 's' : ''} ${stopped.join(', ')}: the coding agent is stopped and its work tree removed.` : undefined;
     },
     async new(_cmd, call) {
-      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: newTaskSignal, signalArgs: [{ by: call.by, key: call.key }] });
+      const marked = await markSessionCommand(env, call, 'new');
+      await env.client.workflow.signalWithStart(sessionWorkflow, { ...call.session, signal: newTaskSignal, signalArgs: [{ by: call.by, key: call.key, ...marked }] });
       return undefined;
     },
     async steer(cmd, call) {
@@ -121,7 +137,10 @@ function sessionCommands(env: CommandEnv): Handlers<'stop' | 'new' | 'steer' | '
       }
       try {
         // the steerer's identity goes with the note: they join the requester set of the turn it shapes
-        const note = { text: cmd.text, by: call.by, ...(call.actor.kind === 'person' ? { byId: call.actor.id } : {}), key: call.key };
+        // steering the session's validator refuses for its text is not marked: it is never taken in
+        const text = cmd.text.trim();
+        const marked = text && text.length <= MAX_STEER_CHARS ? await markSessionCommand(env, call, 'steer') : {};
+        const note = { text: cmd.text, by: call.by, ...(call.actor.kind === 'person' ? { byId: call.actor.id } : {}), key: call.key, ...marked };
         // the update id is the message's key too: within a run the server answers a repeat with the first outcome
         const r = await env.client.workflow.executeUpdateWithStart(steerUpdate, { args: [note], updateId: call.key, startWorkflowOperation: withStart(call) });
         return r.message;

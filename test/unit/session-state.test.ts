@@ -111,6 +111,30 @@ describe('session state', () => {
     assert.equal(s.shouldContinueAsNew(3, false, true), false, 'a waiting message under the limit is a turn of this run');
   });
 
+  it('counts the marked commands it takes in, once each by key, across continue-as-new and /new; unknown when continued from a run without the count', () => {
+    const s = new SessionState(input());
+    s.dedupTaken();
+    assert.equal(s.commandsTaken, 0, 'a new session has taken none');
+    assert.equal(s.takeCommand('stop-1', true), true);
+    assert.equal(s.takeCommand('stop-1', true), false, 'a redelivered command is not counted again');
+    assert.equal(s.takeCommand('steer-1'), true, 'an unmarked command is taken, not counted');
+    assert.equal(s.commandsTaken, 1);
+    const next = new SessionState({ ...input(), carried: s.carry() });
+    next.dedupTaken();
+    next.takeCommand('new-1', true);
+    assert.equal(next.commandsTaken, 2, 'carried across continue-as-new');
+    assert.equal(new SessionState({ ...input(), carried: next.carryForNewTask() }).commandsTaken, 2, 'and across /new');
+    const { commands: _, ...older } = next.carry();
+    const unknown = new SessionState({ ...input(), carried: older });
+    unknown.dedupTaken();
+    unknown.takeCommand('stop-2', true);
+    assert.equal(unknown.commandsTaken, undefined, 'a run continued from one without the count never knows it');
+    assert.equal('commands' in unknown.carry(), false);
+    const noDedup = new SessionState(input());
+    assert.equal(noDedup.takeCommand('stop-3', true), true);
+    assert.equal(noDedup.commandsTaken, 0, 'without dedup (a run from before it) nothing is counted');
+  });
+
   it('validates steering and settings', () => {
     assert.throws(() => SessionState.validateSteer({ text: '  ', by: 'u' }, 0), /empty/);
     assert.throws(() => SessionState.validateSteer({ text: 'ok', by: 'u' }, 20), /too many/);

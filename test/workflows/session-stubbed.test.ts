@@ -364,26 +364,30 @@ describe('the session workflow with stubbed activities (dev server)', () => {
           ['updateProgress', 'modelStep'],
           'the step delivered the reply and cleared the panel: no delivery and no panel activity after it',
         );
-        assert.deepEqual(named(calls, 'modelStep')[0]!.input.deliverFinal, { key: replyKey(turn1), usageBefore: { input: 0, output: 0, total: 0 }, clearPanel: true });
+        assert.deepEqual(named(calls, 'modelStep')[0]!.input.deliverFinal, { key: replyKey(turn1), usageBefore: { input: 0, output: 0, total: 0 }, commandsTaken: 0, clearPanel: true });
         assert.equal(localActivityMarkers(await chat.history()), 1, 'one local activity marker: the panel before the step');
         assert.deepEqual((await chat.handle().query(statusQuery)).tokens, USAGE, "the step's usage counts");
 
         // steering taken in while the step runs: the session says no, one more step, and that step delivers
         await chat.send('pat');
         await until('turn 2 step 1', () => named(calls, 'modelStep').length === 2);
-        assert.equal((await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'shorter', by: 'Bo', byId: 'id-bo', key: 'steer-1' }] })).appliedTo, 'running-turn');
+        assert.equal((await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'shorter', by: 'Bo', byId: 'id-bo', key: 'steer-1', marked: true }] })).appliedTo, 'running-turn');
+        // the same steering again (a redelivery) and one its sender did not mark are not counted
+        assert.equal((await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'shorter', by: 'Bo', byId: 'id-bo', key: 'steer-1', marked: true }] })).appliedTo, 'duplicate');
+        assert.equal((await chat.handle().executeUpdate(steerUpdate, { args: [{ text: 'and plain', by: 'Bo', byId: 'id-bo', key: 'steer-2' }] })).appliedTo, 'running-turn');
         held[0]!.open();
         await until('turn 2 over', async () => (await chat.handle().query(statusQuery)).running === null && named(calls, 'modelStep').length === 3);
         const s3 = named(calls, 'modelStep')[2]!.input;
-        assert.deepEqual([s3.step, s3.steers, s3.draftHash], [2, ['shorter'], 'h-2']);
+        assert.deepEqual([s3.step, s3.steers, s3.draftHash], [2, ['shorter', 'and plain'], 'h-2']);
         assert.deepEqual((s3.deliverFinal as { usageBefore: unknown }).usageBefore, USAGE, "the turn's usage before its second step");
+        assert.equal((s3.deliverFinal as { commandsTaken?: number }).commandsTaken, 1, 'the marked steering counted once');
         assert.deepEqual(gates.slice(1), [{ turn: 2, step: 1, may: false }, { turn: 2, step: 2, may: true }]);
         assert.equal(named(calls, 'deliver').length, 0, 'the steered turn replied from its second step');
 
         // a /stop taken in while the step runs: the session says no, the turn is stopped, no reply
         await chat.send('pat');
         await until('turn 3 step 1', () => named(calls, 'modelStep').length === 4);
-        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1' });
+        await chat.handle().signal(stopSignal, { by: 'pat', key: 'stop-1', marked: true });
         await until("the stop taken in (the step's cancellation requested)", async () => eventTypes(await chat.history()).includes('EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED'));
         held[1]!.open();
         await until('the stop notice', () => named(calls, 'deliver').length === 1);

@@ -172,6 +172,25 @@ for (const database of testDatabases()) {
       });
     });
 
+    it('a /stop sent while the last model step runs keeps its answer from going out, whichever reaches the step first (the cancellation or the answer)', async () => {
+      await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
+        const before = model.requests.length;
+        model.enqueue({ text: 'never sent', firstTokenDelayMs: 400 });
+        model.enqueue({ text: 'after the stop' });
+        await h.send('answer slowly');
+        await model.waitForRequest(before + 1, 15_000);
+        await h.send('/stop');
+        await h.waitForMessage((m) => m.text.startsWith('Stopped the running turn'));
+        // the stop's receipt was written before it was sent: a step that answers first sees it and asks the session
+        const marks = await dbh.db.receipt.findMany({ where: { sessionId: h.sessionId, kind: 'session.command' } });
+        assert.deepEqual(marks.map((r) => (JSON.parse(r.data) as { command: string }).command), ['stop']);
+        await h.send('and now?');
+        const reply = await h.waitForMessage((m) => m.role === 'assistant');
+        assert.equal(reply.text, 'after the stop');
+        assert.ok(!(await h.ingress.transcript(h.sessionId, { limit: 100 })).some((m) => m.text === 'never sent'), 'the stopped turn never replied');
+      });
+    });
+
     it("a step that delivered the reply and died before it completed is retried without asking the model again: one reply, the step's usage once (steward-deliver-in-step)", async () => {
       await withHarness({ env, db: dbh.db, providers: providers() }, async (h) => {
         const before = model.requests.length;

@@ -45,6 +45,12 @@ export class SessionState {
   private taken: string[] | undefined;
   private takenSet = new Set<string>();
   private readonly carriedTaken: string[];
+  /**
+   * Marked session commands taken in over the session's chain (CarriedState.commands); undefined
+   * when unknown (a run continued from one before the count). A model step that ends a turn
+   * compares it with the session's `session.command` receipts (activities/chat.ts).
+   */
+  commandsTaken: number | undefined;
 
   constructor(input: SessionInput) {
     const c = input.carried;
@@ -56,7 +62,10 @@ export class SessionState {
     this.workingSet = c ? structuredCloneWorkingSet(c.workingSet) : emptyWorkingSet();
     this.generation = c?.generation ?? 0;
     this.carriedTaken = c?.taken ?? [];
+    this.commandsTaken = c ? c.commands : 0;
   }
+
+
 
   /** Drop a redelivered key that was answered, not only one still queued (INBOUND_DEDUP_PATCH): from the carried keys and the queue on. */
   dedupTaken(): void {
@@ -80,12 +89,14 @@ export class SessionState {
   /**
    * A command's key (/stop, /new, /steer): true the first time, false when it was taken in before
    * (a command that a redelivery ran again). Without dedup (a run from before INBOUND_DEDUP_PATCH)
-   * always true.
+   * always true (and nothing is counted: the count needs the keys).
    */
-  takeCommand(key: string): boolean {
+  takeCommand(key: string, marked?: boolean): boolean {
     if (!this.taken) return true;
     if (this.takenSet.has(key)) return false;
     this.remember(key);
+    // a marked command is counted once, by its key (commandsTaken)
+    if (marked === true && this.commandsTaken !== undefined) this.commandsTaken++;
     return true;
   }
 
@@ -185,8 +196,8 @@ export class SessionState {
     };
   }
 
-  private carryTaken(): Pick<CarriedState, 'taken'> {
-    return this.taken ? { taken: [...this.taken] } : {};
+  private carryTaken(): Pick<CarriedState, 'taken' | 'commands'> {
+    return { ...(this.taken ? { taken: [...this.taken] } : {}), ...(this.commandsTaken !== undefined ? { commands: this.commandsTaken } : {}) };
   }
 
   /** /new: a hard task boundary. Context, steering and the working set are dropped; the

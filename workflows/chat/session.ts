@@ -192,9 +192,9 @@ class SessionRun {
       this.running?.loop?.budgetRaised(r);
     });
 
-    setHandler(stopSignal, async ({ by, key }) => {
+    setHandler(stopSignal, async ({ by, key, marked }) => {
       // a command that a redelivery ran again: this session took it before
-      if (key !== undefined && !state.takeCommand(key)) return;
+      if (key !== undefined && !state.takeCommand(key, marked)) return;
       if (this.running) {
         this.running.stoppedBy = by;
         this.running.scope.cancel();
@@ -203,8 +203,8 @@ class SessionRun {
       await this.notify(`Nothing is running to stop. ${plural(state.queue.length, 'message')} queued.`);
     });
 
-    setHandler(newTaskSignal, ({ by, key }) => {
-      if (key !== undefined && !state.takeCommand(key)) return;
+    setHandler(newTaskSignal, ({ by, key, marked }) => {
+      if (key !== undefined && !state.takeCommand(key, marked)) return;
       this.newTaskBy = by;
       if (this.running) {
         this.running.stoppedBy = by;
@@ -233,7 +233,7 @@ class SessionRun {
     setHandler(
       steerUpdate,
       async (note) => {
-        if (note.key !== undefined && !state.takeCommand(note.key)) {
+        if (note.key !== undefined && !state.takeCommand(note.key, note.marked)) {
           return { appliedTo: 'duplicate' as const, message: 'This steering was received before.' };
         }
         // who steered goes with the note: they join the requester set of the turn it shapes
@@ -372,7 +372,13 @@ export async function sessionWorkflow(input: SessionInput): Promise<void> {
       let result: TurnResult;
       if (patched(INLINE_TURN_PATCH)) {
         session.listUsers(batch.flatMap((m) => (m.identityId ? [m.identityId] : [])));
-        const loop = new TurnLoop(turnInput, { startedAt: turn.startedAt, inline: true, label: `Turn ${turnNumber}`, budgetWaitMs: input.limits.budgetWaitMs ?? DEFAULT_BUDGET_WAIT_MS });
+        const loop = new TurnLoop(turnInput, {
+          startedAt: turn.startedAt,
+          inline: true,
+          label: `Turn ${turnNumber}`,
+          budgetWaitMs: input.limits.budgetWaitMs ?? DEFAULT_BUDGET_WAIT_MS,
+          commandsTaken: () => state.commandsTaken,
+        });
         turn.loop = loop;
         setCurrentDetails(`Running: ${summary}`);
         result = await turn.scope.run(() => loop.run());

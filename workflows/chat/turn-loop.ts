@@ -68,10 +68,13 @@ export const REQUESTER_SET_PATCH = 'steward-requester-set';
 export const BUDGET_WAIT_PATCH = 'steward-budget-wait';
 
 /**
- * A chat turn (inline) whose model step gives the final answer has that step deliver it: the
- * activity asks the session (replyGateQuery) whether the turn may still reply as it is, then
- * delivers through the outbox under the turn's reply key and clears the progress panel, and the
- * turn ends without the delivery's local activity. The session's answer is the line: steering,
+ * A chat turn (inline) whose model step gives the final answer has that step deliver it through
+ * the outbox under the turn's reply key and clear the progress panel, and the turn ends without
+ * the delivery's local activity. Only when nothing could have changed the reply: every /steer,
+ * /stop and /new is preceded by its `session.command` receipt (services/chat/commands.ts) and
+ * counted by the session when taken in; the step delivers when the session's receipts number
+ * what the session had counted when it scheduled the step (no command in flight or taken in
+ * since), and otherwise asks the session (replyGateQuery), whose answer is the line: steering,
  * /stop or /new it took in before leave the delivery to the turn (one more step, or the stop),
  * as before this patch. A step retried after its attempt delivered finds the reply recorded and
  * finishes that delivery instead of asking the model again. Decided per turn: turns recorded
@@ -215,6 +218,8 @@ export interface TurnLoopOptions {
    * (BUDGET_WAIT_PATCH); absent or 0: the turn ends with the refusal at once.
    */
   budgetWaitMs?: number;
+  /** The session's count of marked commands taken in (SessionState.commandsTaken), read when a step is scheduled (DELIVER_IN_STEP_PATCH). */
+  commandsTaken?: () => number | undefined;
 }
 
 /** One turn's loop and the state its handlers read and change (steering, approvals, status). */
@@ -386,10 +391,12 @@ export class TurnLoop {
   private deliverFinal(attachments: AttachmentRef[]) {
     const { input, status } = this;
     if (!this.deliverInStep) return {};
+    const commands = this.opts.commandsTaken?.();
     return {
       deliverFinal: {
         key: replyKey(input.turnId),
         usageBefore: status.usage,
+        ...(commands !== undefined ? { commandsTaken: commands } : {}),
         ...(attachments.length > 0 ? { attachments: [...attachments] } : {}),
         ...(input.progress ? { clearPanel: true } : {}),
       },

@@ -1,0 +1,2 @@
+-- CreateIndex
+CREATE INDEX "Receipt_sessionId_kind_id_idx" ON "Receipt"("sessionId", "kind", "id");
