@@ -268,6 +268,10 @@ describe('replay corpus', () => {
       return steps.some((x, i) => x.result.delivered !== true && !x.result.toolCalls && steps[i + 1]?.input.turnId === x.input.turnId && Array.isArray(steps[i + 1]?.input.steers) && (steps[i + 1]!.input.steers as unknown[]).length > 0);
     });
     assert.ok(toldNo, 'a final answer the session told no (steering waited), and the same turn\'s next step took the steering in');
+    // the session's count of marked commands goes with each step, and grows with them (carried across continue-as-new)
+    const counts = withPatch.flatMap((f) => completedSteps(f).map((x) => (x.input.deliverFinal as { commandsTaken?: number } | undefined)?.commandsTaken));
+    assert.ok(counts.includes(0) && counts.some((n) => (n ?? 0) > 0), `steps with the session's command count: ${counts.join(', ')}`);
+    assert.ok(withPatch.some((f) => ((plain(f.events[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0]) as { carried?: { commands?: number } } | undefined)?.carried?.commands ?? 0) > 0), 'a run that carried the count from the run before it');
     assert.ok(
       inlineSessions.some((f) => !patchesOf(f).includes(DELIVER_IN_STEP_PATCH) && localActivitySummaries(f).some((x) => /^Turn \d+: reply$/.test(x))),
       `an inline session from before ${DELIVER_IN_STEP_PATCH}, its replies delivered by local activity: keep those files`,
