@@ -47,7 +47,13 @@ export const inboundSignal = defineSignal<[InboundRef]>('inbound');
 export interface CommandRef {
   by: string;
   key?: string;
-  /** Its sender wrote the command's `session.command` receipt before sending it (services/chat/commands.ts): the session counts it. */
+  /**
+   * Its sender wrote the command's `session.command` receipt before sending it
+   * (services/chat/commands.ts markSessionCommand): the session counts it. Every sender marks:
+   * a model step that delivers the turn's reply itself sees a command only by its receipt
+   * (workflows/chat/turn-loop.ts DELIVER_IN_STEP_PATCH), so an unmarked one could meet a reply
+   * already decided.
+   */
   marked?: boolean;
 }
 /** /stop: cancel the running turn at once; the queue stays. */
