@@ -261,7 +261,9 @@ describe('MCP servers (real servers)', () => {
     const hostile = hostileServers();
     let web = await startHostileHttp(hostile.http);
     const limit = 8 * 1024 * 1024; // the default maxMessageBytes
-    const policy = { readOnlyTools: [...HOSTILE_TOOLS], timeoutMs: 2000 };
+    // long enough for the flood to pass the unasked-bytes limit (32 MB) on a loaded machine
+    // (2 s was not, once, in CI), short enough that the hang's call ends well within 10 s
+    const policy = { readOnlyTools: [...HOSTILE_TOOLS], timeoutMs: 5000 };
     try {
       await register(stdioServer('bad-stdio', [hostile.stdio], { roBinds: [nodeDir, hostile.dir], ...policy }));
       await register({ name: 'bad-http', transport: 'http', url: web.url, ...policy });
