@@ -10,8 +10,8 @@
  * (`STEWARD_FAULT_POINT=<point>`: the first pass kills that process with SIGKILL).
  */
 
-/** Every checkpoint, in the order an input passes them. */
-export const FAULT_POINTS = [
+/** The intake's checkpoints, in the order an input passes them (what faultPointsPassed reports). */
+const INTAKE_POINTS = [
   // chat messages and commands (services/chat/intake.ts)
   'ingress.session',
   'ingress.receipted',
@@ -36,12 +36,23 @@ export const FAULT_POINTS = [
   'replay.started',
   // a fork's session started, before its claim and transcript are written (services/replays/fork.ts)
   'fork.started',
+] as const;
+
+/**
+ * Checkpoints of a turn's work, not of an intake: passed by turns that run meanwhile, so they are
+ * armed, never reported as points an input passed.
+ */
+const TURN_POINTS = [
   // a chat turn's reply delivered by its model step (activities/chat.ts deliverFromStep): about
   // to deliver (a fault there is a failed delivery: the turn delivers), and delivered (the step
   // dies before it completes: its retry finishes the delivery without asking the model again)
   'step.delivering',
   'step.delivered',
 ] as const;
+
+/** Every checkpoint. */
+export const FAULT_POINTS = [...INTAKE_POINTS, ...TURN_POINTS] as const;
+const intake = new Set<string>(INTAKE_POINTS);
 
 export type FaultPointName = (typeof FAULT_POINTS)[number];
 
@@ -62,7 +73,7 @@ if (armed) process.stderr.write(`STEWARD_FAULT_POINT=${armed.point} is set: this
 /** A checkpoint: nothing unless a test armed it (or watches the points passed). */
 export function faultPoint(point: FaultPointName): void {
   if (armed === undefined && seen === undefined) return;
-  seen?.(point);
+  if (intake.has(point)) seen?.(point);
   if (armed?.point !== point) return;
   const { kill } = armed;
   armed = undefined;
@@ -83,7 +94,7 @@ export function faultPointArmed(): FaultPointName | undefined {
   return armed?.point;
 }
 
-/** Tests: the points `fn` passes, in order. */
+/** Tests: the intake checkpoints passed while `fn` runs, in order (not a turn's, TURN_POINTS). */
 export async function faultPointsPassed(fn: () => Promise<unknown>): Promise<FaultPointName[]> {
   const passed: FaultPointName[] = [];
   seen = (p) => passed.push(p);
