@@ -207,6 +207,17 @@ export function changeIdFor(key: string): string {
   return `chg-${createHash('sha256').update(`change:${key}`).digest('hex').slice(0, 12)}`;
 }
 
+/** Whether a workflow runs or ran under the change's id (its start happened, whatever the record says). */
+function workflowRan(deps: ChangeServiceDeps, id: string): Promise<boolean> {
+  return deps.client.workflow
+    .getHandle(id)
+    .describe()
+    .then(
+      () => true,
+      () => false,
+    );
+}
+
 /** A change's `change.start` receipt: the mark after its workflow started (keyed by the change). */
 function startMark(id: string, actor: string, sessionId: string | undefined, data: { changeId: string; repo: string; base: string; chars: number; from: string }): ReceiptInput & { key: string } {
   return { key: `change:${id}:start`, kind: 'change.start', workflowId: id, actor, ...(sessionId ? { sessionId } : {}), data };
@@ -238,13 +249,7 @@ async function startChange(
   // run without its `change.start` receipt, and the run may end before the repeat: the mark
   // follows the run (keyed: written once), whatever the run's state.
   if (existing && existing.status !== 'running') {
-    const ran = await deps.client.workflow
-      .getHandle(id)
-      .describe()
-      .then(
-        () => true,
-        () => false,
-      );
+    const ran = await workflowRan(deps, id);
     const from = existing.platform && existing.chatId ? `${existing.platform}:${existing.chatId}` : 'api';
     if (ran) await writeReceipt(deps.db, startMark(id, existing.requestedBy, existing.sessionId ?? undefined, { changeId: id, repo: existing.repo, base: existing.baseBranch, chars: existing.request.length, from }));
     return answer;
@@ -301,14 +306,7 @@ async function startChange(
     );
   } catch (err) {
     // the record says the start failed only when no workflow runs under its id (the mark after a start may be what failed)
-    const runs = await deps.client.workflow
-      .getHandle(id)
-      .describe()
-      .then(
-        () => true,
-        () => false,
-      );
-    if (runs) throw err;
+    if (await workflowRan(deps, id)) throw err;
     await store.markChangeStartFailed(deps.db, id, `could not start: ${(err as Error).message}`);
     throw err;
   }

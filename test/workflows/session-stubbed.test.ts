@@ -340,10 +340,10 @@ describe('the session workflow with stubbed activities (dev server)', () => {
           if (n === 2) await held[0]!.wait;
           if (n === 4) await held[1]!.wait;
           const turn = Number(/:turn:(\d+):/.exec(input.turnId)?.[1]);
-          const ask = (step: number) => Context.current().client.workflow.getHandle(Context.current().info.workflowExecution!.workflowId).query(replyGateQuery, { turnId: input.turnId, step });
+          const ask = (step: number, turnId = input.turnId) => Context.current().client.workflow.getHandle(Context.current().info.workflowExecution!.workflowId).query(replyGateQuery, { turnId, step });
           // as the real step does: ask, and deliver only on yes (a wrong step or turn is never a yes)
           assert.equal(await ask(input.step + 1), false, 'the session says no for a step that is not running');
-          assert.equal(await Context.current().client.workflow.getHandle(Context.current().info.workflowExecution!.workflowId).query(replyGateQuery, { turnId: `${input.turnId}x`, step: input.step }), false);
+          assert.equal(await ask(input.step, `${input.turnId}x`), false, 'nor for another turn');
           const may = await ask(input.step);
           gates.push({ turn, step: input.step, may });
           return may ? { ...reply(`h-${n}`), delivered: true } : reply(`h-${n}`);
