@@ -11,7 +11,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { embedMany, type EmbeddingModel } from 'ai';
-import { currentStepKey, estimateTokens, redactSecrets, SpendContextMissingError, type ModelRegistry, type ModelSpend, type SpendScopes, type SpendTicket } from '../model.js';
+import { AI_SDK_TELEMETRY_OFF, currentStepKey, estimateTokens, redactSecrets, SpendContextMissingError, type ModelRegistry, type ModelSpend, type SpendScopes, type SpendTicket } from '../model.js';
 
 /**
  * Whom an embeddings call is spent for: the key of the step that makes it (each request is
@@ -107,7 +107,7 @@ export function createEmbedder(embeddingModel: EmbeddingModel, model: string, op
     let used = estimate;
     let r: Awaited<ReturnType<typeof embedMany>>;
     try {
-      r = await embedMany({ model: embeddingModel, values: cut, maxRetries: 0, maxParallelCalls: 1, abortSignal: signal });
+      r = await embedMany({ model: embeddingModel, values: cut, maxRetries: 0, maxParallelCalls: 1, abortSignal: signal, telemetry: AI_SDK_TELEMETRY_OFF });
       if (r.usage.tokens > 0) used = r.usage.tokens;
     } catch (err) {
       // the message may quote the request; keys never leave here

@@ -4,8 +4,9 @@
  * Run: node --import tsx --test test/domain/model.test.ts
  */
 import assert from 'node:assert/strict';
+import { tracingChannel } from 'node:diagnostics_channel';
 import { after, before, describe, it } from 'node:test';
-import { APICallError, tool, zodSchema } from 'ai';
+import { APICallError, generateText, tool, zodSchema } from 'ai';
 import { z } from 'zod';
 import {
   classifyModelError,
@@ -17,6 +18,7 @@ import {
   type ChatMessage,
   type ModelRegistry,
 } from '../../domain/model.js';
+import { createEmbedder } from '../../domain/knowledge/embedder.js';
 import { startModelServer, type ModelServer, type RecordedRequest } from '../helpers/model-server.js';
 
 const OPENAI_KEY = 'sk-proj-TESTKEYopenai0123456789abcdef';
@@ -408,5 +410,43 @@ describe('model layer (AI SDK) against the OpenAI-compatible double', () => {
         server.setDefault((r) => ({ text: `echo: ${(r.body as Body).messages.at(-1)?.content as string}` }));
       }
     });
+  });
+});
+
+describe("the AI SDK's telemetry is off for every call Steward makes", () => {
+  let server: ModelServer;
+  let registry: ModelRegistry;
+  /** What the SDK publishes on its process-wide tracing channel: every subscriber (an APM agent, say) would get it. */
+  const published: string[] = [];
+  const channel = tracingChannel('ai:telemetry');
+  const handlers = {
+    start: (m: unknown) => void published.push(`start ${JSON.stringify(m).slice(0, 200)}`),
+    end: () => void published.push('end'),
+    asyncStart: () => void published.push('asyncStart'),
+    asyncEnd: () => void published.push('asyncEnd'),
+    error: () => void published.push('error'),
+  };
+
+  before(async () => {
+    server = await startModelServer();
+    registry = createModelRegistry({ openaiCompatible: { baseURL: server.baseURL, apiKey: COMPAT_KEY } });
+    channel.subscribe(handlers);
+  });
+  after(async () => {
+    channel.unsubscribe(handlers);
+    await server.close();
+  });
+
+  it('publishes nothing for a plain step, a streamed step and an embedding, where the SDK left to itself publishes the prompt', async () => {
+    // the listener works: the same model called with the SDK's defaults publishes the call, prompt and all
+    await generateText({ model: registry.languageModel('openai-compatible:llama-test'), prompt: 'the held secret is hunter2', maxRetries: 0 });
+    assert.ok(published.some((m) => m.includes('hunter2')), `the SDK's default publishes the prompt (saw ${published.length} messages)`);
+    published.length = 0;
+
+    await runModelStep(registry, { model: 'openai-compatible:llama-test', think: 'off', messages: ask('the held secret is hunter2') });
+    await runModelStep(registry, { model: 'openai-compatible:llama-test', think: 'off', messages: ask('again, streamed') }, { stream: true, onDelta: () => {} });
+    const vectors = await createEmbedder(registry.embeddingModel('openai-compatible:embed-test'), 'openai-compatible:embed-test').embed(['a chunk of a runbook']);
+    assert.equal(vectors.length, 1, 'the embedding was made');
+    assert.deepEqual(published, [], "Steward's calls publish nothing on the SDK's tracing channel");
   });
 });
