@@ -243,6 +243,33 @@ type WorkResult = { baseSha: string; patchHash?: string; files: number; blocked:
  * the activity ends, whatever the outcome.
  */
 async function changeWork(c: ChangeContext, input: ChangeStepInput): Promise<WorkResult> {
+  try {
+    return await changeWorkAttempt(c, input);
+  } catch (err) {
+    throw workErrorOf(err, activityInfo().attempt, Context.current().cancellationSignal.aborted);
+  }
+}
+
+/**
+ * How many attempts of a change's work may end in the work's own error: the workflow retries the
+ * work up to its `maximumAttempts` (5, workflows/changes/repo-change.ts), for attempts that were
+ * lost (the worker died: a heartbeat timeout, which no code of the attempt sees), but an error of
+ * the work itself (the agent, the clone, the patch) from this attempt on is final. So a change
+ * survives its worker dying several times, and a failing change runs its agent at most twice.
+ */
+export const WORK_OWN_ERROR_ATTEMPTS = 2;
+
+/** The error a work attempt ends with: from the WORK_OWN_ERROR_ATTEMPTS-th attempt on, not retried (a cancellation as it is). */
+export function workErrorOf(err: unknown, attempt: number, cancelled: boolean): unknown {
+  if (cancelled || attempt < WORK_OWN_ERROR_ATTEMPTS) return err;
+  if (err instanceof ApplicationFailure) {
+    return err.nonRetryable ? err : ApplicationFailure.create({ type: err.type ?? 'Error', message: err.message, details: err.details as unknown[] | undefined, nonRetryable: true, ...(err.cause ? { cause: err.cause } : {}) });
+  }
+  const e = err instanceof Error ? err : new Error(String(err));
+  return ApplicationFailure.create({ type: e.name || 'Error', message: e.message, nonRetryable: true, cause: e });
+}
+
+async function changeWorkAttempt(c: ChangeContext, input: ChangeStepInput): Promise<WorkResult> {
   const ctx = Context.current();
   const attempt = activityInfo().attempt;
   const row = await loadChange(c.db, input.changeId);

@@ -9,11 +9,13 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
+import { activityInfo } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowFailedError, type WorkflowUpdateFailedError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import proto from '@temporalio/proto';
 import type { ModelStepResult } from '../../activities/index.js';
+import { WORK_OWN_ERROR_ATTEMPTS, workErrorOf } from '../../activities/changes.js';
 import type { GateVerdict } from '../../common/changes.js';
 import { approvalDecisionUpdate, changeAnswerUpdate, changeStatusQuery, changeSteerSignal, turnSteerSignal, turnStatusQuery } from '../../workflows/messages.js';
 import { objectiveRunWorkflow } from '../../workflows/objectives/objective.js';
@@ -304,6 +306,37 @@ describe('workflows with stubbed activities (time-skipping server)', () => {
         assert.deepEqual(names(calls), ['changeIntake', 'changePlan', 'changeWork', 'changeValidate', 'changePromote', 'changeFinish']);
         assert.deepEqual(calls.at(-1)!.input, { changeId: input.changeId, status: 'done', phase: 'done' });
       });
+    });
+
+    it("runs the work again after lost attempts, up to five in all; the work's own error is final from its second attempt", async () => {
+      // a lost attempt (the worker died, its heartbeats stopped) reaches the retry policy as a
+      // retryable failure: the stub's retryable failures on attempts 1-3 stand for three losses
+      const stubs = common(verdict());
+      stubs.changeWork = async () => {
+        const attempt = activityInfo().attempt;
+        if (attempt < 4) throw ApplicationFailure.create({ type: 'WorkerLost', message: `attempt ${attempt} lost` });
+        return { baseSha: 'base1', patchHash: 'h-patch', files: 1, blocked: 0, summary: 'edited one file', transcriptHash: 'h-t' };
+      };
+      await withWorker(stubs, async ({ taskQueue, calls }) => {
+        const input = changeInput();
+        const r = await env.client.workflow.execute(repoChangeWorkflow, { taskQueue, workflowId: input.changeId, args: [input] });
+        assert.deepEqual(r, { status: 'done', phase: 'done', patchHash: 'h-patch' });
+        assert.equal(names(calls).filter((n) => n === 'changeWork').length, 4, 'three lost attempts, then the one that finished');
+      });
+
+      // what the activity throws: its own error is retried after the first attempt only; a cancellation stays one
+      const plain = new Error('the clone failed');
+      assert.equal(workErrorOf(plain, 1, false), plain, 'the first attempt: retried as it is');
+      const final = workErrorOf(plain, 2, false);
+      assert.ok(final instanceof ApplicationFailure && final.nonRetryable, 'the second: final');
+      assert.equal(final.message, 'the clone failed');
+      assert.equal(final.type, 'Error');
+      const typed = workErrorOf(ApplicationFailure.create({ type: 'ModelUnavailable', message: 'busy' }), 3, false);
+      assert.ok(typed instanceof ApplicationFailure && typed.nonRetryable && typed.type === 'ModelUnavailable' && typed.message === 'busy');
+      const already = ApplicationFailure.create({ type: 'ChangeRefused', message: 'no', nonRetryable: true });
+      assert.equal(workErrorOf(already, 2, false), already);
+      assert.equal(workErrorOf(plain, 5, true), plain, 'a cancellation as it is');
+      assert.equal(WORK_OWN_ERROR_ATTEMPTS, 2);
     });
 
     it('asks a clarifying question and continues with the answer; with no answer before the deadline it fails', async () => {

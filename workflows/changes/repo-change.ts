@@ -62,14 +62,18 @@ function changeActivities(taskQueue: string | undefined) {
 
   /**
    * The isolated worker: long, heartbeating, cancelled at once by /stop (the sandbox is killed
-   * and the work tree removed). A retry starts again from a fresh clone of the same base.
+   * and the work tree removed). A retry starts again from a fresh clone of the same base. Five
+   * attempts for attempts that were lost (the worker died, so its heartbeats stopped); the
+   * work's own error is retried once only (the activity makes it final from the second attempt:
+   * WORK_OWN_ERROR_ATTEMPTS in activities/changes.ts). Replay does not compare an activity's
+   * options: the corpus' change histories, recorded with two attempts, replay unchanged.
    */
   const workActs = proxyActivities<Activities>({
     ...q,
     startToCloseTimeout: '2 hours',
     heartbeatTimeout: '1 minute',
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-    retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 2, nonRetryableErrorTypes: NON_RETRYABLE },
+    retry: { initialInterval: '5 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 5, nonRetryableErrorTypes: NON_RETRYABLE },
   });
 
   /** The validation gate: a second clone, the checks in the sandbox. */
