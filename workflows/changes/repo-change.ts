@@ -64,7 +64,7 @@ function changeActivities(taskQueue: string | undefined) {
    * The isolated worker: long, heartbeating, cancelled at once by /stop (the sandbox is killed
    * and the work tree removed). A retry starts again from a fresh clone of the same base. Five
    * attempts for attempts that were lost (the worker died, so its heartbeats stopped); the
-   * work's own error is retried once only (the activity makes it final from the second attempt:
+   * work's own error is retried only when it ends the first attempt (the activity makes it final from the second:
    * WORK_OWN_ERROR_ATTEMPTS in activities/changes.ts). Replay does not compare an activity's
    * options: the corpus' change histories, recorded with two attempts, replay unchanged.
    */
